@@ -1,0 +1,28 @@
+# `make run`: install what is missing, build (Release, ccache), run the main job.
+# `make test`: install what is missing, build, run the tests.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+MODELS ?= $(abspath ../shared/models)
+
+.PHONY: all setup configure build run test clean
+
+all: build
+
+setup:
+	@./scripts/setup.sh
+
+configure: setup
+	@if [ ! -f $(BUILD_DIR)/CMakeCache.txt ]; then \
+	  cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release >/dev/null; fi
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	@./scripts/run_demo.sh $(BUILD_DIR)/bin/lazykv "$(MODELS)"
+
+test: build
+	@cd $(BUILD_DIR) && LAZYKV_MODELS_DIR="$(MODELS)" ctest --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD_DIR)

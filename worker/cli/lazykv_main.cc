@@ -1,0 +1,12 @@
+// The `lazykv` command: subcommands over the engine.
+#include <iostream>
+#include <string>
+
+#include "worker/cli/run_command.h"
+
+int main(int argc, char** argv) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  if (command == "run") return lazykv::RunCommand(argc - 1, argv + 1);
+  std::cerr << "usage: lazykv run --model PATH|synthetic:NAME [options]   (lazykv run --help)\n";
+  return command.empty() || command == "--help" || command == "-h" ? 0 : 2;
+}

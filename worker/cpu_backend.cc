@@ -1,0 +1,160 @@
+#include "worker/cpu_backend.h"
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/rope.h"
+
+namespace lazykv {
+namespace {
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend(ModelWeights weights, int block_size, int num_blocks)
+      : w_(std::move(weights)),
+        c_(w_.config),
+        rope_(c_.rope, c_.head_dim),
+        block_size_(block_size),
+        num_blocks_(num_blocks),
+        layer_floats_(static_cast<size_t>(num_blocks) * block_size * c_.kv_dim()),
+        k_pool_(layer_floats_ * c_.n_layers),
+        v_pool_(layer_floats_ * c_.n_layers) {}
+
+  const ModelConfig& config() const override { return c_; }
+  std::string kv_dtype() const override { return "fp32"; }
+  Hash128 model_fingerprint() const override { return MakeModelFingerprint(w_.content_hash, kv_dtype()); }
+  int block_size() const override { return block_size_; }
+  int num_blocks() const override { return num_blocks_; }
+  uint64_t kv_bytes_per_block() const override {
+    return 2ull * c_.n_layers * block_size_ * c_.kv_dim() * sizeof(float);
+  }
+
+  absl::Status Forward(std::span<const SequenceStep> steps, std::vector<std::vector<float>>* logits) override {
+    logits->assign(steps.size(), {});
+    for (size_t i = 0; i < steps.size(); ++i) {
+      RETURN_IF_ERROR(ValidateStep(steps[i], c_, block_size_, num_blocks_));
+      ForwardOne(steps[i], &(*logits)[i]);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) override {
+    for (const BlockCopy& copy : copies) {
+      for (int32_t b : {copy.src_block, copy.dst_block}) {
+        if (b < 0 || b >= num_blocks_) {
+          return absl::InvalidArgumentError(absl::StrFormat("block id %d outside the pool of %d", b, num_blocks_));
+        }
+      }
+      if (copy.num_tokens < 0 || copy.num_tokens > block_size_) {
+        return absl::InvalidArgumentError(absl::StrFormat("copy of %d tokens; block size is %d", copy.num_tokens,
+                                                          block_size_));
+      }
+    }
+    for (int layer = 0; layer < c_.n_layers; ++layer) {
+      const cpu::KvLayerView kv = LayerView(layer);
+      for (const BlockCopy& copy : copies) {
+        cpu::CopyBlockRotated(kv, copy.src_block, copy.dst_block, copy.num_tokens, copy.delta, rope_);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  cpu::KvLayerView LayerView(int layer) {
+    return cpu::KvLayerView{k_pool_.data() + layer * layer_floats_, v_pool_.data() + layer * layer_floats_,
+                            num_blocks_, block_size_, c_.n_kv_heads, c_.head_dim};
+  }
+
+  void ForwardOne(const SequenceStep& step, std::vector<float>* logits) {
+    const int n = static_cast<int>(step.tokens.size());
+    if (n == 0) return;
+    const int dim = c_.dim, q_dim = c_.q_dim(), kv_dim = c_.kv_dim(), hidden = c_.hidden_dim;
+
+    // Where the new tokens go: the last n slots of the block table.
+    struct Slot {
+      int32_t block, slot, position, delta;
+    };
+    std::vector<Slot> slots(n);
+    std::vector<int32_t> positions(n);
+    {
+      int64_t total = 0;
+      for (const KvBlockRef& ref : step.context) total += ref.num_tokens;
+      const int64_t first = total - n;
+      int64_t logical = 0;
+      for (const KvBlockRef& ref : step.context) {
+        for (int32_t s = 0; s < ref.num_tokens; ++s, ++logical) {
+          if (logical >= first) {
+            const int i = static_cast<int>(logical - first);
+            slots[i] = Slot{ref.block, s, static_cast<int32_t>(logical), ref.delta};
+            positions[i] = static_cast<int32_t>(logical);
+          }
+        }
+      }
+    }
+
+    std::vector<float> x(static_cast<size_t>(n) * dim), xb(x.size()), attn_out(static_cast<size_t>(n) * q_dim);
+    std::vector<float> q(static_cast<size_t>(n) * q_dim), k(static_cast<size_t>(n) * kv_dim), v(k.size());
+    std::vector<float> gate(static_cast<size_t>(n) * hidden), up(gate.size());
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(&x[static_cast<size_t>(i) * dim], &w_.embedding[static_cast<size_t>(step.tokens[i]) * dim],
+                  dim * sizeof(float));
+    }
+    for (int l = 0; l < c_.n_layers; ++l) {
+      const LayerWeights& lw = w_.layers[l];
+      const cpu::KvLayerView kv = LayerView(l);
+      cpu::RmsNorm(x.data(), lw.attn_norm.data(), n, dim, c_.norm_eps, xb.data());
+      cpu::MatmulTransposed(xb.data(), n, dim, lw.wq.data(), q_dim, q.data());
+      cpu::MatmulTransposed(xb.data(), n, dim, lw.wk.data(), kv_dim, k.data());
+      cpu::MatmulTransposed(xb.data(), n, dim, lw.wv.data(), kv_dim, v.data());
+      for (int i = 0; i < n; ++i) {
+        // Keys are stored rotated at the position their block's delta implies.
+        float* k_row = &k[static_cast<size_t>(i) * kv_dim];
+        rope_.RotateHeads(k_row, c_.n_kv_heads, slots[i].position - slots[i].delta);
+        std::memcpy(kv.k + kv.slot_offset(slots[i].block, slots[i].slot), k_row, kv_dim * sizeof(float));
+        std::memcpy(kv.v + kv.slot_offset(slots[i].block, slots[i].slot), &v[static_cast<size_t>(i) * kv_dim],
+                    kv_dim * sizeof(float));
+      }
+      cpu::LazyPagedAttention(q.data(), positions.data(), n, c_.n_heads, step.context, kv, rope_, attn_out.data());
+      cpu::MatmulTransposed(attn_out.data(), n, q_dim, lw.wo.data(), dim, xb.data());
+      cpu::AddInPlace(x.data(), xb.data(), x.size());
+
+      cpu::RmsNorm(x.data(), lw.ffn_norm.data(), n, dim, c_.norm_eps, xb.data());
+      cpu::MatmulTransposed(xb.data(), n, dim, lw.w_gate.data(), hidden, gate.data());
+      cpu::MatmulTransposed(xb.data(), n, dim, lw.w_up.data(), hidden, up.data());
+      cpu::SwiGlu(gate.data(), up.data(), gate.size());
+      cpu::MatmulTransposed(gate.data(), n, hidden, lw.w_down.data(), dim, xb.data());
+      cpu::AddInPlace(x.data(), xb.data(), x.size());
+    }
+    if (step.logits == LogitsWanted::kNone) return;
+    const int first_row = step.logits == LogitsWanted::kLast ? n - 1 : 0;
+    const int rows = n - first_row;
+    cpu::RmsNorm(&x[static_cast<size_t>(first_row) * dim], w_.final_norm.data(), rows, dim, c_.norm_eps, xb.data());
+    logits->resize(static_cast<size_t>(rows) * c_.vocab_size);
+    cpu::MatmulTransposed(xb.data(), rows, dim, w_.output_matrix().data(), c_.vocab_size, logits->data());
+  }
+
+  ModelWeights w_;
+  const ModelConfig& c_;
+  cpu::RopeTable rope_;
+  int block_size_;
+  int num_blocks_;
+  size_t layer_floats_;
+  std::vector<float> k_pool_;
+  std::vector<float> v_pool_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(ModelWeights weights, int block_size, int num_blocks) {
+  if (block_size <= 0 || block_size > 4096) {
+    return absl::InvalidArgumentError(absl::StrFormat("block_size %d out of range [1, 4096]", block_size));
+  }
+  if (num_blocks <= 0) return absl::InvalidArgumentError(absl::StrFormat("num_blocks %d must be positive", num_blocks));
+  RETURN_IF_ERROR(weights.config.Validate());
+  return std::unique_ptr<Backend>(new CpuBackend(std::move(weights), block_size, num_blocks));
+}
+
+}  // namespace lazykv

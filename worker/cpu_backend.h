@@ -1,0 +1,14 @@
+// The fp32 CPU backend: the reference implementation for every other backend.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "worker/backend.h"
+#include "worker/model_weights.h"
+
+namespace lazykv {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(ModelWeights weights, int block_size, int num_blocks);
+
+}  // namespace lazykv

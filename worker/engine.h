@@ -1,0 +1,103 @@
+// The generation engine: resolves each request's documents to KV according to the
+// attention mode, prefills the rest, and decodes. It plans block tables over the
+// paged pool and drives a Backend; it does not know which device runs.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/chunk_key.h"
+#include "worker/attention_mode.h"
+#include "worker/backend.h"
+#include "worker/kv_block_allocator.h"
+#include "worker/kv_cache_index.h"
+#include "worker/sampler.h"
+
+namespace lazykv {
+
+struct EngineOptions {
+  AttentionMode mode = AttentionMode::kLazy;
+  // Tokens every sequence starts with and every chunk is encoded after (DESIGN.md
+  // section 2). Empty: the model's BOS token.
+  std::vector<int32_t> anchor;
+  // At most this many of a request's own tokens go through one forward call.
+  int max_prefill_tokens = 512;
+};
+
+struct GenerateRequest {
+  std::vector<std::vector<int32_t>> docs;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  std::optional<AttentionMode> mode;  // overrides EngineOptions::mode
+  bool record_logits = false;         // keep each decoding step's logits (tests)
+};
+
+struct Usage {
+  int prompt_tokens = 0;    // the whole logical prompt: anchor, documents, prompt
+  int cached_tokens = 0;    // of those, tokens whose KV was reused
+  int computed_tokens = 0;  // of those, tokens whose KV this request computed
+  int chunk_hits = 0;       // documents (and the anchor) found in the pool
+  int chunk_misses = 0;     // documents (and the anchor) encoded by this request
+  uint64_t kv_bytes_copied = 0;  // KV bytes written to reuse chunks (the block baseline's copies)
+};
+
+struct GenerateResult {
+  AttentionMode mode = AttentionMode::kLazy;
+  std::vector<int32_t> prompt_token_ids;  // anchor, documents, prompt
+  std::vector<int32_t> tokens;            // generated, EOS excluded
+  std::vector<float> logprobs;
+  std::string finish_reason;  // "stop" (EOS) or "length" (max_tokens)
+  Usage usage;
+  std::vector<std::vector<float>> step_logits;  // when record_logits
+  double ttft_seconds = 0;   // request start to the first sampled token
+  double total_seconds = 0;  // request start to the end of decoding
+};
+
+struct EngineStats {
+  int num_blocks = 0;
+  int free_blocks = 0;
+  size_t cached_entries = 0;
+  uint64_t evictions = 0;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Backend> backend, EngineOptions options);
+
+  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request);
+
+  const ModelConfig& config() const { return backend_->config(); }
+  const Hash128& model_fingerprint() const { return fingerprint_; }
+  const std::vector<int32_t>& anchor() const { return options_.anchor; }
+  EngineStats stats() const;
+
+ private:
+  class Sequence;
+  Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 fingerprint);
+
+  absl::Status ValidateRequest(const GenerateRequest& request) const;
+  absl::StatusOr<int32_t> AllocateBlock();
+  // Finds `tokens`' KV in the pool or encodes it after `context`; returns its blocks
+  // with one reference taken for the caller.
+  absl::StatusOr<std::vector<KvBlockRef>> AcquireChunk(const Hash128& key, std::span<const int32_t> tokens,
+                                                       std::span<const KvBlockRef> context, Usage& usage);
+  // Attaches a chunk to the sequence at its logical position (lazy: by reference with a
+  // delta; block: a re-rotated copy).
+  absl::Status AttachChunk(Sequence& seq, AttentionMode mode, std::vector<KvBlockRef> chunk, int32_t delta,
+                           Usage& usage);
+  absl::Status AttachCachedPrefix(Sequence& seq, std::span<const int32_t> tokens, Usage& usage,
+                                  std::vector<Hash128>& block_keys);
+  // Appends own tokens and runs them; returns the last token's logits if asked.
+  absl::StatusOr<std::vector<float>> RunOwnTokens(Sequence& seq, std::span<const int32_t> tokens, bool want_logits);
+
+  std::unique_ptr<Backend> backend_;
+  EngineOptions options_;
+  Hash128 fingerprint_;
+  KvBlockAllocator allocator_;
+  KvCacheIndex index_;
+};
+
+}  // namespace lazykv

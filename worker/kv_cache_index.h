@@ -1,0 +1,53 @@
+// The local pool's index of reusable KV: chunks (position-free documents), the anchor,
+// and prefix-cache blocks, each keyed by a 128-bit content hash. The index holds one
+// reference on each block of an entry; entries whose blocks nobody else holds are
+// evicted least-recently-used when the pool needs room.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <unordered_map>
+#include <vector>
+
+#include "common/chunk_key.h"
+#include "kernels/kv_block_ref.h"
+#include "worker/kv_block_allocator.h"
+
+namespace lazykv {
+
+struct CachedKv {
+  Hash128 key;
+  std::vector<KvBlockRef> blocks;  // delta 0: as stored
+  int32_t num_tokens = 0;
+};
+
+class KvCacheIndex {
+ public:
+  explicit KvCacheIndex(KvBlockAllocator* allocator) : allocator_(allocator) {}
+  ~KvCacheIndex();
+  KvCacheIndex(const KvCacheIndex&) = delete;
+  KvCacheIndex& operator=(const KvCacheIndex&) = delete;
+
+  // The entry, marked most recently used; nullptr on a miss. Valid until the next Insert
+  // or eviction; take references on its blocks to keep them.
+  const CachedKv* Lookup(const Hash128& key);
+  // Adds an entry; the index takes one reference on each block (the caller keeps its own).
+  // A key already present is left as it is.
+  void Insert(const Hash128& key, std::vector<KvBlockRef> blocks);
+  // Evicts idle entries, oldest first, until `needed` blocks are free. False if it cannot.
+  bool EvictUntilFree(int needed);
+
+  size_t size() const { return entries_.size(); }
+  uint64_t evictions() const { return evictions_; }
+
+ private:
+  bool Evictable(const CachedKv& entry) const;
+  void Release(const CachedKv& entry);
+
+  KvBlockAllocator* allocator_;
+  std::list<CachedKv> lru_;  // front: most recently used
+  std::unordered_map<Hash128, std::list<CachedKv>::iterator, Hash128Hasher> entries_;
+  uint64_t evictions_ = 0;
+};
+
+}  // namespace lazykv

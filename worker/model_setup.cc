@@ -1,0 +1,56 @@
+#include "worker/model_setup.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/cpu_backend.h"
+#include "worker/model_loader.h"
+
+namespace lazykv {
+namespace {
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> ChooseTokenizer(const ModelSetupOptions& options, int vocab_size) {
+  namespace fs = std::filesystem;
+  if (!options.tokenizer.empty()) return LoadTokenizer(options.tokenizer);
+  if (options.model.starts_with("synthetic:")) return MakeByteTokenizer(vocab_size);
+  std::error_code ec;
+  const fs::path model(options.model);
+  const fs::path dir = fs::is_directory(model, ec) ? model : model.parent_path();
+  for (const char* name : {"tokenizer.model", "tokenizer.bin"}) {
+    if (fs::exists(dir / name, ec)) return LoadTokenizer((dir / name).string());
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "no tokenizer for %s: pass --tokenizer PATH (llama2.c tokenizer.bin or SentencePiece .model)", options.model));
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
+  const ModelConfig config = weights.config;
+  ASSIGN_OR_RETURN(auto tokenizer, ChooseTokenizer(options, config.vocab_size));
+  if (tokenizer->vocab_size() > config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrFormat("tokenizer has %d tokens but model %s has a vocabulary of %d",
+                                                      tokenizer->vocab_size(), options.model, config.vocab_size));
+  }
+  if (options.block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("--block-size %d must be positive", options.block_size));
+  }
+  const uint64_t block_bytes = 2ull * config.n_layers * options.block_size * config.kv_dim() * sizeof(float);
+  const uint64_t num_blocks = options.kv_pool_bytes / block_bytes;
+  if (num_blocks < 2 || num_blocks > (1u << 30)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--kv-pool of %d bytes gives %d blocks of %d bytes; need at least 2", options.kv_pool_bytes, num_blocks,
+        block_bytes));
+  }
+  ASSIGN_OR_RETURN(auto backend, CreateCpuBackend(std::move(weights), options.block_size, static_cast<int>(num_blocks)));
+  ASSIGN_OR_RETURN(auto engine, Engine::Create(std::move(backend), options.engine));
+  spdlog::info("model {}: dim {}, {} layers, {} heads ({} kv), vocab {}; KV pool {} blocks of {} tokens", config.name,
+               config.dim, config.n_layers, config.n_heads, config.n_kv_heads, config.vocab_size, num_blocks,
+               options.block_size);
+  return LoadedEngine{std::move(engine), std::move(tokenizer)};
+}
+
+}  // namespace lazykv

@@ -1,0 +1,37 @@
+// Text <-> token ids. Encode adds no BOS/EOS; Decode is Encode's inverse (it drops the
+// leading space that SentencePiece-style tokenizers add as a dummy prefix).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lazykv {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int32_t> Encode(std::string_view text) const = 0;
+  virtual std::string Decode(std::span<const int32_t> ids) const = 0;
+  virtual int vocab_size() const = 0;
+};
+
+// Text that `ids` add after `prefix`: Decode(prefix + ids) minus Decode(prefix), so that
+// spaces between the two are kept (decoding `ids` alone would drop a leading one).
+std::string DecodeContinuation(const Tokenizer& tokenizer, std::span<const int32_t> prefix,
+                               std::span<const int32_t> ids);
+
+// llama2.c tokenizer.bin (BPE with scores, byte fallback), or a SentencePiece .model.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path);
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path);
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path);
+
+// UTF-8 bytes as ids 3 + byte (0 unk, 1 BOS, 2 EOS): for synthetic models with no
+// tokenizer file. Needs a vocabulary of at least 259 ids.
+absl::StatusOr<std::unique_ptr<Tokenizer>> MakeByteTokenizer(int vocab_size);
+
+}  // namespace lazykv

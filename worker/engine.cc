@@ -79,7 +79,11 @@ Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 
       index_(&allocator_) {}
 
 EngineStats Engine::stats() const {
-  return EngineStats{allocator_.num_blocks(), allocator_.num_free(), index_.size(), index_.evictions()};
+  return EngineStats{.num_blocks = allocator_.num_blocks(),
+                     .free_blocks = allocator_.num_free(),
+                     .cached_entries = index_.size(),
+                     .cached_blocks = index_.num_blocks(),
+                     .evictions = index_.evictions()};
 }
 
 absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {

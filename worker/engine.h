@@ -60,6 +60,7 @@ struct EngineStats {
   int num_blocks = 0;
   int free_blocks = 0;
   size_t cached_entries = 0;
+  size_t cached_blocks = 0;
   uint64_t evictions = 0;
 };
 

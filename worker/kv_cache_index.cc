@@ -20,6 +20,7 @@ void KvCacheIndex::Insert(const Hash128& key, std::vector<KvBlockRef> blocks) {
     allocator_->Ref(ref.block);
     entry.num_tokens += ref.num_tokens;
   }
+  num_blocks_ += entry.blocks.size();
   lru_.push_front(std::move(entry));
   entries_.emplace(key, lru_.begin());
 }
@@ -33,6 +34,7 @@ bool KvCacheIndex::Evictable(const CachedKv& entry) const {
 
 void KvCacheIndex::Release(const CachedKv& entry) {
   for (const KvBlockRef& ref : entry.blocks) allocator_->Unref(ref.block);
+  num_blocks_ -= entry.blocks.size();
 }
 
 bool KvCacheIndex::EvictUntilFree(int needed) {

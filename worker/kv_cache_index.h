@@ -39,6 +39,7 @@ class KvCacheIndex {
 
   size_t size() const { return entries_.size(); }
   uint64_t evictions() const { return evictions_; }
+  size_t num_blocks() const { return num_blocks_; }
 
  private:
   bool Evictable(const CachedKv& entry) const;
@@ -48,6 +49,7 @@ class KvCacheIndex {
   std::list<CachedKv> lru_;  // front: most recently used
   std::unordered_map<Hash128, std::list<CachedKv>::iterator, Hash128Hasher> entries_;
   uint64_t evictions_ = 0;
+  size_t num_blocks_ = 0;  // blocks referenced by entries
 };
 
 }  // namespace lazykv

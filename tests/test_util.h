@@ -1,0 +1,30 @@
+// Shared test helpers: where the trained checkpoints live, fresh random seeds, and an
+// independent naive Llama forward pass (dense causal attention, no paging, no lazy RoPE).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "worker/model_weights.h"
+
+namespace lazykv::testing {
+
+// ../shared/models (LAZYKV_MODELS_DIR overrides); tests needing it skip when absent.
+std::string ModelsDir();
+bool HaveModel(const std::string& file);
+std::string ModelPath(const std::string& file);
+
+// A fresh seed per call (printed by the caller's SCOPED_TRACE for reproduction).
+uint64_t FreshSeed();
+
+// Logits at every position of `tokens`, computed plainly over the whole sequence.
+std::vector<std::vector<float>> NaiveForward(const ModelWeights& w, const std::vector<int32_t>& tokens);
+
+// max |a - b| / max |b|: error relative to the reference's scale.
+double RelativeError(const std::vector<float>& a, const std::vector<float>& reference);
+
+std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int length, int vocab_size);
+
+}  // namespace lazykv::testing

@@ -1,0 +1,90 @@
+// The offline CLI as a user runs it: a requests file through one engine, JSON out.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <sstream>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace lazykv::testing {
+namespace {
+
+struct Output {
+  int exit_code;
+  std::string out;
+};
+
+Output RunCli(const std::string& args) {
+  const std::string command = std::string(LAZYKV_CLI) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) out.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WEXITSTATUS(status), out};
+}
+
+std::vector<nlohmann::json> JsonLines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+TEST(CliTest, RequestsFileShowsLazyReuseAcrossReorderedDocuments) {
+  if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no ../shared/models";
+  const std::string requests =
+      (std::filesystem::temp_directory_path() / ("requests_" + std::to_string(FreshSeed()) + ".jsonl")).string();
+  {
+    std::ofstream out(requests);
+    out << R"({"docs": ["Lily had a red ball.", "Tom liked to run fast."], "prompt": "One day", "max_tokens": 8})" << "\n";
+    out << R"({"docs": ["Tom liked to run fast.", "Lily had a red ball."], "prompt": "Then", "max_tokens": 8, "temperature": 0.8, "seed": 3})" << "\n";
+  }
+  const Output run = RunCli("run --model " + ModelPath("stories260K.bin") + " --tokenizer " + ModelPath("tok512.bin") +
+                         " --mode lazy --json --requests " + requests);
+  std::filesystem::remove(requests);
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto lines = JsonLines(run.out);
+  ASSERT_EQ(lines.size(), 2u) << run.out;
+  for (const auto& j : lines) {
+    for (const char* field : {"prompt_token_ids", "doc_token_ids", "tokens", "logprobs", "text", "usage"}) {
+      EXPECT_TRUE(j.contains(field)) << field;
+    }
+    EXPECT_EQ(j["tokens"].size(), j["logprobs"].size());
+    EXPECT_EQ(j["prompt_token_ids"][0], 1);  // the anchor
+    const auto& u = j["usage"];
+    EXPECT_EQ(u["cached_tokens"].get<int>() + u["computed_tokens"].get<int>(), u["prompt_tokens"].get<int>());
+    EXPECT_EQ(u["prompt_tokens"].get<size_t>(), j["prompt_token_ids"].size());
+  }
+  const int doc_tokens = lines[1]["doc_token_ids"][0].size() + lines[1]["doc_token_ids"][1].size();
+  EXPECT_EQ(lines[0]["usage"]["cached_tokens"], 0);
+  EXPECT_EQ(lines[1]["usage"]["cached_tokens"], 1 + doc_tokens);
+}
+
+TEST(CliTest, EmptyRequestGeneratesFromTheAnchorAndBadInputFailsClearly) {
+  const Output ok = RunCli("run --model synthetic:tiny --max-tokens 5 --json");
+  ASSERT_EQ(ok.exit_code, 0) << ok.out;
+  const auto lines = JsonLines(ok.out);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["tokens"].size(), 5u);
+  EXPECT_EQ(lines[0]["prompt_token_ids"].size(), 1u);
+
+  const Output bad_mode = RunCli("run --model synthetic:tiny --mode sideways");
+  EXPECT_EQ(bad_mode.exit_code, 2);
+  EXPECT_NE(bad_mode.out.find("unknown mode 'sideways'"), std::string::npos) << bad_mode.out;
+  const Output bad_model = RunCli("run --model /nonexistent/model.bin");
+  EXPECT_EQ(bad_model.exit_code, 1);
+  EXPECT_NE(bad_model.out.find("/nonexistent/model.bin"), std::string::npos) << bad_model.out;
+  const Output bad_number = RunCli("run --model synthetic:tiny --max-tokens many");
+  EXPECT_EQ(bad_number.exit_code, 2);
+  EXPECT_NE(bad_number.out.find("--max-tokens"), std::string::npos) << bad_number.out;
+}
+
+}  // namespace
+}  // namespace lazykv::testing

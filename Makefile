@@ -3,6 +3,8 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 MODELS ?= $(abspath ../shared/models)
+# ccache hits across clones (CI builds a fresh clone each time).
+export CCACHE_BASEDIR := $(CURDIR)
 
 .PHONY: all setup configure build run test clean
 

@@ -91,11 +91,14 @@ int main() {
       CHECK_CUDA(cudaMemset(v, 0x3c, pool_elems * 2));
       std::vector<int32_t> ids, tokens, lazy_deltas, zero_deltas, starts, offsets = {0}, positions;
       for (int s = 0; s < batch; ++s) {
+        // Each document lands at a random offset: one delta per 512-token document.
+        std::vector<int32_t> doc_delta(context / kDoc + 1);
+        for (int32_t& d : doc_delta) d = static_cast<int32_t>(rng() % 100000);
         for (int b = 0; b < blocks_per_seq; ++b) {
           ids.push_back(s * blocks_per_seq + b);
           tokens.push_back(kBlock);
           const int doc = b * kBlock / kDoc;
-          lazy_deltas.push_back(doc * kDoc + static_cast<int>(rng() % 100000));  // each document its own delta
+          lazy_deltas.push_back(doc_delta[doc]);
           zero_deltas.push_back(0);
           starts.push_back(b * kBlock);
         }

@@ -9,7 +9,7 @@
 namespace lazykv::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxGroup = 8;  // query heads per KV head handled by one CTA
 
@@ -41,13 +41,13 @@ __global__ void __launch_bounds__(kThreads) DecodeSplitKernel(DecodeAttentionPar
   const float scale = rsqrtf(static_cast<float>(HD));
 
   __shared__ float q_raw[kMaxGroup * HD];
-  __shared__ float q_rot[kMaxGroup * HD];
   __shared__ float warp_m[kWarps][kMaxGroup], warp_l[kWarps][kMaxGroup];
   __shared__ float warp_acc[kWarps][kMaxGroup][HD];
 
   for (int i = threadIdx.x; i < group * HD; i += kThreads) {
     q_raw[i] = p.q[(static_cast<size_t>(seq) * p.n_heads + kvh * group) * HD + i];
   }
+  __syncthreads();  // q_raw is read-only from here on
 
   float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][E], q[kMaxGroup][E];
 #pragma unroll
@@ -64,56 +64,67 @@ __global__ void __launch_bounds__(kThreads) DecodeSplitKernel(DecodeAttentionPar
   int rotated_delta = 0;
   for (int entry = first; entry < last; ++entry) {
     const int delta = p.block_deltas[entry];
-    if (!rotated || delta != rotated_delta) {  // uniform across the CTA
-      __syncthreads();
-      for (int idx = threadIdx.x; idx < group * HD / 2; idx += kThreads) {
-        const int g = idx / (HD / 2), i = idx % (HD / 2);
-        int a, b;
-        RopePair(p.rope_style, HD, i, &a, &b);
-        float s, c;
-        RopeSinCos(p.inv_freq[i], static_cast<long long>(position) - delta, &s, &c);
-        const float x0 = q_raw[g * HD + a], x1 = q_raw[g * HD + b];
-        q_rot[g * HD + a] = x0 * c - x1 * s;
-        q_rot[g * HD + b] = x0 * s + x1 * c;
-      }
-      __syncthreads();
+    if (!rotated || delta != rotated_delta) {
+      // Each warp rotates its own registers from the raw query in shared memory (written
+      // once before the loop): no barrier, so other warps' loads stay in flight.
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
+      for (int e = 0; e < E; ++e) {
+        const int d = lane * E + e;
+        const bool interleaved = p.rope_style == 0;
+        const int freq = interleaved ? d / 2 : d % (HD / 2);
+        const int partner = interleaved ? (d ^ 1) : (d < HD / 2 ? d + HD / 2 : d - HD / 2);
+        const bool first_of_pair = interleaved ? (d % 2 == 0) : (d < HD / 2);
+        float sn, cs;
+        RopeSinCos(p.inv_freq[freq], static_cast<long long>(position) - delta, &sn, &cs);
+        const float signed_sin = first_of_pair ? -sn : sn;
 #pragma unroll
-        for (int e = 0; e < E; ++e) q[g][e] = g < group ? q_rot[g * HD + lane * E + e] * scale : 0.0f;
+        for (int g = 0; g < kMaxGroup; ++g) {
+          q[g][e] = g < group ? (q_raw[g * HD + d] * cs + q_raw[g * HD + partner] * signed_sin) * scale : 0.0f;
+        }
       }
       rotated = true;
       rotated_delta = delta;
     }
     const int block = p.block_ids[entry];
     const int visible = min(p.block_tokens[entry], position - p.block_starts[entry] + 1);
-    for (int t = warp; t < visible; t += kWarps) {
-      const size_t offset = ((static_cast<size_t>(block) * p.block_size + t) * p.n_kv_heads + kvh) * HD + lane * E;
-      float k[E], v[E];
+    // Two tokens per warp iteration: both tokens' loads are issued before the math.
+    for (int t0 = warp; t0 < visible; t0 += 2 * kWarps) {
+      float k[2][E], v[2][E];
+      const int count = t0 + kWarps < visible ? 2 : 1;
 #pragma unroll
-      for (int e = 0; e < E; e += 2) {
-        const float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(k_pool + offset + e));
-        const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v_pool + offset + e));
-        k[e] = kk.x;
-        k[e + 1] = kk.y;
-        v[e] = vv.x;
-        v[e + 1] = vv.y;
+      for (int u = 0; u < 2; ++u) {
+        if (u >= count) break;
+        const int t = t0 + u * kWarps;
+        const size_t offset = ((static_cast<size_t>(block) * p.block_size + t) * p.n_kv_heads + kvh) * HD + lane * E;
+#pragma unroll
+        for (int e = 0; e < E; e += 2) {
+          const float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(k_pool + offset + e));
+          const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v_pool + offset + e));
+          k[u][e] = kk.x;
+          k[u][e + 1] = kk.y;
+          v[u][e] = vv.x;
+          v[u][e + 1] = vv.y;
+        }
       }
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g >= group) break;
-        float s = 0.0f;
+      for (int u = 0; u < 2; ++u) {
+        if (u >= count) break;
 #pragma unroll
-        for (int e = 0; e < E; ++e) s += q[g][e] * k[e];
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g >= group) break;
+          float s = 0.0f;
 #pragma unroll
-        for (int offset_lane = 16; offset_lane > 0; offset_lane /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset_lane);
-        const float m_new = fmaxf(m[g], s);
-        const float correction = __expf(m[g] - m_new);
-        const float weight = __expf(s - m_new);
-        l[g] = l[g] * correction + weight;
+          for (int e = 0; e < E; ++e) s += q[g][e] * k[u][e];
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][e] = acc[g][e] * correction + weight * v[e];
-        m[g] = m_new;
+          for (int offset_lane = 16; offset_lane > 0; offset_lane /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset_lane);
+          const float m_new = fmaxf(m[g], s);
+          const float correction = __expf(m[g] - m_new);
+          const float weight = __expf(s - m_new);
+          l[g] = l[g] * correction + weight;
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] = acc[g][e] * correction + weight * v[u][e];
+          m[g] = m_new;
+        }
       }
     }
   }

@@ -16,11 +16,13 @@ __device__ __forceinline__ void RopePair(int style, int head_dim, int i, int* a,
   }
 }
 
+// The angle is formed and reduced to [-pi, pi] in double (two FP64 operations), so the
+// float sine and cosine see an exact argument even at positions near 2^31.
 __device__ __forceinline__ void RopeSinCos(double inv_freq, long long position, float* s, float* c) {
-  double sd, cd;
-  sincos(static_cast<double>(position) * inv_freq, &sd, &cd);
-  *s = static_cast<float>(sd);
-  *c = static_cast<float>(cd);
+  const double angle = static_cast<double>(position) * inv_freq;
+  const double turns = rint(angle * 0.15915494309189535);  // 1 / (2 pi)
+  const float reduced = static_cast<float>(fma(-turns, 6.283185307179586, angle));
+  sincosf(reduced, s, c);
 }
 
 }  // namespace lazykv::cuda

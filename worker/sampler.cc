@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/splitmix64.h"
 
 namespace lazykv {
 
@@ -20,13 +21,7 @@ absl::Status SamplingParams::Validate() const {
   return absl::OkStatus();
 }
 
-double SamplerRng::NextUnit() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1.0p-53;
-}
+double SamplerRng::NextUnit() { return SplitMix64Unit(state_); }
 
 SampledToken SampleToken(std::span<const float> logits, const SamplingParams& params, SamplerRng& rng) {
   const int n = static_cast<int>(logits.size());

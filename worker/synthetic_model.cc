@@ -8,21 +8,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/splitmix64.h"
 
 namespace lazykv {
 namespace {
 
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 // Uniform in [-1, 1).
-float UniformSigned(uint64_t& state) {
-  return static_cast<float>(static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-}
+float UniformSigned(uint64_t& state) { return static_cast<float>(SplitMix64Unit(state) * 2.0 - 1.0); }
 
 ModelConfig TinyBase(const std::string& name) {
   ModelConfig c;

@@ -188,7 +188,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{128, 32, 8, 16, 5, 3, 300, RopeStyle::kRotateHalf, 4000},     // a batch, odd lengths
                       Shape{64, 8, 4, 16, 3, 4, 77, RopeStyle::kInterleaved, 100000},     // llama2.c style
                       Shape{64, 8, 8, 7, 2, 12, 40, RopeStyle::kInterleaved, 500},        // odd block size, MHA
-                      Shape{128, 8, 1, 32, 1, 30, 600, RopeStyle::kRotateHalf, 131072})); // group of 8, long
+                      Shape{128, 8, 1, 32, 1, 30, 600, RopeStyle::kRotateHalf, 131072}),  // group of 8, long
+    [](const ::testing::TestParamInfo<Shape>& info) {
+      const Shape& s = info.param;
+      return "hd" + std::to_string(s.head_dim) + "_group" + std::to_string(s.n_heads / s.n_kv_heads) + "_block" +
+             std::to_string(s.block_size) + "_batch" + std::to_string(s.num_seqs) + "_chunks" +
+             std::to_string(s.chunks);
+    });
 
 }  // namespace
 }  // namespace lazykv::testing

@@ -28,9 +28,7 @@ class CpuBackend : public Backend {
   Hash128 model_fingerprint() const override { return MakeModelFingerprint(w_.content_hash, kv_dtype()); }
   int block_size() const override { return block_size_; }
   int num_blocks() const override { return num_blocks_; }
-  uint64_t kv_bytes_per_block() const override {
-    return 2ull * c_.n_layers * block_size_ * c_.kv_dim() * sizeof(float);
-  }
+  uint64_t kv_bytes_per_block() const override { return CpuKvBytesPerBlock(c_, block_size_); }
 
   absl::Status Forward(std::span<const SequenceStep> steps, std::vector<std::vector<float>>* logits) override {
     logits->assign(steps.size(), {});
@@ -147,6 +145,10 @@ class CpuBackend : public Backend {
 };
 
 }  // namespace
+
+uint64_t CpuKvBytesPerBlock(const ModelConfig& config, int block_size) {
+  return 2ull * config.n_layers * block_size * config.kv_dim() * sizeof(float);
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(ModelWeights weights, int block_size, int num_blocks) {
   if (block_size <= 0 || block_size > 4096) {

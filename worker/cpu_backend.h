@@ -9,6 +9,9 @@
 
 namespace lazykv {
 
+// Bytes of fp32 K and V one block holds across all layers (sizes the pool from a budget).
+uint64_t CpuKvBytesPerBlock(const ModelConfig& config, int block_size);
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(ModelWeights weights, int block_size, int num_blocks);
 
 }  // namespace lazykv

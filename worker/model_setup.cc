@@ -38,7 +38,7 @@ absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
   if (options.block_size <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat("--block-size %d must be positive", options.block_size));
   }
-  const uint64_t block_bytes = 2ull * config.n_layers * options.block_size * config.kv_dim() * sizeof(float);
+  const uint64_t block_bytes = CpuKvBytesPerBlock(config, options.block_size);
   const uint64_t num_blocks = options.kv_pool_bytes / block_bytes;
   if (num_blocks < 2 || num_blocks > (1u << 30)) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -1,6 +1,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cfloat>
 
 #include "kernels/cuda/lazy_decode_attention.h"
@@ -209,10 +211,27 @@ __global__ void MaterializeKernel(MaterializeParams p) {
 
 }  // namespace
 
+namespace {
+
+// The SM count of each device, asked once: this runs per layer per decode step.
+int MultiprocessorCount() {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<int>, kMaxDevices> cached{};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 132;
+  int sms = cached[device].load(std::memory_order_relaxed);
+  if (sms == 0) {
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) sms = 132;
+    cached[device].store(sms, std::memory_order_relaxed);
+  }
+  return sms;
+}
+
+}  // namespace
+
 int ChooseDecodeSplits(const DecodeAttentionParams& p) {
   if (p.num_splits > 0) return std::min(p.num_splits, std::max(1, p.max_entries_per_seq));
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int sms = MultiprocessorCount();
   const int ctas = std::max(1, p.num_seqs * p.n_kv_heads);
   const int wanted = (2 * sms + ctas - 1) / ctas;  // about two CTAs per SM
   // Each split should still cover a few blocks, or the partials cost more than they save.

@@ -1,0 +1,66 @@
+#include "cache_server/cache_metrics.h"
+
+namespace lazykv::cache {
+namespace {
+
+template <typename Builder>
+auto& Family(Builder builder, const std::string& name, const std::string& help, prometheus::Registry& registry) {
+  return builder.Name(name).Help(help).Register(registry);
+}
+
+}  // namespace
+
+CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  auto& hits = Family(prometheus::BuildCounter(), "lazykv_cache_hits_total", "Chunk lookups found, by tier", r);
+  auto& bytes_out = Family(prometheus::BuildCounter(), "lazykv_cache_bytes_out_total", "Chunk bytes served, by tier", r);
+  auto& evictions =
+      Family(prometheus::BuildCounter(), "lazykv_cache_evictions_total", "Chunks that left a tier for space", r);
+  auto& corrupt = Family(prometheus::BuildCounter(), "lazykv_cache_corrupt_values_total",
+                         "Stored chunks that failed their checksum and were dropped", r);
+  auto& occupancy = Family(prometheus::BuildGauge(), "lazykv_cache_occupancy_bytes", "Bytes stored, by tier", r);
+  auto& capacity = Family(prometheus::BuildGauge(), "lazykv_cache_capacity_bytes", "Configured bytes, by tier", r);
+  auto& entries = Family(prometheus::BuildGauge(), "lazykv_cache_entries", "Chunks stored, by tier", r);
+  auto tier = [&](const std::string& name) {
+    const prometheus::Labels labels{{"tier", name}};
+    return TierMetrics{&hits.Add(labels),     &bytes_out.Add(labels), &evictions.Add(labels), &corrupt.Add(labels),
+                       &occupancy.Add(labels), &capacity.Add(labels),  &entries.Add(labels)};
+  };
+  host = tier("host");
+  disk = tier("disk");
+  lookups = &Family(prometheus::BuildCounter(), "lazykv_cache_lookups_total", "Chunk keys looked up", r).Add({});
+  misses = &Family(prometheus::BuildCounter(), "lazykv_cache_misses_total", "Chunk lookups not found", r).Add({});
+  bytes_in = &Family(prometheus::BuildCounter(), "lazykv_cache_bytes_in_total", "Chunk bytes stored by Put", r).Add({});
+  demotions = &Family(prometheus::BuildCounter(), "lazykv_cache_demotions_total",
+                      "Chunks evicted from host RAM that stay on disk", r)
+                   .Add({});
+  promotions = &Family(prometheus::BuildCounter(), "lazykv_cache_promotions_total",
+                       "Chunks read from disk back into host RAM", r)
+                    .Add({});
+  lease_grants = &Family(prometheus::BuildCounter(), "lazykv_cache_lease_grants_total",
+                         "Leases granted: a caller told to compute a missing chunk", r)
+                      .Add({});
+  lease_waits = &Family(prometheus::BuildCounter(), "lazykv_cache_lease_waits_total",
+                        "Lease calls that waited for another caller's computation", r)
+                     .Add({});
+  lease_expiries = &Family(prometheus::BuildCounter(), "lazykv_cache_lease_expiries_total",
+                           "Leases that expired before their chunk was published", r)
+                        .Add({});
+  pending_disk_writes = &Family(prometheus::BuildGauge(), "lazykv_cache_pending_disk_writes",
+                                "Chunks written to host RAM and not yet to disk", r)
+                             .Add({});
+  active_streams =
+      &Family(prometheus::BuildGauge(), "lazykv_cache_active_streams", "Streams and waits in progress", r).Add({});
+  rejected_ = &Family(prometheus::BuildCounter(), "lazykv_cache_rejected_total", "Calls refused, by reason", r);
+  latency_ = &Family(prometheus::BuildHistogram(), "lazykv_cache_request_seconds", "Call latency, by method", r);
+}
+
+void CacheMetrics::CountRejected(const std::string& reason) { rejected_->Add({{"reason", reason}}).Increment(); }
+
+void CacheMetrics::ObserveLatency(const std::string& method, double seconds) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03,
+                                                                   0.1,    0.3,    1,     3,     10};
+  latency_->Add({{"method", method}}, kBuckets).Observe(seconds);
+}
+
+}  // namespace lazykv::cache

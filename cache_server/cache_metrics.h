@@ -1,0 +1,53 @@
+// The cache server's Prometheus metrics (DESIGN.md section 6). Lookups and hits count
+// once per chunk per request: the Lookup call counts; the Get and Lease calls that
+// follow it do not count again.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+namespace lazykv::cache {
+
+struct TierMetrics {
+  prometheus::Counter* hits;
+  prometheus::Counter* bytes_out;
+  prometheus::Counter* evictions;
+  prometheus::Counter* corrupt;
+  prometheus::Gauge* occupancy;
+  prometheus::Gauge* capacity;
+  prometheus::Gauge* entries;
+};
+
+class CacheMetrics {
+ public:
+  CacheMetrics();
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  TierMetrics host, disk;
+  prometheus::Counter* lookups;
+  prometheus::Counter* misses;
+  prometheus::Counter* bytes_in;
+  prometheus::Counter* demotions;
+  prometheus::Counter* promotions;
+  prometheus::Counter* lease_grants;
+  prometheus::Counter* lease_waits;
+  prometheus::Counter* lease_expiries;
+  prometheus::Gauge* pending_disk_writes;
+  prometheus::Gauge* active_streams;
+
+  void CountRejected(const std::string& reason);
+  void ObserveLatency(const std::string& method, double seconds);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* rejected_;
+  prometheus::Family<prometheus::Histogram>* latency_;
+};
+
+}  // namespace lazykv::cache

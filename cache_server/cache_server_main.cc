@@ -1,0 +1,168 @@
+// lazykv-cache-server: one node of the cache tier (DESIGN.md section 4). Serves the
+// KvCache gRPC service, gRPC health checking, and Prometheus metrics; drains its
+// streams and flushes to disk on SIGTERM or SIGINT.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "cache_server/kv_cache_service.h"
+#include "common/byte_size.h"
+#include "common/flag_parser.h"
+
+namespace lazykv::cache {
+namespace {
+
+constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --data-dir DIR [options]
+  --host-capacity BYTES     host RAM tier (default 1GiB; suffixes KiB MiB GiB TiB)
+  --disk-capacity BYTES     RocksDB tier under --data-dir (default 4GiB; 0: no disk tier)
+  --metrics-listen HOST:PORT  Prometheus /metrics (default: off)
+  --eviction-policy NAME    s3fifo (default) or lru, for host RAM
+  --max-chunk-bytes BYTES   largest chunk accepted (default 256MiB)
+  --max-message-bytes BYTES largest gRPC message (default 16MiB)
+  --max-streams N           concurrent get/put streams and lease waits (default 64)
+  --page-size BYTES         host RAM page (default 256KiB)
+  --lease-ttl-ms N          default lease lifetime (default 10000)
+  --shutdown-grace-ms N     time given to in-flight calls on SIGTERM (default 10000)
+  --no-pin                  do not page-lock host RAM even with a GPU present
+  --gpu-capacity BYTES      reserved for the GPU tier (not built yet; 0 only)
+A port of 0 picks a free one; the address is printed on stdout.
+)";
+
+struct ServerFlags {
+  std::string listen;
+  std::string metrics_listen;
+  TieredStoreOptions store;
+  ServiceLimits limits;
+  uint64_t max_message_bytes = 16 << 20;
+  uint64_t gpu_capacity = 0;
+  int lease_ttl_ms = 10000;
+  int shutdown_grace_ms = 10000;
+  bool no_pin = false;
+};
+
+absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
+  f.store.disk_capacity_bytes = 4ull << 30;
+  FlagParser parser(kUsage);
+  parser.AddString("--listen", &f.listen);
+  parser.AddString("--data-dir", &f.store.data_dir);
+  parser.AddString("--metrics-listen", &f.metrics_listen);
+  parser.AddByteSize("--host-capacity", &f.store.host_capacity_bytes);
+  parser.AddByteSize("--disk-capacity", &f.store.disk_capacity_bytes);
+  parser.AddString("--eviction-policy", &f.store.eviction_policy);
+  parser.AddByteSize("--max-chunk-bytes", &f.store.max_chunk_bytes);
+  parser.AddByteSize("--max-message-bytes", &f.max_message_bytes);
+  parser.AddInt("--max-streams", &f.limits.max_concurrent_streams);
+  parser.AddByteSize("--page-size", &f.store.page_bytes);
+  parser.AddInt("--lease-ttl-ms", &f.lease_ttl_ms);
+  parser.AddInt("--shutdown-grace-ms", &f.shutdown_grace_ms);
+  parser.AddSwitch("--no-pin", &f.no_pin);
+  parser.AddByteSize("--gpu-capacity", &f.gpu_capacity);
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return s;
+  if (f.listen.empty()) return absl::InvalidArgumentError(absl::StrCat("--listen is required\n", kUsage));
+  if (f.store.disk_capacity_bytes > 0 && f.store.data_dir.empty()) {
+    return absl::InvalidArgumentError("--data-dir is required with a disk tier (--disk-capacity > 0)");
+  }
+  if (f.gpu_capacity > 0) return absl::UnimplementedError("--gpu-capacity: the GPU tier is not built yet");
+  if (f.limits.max_concurrent_streams <= 0) return absl::InvalidArgumentError("--max-streams must be positive");
+  if (f.max_message_bytes < f.limits.slice_bytes + (64 << 10)) {
+    return absl::InvalidArgumentError(absl::StrFormat("--max-message-bytes must be at least %d (a %d-byte slice plus framing)",
+                                                      f.limits.slice_bytes + (64 << 10), f.limits.slice_bytes));
+  }
+  if (f.lease_ttl_ms <= 0) return absl::InvalidArgumentError("--lease-ttl-ms must be positive");
+  f.limits.default_lease_ttl = std::chrono::milliseconds(f.lease_ttl_ms);
+  f.store.pin_host_memory = !f.no_pin;
+  return absl::OkStatus();
+}
+
+int Serve(int argc, char** argv) {
+  ServerFlags flags;
+  if (absl::Status s = ParseServerFlags(argc, argv, flags); !s.ok()) {
+    if (absl::IsCancelled(s)) {
+      std::cout << s.message();
+      return 0;
+    }
+    std::cerr << "lazykv-cache-server: " << s.message() << "\n";
+    return 2;
+  }
+  // Signals are taken by sigwait below, not by whichever gRPC thread they would hit.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto metrics = std::make_shared<CacheMetrics>();
+  auto store = TieredStore::Open(flags.store, metrics);
+  if (!store.ok()) {
+    spdlog::error("cannot open the store: {}", std::string(store.status().message()));
+    return 1;
+  }
+  TieredStore* store_ptr = store->get();
+  LeaseTable leases([store_ptr](const Hash128& key) { return store_ptr->Locate(key).has_value(); }, metrics.get());
+  KvCacheService service(store_ptr, &leases, flags.limits);
+
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (!flags.metrics_listen.empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(flags.metrics_listen);
+    } catch (const std::exception& e) {
+      spdlog::error("cannot serve metrics on {}: {}", flags.metrics_listen, e.what());
+      return 1;
+    }
+    exposer->RegisterCollectable(metrics->registry());
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(flags.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(flags.max_message_bytes));
+  // Dead peers are noticed even on idle streams.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    spdlog::error("cannot listen on {}", flags.listen);
+    return 1;
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  const std::string host = flags.listen.substr(0, flags.listen.rfind(':'));
+  const TieredStoreStats stats = (*store)->stats();
+  spdlog::info("host tier {} ({}), disk tier {} ({} chunks on disk), policy {}", FormatByteSize(stats.host_capacity),
+               stats.host_pinned ? "pinned" : "pageable", FormatByteSize(stats.disk_capacity), stats.disk_entries,
+               flags.store.eviction_policy);
+  std::cout << "lazykv-cache-server listening on " << host << ":" << port;
+  if (exposer) std::cout << " metrics on " << flags.metrics_listen.substr(0, flags.metrics_listen.rfind(':')) << ":"
+                         << exposer->GetListeningPorts().front();
+  std::cout << std::endl;
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("signal {}: draining streams and flushing", signal_number);
+  server->GetHealthCheckService()->SetServingStatus(false);
+  leases.Shutdown();  // lease waiters answer now instead of holding up the drain
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms));
+  if (absl::Status s = (*store)->Flush(); !s.ok()) {
+    spdlog::error("flush failed: {}", std::string(s.message()));
+    return 1;
+  }
+  store->reset();
+  spdlog::info("stopped cleanly");
+  return 0;
+}
+
+}  // namespace
+}  // namespace lazykv::cache
+
+int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("cache-server"));
+  return lazykv::cache::Serve(argc, argv);
+}

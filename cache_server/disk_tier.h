@@ -1,0 +1,69 @@
+// The SSD tier: RocksDB with blob files for the large chunk values, durable across
+// restarts (the write-ahead log survives a killed process). Each chunk is two records:
+// "v" + key holds the stored chunk (header + payload), "m" + key a small record of its
+// size and write order, so that startup rebuilds the tier's index without reading the
+// values. The tier enforces its own byte cap: writes evict the least recently used
+// chunks first, so the stored bytes never pass the capacity.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/chunk_key.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace lazykv::cache {
+
+struct DiskTierOptions {
+  std::string path;
+  uint64_t capacity_bytes = 0;
+};
+
+class DiskTier {
+ public:
+  static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
+  ~DiskTier();
+
+  // Stores a chunk given as contiguous pieces. Returns the keys evicted to make room.
+  absl::StatusOr<std::vector<Hash128>> Put(const Hash128& key, const std::vector<std::string_view>& pieces,
+                                           uint64_t size);
+  // The stored chunk, checked (header, length, checksum). A corrupt value is deleted and
+  // reported as DATA_LOSS; an absent one is NOT_FOUND.
+  absl::StatusOr<std::string> Get(const Hash128& key);
+  std::optional<uint64_t> SizeOf(const Hash128& key) const;
+  bool Delete(const Hash128& key);
+  absl::Status Flush();
+
+  uint64_t capacity_bytes() const { return capacity_; }
+  uint64_t used_bytes() const;
+  uint64_t entries() const;
+
+ private:
+  struct Entry {
+    uint64_t size = 0;
+    std::list<Hash128>::iterator pos;
+  };
+  DiskTier(std::unique_ptr<rocksdb::DB> db, uint64_t capacity);
+  absl::Status LoadIndex();
+  absl::Status DeleteLocked(const Hash128& key);
+
+  std::unique_ptr<rocksdb::DB> db_;
+  uint64_t capacity_;
+  mutable std::mutex mu_;
+  uint64_t used_ = 0;
+  uint64_t next_seq_ = 0;
+  std::list<Hash128> lru_;  // front: most recent
+  std::unordered_map<Hash128, Entry, Hash128Hasher> index_;
+};
+
+}  // namespace lazykv::cache

@@ -1,0 +1,103 @@
+#include "cache_server/host_arena.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "cache_server/pinned_memory.h"
+
+namespace lazykv::cache {
+
+absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(uint64_t capacity_bytes, uint64_t page_bytes,
+                                                             bool pin_for_gpu) {
+  if (page_bytes < 4096 || (page_bytes & (page_bytes - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("page size %d must be a power of two >= 4096", page_bytes));
+  }
+  const uint64_t num_pages = capacity_bytes / page_bytes;
+  if (num_pages == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("host capacity %d bytes is less than one page of %d bytes", capacity_bytes, page_bytes));
+  }
+  if (num_pages > UINT32_MAX) return absl::InvalidArgumentError("host capacity: too many pages");
+  // Reserved lazily by the kernel: untouched pages cost no RAM.
+  void* base = mmap(nullptr, num_pages * page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                    -1, 0);
+  if (base == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cannot map %d bytes of host memory: %s", num_pages * page_bytes, std::strerror(errno)));
+  }
+  const bool pinned = pin_for_gpu && PinHostMemory(base, num_pages * page_bytes);
+  return std::unique_ptr<HostArena>(new HostArena(static_cast<char*>(base), page_bytes, num_pages, pinned));
+}
+
+HostArena::HostArena(char* base, uint64_t page_bytes, uint64_t num_pages, bool pinned)
+    : base_(base), page_bytes_(page_bytes), num_pages_(num_pages), pinned_(pinned) {
+  free_.reserve(num_pages);
+  for (uint64_t i = num_pages; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
+}
+
+HostArena::~HostArena() {
+  if (pinned_) UnpinHostMemory(base_);
+  munmap(base_, num_pages_ * page_bytes_);
+}
+
+bool HostArena::TryAllocate(uint64_t n, std::vector<uint32_t>* pages) {
+  std::lock_guard lock(mu_);
+  if (free_.size() < n) return false;
+  pages->insert(pages->end(), free_.end() - static_cast<ptrdiff_t>(n), free_.end());
+  free_.resize(free_.size() - n);
+  return true;
+}
+
+void HostArena::Free(std::span<const uint32_t> pages) {
+  if (pages.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    free_.insert(free_.end(), pages.begin(), pages.end());
+  }
+  freed_.notify_all();
+}
+
+uint64_t HostArena::free_pages() const {
+  std::lock_guard lock(mu_);
+  return free_.size();
+}
+
+bool HostArena::WaitForFreePages(uint64_t n, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  return freed_.wait_until(lock, deadline, [&] { return free_.size() >= n; });
+}
+
+void HostValue::Write(uint64_t offset, std::string_view bytes) {
+  const uint64_t page_bytes = arena_->page_bytes();
+  while (!bytes.empty()) {
+    const uint64_t in_page = offset % page_bytes;
+    const uint64_t n = std::min<uint64_t>(page_bytes - in_page, bytes.size());
+    std::memcpy(arena_->page(pages_[offset / page_bytes]) + in_page, bytes.data(), n);
+    bytes.remove_prefix(n);
+    offset += n;
+  }
+}
+
+std::vector<std::string_view> HostValue::Pieces(uint64_t offset, uint64_t length) const {
+  std::vector<std::string_view> pieces;
+  const uint64_t page_bytes = arena_->page_bytes();
+  while (length > 0) {
+    const uint64_t in_page = offset % page_bytes;
+    const uint64_t n = std::min(page_bytes - in_page, length);
+    pieces.emplace_back(arena_->page(pages_[offset / page_bytes]) + in_page, n);
+    offset += n;
+    length -= n;
+  }
+  return pieces;
+}
+
+void HostValue::Read(uint64_t offset, uint64_t length, char* out) const {
+  for (std::string_view piece : Pieces(offset, length)) {
+    std::memcpy(out, piece.data(), piece.size());
+    out += piece.size();
+  }
+}
+
+}  // namespace lazykv::cache

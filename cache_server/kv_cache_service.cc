@@ -1,0 +1,260 @@
+#include "cache_server/kv_cache_service.h"
+
+#include "absl/strings/str_format.h"
+#include "common/grpc_util.h"
+
+namespace lazykv::cache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+grpc::Status Invalid(const std::string& message) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message); }
+
+// Observes a call's latency when it goes out of scope.
+class LatencyTimer {
+ public:
+  LatencyTimer(CacheMetrics& metrics, std::string method)
+      : metrics_(metrics), method_(std::move(method)), start_(Clock::now()) {}
+  ~LatencyTimer() {
+    metrics_.ObserveLatency(method_, std::chrono::duration<double>(Clock::now() - start_).count());
+  }
+
+ private:
+  CacheMetrics& metrics_;
+  std::string method_;
+  Clock::time_point start_;
+};
+
+}  // namespace
+
+v1::Tier ToProtoTier(StoreTier tier) { return tier == StoreTier::kHost ? v1::TIER_HOST : v1::TIER_DISK; }
+
+// A place among the bounded number of concurrent streams, held for a call's duration.
+class KvCacheService::StreamSlot {
+ public:
+  explicit StreamSlot(KvCacheService* service) : service_(service) {
+    taken_ = service_->active_streams_.fetch_add(1) < service_->limits_.max_concurrent_streams;
+    service_->metrics_.active_streams->Set(service_->active_streams_.load());
+  }
+  ~StreamSlot() {
+    service_->active_streams_.fetch_sub(1);
+    service_->metrics_.active_streams->Set(service_->active_streams_.load());
+  }
+  grpc::Status Refusal() const {
+    service_->metrics_.CountRejected("max_concurrent_streams");
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrFormat("server is at max_concurrent_streams=%d; retry later",
+                                        service_->limits_.max_concurrent_streams));
+  }
+  bool taken() const { return taken_; }
+
+ private:
+  KvCacheService* service_;
+  bool taken_;
+};
+
+KvCacheService::KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits)
+    : store_(store), leases_(leases), limits_(limits), metrics_(store->metrics()) {}
+
+grpc::Status KvCacheService::Lookup(grpc::ServerContext*, const v1::LookupRequest* request,
+                                    v1::LookupResponse* response) {
+  LatencyTimer timer(metrics_, "lookup");
+  if (request->keys_size() > limits_.max_lookup_keys) {
+    metrics_.CountRejected("max_lookup_keys");
+    return Invalid(absl::StrFormat("keys: %d keys exceed max_lookup_keys=%d", request->keys_size(),
+                                   limits_.max_lookup_keys));
+  }
+  for (const v1::Hash128& key : request->keys()) {
+    v1::LookupResult* result = response->add_results();
+    if (const auto where = store_->Lookup(FromProto(key))) {
+      result->set_found(true);
+      result->set_tier(ToProtoTier(where->tier));
+      result->set_stored_bytes(where->bytes);
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status KvCacheService::Get(grpc::ServerContext* context, const v1::GetRequest* request,
+                                 grpc::ServerWriter<v1::GetResponse>* writer) {
+  LatencyTimer timer(metrics_, "get");
+  StreamSlot slot(this);
+  if (!slot.taken()) return slot.Refusal();
+  if (!request->has_key()) return Invalid("key is required");
+  auto reader = store_->Read(FromProto(request->key()));
+  if (!reader.ok()) return ToGrpcStatus(reader.status());
+  const uint64_t size = reader->size();
+  v1::GetResponse message;
+  message.mutable_header()->resize(kChunkHeaderBytes);
+  reader->Read(0, kChunkHeaderBytes, message.mutable_header()->data());
+  message.set_tier(ToProtoTier(reader->tier()));
+  uint64_t offset = kChunkHeaderBytes;
+  do {
+    const uint64_t n = std::min<uint64_t>(limits_.slice_bytes, size - offset);
+    message.mutable_data()->resize(n);
+    reader->Read(offset, n, message.mutable_data()->data());
+    offset += n;
+    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the get");
+    grpc::WriteOptions options;
+    if (offset == size) options.set_last_message();
+    if (!writer->Write(message, options)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    message.Clear();
+  } while (offset < size);
+  return grpc::Status::OK;
+}
+
+grpc::Status KvCacheService::Put(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
+                                 v1::PutResponse* response) {
+  LatencyTimer timer(metrics_, "put");
+  StreamSlot slot(this);
+  if (!slot.taken()) return slot.Refusal();
+  return DoPut(context, reader, response);
+}
+
+grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
+                                   v1::PutResponse* response) {
+  v1::PutRequest message;
+  if (!reader->Read(&message)) return Invalid("empty put stream: the first message must carry key and header");
+  if (!message.has_key()) return Invalid("key is required in the first message");
+  if (!message.has_model_fingerprint()) return Invalid("model_fingerprint is required in the first message");
+  const Hash128 key = FromProto(message.key());
+  auto header = DecodeChunkHeader(message.header());
+  if (!header.ok()) {
+    return grpc::Status(static_cast<grpc::StatusCode>(header.status().code()),
+                        absl::StrFormat("header: %s", std::string(header.status().message())));
+  }
+  if (message.header().size() != kChunkHeaderBytes) {
+    return Invalid(absl::StrFormat("header: %d bytes, expected exactly %d", message.header().size(), kChunkHeaderBytes));
+  }
+  if (header->key != key) {
+    return Invalid(absl::StrFormat("header.key %s does not match key %s", header->key.ToHex(), key.ToHex()));
+  }
+  const Hash128 fingerprint = FromProto(message.model_fingerprint());
+  if (header->model_fingerprint != fingerprint) {
+    return Invalid(absl::StrFormat("header.model_fingerprint %s does not match model_fingerprint %s",
+                                   header->model_fingerprint.ToHex(), fingerprint.ToHex()));
+  }
+  const uint64_t size = kChunkHeaderBytes + header->payload_bytes;
+  if (size > store_->options().max_chunk_bytes) {
+    metrics_.CountRejected("chunk_too_large");
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrFormat("chunk of %d bytes (header.payload_bytes %d) exceeds max_chunk_bytes=%d", size,
+                                        header->payload_bytes, store_->options().max_chunk_bytes));
+  }
+  if (store_->Locate(key)) {
+    leases_->Published(key);
+    response->set_already_stored(true);
+    response->set_stored_bytes(size);
+    return grpc::Status::OK;
+  }
+  auto writer = store_->BeginPut(size);
+  if (!writer.ok()) return ToGrpcStatus(writer.status());
+  absl::Status appended = (*writer)->Append(message.header());
+  if (appended.ok()) appended = (*writer)->Append(message.data());
+  while (appended.ok() && reader->Read(&message)) {
+    if (message.has_key() || !message.header().empty()) {
+      return Invalid("key and header belong in the first message only");
+    }
+    appended = (*writer)->Append(message.data());
+  }
+  if (!appended.ok()) return ToGrpcStatus(appended);
+  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the put");
+  auto already = store_->Commit(key, std::move(*writer));
+  if (!already.ok()) return ToGrpcStatus(already.status());
+  leases_->Published(key);
+  response->set_already_stored(*already);
+  response->set_stored_bytes(size);
+  return grpc::Status::OK;
+}
+
+grpc::Status KvCacheService::Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
+                                   v1::LeaseResponse* response) {
+  LatencyTimer timer(metrics_, "lease");
+  if (!request->has_key()) return Invalid("key is required");
+  auto ttl = request->ttl_ms() == 0 ? limits_.default_lease_ttl : std::chrono::milliseconds(request->ttl_ms());
+  if (ttl > limits_.max_lease_ttl) {
+    return Invalid(absl::StrFormat("ttl_ms %d exceeds max_lease_ttl=%dms", request->ttl_ms(),
+                                   limits_.max_lease_ttl.count()));
+  }
+  auto wait = std::min(std::chrono::milliseconds(request->wait_ms()), limits_.max_lease_wait);
+  const auto now = Clock::now();
+  auto wait_until = now + wait;
+  // Answer inside the caller's deadline: a HELD answer beats a DEADLINE_EXCEEDED.
+  const auto deadline = context->deadline();
+  const auto time_left = deadline - std::chrono::system_clock::now();
+  if (time_left < std::chrono::hours(24 * 365)) wait_until = std::min(wait_until, now + time_left * 9 / 10);
+  std::optional<StreamSlot> slot;
+  if (wait.count() > 0) {
+    slot.emplace(this);
+    if (!slot->taken()) return slot->Refusal();
+  }
+  const Hash128 key = FromProto(request->key());
+  const LeaseTable::Result result = leases_->Acquire(key, request->holder(), ttl, wait_until);
+  switch (result.outcome) {
+    case LeaseTable::Outcome::kGranted:
+      response->set_outcome(v1::LeaseResponse::GRANTED);
+      break;
+    case LeaseTable::Outcome::kStored:
+      response->set_outcome(v1::LeaseResponse::STORED);
+      if (const auto where = store_->Locate(key)) response->set_tier(ToProtoTier(where->tier));
+      return grpc::Status::OK;
+    case LeaseTable::Outcome::kHeld:
+      response->set_outcome(v1::LeaseResponse::HELD);
+      break;
+    case LeaseTable::Outcome::kShuttingDown:
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cache server is shutting down");
+  }
+  response->set_lease_id(result.lease_id);
+  response->set_expires_in_ms(static_cast<uint32_t>(std::max<int64_t>(0, result.remaining.count())));
+  return grpc::Status::OK;
+}
+
+grpc::Status KvCacheService::ReleaseLease(grpc::ServerContext*, const v1::ReleaseLeaseRequest* request,
+                                          v1::ReleaseLeaseResponse*) {
+  if (!request->has_key()) return Invalid("key is required");
+  if (!leases_->Release(FromProto(request->key()), request->lease_id())) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrFormat("lease_id %d does not hold key %s (expired or published)", request->lease_id(),
+                                        FromProto(request->key()).ToHex()));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status KvCacheService::Delete(grpc::ServerContext*, const v1::DeleteRequest* request,
+                                    v1::DeleteResponse* response) {
+  if (request->keys_size() > limits_.max_lookup_keys) {
+    return Invalid(absl::StrFormat("keys: %d keys exceed max_lookup_keys=%d", request->keys_size(),
+                                   limits_.max_lookup_keys));
+  }
+  uint32_t deleted = 0;
+  for (const v1::Hash128& key : request->keys()) deleted += store_->Delete(FromProto(key)) ? 1 : 0;
+  response->set_deleted(deleted);
+  return grpc::Status::OK;
+}
+
+grpc::Status KvCacheService::Stats(grpc::ServerContext*, const v1::StatsRequest*, v1::StatsResponse* response) {
+  const TieredStoreStats s = store_->stats();
+  auto tier = [&](v1::Tier which, const TierMetrics& m, uint64_t capacity, uint64_t used, uint64_t entries) {
+    v1::TierStats* t = response->add_tiers();
+    t->set_tier(which);
+    t->set_capacity_bytes(capacity);
+    t->set_used_bytes(used);
+    t->set_entries(entries);
+    t->set_hits(static_cast<uint64_t>(m.hits->Value()));
+    t->set_evictions(static_cast<uint64_t>(m.evictions->Value()));
+  };
+  tier(v1::TIER_HOST, metrics_.host, s.host_capacity, s.host_used, s.host_entries);
+  if (s.disk_capacity > 0) tier(v1::TIER_DISK, metrics_.disk, s.disk_capacity, s.disk_used, s.disk_entries);
+  response->set_lookups(static_cast<uint64_t>(metrics_.lookups->Value()));
+  response->set_misses(static_cast<uint64_t>(metrics_.misses->Value()));
+  response->set_lease_grants(static_cast<uint64_t>(metrics_.lease_grants->Value()));
+  response->set_lease_waits(static_cast<uint64_t>(metrics_.lease_waits->Value()));
+  response->set_lease_expiries(static_cast<uint64_t>(metrics_.lease_expiries->Value()));
+  response->set_corrupt_values(static_cast<uint64_t>(metrics_.host.corrupt->Value() + metrics_.disk.corrupt->Value()));
+  response->set_demotions(static_cast<uint64_t>(metrics_.demotions->Value()));
+  response->set_promotions(static_cast<uint64_t>(metrics_.promotions->Value()));
+  response->set_pending_disk_writes(s.pending_disk_writes);
+  return grpc::Status::OK;
+}
+
+}  // namespace lazykv::cache

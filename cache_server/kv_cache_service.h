@@ -1,0 +1,59 @@
+// The KvCache gRPC service (proto/kvcache.proto) over a TieredStore and a LeaseTable.
+// Limits: chunk size, lookup batch size, concurrent streams (and lease waits), lease
+// TTL and wait; a call past a limit gets RESOURCE_EXHAUSTED or INVALID_ARGUMENT naming
+// it, and the server goes on serving the others.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "cache_server/lease_table.h"
+#include "cache_server/tiered_store.h"
+#include "proto/kvcache.grpc.pb.h"
+
+namespace lazykv::cache {
+
+struct ServiceLimits {
+  int max_concurrent_streams = 64;  // Get and Put streams and lease waits, together
+  int max_lookup_keys = 4096;
+  uint32_t slice_bytes = 4 << 20;  // payload bytes per Get message
+  std::chrono::milliseconds default_lease_ttl{10000};
+  std::chrono::milliseconds max_lease_ttl{120000};
+  std::chrono::milliseconds max_lease_wait{60000};
+};
+
+class KvCacheService final : public v1::KvCache::Service {
+ public:
+  KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits);
+
+  grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
+                      v1::LookupResponse* response) override;
+  grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
+                   grpc::ServerWriter<v1::GetResponse>* writer) override;
+  grpc::Status Put(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
+                   v1::PutResponse* response) override;
+  grpc::Status Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
+                     v1::LeaseResponse* response) override;
+  grpc::Status ReleaseLease(grpc::ServerContext* context, const v1::ReleaseLeaseRequest* request,
+                            v1::ReleaseLeaseResponse* response) override;
+  grpc::Status Delete(grpc::ServerContext* context, const v1::DeleteRequest* request,
+                      v1::DeleteResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
+                     v1::StatsResponse* response) override;
+
+ private:
+  class StreamSlot;
+  grpc::Status DoPut(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
+                     v1::PutResponse* response);
+
+  TieredStore* store_;
+  LeaseTable* leases_;
+  ServiceLimits limits_;
+  CacheMetrics& metrics_;
+  std::atomic<int> active_streams_{0};
+};
+
+v1::Tier ToProtoTier(StoreTier tier);
+
+}  // namespace lazykv::cache

@@ -1,0 +1,76 @@
+#include "cache_server/lease_table.h"
+
+namespace lazykv::cache {
+
+LeaseTable::LeaseTable(std::function<bool(const Hash128&)> is_stored, CacheMetrics* metrics)
+    : is_stored_(std::move(is_stored)), metrics_(metrics) {}
+
+LeaseTable::Result LeaseTable::Acquire(const Hash128& key, const std::string& holder, std::chrono::milliseconds ttl,
+                                       Clock::time_point wait_until) {
+  std::unique_lock lock(mu_);
+  bool counted_wait = false;
+  while (true) {
+    if (shutting_down_) return {Outcome::kShuttingDown};
+    if (is_stored_(key)) {
+      leases_.erase(key);
+      return {Outcome::kStored};
+    }
+    const auto now = Clock::now();
+    auto it = leases_.find(key);
+    if (it != leases_.end() && it->second.expiry <= now) {
+      metrics_->lease_expiries->Increment();
+      leases_.erase(it);
+      it = leases_.end();
+    }
+    if (it == leases_.end()) {
+      const uint64_t id = next_id_++;
+      leases_[key] = Lease{id, holder, now + ttl};
+      metrics_->lease_grants->Increment();
+      return {Outcome::kGranted, id, ttl};
+    }
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(it->second.expiry - now);
+    if (now >= wait_until) return {Outcome::kHeld, it->second.id, remaining};
+    if (!counted_wait) {
+      metrics_->lease_waits->Increment();
+      counted_wait = true;
+    }
+    changed_.wait_until(lock, std::min(wait_until, it->second.expiry));
+  }
+}
+
+void LeaseTable::Published(const Hash128& key) {
+  {
+    std::lock_guard lock(mu_);
+    leases_.erase(key);
+  }
+  changed_.notify_all();
+}
+
+bool LeaseTable::Release(const Hash128& key, uint64_t lease_id) {
+  bool released = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = leases_.find(key);
+    if (it != leases_.end() && it->second.id == lease_id) {
+      leases_.erase(it);
+      released = true;
+    }
+  }
+  changed_.notify_all();
+  return released;
+}
+
+void LeaseTable::Shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    shutting_down_ = true;
+  }
+  changed_.notify_all();
+}
+
+size_t LeaseTable::active() const {
+  std::lock_guard lock(mu_);
+  return leases_.size();
+}
+
+}  // namespace lazykv::cache

@@ -1,0 +1,63 @@
+// Single flight for chunk computation (DESIGN.md section 4): on a miss exactly one
+// caller holds the lease and computes; the others wait to be woken by the publication
+// or by the lease's expiry (a crashed holder blocks nobody for longer than its TTL),
+// after which one waiter is granted the lease in turn.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "cache_server/cache_metrics.h"
+#include "common/chunk_key.h"
+
+namespace lazykv::cache {
+
+class LeaseTable {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  enum class Outcome { kGranted, kStored, kHeld, kShuttingDown };
+  struct Result {
+    Outcome outcome = Outcome::kHeld;
+    uint64_t lease_id = 0;
+    std::chrono::milliseconds remaining{0};  // kGranted / kHeld: time left on the lease
+  };
+
+  // `is_stored` reports whether the chunk is stored; it is asked under the table's lock
+  // so that a publication cannot slip between the check and a grant.
+  LeaseTable(std::function<bool(const Hash128&)> is_stored, CacheMetrics* metrics);
+
+  // Grants the lease, reports the chunk stored, or (when another caller holds it) waits
+  // until `wait_until` for the publication or the lease's expiry.
+  Result Acquire(const Hash128& key, const std::string& holder, std::chrono::milliseconds ttl,
+                 Clock::time_point wait_until);
+  // The chunk was stored: its lease (whoever holds it) ends and every waiter wakes.
+  void Published(const Hash128& key);
+  // The holder gives up (it failed to compute): the next waiter is granted the lease.
+  bool Release(const Hash128& key, uint64_t lease_id);
+  // Wakes every waiter with kShuttingDown; later calls return it at once.
+  void Shutdown();
+  size_t active() const;
+
+ private:
+  struct Lease {
+    uint64_t id = 0;
+    std::string holder;
+    Clock::time_point expiry;
+  };
+
+  std::function<bool(const Hash128&)> is_stored_;
+  CacheMetrics* metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::unordered_map<Hash128, Lease, Hash128Hasher> leases_;
+  uint64_t next_id_ = 1;
+  bool shutting_down_ = false;
+};
+
+}  // namespace lazykv::cache

@@ -1,0 +1,8 @@
+#include "cache_server/pinned_memory.h"
+
+namespace lazykv::cache {
+
+bool PinHostMemory(void*, size_t) { return false; }
+void UnpinHostMemory(void*) {}
+
+}  // namespace lazykv::cache

@@ -1,0 +1,370 @@
+#include "cache_server/tiered_store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace lazykv::cache {
+namespace {
+
+// Header, key and checksum of a chunk held in host pages.
+absl::Status CheckHostValue(const HostValue& value, const Hash128& key) {
+  if (value.size() < kChunkHeaderBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("chunk of %d bytes is shorter than its %d-byte header", value.size(), kChunkHeaderBytes));
+  }
+  std::string header_bytes(kChunkHeaderBytes, '\0');
+  value.Read(0, kChunkHeaderBytes, header_bytes.data());
+  ASSIGN_OR_RETURN(const ChunkHeader header, DecodeChunkHeader(header_bytes));
+  if (header.key != key) {
+    return absl::InvalidArgumentError(absl::StrFormat("header.key %s does not match the request key %s",
+                                                      header.key.ToHex(), key.ToHex()));
+  }
+  const uint64_t payload = value.size() - kChunkHeaderBytes;
+  if (payload != header.payload_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("payload has %d bytes; header.payload_bytes says %d", payload, header.payload_bytes));
+  }
+  PayloadChecksummer checksum;
+  for (std::string_view piece : value.Pieces(kChunkHeaderBytes, payload)) checksum.Update(piece);
+  if (checksum.Finish() != header.payload_checksum) {
+    return absl::DataLossError(
+        absl::StrFormat("chunk %s: payload checksum mismatch (header.payload_checksum)", key.ToHex()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view TierName(StoreTier tier) { return tier == StoreTier::kHost ? "host" : "disk"; }
+
+void ChunkReader::Read(uint64_t offset, uint64_t length, char* out) const {
+  if (host_) {
+    host_->Read(offset, length, out);
+  } else {
+    std::memcpy(out, bytes_.data() + offset, length);
+  }
+}
+
+std::string ChunkReader::ReadAll() const {
+  std::string out(size(), '\0');
+  Read(0, out.size(), out.data());
+  return out;
+}
+
+absl::Status ChunkWriter::Append(std::string_view bytes) {
+  if (written_ + bytes.size() > value_->size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "payload is longer than header.payload_bytes: %d bytes past the announced %d-byte chunk",
+        written_ + bytes.size() - value_->size(), value_->size()));
+  }
+  value_->Write(written_, bytes);
+  written_ += bytes.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Open(const TieredStoreOptions& options,
+                                                               std::shared_ptr<CacheMetrics> metrics) {
+  if (metrics == nullptr) metrics = std::make_shared<CacheMetrics>();
+  ASSIGN_OR_RETURN(auto arena, HostArena::Create(options.host_capacity_bytes, options.page_bytes,
+                                                  options.pin_host_memory));
+  ASSIGN_OR_RETURN(auto policy, MakeEvictionPolicy(options.eviction_policy, arena->capacity_bytes()));
+  std::unique_ptr<DiskTier> disk;
+  if (options.disk_capacity_bytes > 0) {
+    if (options.data_dir.empty()) return absl::InvalidArgumentError("a disk tier needs a data directory");
+    std::error_code ec;
+    std::filesystem::create_directories(options.data_dir, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(
+          absl::StrFormat("cannot create data dir %s: %s", options.data_dir, ec.message()));
+    }
+    ASSIGN_OR_RETURN(disk, DiskTier::Open({.path = options.data_dir, .capacity_bytes = options.disk_capacity_bytes}));
+  }
+  return std::unique_ptr<TieredStore>(
+      new TieredStore(options, std::move(arena), std::move(policy), std::move(disk), std::move(metrics)));
+}
+
+TieredStore::TieredStore(TieredStoreOptions options, std::unique_ptr<HostArena> arena,
+                         std::unique_ptr<EvictionPolicy> policy, std::unique_ptr<DiskTier> disk,
+                         std::shared_ptr<CacheMetrics> metrics)
+    : options_(std::move(options)),
+      arena_(std::move(arena)),
+      metrics_(std::move(metrics)),
+      policy_(std::move(policy)),
+      disk_(std::move(disk)) {
+  metrics_->host.capacity->Set(static_cast<double>(arena_->capacity_bytes()));
+  if (disk_) {
+    metrics_->disk.capacity->Set(static_cast<double>(disk_->capacity_bytes()));
+    disk_writer_ = std::thread([this] { DiskWriterLoop(); });
+  }
+  std::lock_guard lock(mu_);
+  UpdateGaugesLocked();
+}
+
+TieredStore::~TieredStore() {
+  if (disk_) {
+    (void)Flush();
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    disk_work_.notify_all();
+    disk_writer_.join();
+  }
+  std::lock_guard lock(mu_);
+  host_.clear();  // return every page before the arena goes
+}
+
+std::optional<ChunkLocation> TieredStore::Locate(const Hash128& key) const {
+  std::lock_guard lock(mu_);
+  if (auto it = host_.find(key); it != host_.end()) return ChunkLocation{StoreTier::kHost, it->second.value->size()};
+  if (disk_) {
+    if (auto size = disk_->SizeOf(key)) return ChunkLocation{StoreTier::kDisk, *size};
+  }
+  return std::nullopt;
+}
+
+std::optional<ChunkLocation> TieredStore::Lookup(const Hash128& key) {
+  metrics_->lookups->Increment();
+  const auto where = Locate(key);
+  if (!where) {
+    metrics_->misses->Increment();
+  } else {
+    (where->tier == StoreTier::kHost ? metrics_->host : metrics_->disk).hits->Increment();
+  }
+  return where;
+}
+
+absl::StatusOr<ChunkReader> TieredStore::Read(const Hash128& key) {
+  std::shared_ptr<HostValue> value;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = host_.find(key); it != host_.end()) {
+      value = it->second.value;
+      policy_->Touch(key);
+    }
+  }
+  if (value) {
+    const absl::Status check = CheckHostValue(*value, key);
+    if (check.ok()) {
+      metrics_->host.bytes_out->Increment(static_cast<double>(value->size()));
+      return ChunkReader(StoreTier::kHost, std::move(value));
+    }
+    metrics_->host.corrupt->Increment();
+    spdlog::error("dropping chunk {} from host RAM: {}", key.ToHex(), std::string(check.message()));
+    std::lock_guard lock(mu_);
+    if (auto it = host_.find(key); it != host_.end() && it->second.value == value) EraseHostLocked(key);
+    // The disk copy, if any, is checked on its own below.
+  }
+  const bool host_copy_corrupt = value != nullptr;
+  if (!disk_ || (host_copy_corrupt && !disk_->SizeOf(key))) {
+    if (host_copy_corrupt) {
+      return absl::DataLossError(absl::StrFormat("chunk %s failed its checksum and was dropped", key.ToHex()));
+    }
+    return absl::NotFoundError(absl::StrFormat("chunk %s is not stored", key.ToHex()));
+  }
+  auto bytes = disk_->Get(key);
+  if (!bytes.ok()) {
+    if (bytes.status().code() == absl::StatusCode::kDataLoss) {
+      metrics_->disk.corrupt->Increment();
+      spdlog::error("{}", std::string(bytes.status().message()));
+      std::lock_guard lock(mu_);
+      UpdateGaugesLocked();
+    }
+    return bytes.status();
+  }
+  metrics_->disk.bytes_out->Increment(static_cast<double>(bytes->size()));
+  // Promote: the next read is served from RAM. Without room in time, serve it anyway.
+  auto promoted = AllocateHostValue(bytes->size());
+  if (promoted.ok()) {
+    (*promoted)->Write(0, *bytes);
+    std::lock_guard lock(mu_);
+    if (!host_.contains(key)) {
+      InsertHostLocked(key, *promoted, /*on_disk=*/true);
+      metrics_->promotions->Increment();
+    }
+  }
+  return ChunkReader(StoreTier::kDisk, std::move(*bytes));
+}
+
+absl::StatusOr<std::shared_ptr<HostValue>> TieredStore::AllocateHostValue(uint64_t size) {
+  const uint64_t pages = arena_->PagesFor(size);
+  if (pages > arena_->num_pages()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "chunk of %d bytes exceeds the host tier's capacity of %d bytes", size, arena_->capacity_bytes()));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + options_.space_wait;
+  std::vector<uint32_t> taken;
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      // Evict until the free pages suffice; evicted values still being read or written
+      // to disk free their pages a little later.
+      while (!arena_->TryAllocate(pages, &taken)) {
+        if (!EvictOneLocked()) break;
+      }
+      UpdateGaugesLocked();
+    }
+    if (!taken.empty()) return std::make_shared<HostValue>(arena_.get(), std::move(taken), size);
+    if (!arena_->WaitForFreePages(pages, deadline)) {
+      metrics_->CountRejected("host_full");
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "host tier full: %d pages of %d bytes needed, all held by reads and disk writes in progress", pages,
+          arena_->page_bytes()));
+    }
+  }
+}
+
+bool TieredStore::EvictOneLocked() {
+  const std::optional<Hash128> victim = policy_->PopVictim();
+  if (!victim) return false;
+  auto it = host_.find(*victim);
+  if (it == host_.end()) return true;
+  if (disk_) {
+    // Stays on disk: already written through, queued, or written now.
+    if (!it->second.on_disk && !it->second.disk_pending) EnqueueDiskWriteLocked(*victim, it->second.value);
+    metrics_->demotions->Increment();
+  }
+  metrics_->host.evictions->Increment();
+  host_used_ -= it->second.value->size();
+  host_.erase(it);
+  return true;
+}
+
+void TieredStore::InsertHostLocked(const Hash128& key, std::shared_ptr<HostValue> value, bool on_disk) {
+  host_used_ += value->size();
+  policy_->Insert(key, value->size());
+  host_[key] = HostEntry{std::move(value), on_disk, false};
+  UpdateGaugesLocked();
+}
+
+void TieredStore::EraseHostLocked(const Hash128& key) {
+  auto it = host_.find(key);
+  if (it == host_.end()) return;
+  policy_->Remove(key);
+  host_used_ -= it->second.value->size();
+  host_.erase(it);
+  UpdateGaugesLocked();
+}
+
+absl::StatusOr<std::unique_ptr<ChunkWriter>> TieredStore::BeginPut(uint64_t size) {
+  if (size > options_.max_chunk_bytes) {
+    metrics_->CountRejected("chunk_too_large");
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("chunk of %d bytes exceeds max_chunk_bytes=%d", size, options_.max_chunk_bytes));
+  }
+  ASSIGN_OR_RETURN(auto value, AllocateHostValue(size));
+  return std::make_unique<ChunkWriter>(std::move(value));
+}
+
+absl::StatusOr<bool> TieredStore::Commit(const Hash128& key, std::unique_ptr<ChunkWriter> writer) {
+  if (writer->written() != writer->size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "payload is shorter than header.payload_bytes: got %d of %d bytes", writer->written(), writer->size()));
+  }
+  RETURN_IF_ERROR(CheckHostValue(*writer->value_, key));
+  std::lock_guard lock(mu_);
+  if (host_.contains(key) || (disk_ && disk_->SizeOf(key))) return true;
+  metrics_->bytes_in->Increment(static_cast<double>(writer->size()));
+  InsertHostLocked(key, writer->value_, /*on_disk=*/false);
+  if (disk_) EnqueueDiskWriteLocked(key, writer->value_);
+  return false;
+}
+
+absl::StatusOr<bool> TieredStore::Put(const Hash128& key, std::string_view stored) {
+  ASSIGN_OR_RETURN(auto writer, BeginPut(stored.size()));
+  RETURN_IF_ERROR(writer->Append(stored));
+  return Commit(key, std::move(writer));
+}
+
+bool TieredStore::Delete(const Hash128& key) {
+  bool deleted = false;
+  {
+    std::lock_guard lock(mu_);
+    if (host_.contains(key)) {
+      EraseHostLocked(key);
+      deleted = true;
+    }
+  }
+  if (disk_ && disk_->Delete(key)) deleted = true;
+  std::lock_guard lock(mu_);
+  UpdateGaugesLocked();
+  return deleted;
+}
+
+void TieredStore::EnqueueDiskWriteLocked(const Hash128& key, std::shared_ptr<HostValue> value) {
+  if (auto it = host_.find(key); it != host_.end()) it->second.disk_pending = true;
+  disk_queue_.push_back(DiskWrite{key, std::move(value)});
+  metrics_->pending_disk_writes->Set(static_cast<double>(disk_queue_.size() + disk_in_flight_));
+  disk_work_.notify_one();
+}
+
+void TieredStore::DiskWriterLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    disk_work_.wait(lock, [&] { return stopping_ || !disk_queue_.empty(); });
+    if (disk_queue_.empty()) return;  // stopping, and nothing left to write
+    DiskWrite write = std::move(disk_queue_.front());
+    disk_queue_.pop_front();
+    ++disk_in_flight_;
+    lock.unlock();
+    auto evicted = disk_->Put(write.key, write.value->Pieces(0, write.value->size()), write.value->size());
+    if (!evicted.ok()) spdlog::error("disk write of chunk {} failed: {}", write.key.ToHex(),
+                                     std::string(evicted.status().message()));
+    write.value.reset();  // the pages of an already-evicted value go back now
+    lock.lock();
+    --disk_in_flight_;
+    if (auto it = host_.find(write.key); it != host_.end()) {
+      it->second.disk_pending = false;
+      it->second.on_disk = evicted.ok();
+    }
+    if (evicted.ok()) {
+      for (const Hash128& gone : *evicted) {
+        metrics_->disk.evictions->Increment();
+        if (auto it = host_.find(gone); it != host_.end()) it->second.on_disk = false;
+      }
+    }
+    UpdateGaugesLocked();
+    if (disk_queue_.empty() && disk_in_flight_ == 0) disk_idle_.notify_all();
+  }
+}
+
+absl::Status TieredStore::Flush() {
+  if (!disk_) return absl::OkStatus();
+  {
+    std::unique_lock lock(mu_);
+    disk_idle_.wait(lock, [&] { return disk_queue_.empty() && disk_in_flight_ == 0; });
+  }
+  return disk_->Flush();
+}
+
+void TieredStore::UpdateGaugesLocked() {
+  metrics_->host.occupancy->Set(static_cast<double>(host_used_));
+  metrics_->host.entries->Set(static_cast<double>(host_.size()));
+  metrics_->pending_disk_writes->Set(static_cast<double>(disk_queue_.size() + disk_in_flight_));
+  if (disk_) {
+    metrics_->disk.occupancy->Set(static_cast<double>(disk_->used_bytes()));
+    metrics_->disk.entries->Set(static_cast<double>(disk_->entries()));
+  }
+}
+
+TieredStoreStats TieredStore::stats() const {
+  std::lock_guard lock(mu_);
+  TieredStoreStats s;
+  s.host_capacity = arena_->capacity_bytes();
+  s.host_used = host_used_;
+  s.host_entries = host_.size();
+  s.host_pinned = arena_->pinned();
+  s.pending_disk_writes = disk_queue_.size() + disk_in_flight_;
+  if (disk_) {
+    s.disk_capacity = disk_->capacity_bytes();
+    s.disk_used = disk_->used_bytes();
+    s.disk_entries = disk_->entries();
+  }
+  return s;
+}
+
+}  // namespace lazykv::cache

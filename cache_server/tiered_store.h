@@ -1,0 +1,162 @@
+// The cache tier's storage (DESIGN.md section 4): host RAM in front of RocksDB on SSD.
+// - Put lands in host RAM and is written through to disk by a background writer (off
+//   the request path), so a chunk survives a killed process within about a second.
+// - What host RAM evicts stays on disk (a demotion; written then if the disk copy was
+//   itself evicted); what is read from disk goes back to host RAM (a promotion).
+// - Every read checks the chunk's checksum; a corrupt value is counted, dropped and
+//   reported (DATA_LOSS), never served.
+// A GPU tier would sit in front of host RAM (the tier enum reserves it).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cache_server/cache_metrics.h"
+#include "cache_server/disk_tier.h"
+#include "cache_server/eviction_policy.h"
+#include "cache_server/host_arena.h"
+#include "common/chunk_codec.h"
+
+namespace lazykv::cache {
+
+enum class StoreTier { kHost, kDisk };
+
+struct TieredStoreOptions {
+  uint64_t host_capacity_bytes = 1ull << 30;
+  uint64_t disk_capacity_bytes = 0;  // 0: no disk tier
+  std::string data_dir;              // RocksDB directory (needed with a disk tier)
+  uint64_t page_bytes = 256 << 10;
+  std::string eviction_policy = "s3fifo";
+  uint64_t max_chunk_bytes = 256ull << 20;  // header + payload
+  bool pin_host_memory = true;
+  // How long a writer waits for host pages held by in-flight reads and disk writes.
+  std::chrono::milliseconds space_wait{2000};
+};
+
+struct ChunkLocation {
+  StoreTier tier = StoreTier::kHost;
+  uint64_t bytes = 0;  // header + payload
+};
+
+// A stored chunk being read: its bytes stay valid while the reader lives.
+class ChunkReader {
+ public:
+  ChunkReader(StoreTier tier, std::shared_ptr<const HostValue> host) : tier_(tier), host_(std::move(host)) {}
+  ChunkReader(StoreTier tier, std::string bytes) : tier_(tier), bytes_(std::move(bytes)) {}
+  StoreTier tier() const { return tier_; }
+  uint64_t size() const { return host_ ? host_->size() : bytes_.size(); }
+  void Read(uint64_t offset, uint64_t length, char* out) const;
+  std::string ReadAll() const;
+
+ private:
+  StoreTier tier_;
+  std::shared_ptr<const HostValue> host_;
+  std::string bytes_;
+};
+
+// A chunk being received into host pages; handed to TieredStore::Commit when complete.
+class ChunkWriter {
+ public:
+  explicit ChunkWriter(std::shared_ptr<HostValue> value) : value_(std::move(value)) {}
+  uint64_t size() const { return value_->size(); }
+  uint64_t written() const { return written_; }
+  // INVALID_ARGUMENT when the bytes overrun the announced size.
+  absl::Status Append(std::string_view bytes);
+
+ private:
+  friend class TieredStore;
+  std::shared_ptr<HostValue> value_;
+  uint64_t written_ = 0;
+};
+
+struct TieredStoreStats {
+  uint64_t host_capacity = 0, host_used = 0, host_entries = 0;
+  uint64_t disk_capacity = 0, disk_used = 0, disk_entries = 0;
+  uint64_t pending_disk_writes = 0;
+  bool host_pinned = false;
+};
+
+class TieredStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<TieredStore>> Open(const TieredStoreOptions& options,
+                                                           std::shared_ptr<CacheMetrics> metrics);
+  ~TieredStore();  // flushes pending disk writes
+
+  // Where a chunk is, counted as a lookup (hit or miss) in the metrics.
+  std::optional<ChunkLocation> Lookup(const Hash128& key);
+  // Where a chunk is, not counted.
+  std::optional<ChunkLocation> Locate(const Hash128& key) const;
+
+  // NOT_FOUND, DATA_LOSS (corrupt, now dropped), or the bytes (header + payload).
+  absl::StatusOr<ChunkReader> Read(const Hash128& key);
+
+  // Reserves host pages for a chunk of `size` bytes (header + payload), evicting as
+  // needed; RESOURCE_EXHAUSTED past max_chunk_bytes or when no room frees in time.
+  absl::StatusOr<std::unique_ptr<ChunkWriter>> BeginPut(uint64_t size);
+  // Checks the received chunk (complete, its header's key is `key`, checksum) and
+  // stores it; true when the key was already stored (the new bytes are dropped).
+  absl::StatusOr<bool> Commit(const Hash128& key, std::unique_ptr<ChunkWriter> writer);
+  // BeginPut + Append + Commit of a whole chunk.
+  absl::StatusOr<bool> Put(const Hash128& key, std::string_view stored);
+
+  bool Delete(const Hash128& key);
+  // Waits until every chunk committed so far is on disk (and the log synced).
+  absl::Status Flush();
+
+  TieredStoreStats stats() const;
+  const TieredStoreOptions& options() const { return options_; }
+  CacheMetrics& metrics() const { return *metrics_; }
+
+ private:
+  struct HostEntry {
+    std::shared_ptr<HostValue> value;
+    bool on_disk = false;
+    bool disk_pending = false;
+  };
+  struct DiskWrite {
+    Hash128 key;
+    std::shared_ptr<HostValue> value;
+  };
+
+  TieredStore(TieredStoreOptions options, std::unique_ptr<HostArena> arena, std::unique_ptr<EvictionPolicy> policy,
+              std::unique_ptr<DiskTier> disk, std::shared_ptr<CacheMetrics> metrics);
+  absl::StatusOr<std::shared_ptr<HostValue>> AllocateHostValue(uint64_t size);
+  // Drops one host entry chosen by the policy (mu_ held); false when none is left.
+  bool EvictOneLocked();
+  void InsertHostLocked(const Hash128& key, std::shared_ptr<HostValue> value, bool on_disk);
+  void EraseHostLocked(const Hash128& key);
+  void EnqueueDiskWriteLocked(const Hash128& key, std::shared_ptr<HostValue> value);
+  void DiskWriterLoop();
+  void UpdateGaugesLocked();
+
+  const TieredStoreOptions options_;
+  std::unique_ptr<HostArena> arena_;
+  std::shared_ptr<CacheMetrics> metrics_;
+
+  mutable std::mutex mu_;
+  std::unique_ptr<EvictionPolicy> policy_;
+  std::unordered_map<Hash128, HostEntry, Hash128Hasher> host_;
+  uint64_t host_used_ = 0;
+
+  std::unique_ptr<DiskTier> disk_;
+  std::deque<DiskWrite> disk_queue_;
+  uint64_t disk_in_flight_ = 0;  // taken off the queue, not yet written
+  std::condition_variable disk_work_;
+  std::condition_variable disk_idle_;
+  bool stopping_ = false;
+  std::thread disk_writer_;
+};
+
+std::string_view TierName(StoreTier tier);
+
+}  // namespace lazykv::cache

@@ -1,0 +1,37 @@
+// Command-line flags for the project's programs: `--name value` or `--name=value`,
+// boolean switches, and typed values with errors that name the flag.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace lazykv {
+
+class FlagParser {
+ public:
+  explicit FlagParser(std::string usage) : usage_(std::move(usage)) {}
+
+  // A flag taking a value; the handler's error is reported with the flag's name.
+  void Add(const std::string& name, std::function<absl::Status(const std::string&)> handler);
+  void AddString(const std::string& name, std::string* out);
+  void AddInt(const std::string& name, int* out);
+  void AddUint64(const std::string& name, uint64_t* out);
+  void AddDouble(const std::string& name, double* out);
+  void AddByteSize(const std::string& name, uint64_t* out);  // 8GiB, 512MiB, 4096
+  void AddSwitch(const std::string& name, bool* out);         // no value
+
+  // CANCELLED carrying the usage text for --help; INVALID_ARGUMENT for bad flags.
+  absl::Status Parse(int argc, char** argv) const;
+  const std::string& usage() const { return usage_; }
+
+ private:
+  std::string usage_;
+  std::map<std::string, std::function<absl::Status(const std::string&)>> with_value_;
+  std::map<std::string, bool*> switches_;
+};
+
+}  // namespace lazykv

@@ -14,7 +14,10 @@ else
 fi
 
 requests=$(mktemp --suffix=.jsonl)
-trap 'rm -f "$requests"' EXIT
+cache_root=$(mktemp -d)
+trap 'rm -rf "$requests" "$cache_root"' EXIT
+# Each mode starts from an empty embedded cache tier, so the table compares like with like.
+export LAZYKV_CACHE_DIR
 a='Lily had a big red ball. She liked to throw it high in the sky and catch it.'
 b='Tom was a little dog who lived in a small house near the park with his friend Sam.'
 c='One day the sun was hot, so Lily and her mom went to the beach to swim in the sea.'
@@ -26,12 +29,12 @@ cat > "$requests" <<JSON
 JSON
 
 echo "== lazy: one position-free copy of each document, reused at any position =="
-"$cli" run "${model_args[@]}" --mode lazy --requests "$requests" 2>/dev/null
+LAZYKV_CACHE_DIR=$cache_root/demo "$cli" run "${model_args[@]}" --mode lazy --requests "$requests" 2>/dev/null
 echo
 echo "== the same four requests in every mode: document tokens reused (cached) vs computed =="
 printf '%-7s %8s %9s %10s %12s\n' mode cached computed kv_copied total_ms
 for mode in none prefix block lazy; do
-  "$cli" run "${model_args[@]}" --mode "$mode" --json --requests "$requests" 2>/dev/null |
+  LAZYKV_CACHE_DIR=$cache_root/$mode "$cli" run "${model_args[@]}" --mode "$mode" --json --requests "$requests" 2>/dev/null |
     /usr/bin/python3 -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]

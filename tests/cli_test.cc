@@ -18,13 +18,19 @@ struct Output {
   std::string out;
 };
 
-Output RunCli(const std::string& args) {
-  const std::string command = std::string(LAZYKV_CLI) + " " + args + " 2>&1";
+// Each call gets a fresh embedded cache tier unless `cache_dir` names one to share.
+Output RunCli(const std::string& args, const std::string& cache_dir = "") {
+  const std::string dir = cache_dir.empty() ? (std::filesystem::temp_directory_path() /
+                                               ("lazykv_cli_cache_" + std::to_string(FreshSeed())))
+                                                  .string()
+                                            : cache_dir;
+  const std::string command = "LAZYKV_CACHE_DIR=" + dir + " " + std::string(LAZYKV_CLI) + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   std::string out;
   char buffer[4096];
   while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) out.append(buffer, n);
   const int status = pclose(pipe);
+  if (cache_dir.empty()) std::filesystem::remove_all(dir);
   return {WEXITSTATUS(status), out};
 }
 
@@ -65,6 +71,35 @@ TEST(CliTest, RequestsFileShowsLazyReuseAcrossReorderedDocuments) {
   const int doc_tokens = lines[1]["doc_token_ids"][0].size() + lines[1]["doc_token_ids"][1].size();
   EXPECT_EQ(lines[0]["usage"]["cached_tokens"], 0);
   EXPECT_EQ(lines[1]["usage"]["cached_tokens"], 1 + doc_tokens);
+}
+
+TEST(CliTest, EmbeddedCacheTierServesTheNextProcessFromDisk) {
+  if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no ../shared/models";
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("lazykv_cli_shared_" + std::to_string(FreshSeed()))).string();
+  const std::string model = " --model " + ModelPath("stories260K.bin") + " --tokenizer " + ModelPath("tok512.bin");
+  const std::string docs = " --doc 'Lily had a red ball.' --doc 'Tom liked to run fast.' --max-tokens 12 --json";
+  const Output first = RunCli("run" + model + docs + " --prompt 'One day'", dir);
+  const Output second = RunCli("run" + model + docs + " --prompt 'One day'", dir);
+  const Output alone = RunCli("run" + model + docs + " --prompt 'One day' --no-cache-tier");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  ASSERT_EQ(alone.exit_code, 0) << alone.out;
+  const auto a = JsonLines(first.out), b = JsonLines(second.out), c = JsonLines(alone.out);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  ASSERT_EQ(c.size(), 1u);
+  const int shared = 1 + a[0]["doc_token_ids"][0].size() + a[0]["doc_token_ids"][1].size();  // anchor + docs
+  EXPECT_EQ(a[0]["usage"]["cached_tokens"], 0);
+  // The second process starts with an empty pool: every shared chunk comes from the
+  // embedded tier (host RAM is empty too after a restart, so from disk).
+  EXPECT_EQ(b[0]["usage"]["disk_tokens"], shared);
+  EXPECT_EQ(b[0]["usage"]["pool_tokens"], 0);
+  EXPECT_EQ(b[0]["usage"]["cached_tokens"], shared);
+  EXPECT_GT(b[0]["usage"]["kv_bytes_fetched"].get<uint64_t>(), 0u);
+  EXPECT_EQ(b[0]["tokens"], a[0]["tokens"]);
+  EXPECT_EQ(c[0]["tokens"], a[0]["tokens"]);
 }
 
 TEST(CliTest, EmptyRequestGeneratesFromTheAnchorAndBadInputFailsClearly) {

@@ -67,7 +67,7 @@ class ScriptedBackend : public Backend {
  public:
   ScriptedBackend(ModelConfig config, std::vector<int32_t> script) : config_(config), script_(std::move(script)) {}
   const ModelConfig& config() const override { return config_; }
-  std::string kv_dtype() const override { return "none"; }
+  std::string kv_dtype() const override { return "fp32"; }
   int block_size() const override { return 16; }
   int num_blocks() const override { return 64; }
   uint64_t kv_bytes_per_block() const override { return 0; }
@@ -82,6 +82,12 @@ class ScriptedBackend : public Backend {
     return absl::OkStatus();
   }
   absl::Status CopyBlocksRotated(std::span<const BlockCopy>) override { return absl::OkStatus(); }
+  absl::Status ExportChunk(std::span<const KvBlockRef>, std::string*) override {
+    return absl::UnimplementedError("scripted backend holds no KV");
+  }
+  absl::Status ImportChunk(std::string_view, std::span<const KvBlockRef>) override {
+    return absl::UnimplementedError("scripted backend holds no KV");
+  }
 
  private:
   ModelConfig config_;

@@ -31,3 +31,34 @@ absl::Status ValidateStep(const SequenceStep& step, const ModelConfig& config, i
 }
 
 }  // namespace lazykv
+
+namespace lazykv {
+
+ChunkLayout MakeChunkLayout(const ModelConfig& config, KvDtype dtype, int num_tokens, int anchor_tokens) {
+  return ChunkLayout{.num_layers = static_cast<uint32_t>(config.n_layers),
+                     .n_kv_heads = static_cast<uint32_t>(config.n_kv_heads),
+                     .head_dim = static_cast<uint32_t>(config.head_dim),
+                     .num_tokens = static_cast<uint32_t>(num_tokens),
+                     .anchor_tokens = static_cast<uint32_t>(anchor_tokens),
+                     .dtype = dtype};
+}
+
+absl::Status ValidateChunkBlocks(const ChunkLayout& layout, size_t payload_bytes, std::span<const KvBlockRef> blocks,
+                                 int block_size, int num_blocks) {
+  int64_t tokens = 0;
+  for (const KvBlockRef& ref : blocks) {
+    if (ref.block < 0 || ref.block >= num_blocks || ref.num_tokens < 0 || ref.num_tokens > block_size) {
+      return absl::InvalidArgumentError(absl::StrFormat("chunk block %d (%d tokens) does not fit a pool of %d x %d",
+                                                        ref.block, ref.num_tokens, num_blocks, block_size));
+    }
+    tokens += ref.num_tokens;
+  }
+  if (tokens != layout.num_tokens || payload_bytes != layout.payload_bytes()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "chunk payload of %d bytes (%d tokens) does not match blocks holding %d tokens", payload_bytes,
+        layout.num_tokens, tokens));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lazykv

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/chunk_codec.h"
 #include "common/chunk_key.h"
 #include "common/model_config.h"
 #include "kernels/kv_block_ref.h"
@@ -51,7 +52,19 @@ class Backend {
   virtual absl::Status Forward(std::span<const SequenceStep> steps, std::vector<std::vector<float>>* logits) = 0;
 
   virtual absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) = 0;
+
+  // A chunk's KV as a payload in the chunk codec's layout (common/chunk_codec.h), from
+  // the slots of `blocks` (export), or into them (import, for fetched chunks).
+  virtual absl::Status ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload) = 0;
+  virtual absl::Status ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) = 0;
 };
+
+// The payload layout of a chunk of `num_tokens` tokens encoded after `anchor_tokens`.
+ChunkLayout MakeChunkLayout(const ModelConfig& config, KvDtype dtype, int num_tokens, int anchor_tokens);
+
+// Checks that blocks hold `payload`'s tokens (sizes agree, ids inside the pool).
+absl::Status ValidateChunkBlocks(const ChunkLayout& layout, size_t payload_bytes, std::span<const KvBlockRef> blocks,
+                                 int block_size, int num_blocks);
 
 // Checks a step against the pool's geometry (shared by every backend).
 absl::Status ValidateStep(const SequenceStep& step, const ModelConfig& config, int block_size, int num_blocks);

@@ -60,7 +60,49 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload) override {
+    const ChunkLayout layout = LayoutOf(blocks);
+    payload->resize(layout.payload_bytes());
+    RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload->size(), blocks, block_size_, num_blocks_));
+    ForEachBlockRun(layout, blocks, [&](size_t offset, float* slots, size_t bytes) {
+      std::memcpy(payload->data() + offset, slots, bytes);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) override {
+    const ChunkLayout layout = LayoutOf(blocks);
+    RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload.size(), blocks, block_size_, num_blocks_));
+    ForEachBlockRun(layout, blocks, [&](size_t offset, float* slots, size_t bytes) {
+      std::memcpy(slots, payload.data() + offset, bytes);
+    });
+    return absl::OkStatus();
+  }
+
  private:
+  ChunkLayout LayoutOf(std::span<const KvBlockRef> blocks) const {
+    int tokens = 0;
+    for (const KvBlockRef& ref : blocks) tokens += ref.num_tokens;
+    return MakeChunkLayout(c_, KvDtype::kFp32, tokens, 0);
+  }
+
+  // Calls fn(payload offset, first slot, bytes) for each block's rows of each K and V
+  // plane: one contiguous copy per block per plane.
+  template <typename Fn>
+  void ForEachBlockRun(const ChunkLayout& layout, std::span<const KvBlockRef> blocks, Fn fn) {
+    for (int layer = 0; layer < c_.n_layers; ++layer) {
+      const cpu::KvLayerView kv = LayerView(layer);
+      for (int kind = 0; kind < 2; ++kind) {
+        size_t offset = layout.plane_offset(layer, kind);
+        for (const KvBlockRef& ref : blocks) {
+          const size_t bytes = ref.num_tokens * layout.row_bytes();
+          fn(offset, (kind == 0 ? kv.k : kv.v) + kv.slot_offset(ref.block, 0), bytes);
+          offset += bytes;
+        }
+      }
+    }
+  }
+
   cpu::KvLayerView LayerView(int layer) {
     return cpu::KvLayerView{k_pool_.data() + layer * layer_floats_, v_pool_.data() + layer * layer_floats_,
                             num_blocks_, block_size_, c_.n_kv_heads, c_.head_dim};

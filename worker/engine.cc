@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace lazykv {
 
@@ -68,13 +69,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
                                                       options.max_prefill_tokens));
   }
   const Hash128 fingerprint = backend->model_fingerprint();
-  return std::unique_ptr<Engine>(new Engine(std::move(backend), std::move(options), fingerprint));
+  ASSIGN_OR_RETURN(const KvDtype kv_dtype, ParseKvDtype(backend->kv_dtype()));
+  return std::unique_ptr<Engine>(new Engine(std::move(backend), std::move(options), fingerprint, kv_dtype));
 }
 
-Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 fingerprint)
+Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 fingerprint, KvDtype kv_dtype)
     : backend_(std::move(backend)),
       options_(std::move(options)),
       fingerprint_(fingerprint),
+      kv_dtype_(kv_dtype),
       allocator_(backend_->num_blocks()),
       index_(&allocator_) {}
 
@@ -153,14 +156,36 @@ absl::StatusOr<std::vector<float>> Engine::RunOwnTokens(Sequence& seq, std::span
 }
 
 absl::StatusOr<std::vector<KvBlockRef>> Engine::AcquireChunk(const Hash128& key, std::span<const int32_t> tokens,
-                                                             std::span<const KvBlockRef> context, Usage& usage) {
+                                                             std::span<const KvBlockRef> context, int anchor_tokens,
+                                                             const std::optional<TierHit>& hint, Usage& usage) {
   std::vector<KvBlockRef> blocks;
   if (const CachedKv* hit = index_.Lookup(key)) {
     blocks = hit->blocks;
     for (const KvBlockRef& ref : blocks) allocator_.Ref(ref.block);
     ++usage.chunk_hits;
     usage.cached_tokens += hit->num_tokens;
+    usage.pool_tokens += hit->num_tokens;
     return blocks;
+  }
+  uint64_t lease_id = 0;
+  if (options_.resolver) {
+    ChunkResolver::Decision decision = options_.resolver->Resolve(key, hint);
+    if (decision.fetched) {
+      auto imported = ImportChunk(key, static_cast<int>(tokens.size()), anchor_tokens, decision.fetched->stored);
+      if (imported.ok()) {
+        for (const KvBlockRef& ref : *imported) allocator_.Ref(ref.block);  // the caller's reference
+        ++usage.chunk_hits;
+        usage.cached_tokens += static_cast<int>(tokens.size());
+        (decision.fetched->source == ChunkSource::kDisk ? usage.disk_tokens : usage.host_tokens) +=
+            static_cast<int>(tokens.size());
+        usage.kv_bytes_fetched += decision.fetched->stored.size();
+        return *std::move(imported);
+      }
+      if (imported.status().code() == absl::StatusCode::kResourceExhausted) return imported.status();
+      spdlog::error("chunk {}: {}", key.ToHex(), std::string(imported.status().message()));
+      options_.resolver->ReportUnusable(key);
+    }
+    lease_id = decision.lease_id;
   }
   // Encode alone after the context (the anchor), at local positions |context|.. .
   Sequence encoder(&allocator_);
@@ -171,7 +196,45 @@ absl::StatusOr<std::vector<KvBlockRef>> Engine::AcquireChunk(const Hash128& key,
   for (const KvBlockRef& ref : blocks) allocator_.Ref(ref.block);  // the caller's reference
   ++usage.chunk_misses;
   usage.computed_tokens += static_cast<int>(tokens.size());
+  if (options_.resolver) PublishChunk(key, blocks, anchor_tokens, lease_id);
   return blocks;
+}
+
+absl::StatusOr<std::vector<KvBlockRef>> Engine::ImportChunk(const Hash128& key, int num_tokens, int anchor_tokens,
+                                                            const std::string& stored) {
+  ASSIGN_OR_RETURN(const ChunkView chunk, DecodeChunk(stored));
+  const ChunkLayout expected = MakeChunkLayout(config(), kv_dtype_, num_tokens, anchor_tokens);
+  if (chunk.header.key != key || chunk.header.model_fingerprint != fingerprint_ || !(chunk.header.layout == expected)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "fetched chunk does not fit this model: key %s, fingerprint %s, %d tokens after %d anchor tokens",
+        chunk.header.key.ToHex(), chunk.header.model_fingerprint.ToHex(), chunk.header.layout.num_tokens,
+        chunk.header.layout.anchor_tokens));
+  }
+  Sequence holder(&allocator_);  // gives the blocks back if the import fails
+  const int bs = backend_->block_size();
+  std::vector<KvBlockRef> blocks;
+  for (int start = 0; start < num_tokens; start += bs) {
+    ASSIGN_OR_RETURN(int32_t block, AllocateBlock());
+    blocks.push_back(KvBlockRef{block, std::min(bs, num_tokens - start), 0});
+    holder.AdoptBlocks({&blocks.back(), 1}, 0);
+  }
+  RETURN_IF_ERROR(backend_->ImportChunk(chunk.payload, blocks));
+  index_.Insert(key, blocks);  // the index's reference outlives the holder's
+  return blocks;
+}
+
+void Engine::PublishChunk(const Hash128& key, std::span<const KvBlockRef> blocks, int anchor_tokens,
+                          uint64_t lease_id) {
+  std::string payload;
+  if (absl::Status s = backend_->ExportChunk(blocks, &payload); !s.ok()) {
+    spdlog::error("cannot export chunk {} for publication: {}", key.ToHex(), std::string(s.message()));
+    return;
+  }
+  int num_tokens = 0;
+  for (const KvBlockRef& ref : blocks) num_tokens += ref.num_tokens;
+  const ChunkHeader header =
+      MakeChunkHeader(key, fingerprint_, MakeChunkLayout(config(), kv_dtype_, num_tokens, anchor_tokens), payload);
+  options_.resolver->PublishAsync(key, fingerprint_, EncodeChunk(header, payload), lease_id);
 }
 
 absl::Status Engine::AttachChunk(Sequence& seq, AttentionMode mode, std::vector<KvBlockRef> chunk, int32_t delta,
@@ -265,7 +328,25 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request) 
         anchor_shared = false;
       }
       if (anchor_shared) {
-        ASSIGN_OR_RETURN(auto anchor_blocks, AcquireChunk(MakeAnchorKey(fingerprint_, anchor), anchor, {}, usage));
+        // One batched tier lookup for every shared chunk the local pool lacks.
+        std::vector<Hash128> keys = {MakeAnchorKey(fingerprint_, anchor)};
+        for (size_t d = 0; d < shared_docs; ++d) keys.push_back(MakeChunkKey(fingerprint_, anchor, request.docs[d]));
+        std::vector<std::optional<TierHit>> hints(keys.size());
+        if (options_.resolver) {
+          std::vector<Hash128> missing;
+          std::vector<size_t> where;
+          for (size_t i = 0; i < keys.size(); ++i) {
+            if (!index_.Contains(keys[i]) && (i == 0 || !request.docs[i - 1].empty())) {
+              missing.push_back(keys[i]);
+              where.push_back(i);
+            }
+          }
+          if (!missing.empty()) {
+            const auto found = options_.resolver->Lookup(missing);
+            for (size_t j = 0; j < where.size(); ++j) hints[where[j]] = found[j];
+          }
+        }
+        ASSIGN_OR_RETURN(auto anchor_blocks, AcquireChunk(keys[0], anchor, {}, 0, hints[0], usage));
         seq.AdoptBlocks(anchor_blocks, 0);
         const size_t anchor_entries = seq.table().size();
         int64_t position = static_cast<int64_t>(anchor.size());
@@ -273,8 +354,8 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request) 
           const auto& doc = request.docs[d];
           if (doc.empty()) continue;
           const std::vector<KvBlockRef> anchor_context(seq.table().begin(), seq.table().begin() + anchor_entries);
-          ASSIGN_OR_RETURN(auto chunk,
-                           AcquireChunk(MakeChunkKey(fingerprint_, anchor, doc), doc, anchor_context, usage));
+          ASSIGN_OR_RETURN(auto chunk, AcquireChunk(keys[d + 1], doc, anchor_context, static_cast<int>(anchor.size()),
+                                                    hints[d + 1], usage));
           RETURN_IF_ERROR(AttachChunk(seq, result.mode, std::move(chunk),
                                       static_cast<int32_t>(position - static_cast<int64_t>(anchor.size())), usage));
           position += static_cast<int64_t>(doc.size());

@@ -12,6 +12,7 @@
 #include "common/chunk_key.h"
 #include "worker/attention_mode.h"
 #include "worker/backend.h"
+#include "worker/chunk_resolver.h"
 #include "worker/kv_block_allocator.h"
 #include "worker/kv_cache_index.h"
 #include "worker/sampler.h"
@@ -25,6 +26,9 @@ struct EngineOptions {
   std::vector<int32_t> anchor;
   // At most this many of a request's own tokens go through one forward call.
   int max_prefill_tokens = 512;
+  // The cache tier behind the local pool (null: the local pool only). Shared chunks and
+  // the anchor are looked up there, computed under its lease, and published to it.
+  std::shared_ptr<ChunkResolver> resolver;
 };
 
 struct GenerateRequest {
@@ -37,11 +41,15 @@ struct GenerateRequest {
 
 struct Usage {
   int prompt_tokens = 0;    // the whole logical prompt: anchor, documents, prompt
-  int cached_tokens = 0;    // of those, tokens whose KV was reused
+  int cached_tokens = 0;    // of those, tokens whose KV was reused (pool + host + disk)
   int computed_tokens = 0;  // of those, tokens whose KV this request computed
-  int chunk_hits = 0;       // documents (and the anchor) found in the pool
+  int pool_tokens = 0;      // reused tokens found in the local KV pool
+  int host_tokens = 0;      // reused tokens fetched from the cache tier's host RAM
+  int disk_tokens = 0;      // reused tokens fetched from the cache tier's disk
+  int chunk_hits = 0;       // documents (and the anchor) reused, from any source
   int chunk_misses = 0;     // documents (and the anchor) encoded by this request
-  uint64_t kv_bytes_copied = 0;  // KV bytes written to reuse chunks (the block baseline's copies)
+  uint64_t kv_bytes_copied = 0;   // KV bytes written to reuse chunks (the block baseline's copies)
+  uint64_t kv_bytes_fetched = 0;  // chunk bytes fetched from the cache tier
 };
 
 struct GenerateResult {
@@ -73,18 +81,25 @@ class Engine {
   const ModelConfig& config() const { return backend_->config(); }
   const Hash128& model_fingerprint() const { return fingerprint_; }
   const std::vector<int32_t>& anchor() const { return options_.anchor; }
+  ChunkResolver* resolver() const { return options_.resolver.get(); }
   EngineStats stats() const;
 
  private:
   class Sequence;
-  Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 fingerprint);
+  Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 fingerprint, KvDtype kv_dtype);
 
   absl::Status ValidateRequest(const GenerateRequest& request) const;
   absl::StatusOr<int32_t> AllocateBlock();
-  // Finds `tokens`' KV in the pool or encodes it after `context`; returns its blocks
-  // with one reference taken for the caller.
+  // Finds `tokens`' KV in the pool, fetches it from the cache tier, or encodes it after
+  // `context` (the anchor, `anchor_tokens` long); returns its blocks with one reference
+  // taken for the caller. `hint`: the tier's answer from the request's batched lookup.
   absl::StatusOr<std::vector<KvBlockRef>> AcquireChunk(const Hash128& key, std::span<const int32_t> tokens,
-                                                       std::span<const KvBlockRef> context, Usage& usage);
+                                                       std::span<const KvBlockRef> context, int anchor_tokens,
+                                                       const std::optional<TierHit>& hint, Usage& usage);
+  // Fetched chunk bytes into fresh pool blocks (checked against this model and layout).
+  absl::StatusOr<std::vector<KvBlockRef>> ImportChunk(const Hash128& key, int num_tokens, int anchor_tokens,
+                                                      const std::string& stored);
+  void PublishChunk(const Hash128& key, std::span<const KvBlockRef> blocks, int anchor_tokens, uint64_t lease_id);
   // Attaches a chunk to the sequence at its logical position (lazy: by reference with a
   // delta; block: a re-rotated copy).
   absl::Status AttachChunk(Sequence& seq, AttentionMode mode, std::vector<KvBlockRef> chunk, int32_t delta,
@@ -97,6 +112,7 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   EngineOptions options_;
   Hash128 fingerprint_;
+  KvDtype kv_dtype_;
   KvBlockAllocator allocator_;
   KvCacheIndex index_;
 };

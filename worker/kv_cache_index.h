@@ -31,6 +31,7 @@ class KvCacheIndex {
   // The entry, marked most recently used; nullptr on a miss. Valid until the next Insert
   // or eviction; take references on its blocks to keep them.
   const CachedKv* Lookup(const Hash128& key);
+  bool Contains(const Hash128& key) const { return entries_.contains(key); }
   // Adds an entry; the index takes one reference on each block (the caller keeps its own).
   // A key already present is left as it is.
   void Insert(const Hash128& key, std::vector<KvBlockRef> blocks);

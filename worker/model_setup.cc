@@ -1,11 +1,14 @@
 #include "worker/model_setup.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/cpu_backend.h"
+#include "worker/embedded_chunk_tier.h"
+#include "worker/remote_chunk_tier.h"
 #include "worker/model_loader.h"
 
 namespace lazykv {
@@ -27,6 +30,38 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> ChooseTokenizer(const ModelSetupOptio
 
 }  // namespace
 
+std::string DefaultCacheDir() {
+  if (const char* dir = std::getenv("LAZYKV_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return (std::filesystem::path(xdg) / "lazykv").string();
+  }
+  const char* home = std::getenv("HOME");
+  return (std::filesystem::path(home != nullptr ? home : "/tmp") / ".cache" / "lazykv").string();
+}
+
+absl::StatusOr<std::shared_ptr<ChunkResolver>> SetUpCacheTier(const CacheTierSetup& setup) {
+  if (!setup.enabled) return nullptr;
+  std::unique_ptr<ChunkTier> tier;
+  if (!setup.servers.empty()) {
+    ASSIGN_OR_RETURN(auto servers, ParseServerList(setup.servers));
+    ASSIGN_OR_RETURN(tier, RemoteChunkTier::Create(RemoteTierOptions{.servers = servers, .holder = setup.holder}));
+  } else {
+    cache::TieredStoreOptions store;
+    store.host_capacity_bytes = setup.host_bytes;
+    store.disk_capacity_bytes = setup.disk_bytes;
+    store.data_dir = setup.dir.empty() ? DefaultCacheDir() : setup.dir;
+    auto embedded = EmbeddedChunkTier::Open(store);
+    if (!embedded.ok()) {
+      return absl::Status(embedded.status().code(),
+                          absl::StrFormat("embedded cache tier: %s (--cache-dir, --cache-servers, or --no-cache-tier)",
+                                          std::string(embedded.status().message())));
+    }
+    tier = *std::move(embedded);
+  }
+  spdlog::info("{}", tier->Describe());
+  return std::make_shared<ChunkResolver>(std::move(tier), ResolverOptions{});
+}
+
 absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
   const ModelConfig config = weights.config;
@@ -46,7 +81,11 @@ absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
         block_bytes));
   }
   ASSIGN_OR_RETURN(auto backend, CreateCpuBackend(std::move(weights), options.block_size, static_cast<int>(num_blocks)));
-  ASSIGN_OR_RETURN(auto engine, Engine::Create(std::move(backend), options.engine));
+  EngineOptions engine_options = options.engine;
+  if (engine_options.resolver == nullptr) {
+    ASSIGN_OR_RETURN(engine_options.resolver, SetUpCacheTier(options.cache_tier));
+  }
+  ASSIGN_OR_RETURN(auto engine, Engine::Create(std::move(backend), std::move(engine_options)));
   spdlog::info("model {}: dim {}, {} layers, {} heads ({} kv), vocab {}; KV pool {} blocks of {} tokens", config.name,
                config.dim, config.n_layers, config.n_heads, config.n_kv_heads, config.vocab_size, num_blocks,
                options.block_size);

@@ -12,12 +12,29 @@
 
 namespace lazykv {
 
+// The cache tier behind the engine's local pool: cache servers when `servers` is set,
+// else the same store embedded in this process (host RAM + RocksDB under `dir`).
+struct CacheTierSetup {
+  bool enabled = true;
+  std::string servers;  // HOST:PORT,...
+  std::string dir;      // embedded disk tier; empty: DefaultCacheDir()
+  uint64_t host_bytes = 256ull << 20;
+  uint64_t disk_bytes = 2ull << 30;
+  std::string holder;  // this process's name in lease logs
+};
+
+// $LAZYKV_CACHE_DIR, else $XDG_CACHE_HOME/lazykv, else ~/.cache/lazykv.
+std::string DefaultCacheDir();
+
+absl::StatusOr<std::shared_ptr<ChunkResolver>> SetUpCacheTier(const CacheTierSetup& setup);
+
 struct ModelSetupOptions {
   std::string model;      // path, HF directory, or synthetic:NAME[:SEED]
   std::string tokenizer;  // empty: next to the model, or bytes for synthetic models
   int block_size = 16;
   uint64_t kv_pool_bytes = 256ull << 20;
   EngineOptions engine;
+  CacheTierSetup cache_tier;
 };
 
 struct LoadedEngine {

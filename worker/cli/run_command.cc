@@ -1,5 +1,7 @@
 #include "worker/cli/run_command.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -7,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "common/flag_parser.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/model_setup.h"
@@ -27,6 +30,12 @@ constexpr char kUsage[] = R"(usage: lazykv run --model PATH|synthetic:NAME [opti
   --seed S               sampling seed (default 0)
   --block-size N         KV block size in tokens (default 16)
   --kv-pool-mib N        KV pool size (default 256)
+  --cache-servers LIST   share chunk KV through cache servers HOST:PORT,... (lazykv-cache-server)
+  --cache-dir DIR        without --cache-servers: the embedded cache tier's RocksDB directory
+                         (default $LAZYKV_CACHE_DIR, $XDG_CACHE_HOME/lazykv or ~/.cache/lazykv)
+  --cache-host-capacity B  embedded tier's host RAM (default 256MiB)
+  --cache-disk-capacity B  embedded tier's disk (default 2GiB)
+  --no-cache-tier        the local KV pool only
   --json                 one JSON object per request on stdout
 )";
 
@@ -40,58 +49,46 @@ struct RunFlags {
 };
 
 absl::Status ParseFlags(int argc, char** argv, RunFlags& flags) {
-  auto number = [](const std::string& flag, const std::string& text, auto* out) -> absl::Status {
-    bool ok;
-    if constexpr (std::is_floating_point_v<std::remove_pointer_t<decltype(out)>>) {
-      ok = absl::SimpleAtof(text, out);
-    } else {
-      ok = absl::SimpleAtoi(text, out);
-    }
-    return ok ? absl::OkStatus()
-              : absl::InvalidArgumentError(absl::StrFormat("%s: '%s' is not a valid number", flag, text));
-  };
+  FlagParser parser(kUsage);
+  parser.AddString("--model", &flags.setup.model);
+  parser.AddString("--tokenizer", &flags.setup.tokenizer);
+  parser.Add("--doc", [&](const std::string& v) {
+    flags.docs.push_back(v);
+    return absl::OkStatus();
+  });
+  parser.AddString("--prompt", &flags.prompt);
+  parser.AddString("--requests", &flags.requests_file);
+  parser.Add("--mode", [&](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(flags.setup.engine.mode, ParseAttentionMode(v));
+    return absl::OkStatus();
+  });
+  parser.AddInt("--max-tokens", &flags.defaults.sampling.max_tokens);
+  parser.Add("--temperature", [&](const std::string& v) {
+    return absl::SimpleAtof(v, &flags.defaults.sampling.temperature)
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError(absl::StrFormat("'%s' is not a valid number", v));
+  });
+  parser.Add("--top-p", [&](const std::string& v) {
+    return absl::SimpleAtof(v, &flags.defaults.sampling.top_p)
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError(absl::StrFormat("'%s' is not a valid number", v));
+  });
+  parser.AddUint64("--seed", &flags.defaults.sampling.seed);
+  parser.AddInt("--block-size", &flags.setup.block_size);
   uint64_t pool_mib = flags.setup.kv_pool_bytes >> 20;
-  const std::map<std::string, std::function<absl::Status(const std::string&)>> with_value = {
-      {"--model", [&](const std::string& v) { flags.setup.model = v; return absl::OkStatus(); }},
-      {"--tokenizer", [&](const std::string& v) { flags.setup.tokenizer = v; return absl::OkStatus(); }},
-      {"--doc", [&](const std::string& v) { flags.docs.push_back(v); return absl::OkStatus(); }},
-      {"--prompt", [&](const std::string& v) { flags.prompt = v; return absl::OkStatus(); }},
-      {"--requests", [&](const std::string& v) { flags.requests_file = v; return absl::OkStatus(); }},
-      {"--mode", [&](const std::string& v) -> absl::Status {
-         ASSIGN_OR_RETURN(flags.setup.engine.mode, ParseAttentionMode(v));
-         return absl::OkStatus();
-       }},
-      {"--max-tokens", [&](const std::string& v) { return number("--max-tokens", v, &flags.defaults.sampling.max_tokens); }},
-      {"--temperature", [&](const std::string& v) { return number("--temperature", v, &flags.defaults.sampling.temperature); }},
-      {"--top-p", [&](const std::string& v) { return number("--top-p", v, &flags.defaults.sampling.top_p); }},
-      {"--seed", [&](const std::string& v) { return number("--seed", v, &flags.defaults.sampling.seed); }},
-      {"--block-size", [&](const std::string& v) { return number("--block-size", v, &flags.setup.block_size); }},
-      {"--kv-pool-mib", [&](const std::string& v) { return number("--kv-pool-mib", v, &pool_mib); }},
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--json") {
-      flags.json = true;
-      continue;
-    }
-    if (arg == "--help" || arg == "-h") return absl::CancelledError(kUsage);
-    std::string value;
-    bool has_value = false;
-    if (const size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto it = with_value.find(arg);
-    if (it == with_value.end()) return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s\n%s", arg, kUsage));
-    if (!has_value) {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrFormat("%s needs a value", arg));
-      value = argv[++i];
-    }
-    RETURN_IF_ERROR(it->second(value));
-  }
+  parser.AddUint64("--kv-pool-mib", &pool_mib);
+  parser.AddString("--cache-servers", &flags.setup.cache_tier.servers);
+  parser.AddString("--cache-dir", &flags.setup.cache_tier.dir);
+  parser.AddByteSize("--cache-host-capacity", &flags.setup.cache_tier.host_bytes);
+  parser.AddByteSize("--cache-disk-capacity", &flags.setup.cache_tier.disk_bytes);
+  bool no_cache_tier = false;
+  parser.AddSwitch("--no-cache-tier", &no_cache_tier);
+  parser.AddSwitch("--json", &flags.json);
+  RETURN_IF_ERROR(parser.Parse(argc, argv));
   if (flags.setup.model.empty()) return absl::InvalidArgumentError(absl::StrFormat("--model is required\n%s", kUsage));
   flags.setup.kv_pool_bytes = pool_mib << 20;
+  flags.setup.cache_tier.enabled = !no_cache_tier;
+  flags.setup.cache_tier.holder = absl::StrFormat("lazykv-run-%d", getpid());
   return flags.defaults.sampling.Validate();
 }
 
@@ -127,9 +124,11 @@ void PrintHuman(size_t index, const GenerateRequest& request, const GenerateResu
   const Usage& u = result.usage;
   const double decode_seconds = result.total_seconds - result.ttft_seconds;
   std::cout << absl::StrFormat(
-      "[%d] mode=%s docs=%d prompt_tokens=%d cached=%d computed=%d chunks(hit=%d miss=%d) kv_copied=%dB "
+      "[%d] mode=%s docs=%d prompt_tokens=%d cached=%d (pool=%d host=%d disk=%d) computed=%d chunks(hit=%d miss=%d) "
+      "kv_copied=%dB "
       "ttft=%.2fms decode=%.0f tok/s\n",
-      index, AttentionModeName(result.mode), request.docs.size(), u.prompt_tokens, u.cached_tokens, u.computed_tokens,
+      index, AttentionModeName(result.mode), request.docs.size(), u.prompt_tokens, u.cached_tokens, u.pool_tokens,
+      u.host_tokens, u.disk_tokens, u.computed_tokens,
       u.chunk_hits, u.chunk_misses, u.kv_bytes_copied, result.ttft_seconds * 1e3,
       result.tokens.size() > 1 && decode_seconds > 0 ? (result.tokens.size() - 1) / decode_seconds : 0.0);
   std::cout << "    " << DecodeContinuation(tokenizer, result.prompt_token_ids, result.tokens) << "\n";
@@ -166,6 +165,13 @@ int RunCommand(int argc, char** argv) {
     } else {
       PrintHuman(i + 1, request, *result, *loaded->tokenizer);
     }
+  }
+  // Pending publications reach the cache tier before the process ends.
+  if (ChunkResolver* resolver = loaded->engine->resolver()) {
+    resolver->Flush();
+    const ResolverStats stats = resolver->stats();
+    spdlog::info("cache tier: {} chunks fetched, {} computed, {} published ({} failed), {} lease waits",
+                 stats.fetched, stats.computed, stats.published, stats.publish_failures, stats.lease_waits);
   }
   return 0;
 }

@@ -1,0 +1,130 @@
+#include "worker/chunk_resolver.h"
+
+#include <spdlog/spdlog.h>
+
+namespace lazykv {
+
+std::string_view ChunkSourceName(ChunkSource source) {
+  switch (source) {
+    case ChunkSource::kPool: return "pool";
+    case ChunkSource::kHost: return "host";
+    case ChunkSource::kDisk: return "disk";
+    case ChunkSource::kComputed: return "computed";
+  }
+  return "unknown";
+}
+
+ChunkResolver::ChunkResolver(std::unique_ptr<ChunkTier> tier, ResolverOptions options)
+    : tier_(std::move(tier)), options_(options), publisher_([this] { PublisherLoop(); }) {}
+
+ChunkResolver::~ChunkResolver() {
+  Flush();
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  publisher_.join();
+}
+
+std::optional<FetchedChunk> ChunkResolver::TryFetch(const Hash128& key) {
+  auto fetched = tier_->Fetch(key);
+  std::lock_guard lock(mu_);
+  if (!fetched.ok()) {
+    ++stats_.fetch_failures;
+    if (fetched.status().code() != absl::StatusCode::kNotFound) {
+      spdlog::warn("fetch of chunk {} failed, computing it: {}", key.ToHex(), std::string(fetched.status().message()));
+    }
+    return std::nullopt;
+  }
+  ++stats_.fetched;
+  return *std::move(fetched);
+}
+
+ChunkResolver::Decision ChunkResolver::Resolve(const Hash128& key, const std::optional<TierHit>& hint) {
+  if (hint) {
+    if (auto fetched = TryFetch(key)) return Decision{std::move(fetched), 0};
+  }
+  const auto give_up_at = std::chrono::steady_clock::now() + options_.max_wait;
+  std::chrono::milliseconds wait{0};
+  while (true) {
+    const LeaseAnswer answer = tier_->Lease(key, options_.lease_ttl, wait);
+    switch (answer.state) {
+      case LeaseAnswer::State::kGranted:
+      case LeaseAnswer::State::kUnavailable: {
+        std::lock_guard lock(mu_);
+        ++stats_.computed;
+        return Decision{std::nullopt, answer.lease_id};
+      }
+      case LeaseAnswer::State::kStored:
+        if (auto fetched = TryFetch(key)) return Decision{std::move(fetched), 0};
+        {
+          std::lock_guard lock(mu_);
+          ++stats_.computed;
+        }
+        return Decision{std::nullopt, 0};  // stored but unreadable: compute, do not publish
+      case LeaseAnswer::State::kHeld: {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= give_up_at) {
+          std::lock_guard lock(mu_);
+          ++stats_.computed;
+          return Decision{std::nullopt, 0};  // waited long enough: compute, let the holder publish
+        }
+        if (wait.count() == 0) {
+          std::lock_guard lock(mu_);
+          ++stats_.lease_waits;
+        }
+        // Wait for the publication, or past the lease's expiry (then it is granted to us).
+        wait = std::min(answer.remaining + std::chrono::milliseconds(50),
+                        std::chrono::duration_cast<std::chrono::milliseconds>(give_up_at - now));
+        break;
+      }
+    }
+  }
+}
+
+void ChunkResolver::ReportUnusable(const Hash128& key) {
+  spdlog::error("chunk {} from {} is unusable; computing it", key.ToHex(), tier_->Describe());
+}
+
+void ChunkResolver::PublishAsync(const Hash128& key, const Hash128& model_fingerprint, std::string stored,
+                                 uint64_t lease_id) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(Publication{key, model_fingerprint, std::move(stored), lease_id});
+  }
+  work_.notify_one();
+}
+
+void ChunkResolver::PublisherLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;
+    Publication p = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    const absl::Status status = tier_->Publish(p.key, p.fingerprint, p.stored, p.lease_id);
+    if (!status.ok()) {
+      spdlog::warn("publishing chunk {} failed: {}", p.key.ToHex(), std::string(status.message()));
+      if (p.lease_id != 0) tier_->ReleaseLease(p.key, p.lease_id);  // let a waiter compute it
+    }
+    lock.lock();
+    busy_ = false;
+    ++(status.ok() ? stats_.published : stats_.publish_failures);
+    if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+void ChunkResolver::Flush() {
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+ResolverStats ChunkResolver::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace lazykv

@@ -1,0 +1,78 @@
+// Where a chunk missing from the local pool comes from (DESIGN.md section 4): the cache
+// tier if it holds it, else this worker computes it under the tier's lease and publishes
+// it in the background (generation never waits for the upload). A worker told that
+// another holds the lease waits for that publication, and computes itself if the lease
+// expires first.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "worker/chunk_tier.h"
+
+namespace lazykv {
+
+struct ResolverOptions {
+  std::chrono::milliseconds lease_ttl{10000};
+  std::chrono::milliseconds max_wait{30000};  // in total, for one chunk
+};
+
+struct ResolverStats {
+  uint64_t fetched = 0;
+  uint64_t fetch_failures = 0;
+  uint64_t computed = 0;
+  uint64_t lease_waits = 0;
+  uint64_t published = 0;
+  uint64_t publish_failures = 0;
+};
+
+class ChunkResolver {
+ public:
+  ChunkResolver(std::unique_ptr<ChunkTier> tier, ResolverOptions options);
+  ~ChunkResolver();  // finishes pending publications
+
+  // What to do about a chunk missing from the local pool.
+  struct Decision {
+    std::optional<FetchedChunk> fetched;  // set: use these bytes
+    uint64_t lease_id = 0;                // else compute; publish under this lease (0: none)
+  };
+
+  std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) { return tier_->Lookup(keys); }
+  // `hint`: this key's answer from a Lookup made for the same request.
+  Decision Resolve(const Hash128& key, const std::optional<TierHit>& hint);
+  // The fetched bytes were unusable (corrupt, wrong layout): compute instead.
+  void ReportUnusable(const Hash128& key);
+  // Queues a computed chunk for upload; `lease_id` from Resolve.
+  void PublishAsync(const Hash128& key, const Hash128& model_fingerprint, std::string stored, uint64_t lease_id);
+  // Blocks until every queued publication has finished.
+  void Flush();
+
+  ResolverStats stats() const;
+  ChunkTier& tier() { return *tier_; }
+
+ private:
+  struct Publication {
+    Hash128 key, fingerprint;
+    std::string stored;
+    uint64_t lease_id = 0;
+  };
+  std::optional<FetchedChunk> TryFetch(const Hash128& key);
+  void PublisherLoop();
+
+  std::unique_ptr<ChunkTier> tier_;
+  ResolverOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable work_, idle_;
+  std::deque<Publication> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  ResolverStats stats_;
+  std::thread publisher_;
+};
+
+}  // namespace lazykv

@@ -147,9 +147,12 @@ int Serve(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("signal {}: draining streams and flushing", signal_number);
-  server->GetHealthCheckService()->SetServingStatus(false);
+  server->GetHealthCheckService()->Shutdown();  // NOT_SERVING, and its own calls end
   leases.Shutdown();  // lease waiters answer now instead of holding up the drain
+  // Idle client connections hold this up for a few seconds (gRPC's GOAWAY exchange),
+  // never past the grace period.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms));
+  spdlog::info("calls drained; flushing the disk tier");
   if (absl::Status s = (*store)->Flush(); !s.ok()) {
     spdlog::error("flush failed: {}", std::string(s.message()));
     return 1;

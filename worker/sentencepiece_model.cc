@@ -1,42 +1,55 @@
 #include "worker/sentencepiece_model.h"
 
-#include <sentencepiece_processor.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
 
 namespace lazykv {
+namespace {
 
-struct SentencePieceModel::Impl {
-  sentencepiece::SentencePieceProcessor processor;
-};
+using LoadFn = SentencePieceModel* (*)(const char*, std::string*);
 
-SentencePieceModel::SentencePieceModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-SentencePieceModel::~SentencePieceModel() = default;
+// The module sits next to the executable (build/bin, or a bundle); the build path and
+// $LAZYKV_SENTENCEPIECE_MODULE are the other places looked at.
+std::vector<std::string> ModuleCandidates() {
+  std::vector<std::string> paths;
+  if (const char* env = std::getenv("LAZYKV_SENTENCEPIECE_MODULE"); env != nullptr && *env) paths.push_back(env);
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) paths.push_back((exe.parent_path() / "liblazykv_sentencepiece.so").string());
+  paths.push_back(LAZYKV_SENTENCEPIECE_MODULE);
+  return paths;
+}
+
+LoadFn LoadModule(std::string* error) {
+  static std::once_flag once;
+  static LoadFn load = nullptr;
+  static std::string load_error;
+  std::call_once(once, [] {
+    for (const std::string& path : ModuleCandidates()) {
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (handle == nullptr) {
+        load_error += std::string(dlerror()) + "; ";
+        continue;
+      }
+      load = reinterpret_cast<LoadFn>(dlsym(handle, "lazykv_sentencepiece_load"));
+      if (load != nullptr) return;
+      load_error += path + ": no lazykv_sentencepiece_load; ";
+    }
+  });
+  if (load == nullptr) *error = "cannot load the SentencePiece module: " + load_error;
+  return load;
+}
+
+}  // namespace
 
 std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& path, std::string* error) {
-  auto impl = std::make_unique<Impl>();
-  const auto status = impl->processor.Load(path);
-  if (!status.ok()) {
-    *error = status.ToString();
-    return nullptr;
-  }
-  return std::unique_ptr<SentencePieceModel>(new SentencePieceModel(std::move(impl)));
+  const LoadFn load = LoadModule(error);
+  if (load == nullptr) return nullptr;
+  return std::unique_ptr<SentencePieceModel>(load(path.c_str(), error));
 }
-
-std::vector<int32_t> SentencePieceModel::Encode(const std::string& text) const {
-  std::vector<int> ids;
-  if (!impl_->processor.Encode(text, &ids).ok()) return {};
-  return std::vector<int32_t>(ids.begin(), ids.end());
-}
-
-std::string SentencePieceModel::Decode(const std::vector<int32_t>& ids) const {
-  std::vector<int> kept;
-  for (int32_t id : ids) {
-    if (id >= 0 && id < size() && !impl_->processor.IsControl(id)) kept.push_back(id);
-  }
-  std::string out;
-  if (!impl_->processor.Decode(kept, &out).ok()) return {};
-  return out;
-}
-
-int SentencePieceModel::size() const { return impl_->processor.GetPieceSize(); }
 
 }  // namespace lazykv

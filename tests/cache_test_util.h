@@ -1,0 +1,53 @@
+// Shared by the cache tier's integration tests: random chunks, a server on loopback,
+// and raw KvCache calls that expose the exact gRPC status.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/chunk_codec.h"
+#include "proto/kvcache.grpc.pb.h"
+#include "tests/server_process.h"
+
+namespace lazykv::testing {
+
+struct TestChunk {
+  Hash128 key, fingerprint;
+  ChunkHeader header;
+  std::string payload;
+  std::string stored() const { return EncodeChunk(header, payload); }
+};
+
+// A chunk of about `payload_bytes` (rounded to whole tokens) with random contents.
+TestChunk RandomTestChunk(std::mt19937_64& rng, size_t payload_bytes);
+
+std::string TempDir(const std::string& name);  // fresh, under the system temp dir
+
+// lazykv-cache-server on 127.0.0.1:0 with `data_dir` and extra flags.
+std::unique_ptr<ServerProcess> StartCacheServer(const std::string& data_dir, std::vector<std::string> flags = {});
+
+std::unique_ptr<v1::KvCache::Stub> CacheStub(const std::string& address);
+
+struct PutOutcome {
+  grpc::Status status;
+  v1::PutResponse response;
+};
+// Streams header then payload in `slice`-byte messages.
+PutOutcome RawPut(v1::KvCache::Stub& stub, const Hash128& key, const Hash128& fingerprint, const std::string& header,
+                  const std::string& payload, uint64_t lease_id = 0, size_t slice = 1 << 20);
+PutOutcome PutChunk(v1::KvCache::Stub& stub, const TestChunk& chunk);
+
+struct GetOutcome {
+  grpc::Status status;
+  std::string stored;  // header + payload
+  v1::Tier tier = v1::TIER_UNSPECIFIED;
+};
+GetOutcome RawGet(v1::KvCache::Stub& stub, const Hash128& key);
+
+v1::StatsResponse Stats(v1::KvCache::Stub& stub);
+
+}  // namespace lazykv::testing

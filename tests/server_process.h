@@ -1,0 +1,38 @@
+// Runs one of the project's server binaries as a child process on loopback for
+// integration tests: waits for its "listening on HOST:PORT" line, signals it, reaps it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace lazykv::testing {
+
+class ServerProcess {
+ public:
+  // Starts `binary args...`; its stderr goes to `log_path` (empty: inherited).
+  ServerProcess(const std::string& binary, std::vector<std::string> args, const std::string& log_path = "");
+  ~ServerProcess();  // SIGKILL if still running
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  bool started() const { return !address_.empty(); }
+  const std::string& address() const { return address_; }                 // HOST:PORT of the service
+  const std::string& metrics_address() const { return metrics_address_; }  // empty without metrics
+  const std::string& first_line() const { return first_line_; }
+
+  // Sends `signal` and waits for the exit; returns the exit code (128 + signal if killed).
+  int Stop(int signal);
+
+ private:
+  pid_t pid_ = -1;
+  std::string address_;
+  std::string metrics_address_;
+  std::string first_line_;
+};
+
+// The body of GET http://address/path (empty on failure).
+std::string HttpGet(const std::string& address, const std::string& path);
+
+}  // namespace lazykv::testing

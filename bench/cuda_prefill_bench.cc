@@ -91,7 +91,8 @@ int main() {
   rope.llama3_scaling = true;
   double* inv_freq = Upload(RopeInverseFrequencies(rope, kHd));
 
-  std::printf("%-8s %6s %5s %9s %10s %10s %12s %12s %9s\n", "scenario", "L", "batch", "queries", "lazy_ms",
+  std::printf("%-8s %6s %5s %9s %6s %10s %10s %12s %12s %9s\n", "scenario", "L", "batch", "queries", "splits",
+              "lazy_ms",
               "no_rot_ms", "lazy_TFLOP/s", "norot_TFLOP/s", "rot_cost");
   std::mt19937 rng(1);
   for (int len : {1024, 4096, 16384}) {
@@ -160,6 +161,8 @@ int main() {
       p.block_size = kBlock;
       p.rope_style = 1;
       p.max_queries_per_seq = n_q;
+      const int splits = cuda::ChoosePrefillSplits(p);
+      if (splits > 1) CHECK_CUDA(cudaMalloc(&p.workspace, cuda::PrefillWorkspaceBytes(p, splits)));
       p.block_deltas = d_lazy;
       CHECK_CUDA(cuda::LaunchLazyPrefillAttention(p, nullptr));
       CHECK_CUDA(cudaDeviceSynchronize());
@@ -170,11 +173,12 @@ int main() {
       // Visible pairs per sequence: query at position pos0 + i sees pos0 + i + 1 keys.
       const double pairs = double(n_q) * pos0 + double(n_q) * (n_q + 1) / 2.0;
       const double flops = 4.0 * kHd * kHeads * pairs * batch;
-      std::printf("%-8s %6d %5d %9d %10.3f %10.3f %12.1f %12.1f %8.1f%%\n", scenario == 0 ? "full" : "last", len,
-                  batch, n_q, lazy_ms, plain_ms, flops / lazy_ms / 1e9, flops / plain_ms / 1e9,
+      std::printf("%-8s %6d %5d %9d %6d %10.3f %10.3f %12.1f %12.1f %8.1f%%\n", scenario == 0 ? "full" : "last",
+                  len, batch, n_q, splits, lazy_ms, plain_ms, flops / lazy_ms / 1e9, flops / plain_ms / 1e9,
                   100.0 * (lazy_ms / plain_ms - 1.0));
       CHECK_CUDA(cudaFree(q));
       CHECK_CUDA(cudaFree(out));
+      if (p.workspace != nullptr) CHECK_CUDA(cudaFree(p.workspace));
       CHECK_CUDA(cudaFree(const_cast<int32_t*>(p.query_offsets)));
       CHECK_CUDA(cudaFree(const_cast<int32_t*>(p.query_pos0)));
     }

@@ -143,7 +143,7 @@ def main():
             del k, v, q
             torch.cuda.empty_cache()
 
-    rows = parse_rows(args.prefill_log, 9)
+    rows = parse_rows(args.prefill_log, 10)
     if rows:
         print("prefill ratios (lazy kernel vs SDPA flash; rotation cost = lazy / no-rotation - 1)")
         print(f"{'scenario':8} {'L':>6} {'lazy_TF':>8} {'norot_TF':>8} {'sdpa_TF':>8} {'lazy/sdpa':>9} "
@@ -152,12 +152,12 @@ def main():
             if r[0] not in ("full", "last"):
                 continue
             key = (r[0], int(r[1]))
-            lazy_tf, norot_tf = float(r[6]), float(r[7])
+            lazy_tf, norot_tf = float(r[7]), float(r[8])
             sdpa_tf = sdpa_prefill.get(key)
             if sdpa_tf is None:
                 continue
             print(f"{r[0]:8} {int(r[1]):6d} {lazy_tf:8.1f} {norot_tf:8.1f} {sdpa_tf:8.1f} "
-                  f"{lazy_tf / sdpa_tf:9.2f} {norot_tf / sdpa_tf:10.2f} {r[8]:>8}")
+                  f"{lazy_tf / sdpa_tf:9.2f} {norot_tf / sdpa_tf:10.2f} {r[9]:>8}")
     rows = parse_rows(args.decode_log, 8)
     if rows:
         print("decode ratios (SDPA time / lazy kernel time: above 1 means the lazy kernel is faster)")

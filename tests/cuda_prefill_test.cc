@@ -179,23 +179,35 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   p.max_queries_per_seq = max_queries;
   float* out = nullptr;
   CUDA_OK(cudaMalloc(&out, q.size() * sizeof(float)));
-  CUDA_OK(cudaMemset(out, 0xff, q.size() * sizeof(float)));  // NaN
   p.out = out;
-  CUDA_OK(cuda::LaunchLazyPrefillAttention(p, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  const auto got = ToHost(out, q.size());
-  for (int seq = 0; seq < s.num_seqs; ++seq) {
-    const auto first = got.begin() + q_offsets[seq] * q_width, last = got.begin() + q_offsets[seq + 1] * q_width;
-    const std::vector<float> g(first, last);
-    const std::vector<float> e(expected.begin() + q_offsets[seq] * q_width,
-                               expected.begin() + q_offsets[seq + 1] * q_width);
-    const size_t unwritten = std::count_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
-    EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ": non-finite outputs";
-    const double error = RelativeError(g, e);
-    EXPECT_LT(error, 1e-2) << "sequence " << seq << " of " << s.num_seqs << ", " << (q_offsets[seq + 1] - q_offsets[seq])
-                           << " queries from position " << pos0[seq];
-    std::printf("[          ] %s seq %d: %d queries from %d, %zu entries, rel error %.2e\n", s.name.c_str(), seq,
-                q_offsets[seq + 1] - q_offsets[seq], pos0[seq], tables[seq].size(), error);
+  // Once as the launcher chooses (split-KV where the launch is small), once unsplit.
+  for (const int forced_splits : {0, 1}) {
+    p.num_splits = forced_splits;
+    const int splits = cuda::ChoosePrefillSplits(p);
+    const size_t ws_bytes = cuda::PrefillWorkspaceBytes(p, splits);
+    p.workspace = nullptr;
+    if (ws_bytes > 0) {
+      CUDA_OK(cudaMalloc(&p.workspace, ws_bytes));
+    }
+    CUDA_OK(cudaMemset(out, 0xff, q.size() * sizeof(float)));  // NaN: an unwritten element fails
+    CUDA_OK(cuda::LaunchLazyPrefillAttention(p, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = ToHost(out, q.size());
+    cudaFree(p.workspace);
+    for (int seq = 0; seq < s.num_seqs; ++seq) {
+      const auto first = got.begin() + q_offsets[seq] * q_width, last = got.begin() + q_offsets[seq + 1] * q_width;
+      const std::vector<float> g(first, last);
+      const std::vector<float> e(expected.begin() + q_offsets[seq] * q_width,
+                                 expected.begin() + q_offsets[seq + 1] * q_width);
+      const size_t unwritten = std::count_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
+      EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
+      const double error = RelativeError(g, e);
+      EXPECT_LT(error, 1e-2) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits << ", "
+                             << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
+      std::printf("[          ] %s seq %d, splits %d: %d queries from %d, %zu entries, rel error %.2e\n",
+                  s.name.c_str(), seq, splits, q_offsets[seq + 1] - q_offsets[seq], pos0[seq], tables[seq].size(),
+                  error);
+    }
   }
   for (const void* ptr : {(const void*)p.q, p.k_pool, p.v_pool, (const void*)p.block_ids, (const void*)p.block_tokens,
                           (const void*)p.block_deltas, (const void*)p.block_starts, (const void*)p.table_offsets,
@@ -249,6 +261,7 @@ TEST(PrefillAttentionShapes, RejectsUnsupported) {
   expect_invalid([](auto& p) { p.n_kv_heads = 6; }, "32 heads over 6 KV heads");
   expect_invalid([](auto& p) { p.rope_style = 2; }, "rope style 2");
   expect_invalid([](auto& p) { p.num_seqs = 0; }, "no sequences");
+  expect_invalid([](auto& p) { p.num_splits = -1; }, "negative splits");
   expect_invalid([](auto& p) { p.max_queries_per_seq = 5; }, "null pointers");
 }
 

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace lazykv::cuda {
@@ -42,6 +43,11 @@ struct PrefillAttentionParams {
   const int32_t* query_pos0 = nullptr;     // [num_seqs]
   const double* inv_freq = nullptr;        // [head_dim / 2]
   float* out = nullptr;                    // [total_queries][n_heads][head_dim] fp32
+  // Split-KV: when a launch would not fill the GPU (few sequences, heads and query tiles),
+  // the visible keys are cut into splits whose partials are merged by a second kernel.
+  // It needs PrefillWorkspaceBytes(p, ChoosePrefillSplits(p)) bytes here; with no
+  // workspace the kernel runs unsplit.
+  float* workspace = nullptr;
   int num_seqs = 0;
   int n_heads = 0;
   int n_kv_heads = 0;      // n_heads % n_kv_heads == 0 (any group size)
@@ -49,7 +55,12 @@ struct PrefillAttentionParams {
   int block_size = 0;      // a power of two, at least 16
   int rope_style = 0;      // 0: interleaved pairs, 1: rotate-half
   int max_queries_per_seq = 0;  // max over s of query_offsets[s + 1] - query_offsets[s]
+  int num_splits = 0;           // 0: chosen from the GPU's SM count; 1: never split
 };
+
+// Splits the launcher will use for these shapes on the current device (given a workspace).
+int ChoosePrefillSplits(const PrefillAttentionParams& p);
+size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits);
 
 // Validates the shapes and launches; errors come back as cudaError_t
 // (cudaErrorInvalidValue for shapes the kernel does not support, checked before any

@@ -1,0 +1,191 @@
+// Lazy paged prefill attention on the GPU against baselines measured in the same run:
+// the tensor-core ceiling of the instruction the kernel uses (a pure mma.sync m16n8k16
+// bf16 loop) and the same kernel with every delta 0 (rotation off: one query rotation per
+// CTA instead of one per document). PyTorch SDPA on the same shapes is measured by
+// bench/sdpa_prefill_reference.py (which also measures the cuBLAS GEMM ceiling).
+//
+// Shape: Llama-3-8B attention (32 query heads, 8 KV heads, head dim 128), bf16 KV in
+// blocks of 16. A sequence of L tokens is (L/512 - 1) documents of 512 tokens, each at its
+// own random delta, then 512 of the request's own tokens (delta 0). Batch = 16384 / L
+// sequences, so every row of the table holds 16k tokens. Two scenarios:
+//   full: every token is a query (pos0 = 0): causal attention over the whole sequence,
+//         each query seeing the documents before it (SDPA: is_causal on L x L).
+//   last: the 512 own tokens are the queries (pos0 = L - 512): they see every document
+//         and are causal among themselves (SDPA: lower-right causal, 512 x L).
+// FLOPs count the visible (query, key) pairs exactly: 4 * head_dim * heads per pair.
+// usage: cuda_prefill_bench   (prints a table; run on a GPU machine)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "bench/prefill_bench_device.h"
+#include "common/model_config.h"
+#include "kernels/cuda/lazy_prefill_attention.h"
+
+namespace {
+
+#define CHECK_CUDA(expr)                                                                        \
+  do {                                                                                          \
+    cudaError_t e = (expr);                                                                     \
+    if (e != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e)); \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+template <typename T>
+T* Upload(const std::vector<T>& v) {
+  T* d;
+  CHECK_CUDA(cudaMalloc(&d, std::max<size_t>(1, v.size()) * sizeof(T)));
+  CHECK_CUDA(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <typename Fn>
+float MedianMs(Fn&& fn, int reps = 20) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a);
+    fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+  return times[reps / 2];
+}
+
+}  // namespace
+
+int main() {
+  using namespace lazykv;
+  constexpr int kHeads = 32, kKvHeads = 8, kHd = 128, kBlock = 16, kDoc = 512, kTokens = 16384;
+  int sms = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs\n", prop.name, sms);
+
+  // Ceiling of the kernel's instruction: mma.sync bf16, every SM busy.
+  {
+    double gflop = 0;
+    const float ms = MedianMs([&] { CHECK_CUDA(bench::MmaPeak(sms, &gflop)); }, 10);
+    std::printf("mma.sync m16n8k16 bf16 peak: %.0f TFLOP/s (%.3f ms)\n", gflop / ms, ms);
+  }
+
+  RopeConfig rope;
+  rope.style = RopeStyle::kRotateHalf;
+  rope.theta = 500000;
+  rope.llama3_scaling = true;
+  double* inv_freq = Upload(RopeInverseFrequencies(rope, kHd));
+
+  std::printf("%-8s %6s %5s %9s %6s %10s %10s %12s %12s %9s\n", "scenario", "L", "batch", "queries", "splits",
+              "lazy_ms",
+              "no_rot_ms", "lazy_TFLOP/s", "norot_TFLOP/s", "rot_cost");
+  std::mt19937 rng(1);
+  for (int len : {1024, 4096, 16384}) {
+    const int batch = kTokens / len;
+    const int blocks_per_seq = len / kBlock;
+    const size_t num_blocks = size_t(batch) * blocks_per_seq;
+    const size_t pool_elems = num_blocks * kBlock * kKvHeads * kHd;
+    void *k, *v;
+    CHECK_CUDA(cudaMalloc(&k, pool_elems * 2));
+    CHECK_CUDA(cudaMalloc(&v, pool_elems * 2));
+    CHECK_CUDA(bench::FillRandomBf16(k, pool_elems, 11 + len));
+    CHECK_CUDA(bench::FillRandomBf16(v, pool_elems, 22 + len));
+    std::vector<int32_t> ids, tokens, lazy_deltas, zero_deltas, starts, offsets = {0};
+    for (int s = 0; s < batch; ++s) {
+      for (int b = 0; b < blocks_per_seq; ++b) {
+        ids.push_back(s * blocks_per_seq + b);
+        tokens.push_back(kBlock);
+        starts.push_back(b * kBlock);
+        zero_deltas.push_back(0);
+      }
+      // One random delta per document; the last 512 tokens are the request's own.
+      const int docs = len / kDoc - 1;
+      for (int d = 0; d < docs; ++d) {
+        const int32_t delta = 1 + static_cast<int32_t>(rng() % 100000);
+        for (int b = 0; b < kDoc / kBlock; ++b) lazy_deltas.push_back(delta);
+      }
+      for (int b = 0; b < kDoc / kBlock; ++b) lazy_deltas.push_back(0);
+      offsets.push_back(static_cast<int32_t>(ids.size()));
+    }
+    int32_t* d_ids = Upload(ids);
+    int32_t* d_tokens = Upload(tokens);
+    int32_t* d_starts = Upload(starts);
+    int32_t* d_offsets = Upload(offsets);
+    int32_t* d_lazy = Upload(lazy_deltas);
+    int32_t* d_zero = Upload(zero_deltas);
+
+    for (int scenario = 0; scenario < 2; ++scenario) {
+      const int n_q = scenario == 0 ? len : kDoc;
+      const int pos0 = len - n_q;
+      std::vector<int32_t> q_offsets = {0}, q_pos0;
+      for (int s = 0; s < batch; ++s) {
+        q_offsets.push_back(q_offsets.back() + n_q);
+        q_pos0.push_back(pos0);
+      }
+      const size_t q_elems = size_t(batch) * n_q * kHeads * kHd;
+      float *q, *out;
+      CHECK_CUDA(cudaMalloc(&q, q_elems * 4));
+      CHECK_CUDA(cudaMalloc(&out, q_elems * 4));
+      CHECK_CUDA(bench::FillRandomF32(q, q_elems, 33 + len + scenario));
+      cuda::PrefillAttentionParams p;
+      p.q = q;
+      p.k_pool = k;
+      p.v_pool = v;
+      p.block_ids = d_ids;
+      p.block_tokens = d_tokens;
+      p.block_starts = d_starts;
+      p.table_offsets = d_offsets;
+      p.query_offsets = Upload(q_offsets);
+      p.query_pos0 = Upload(q_pos0);
+      p.inv_freq = inv_freq;
+      p.out = out;
+      p.num_seqs = batch;
+      p.n_heads = kHeads;
+      p.n_kv_heads = kKvHeads;
+      p.head_dim = kHd;
+      p.block_size = kBlock;
+      p.rope_style = 1;
+      p.max_queries_per_seq = n_q;
+      const int splits = cuda::ChoosePrefillSplits(p);
+      if (splits > 1) CHECK_CUDA(cudaMalloc(&p.workspace, cuda::PrefillWorkspaceBytes(p, splits)));
+      p.block_deltas = d_lazy;
+      CHECK_CUDA(cuda::LaunchLazyPrefillAttention(p, nullptr));
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const float lazy_ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });
+      p.block_deltas = d_zero;
+      const float plain_ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });
+      CHECK_CUDA(cudaGetLastError());
+      // Visible pairs per sequence: query at position pos0 + i sees pos0 + i + 1 keys.
+      const double pairs = double(n_q) * pos0 + double(n_q) * (n_q + 1) / 2.0;
+      const double flops = 4.0 * kHd * kHeads * pairs * batch;
+      std::printf("%-8s %6d %5d %9d %6d %10.3f %10.3f %12.1f %12.1f %8.1f%%\n", scenario == 0 ? "full" : "last",
+                  len, batch, n_q, splits, lazy_ms, plain_ms, flops / lazy_ms / 1e9, flops / plain_ms / 1e9,
+                  100.0 * (lazy_ms / plain_ms - 1.0));
+      CHECK_CUDA(cudaFree(q));
+      CHECK_CUDA(cudaFree(out));
+      if (p.workspace != nullptr) CHECK_CUDA(cudaFree(p.workspace));
+      CHECK_CUDA(cudaFree(const_cast<int32_t*>(p.query_offsets)));
+      CHECK_CUDA(cudaFree(const_cast<int32_t*>(p.query_pos0)));
+    }
+    for (void* ptr : {(void*)k, (void*)v, (void*)d_ids, (void*)d_tokens, (void*)d_starts, (void*)d_offsets,
+                      (void*)d_lazy, (void*)d_zero}) {
+      CHECK_CUDA(cudaFree(ptr));
+    }
+  }
+  return 0;
+}

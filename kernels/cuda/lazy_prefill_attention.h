@@ -1,0 +1,70 @@
+// Lazy-RoPE paged prefill attention on the GPU (DESIGN.md section 2): a batch of
+// sequences, each with a run of new query tokens at logical positions [pos0, pos0 + n),
+// against that sequence's paged bf16 KV (chunk blocks with their rotation deltas, fully
+// visible where they precede the query, and the request's own blocks, delta 0, causal).
+// The keys of the new tokens are in the pool before the call.
+//
+// A query at position p scores a stored key of a block with delta d as <R(p - d) q, k>.
+// The kernel is a tiled online softmax (FlashAttention-2 style) on the tensor cores
+// (mma.sync m16n8k16, bf16 operands, fp32 accumulation). Each CTA holds a tile of 128
+// queries of one head; its query tile is rotated once per run of KV tiles that share a
+// delta (a KV tile never spans two deltas), in fp32 with a precise angle, then rounded
+// once to bf16 for the tensor cores. Keys are never rotated or copied.
+//
+// Precision: q is read as fp32 and rotated in fp32; the rotated q and the softmax
+// probabilities enter the tensor cores as bf16 (one rounding each); scores, softmax and
+// the output accumulate in fp32. The CPU twin is kernels/cpu/paged_attention.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lazykv::cuda {
+
+// Device pointers. Block tables of all sequences are concatenated; sequence s owns
+// entries [table_offsets[s], table_offsets[s + 1]), in logical order; each entry holds
+// num_tokens valid slots from slot 0 (a partly filled block anywhere in the table is
+// fine) and block_starts gives the logical position of its first slot (contiguous: an
+// entry starts where the previous one ended).
+struct PrefillAttentionParams {
+  // [total_queries][n_heads][head_dim] fp32, raw (unrotated). Sequence s owns rows
+  // [query_offsets[s], query_offsets[s + 1]); its row i sits at position query_pos0[s] + i.
+  const float* q = nullptr;
+  const void* k_pool = nullptr;  // bf16 [num_blocks][block_size][n_kv_heads][head_dim], one layer
+  const void* v_pool = nullptr;
+  const int32_t* block_ids = nullptr;
+  const int32_t* block_tokens = nullptr;  // valid slots per entry
+  const int32_t* block_deltas = nullptr;
+  const int32_t* block_starts = nullptr;   // logical position of each entry's first slot
+  const int32_t* table_offsets = nullptr;  // [num_seqs + 1]
+  const int32_t* query_offsets = nullptr;  // [num_seqs + 1]
+  const int32_t* query_pos0 = nullptr;     // [num_seqs]
+  const double* inv_freq = nullptr;        // [head_dim / 2]
+  float* out = nullptr;                    // [total_queries][n_heads][head_dim] fp32
+  // Split-KV: when a launch would not fill the GPU (few sequences, heads and query tiles),
+  // the visible keys are cut into splits whose partials are merged by a second kernel.
+  // It needs PrefillWorkspaceBytes(p, ChoosePrefillSplits(p)) bytes here; with no
+  // workspace the kernel runs unsplit.
+  float* workspace = nullptr;
+  int num_seqs = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;      // n_heads % n_kv_heads == 0 (any group size)
+  int head_dim = 0;        // 64 or 128
+  int block_size = 0;      // a power of two, at least 16
+  int rope_style = 0;      // 0: interleaved pairs, 1: rotate-half
+  int max_queries_per_seq = 0;  // max over s of query_offsets[s + 1] - query_offsets[s]
+  int num_splits = 0;           // 0: chosen from the GPU's SM count; 1: never split
+};
+
+// Splits the launcher will use for these shapes on the current device (given a workspace).
+int ChoosePrefillSplits(const PrefillAttentionParams& p);
+size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits);
+
+// Validates the shapes and launches; errors come back as cudaError_t
+// (cudaErrorInvalidValue for shapes the kernel does not support, checked before any
+// CUDA call, so it needs no GPU).
+cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
+
+}  // namespace lazykv::cuda

@@ -1,0 +1,269 @@
+// The lazy prefill attention kernel against the CPU reference (LazyPagedAttention), on
+// fresh random inputs at several shapes: odd query counts, partly filled blocks (at the
+// end of every chunk and of the request), many chunks with deltas up to 128k, both RoPE
+// styles, head dims 64 and 128, GQA groups 1, 4 and 8, block sizes 16 to 256, chunked
+// prefill (pos0 > 0) and whole-sequence prefill. The GPU tests skip without a GPU; the
+// shape validation runs everywhere (it returns before any CUDA call).
+//
+// Tolerance: the kernel feeds the tensor cores bf16 operands (the rotated query, the
+// keys, the softmax probabilities, the values); keys and values are bf16 on both sides,
+// so the difference comes from rounding the rotated query and the probabilities to bf16
+// (relative 2^-9 = 2e-3 each) with fp32 accumulation. We allow 1e-2 of the output's
+// largest magnitude (max |gpu - cpu| / max |cpu|, per sequence), about 5x the expected
+// rounding; a wrong rotation, mask or index gives errors of order 1.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cuda/lazy_prefill_attention.h"
+#include "tests/test_util.h"
+
+namespace lazykv::testing {
+namespace {
+
+bool HaveGpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+template <typename T>
+T* ToDevice(const std::vector<T>& host) {
+  T* device = nullptr;
+  if (cudaMalloc(&device, std::max<size_t>(1, host.size()) * sizeof(T)) != cudaSuccess) return nullptr;
+  cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return device;
+}
+
+template <typename T>
+std::vector<T> ToHost(const T* device, size_t n) {
+  std::vector<T> host(n);
+  cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return host;
+}
+
+// Random bf16 values and their exact fp32 twins (the CPU reference's input).
+void RandomBf16(std::mt19937_64& rng, size_t n, std::vector<__nv_bfloat16>& bf, std::vector<float>& fp) {
+  std::normal_distribution<float> dist;
+  bf.resize(n);
+  fp.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    bf[i] = __float2bfloat16(dist(rng));
+    fp[i] = __bfloat162float(bf[i]);
+  }
+}
+
+struct PrefillShape {
+  std::string name;
+  int head_dim, n_heads, n_kv_heads, block_size, num_seqs;
+  int chunks, max_chunk_tokens;  // documents before the request's own tokens
+  int max_prior_own;             // own tokens already cached before the query run (chunked prefill)
+  int max_queries;               // new query tokens per sequence
+  bool queries_from_start;       // every token of the sequence is a query (pos0 = 0)
+  bool first_chunk_delta_zero;   // the first chunk shares delta 0 with what precedes it
+  RopeStyle style;
+  int max_delta;
+};
+
+class PrefillAttentionGpuTest : public ::testing::TestWithParam<PrefillShape> {};
+
+TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const PrefillShape s = GetParam();
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  RopeConfig rope;
+  rope.style = s.style;
+  rope.theta = s.style == RopeStyle::kInterleaved ? 10000.0 : 500000.0;
+  rope.llama3_scaling = s.style == RopeStyle::kRotateHalf;
+
+  // Per sequence: chunks at random deltas, then the own tokens (delta 0): `prior` already
+  // cached, then the query run, whose keys the caller has written before attention.
+  std::vector<int32_t> ids, tokens, deltas, starts, offsets = {0}, q_offsets = {0}, pos0;
+  std::vector<std::vector<KvBlockRef>> tables(s.num_seqs);
+  int32_t next_block = 0;
+  int max_queries = 0;
+  auto rand_int = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int seq = 0; seq < s.num_seqs; ++seq) {
+    int32_t logical = 0;
+    auto add_segment = [&](int len, int32_t delta) {
+      for (int done = 0; done < len; done += s.block_size) {
+        const int fill = std::min(s.block_size, len - done);
+        tables[seq].push_back(KvBlockRef{next_block, fill, delta});
+        ids.push_back(next_block++);
+        tokens.push_back(fill);
+        deltas.push_back(delta);
+        starts.push_back(logical);
+        logical += fill;
+      }
+    };
+    for (int c = 0; c < s.chunks; ++c) {
+      const int32_t delta = c == 0 && s.first_chunk_delta_zero ? 0 : rand_int(1, s.max_delta);
+      add_segment(rand_int(1, s.max_chunk_tokens), delta);
+    }
+    int n_queries = rand_int(1, s.max_queries);
+    if (seq == 0 && n_queries > 1) n_queries |= 1;  // an odd count
+    const int prior = s.max_prior_own > 0 ? rand_int(0, s.max_prior_own) : 0;
+    add_segment(prior + n_queries, 0);
+    if (s.queries_from_start) n_queries = logical;
+    offsets.push_back(static_cast<int32_t>(ids.size()));
+    q_offsets.push_back(q_offsets.back() + n_queries);
+    pos0.push_back(logical - n_queries);
+    max_queries = std::max(max_queries, n_queries);
+  }
+  const int total_queries = q_offsets.back();
+
+  const size_t pool = static_cast<size_t>(next_block) * s.block_size * s.n_kv_heads * s.head_dim;
+  std::vector<__nv_bfloat16> k_bf, v_bf;
+  std::vector<float> k_fp, v_fp;
+  RandomBf16(rng, pool, k_bf, k_fp);
+  RandomBf16(rng, pool, v_bf, v_fp);
+  std::normal_distribution<float> dist;
+  const size_t q_width = static_cast<size_t>(s.n_heads) * s.head_dim;
+  std::vector<float> q(static_cast<size_t>(total_queries) * q_width);
+  for (float& x : q) x = dist(rng);
+
+  // CPU reference, queries spread over threads (each query is independent).
+  const cpu::RopeTable table(rope, s.head_dim);
+  const cpu::KvLayerView kv{k_fp.data(), v_fp.data(), next_block, s.block_size, s.n_kv_heads, s.head_dim};
+  std::vector<float> expected(q.size());
+  std::vector<int32_t> positions(total_queries);
+  std::vector<int> seq_of(total_queries);
+  for (int seq = 0; seq < s.num_seqs; ++seq) {
+    for (int i = q_offsets[seq]; i < q_offsets[seq + 1]; ++i) {
+      positions[i] = pos0[seq] + (i - q_offsets[seq]);
+      seq_of[i] = seq;
+    }
+  }
+  const int workers = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool_threads;
+  for (int w = 0; w < workers; ++w) {
+    pool_threads.emplace_back([&, w] {
+      for (int i = w; i < total_queries; i += workers) {
+        cpu::LazyPagedAttention(q.data() + i * q_width, &positions[i], 1, s.n_heads, tables[seq_of[i]], kv, table,
+                                expected.data() + i * q_width);
+      }
+    });
+  }
+  for (std::thread& t : pool_threads) t.join();
+
+  // GPU, output poisoned first so that an unwritten element fails.
+  cuda::PrefillAttentionParams p;
+  p.q = ToDevice(q);
+  p.k_pool = ToDevice(k_bf);
+  p.v_pool = ToDevice(v_bf);
+  p.block_ids = ToDevice(ids);
+  p.block_tokens = ToDevice(tokens);
+  p.block_deltas = ToDevice(deltas);
+  p.block_starts = ToDevice(starts);
+  p.table_offsets = ToDevice(offsets);
+  p.query_offsets = ToDevice(q_offsets);
+  p.query_pos0 = ToDevice(pos0);
+  p.inv_freq = ToDevice(RopeInverseFrequencies(rope, s.head_dim));
+  p.num_seqs = s.num_seqs;
+  p.n_heads = s.n_heads;
+  p.n_kv_heads = s.n_kv_heads;
+  p.head_dim = s.head_dim;
+  p.block_size = s.block_size;
+  p.rope_style = s.style == RopeStyle::kInterleaved ? 0 : 1;
+  p.max_queries_per_seq = max_queries;
+  float* out = nullptr;
+  CUDA_OK(cudaMalloc(&out, q.size() * sizeof(float)));
+  p.out = out;
+  // Once as the launcher chooses (split-KV where the launch is small), once unsplit.
+  for (const int forced_splits : {0, 1}) {
+    p.num_splits = forced_splits;
+    const int splits = cuda::ChoosePrefillSplits(p);
+    const size_t ws_bytes = cuda::PrefillWorkspaceBytes(p, splits);
+    p.workspace = nullptr;
+    if (ws_bytes > 0) {
+      CUDA_OK(cudaMalloc(&p.workspace, ws_bytes));
+    }
+    CUDA_OK(cudaMemset(out, 0xff, q.size() * sizeof(float)));  // NaN: an unwritten element fails
+    CUDA_OK(cuda::LaunchLazyPrefillAttention(p, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = ToHost(out, q.size());
+    cudaFree(p.workspace);
+    for (int seq = 0; seq < s.num_seqs; ++seq) {
+      const auto first = got.begin() + q_offsets[seq] * q_width, last = got.begin() + q_offsets[seq + 1] * q_width;
+      const std::vector<float> g(first, last);
+      const std::vector<float> e(expected.begin() + q_offsets[seq] * q_width,
+                                 expected.begin() + q_offsets[seq + 1] * q_width);
+      const size_t unwritten = std::count_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
+      EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
+      const double error = RelativeError(g, e);
+      EXPECT_LT(error, 1e-2) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits << ", "
+                             << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
+      std::printf("[          ] %s seq %d, splits %d: %d queries from %d, %zu entries, rel error %.2e\n",
+                  s.name.c_str(), seq, splits, q_offsets[seq + 1] - q_offsets[seq], pos0[seq], tables[seq].size(),
+                  error);
+    }
+  }
+  for (const void* ptr : {(const void*)p.q, p.k_pool, p.v_pool, (const void*)p.block_ids, (const void*)p.block_tokens,
+                          (const void*)p.block_deltas, (const void*)p.block_starts, (const void*)p.table_offsets,
+                          (const void*)p.query_offsets, (const void*)p.query_pos0, (const void*)p.inv_freq,
+                          (const void*)out}) {
+    cudaFree(const_cast<void*>(ptr));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, PrefillAttentionGpuTest,
+    ::testing::Values(
+        // Llama-3-8B attention, RAG request: 8 documents, then a chunked-prefill query run.
+        PrefillShape{"llama3_rag", 128, 32, 8, 16, 2, 8, 512, 40, 300, false, false, RopeStyle::kRotateHalf, 131072},
+        // llama2.c style, MHA, the first chunk at delta 0 behind a partly filled block.
+        PrefillShape{"llama2c_mha", 64, 8, 8, 16, 3, 4, 77, 20, 200, false, true, RopeStyle::kInterleaved, 100000},
+        // Group of 8, many chunks, blocks of 32.
+        PrefillShape{"group8_long", 128, 8, 1, 32, 1, 30, 600, 100, 257, false, false, RopeStyle::kRotateHalf,
+                     131072},
+        // Blocks of 128: a KV tile is part of a block.
+        PrefillShape{"group8_block128", 64, 16, 2, 128, 2, 5, 300, 200, 300, false, false, RopeStyle::kInterleaved,
+                     50000},
+        // Blocks of 256, rotate-half at head dim 64.
+        PrefillShape{"gqa4_block256", 64, 32, 8, 256, 1, 6, 400, 300, 150, false, true, RopeStyle::kRotateHalf, 131072},
+        // Ordinary causal prefill of a whole sequence (no chunks, pos0 = 0).
+        PrefillShape{"causal_only", 128, 32, 8, 16, 1, 0, 1, 0, 1000, false, false, RopeStyle::kRotateHalf, 0},
+        // Every token a query, chunks included: query tiles see delta changes mid-tile.
+        PrefillShape{"all_tokens_queries", 128, 16, 4, 64, 2, 3, 200, 10, 100, true, false, RopeStyle::kInterleaved,
+                     131072}),
+    [](const ::testing::TestParamInfo<PrefillShape>& info) { return info.param.name; });
+
+// Unsupported shapes come back as cudaErrorInvalidValue before any CUDA call (no GPU needed).
+TEST(PrefillAttentionShapes, RejectsUnsupported) {
+  cuda::PrefillAttentionParams good;
+  good.num_seqs = 1;
+  good.n_heads = 32;
+  good.n_kv_heads = 8;
+  good.head_dim = 128;
+  good.block_size = 16;
+  good.rope_style = 1;
+  good.max_queries_per_seq = 0;  // nothing to do: succeeds without touching the device
+  EXPECT_EQ(cuda::LaunchLazyPrefillAttention(good, nullptr), cudaSuccess);
+  auto expect_invalid = [&](auto mutate, const char* what) {
+    cuda::PrefillAttentionParams p = good;
+    mutate(p);
+    EXPECT_EQ(cuda::LaunchLazyPrefillAttention(p, nullptr), cudaErrorInvalidValue) << what;
+  };
+  expect_invalid([](auto& p) { p.head_dim = 96; }, "head dim 96");
+  expect_invalid([](auto& p) { p.block_size = 24; }, "block size 24");
+  expect_invalid([](auto& p) { p.block_size = 8; }, "block size 8");
+  expect_invalid([](auto& p) { p.n_kv_heads = 6; }, "32 heads over 6 KV heads");
+  expect_invalid([](auto& p) { p.rope_style = 2; }, "rope style 2");
+  expect_invalid([](auto& p) { p.num_seqs = 0; }, "no sequences");
+  expect_invalid([](auto& p) { p.num_splits = -1; }, "negative splits");
+  expect_invalid([](auto& p) { p.max_queries_per_seq = 5; }, "null pointers");
+}
+
+}  // namespace
+}  // namespace lazykv::testing

@@ -14,6 +14,7 @@
 #include "cache_server/kv_cache_service.h"
 #include "common/byte_size.h"
 #include "common/flag_parser.h"
+#include "common/malloc_tuning.h"
 
 namespace lazykv::cache {
 namespace {
@@ -125,6 +126,8 @@ int Serve(int argc, char** argv) {
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(static_cast<int>(flags.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(flags.max_message_bytes));
+  // Chunks are MiB-sized: a large flow-control window keeps a stream from stalling.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
   // Dead peers are noticed even on idle streams.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
@@ -167,5 +170,6 @@ int Serve(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("cache-server"));
+  lazykv::TuneMallocForLargeBuffers();
   return lazykv::cache::Serve(argc, argv);
 }

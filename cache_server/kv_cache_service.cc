@@ -54,7 +54,14 @@ class KvCacheService::StreamSlot {
 };
 
 KvCacheService::KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits)
-    : store_(store), leases_(leases), limits_(limits), metrics_(store->metrics()) {}
+    : store_(store), leases_(leases), limits_(limits), metrics_(store->metrics()) {
+  // Method 1 of KvCache is Get (proto/kvcache.proto): served by StreamChunk.
+  MarkMethodStreamed(1, new grpc::internal::SplitServerStreamingHandler<v1::GetRequest, OutgoingGetResponse>(
+                            [this](grpc::ServerContext* context,
+                                   grpc::ServerSplitStreamer<v1::GetRequest, OutgoingGetResponse>* stream) {
+                              return StreamChunk(context, stream);
+                            }));
+}
 
 grpc::Status KvCacheService::Lookup(grpc::ServerContext*, const v1::LookupRequest* request,
                                     v1::LookupResponse* response) {
@@ -75,30 +82,34 @@ grpc::Status KvCacheService::Lookup(grpc::ServerContext*, const v1::LookupReques
   return grpc::Status::OK;
 }
 
-grpc::Status KvCacheService::Get(grpc::ServerContext* context, const v1::GetRequest* request,
-                                 grpc::ServerWriter<v1::GetResponse>* writer) {
+grpc::Status KvCacheService::StreamChunk(grpc::ServerContext* context,
+                                         grpc::ServerSplitStreamer<v1::GetRequest, OutgoingGetResponse>* stream) {
   LatencyTimer timer(metrics_, "get");
   StreamSlot slot(this);
   if (!slot.taken()) return slot.Refusal();
-  if (!request->has_key()) return Invalid("key is required");
-  auto reader = store_->Read(FromProto(request->key()));
-  if (!reader.ok()) return ToGrpcStatus(reader.status());
+  v1::GetRequest request;
+  if (!stream->Read(&request)) return Invalid("empty get request");
+  if (!request.has_key()) return Invalid("key is required");
+  auto read = store_->Read(FromProto(request.key()));
+  if (!read.ok()) return ToGrpcStatus(read.status());
+  const auto reader = std::make_shared<const ChunkReader>(*std::move(read));
   const uint64_t size = reader->size();
-  v1::GetResponse message;
-  message.mutable_header()->resize(kChunkHeaderBytes);
-  reader->Read(0, kChunkHeaderBytes, message.mutable_header()->data());
-  message.set_tier(ToProtoTier(reader->tier()));
+  OutgoingGetResponse message;
+  message.header.resize(kChunkHeaderBytes);
+  reader->Read(0, kChunkHeaderBytes, message.header.data());
+  message.tier = ToProtoTier(reader->tier());
+  message.owner = reader;
   uint64_t offset = kChunkHeaderBytes;
   do {
     const uint64_t n = std::min<uint64_t>(limits_.slice_bytes, size - offset);
-    message.mutable_data()->resize(n);
-    reader->Read(offset, n, message.mutable_data()->data());
+    message.data = reader->Pieces(offset, n);
     offset += n;
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the get");
     grpc::WriteOptions options;
     if (offset == size) options.set_last_message();
-    if (!writer->Write(message, options)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-    message.Clear();
+    if (!stream->Write(message, options)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    message.header.clear();
+    message.tier = v1::TIER_UNSPECIFIED;
   } while (offset < size);
   return grpc::Status::OK;
 }

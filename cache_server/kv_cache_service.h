@@ -10,6 +10,7 @@
 
 #include "cache_server/lease_table.h"
 #include "cache_server/tiered_store.h"
+#include "common/chunk_wire.h"
 #include "proto/kvcache.grpc.pb.h"
 
 namespace lazykv::cache {
@@ -29,8 +30,9 @@ class KvCacheService final : public v1::KvCache::Service {
 
   grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                       v1::LookupResponse* response) override;
-  grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
-                   grpc::ServerWriter<v1::GetResponse>* writer) override;
+  // Get streams the stored bytes without copying them (common/chunk_wire.h).
+  grpc::Status StreamChunk(grpc::ServerContext* context,
+                           grpc::ServerSplitStreamer<v1::GetRequest, OutgoingGetResponse>* stream);
   grpc::Status Put(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
                    v1::PutResponse* response) override;
   grpc::Status Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,

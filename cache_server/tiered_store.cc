@@ -49,6 +49,11 @@ void ChunkReader::Read(uint64_t offset, uint64_t length, char* out) const {
   }
 }
 
+std::vector<std::string_view> ChunkReader::Pieces(uint64_t offset, uint64_t length) const {
+  if (host_) return host_->Pieces(offset, length);
+  return {std::string_view(bytes_).substr(offset, length)};
+}
+
 std::string ChunkReader::ReadAll() const {
   std::string out(size(), '\0');
   Read(0, out.size(), out.data());

@@ -56,6 +56,8 @@ class ChunkReader {
   StoreTier tier() const { return tier_; }
   uint64_t size() const { return host_ ? host_->size() : bytes_.size(); }
   void Read(uint64_t offset, uint64_t length, char* out) const;
+  // Contiguous pieces covering [offset, offset + length), valid while the reader lives.
+  std::vector<std::string_view> Pieces(uint64_t offset, uint64_t length) const;
   std::string ReadAll() const;
 
  private:

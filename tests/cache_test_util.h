@@ -11,9 +11,12 @@
 
 #include "common/chunk_codec.h"
 #include "proto/kvcache.grpc.pb.h"
-#include "tests/server_process.h"
+#include "common/child_process.h"
 
 namespace lazykv::testing {
+
+using lazykv::HttpGet;
+using lazykv::ServerProcess;
 
 struct TestChunk {
   Hash128 key, fingerprint;

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "common/chunk_codec.h"
+#include "common/chunk_wire.h"
 #include "common/grpc_util.h"
 #include "common/rendezvous_hash.h"
 
@@ -56,13 +57,15 @@ RemoteChunkTier::RemoteChunkTier(RemoteTierOptions options) : options_(std::move
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(static_cast<int>(options_.slice_bytes + (1 << 20)));
     args.SetMaxSendMessageSize(static_cast<int>(options_.slice_bytes + (1 << 20)));
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);  // MiB-sized chunks
     // Notice a restarted server within about a second.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     auto server = std::make_unique<Server>();
     server->address = address;
-    server->stub = v1::KvCache::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    server->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    server->stub = v1::KvCache::NewStub(server->channel);
     servers_.push_back(std::move(server));
   }
 }
@@ -140,20 +143,10 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::Fetch(const Hash128& key) {
   const grpc::Status status =
       WithRetries(server, options_.transfer_deadline, "get", [&](grpc::ClientContext& context) {
         fetched.stored.clear();
-        auto reader = server.stub->Get(&context, request);
-        v1::GetResponse message;
-        bool first = true;
-        while (reader->Read(&message)) {
-          if (first) {
-            auto header = DecodeChunkHeader(message.header());
-            if (header.ok()) fetched.stored.reserve(kChunkHeaderBytes + header->payload_bytes);
-            fetched.stored.append(message.header());
-            fetched.source = SourceOf(message.tier());
-            first = false;
-          }
-          fetched.stored.append(message.data());
-        }
-        return reader->Finish();
+        v1::Tier tier = v1::TIER_UNSPECIFIED;
+        const grpc::Status status = GetChunkInto(server.channel.get(), &context, request, &fetched.stored, &tier);
+        fetched.source = SourceOf(tier);
+        return status;
       });
   if (!status.ok()) return FromGrpcStatus(status);
   return fetched;

@@ -48,6 +48,7 @@ class RemoteChunkTier final : public ChunkTier {
  private:
   struct Server {
     std::string address;
+    std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<v1::KvCache::Stub> stub;
     std::mutex mu;
     std::chrono::steady_clock::time_point down_until{};

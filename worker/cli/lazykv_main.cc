@@ -4,11 +4,13 @@
 
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "common/malloc_tuning.h"
 #include "worker/cli/run_command.h"
 
 int main(int argc, char** argv) {
   // Logs go to stderr so that stdout carries only results (JSON lines with --json).
   spdlog::set_default_logger(spdlog::stderr_color_mt("lazykv"));
+  lazykv::TuneMallocForLargeBuffers();
   const std::string command = argc > 1 ? argv[1] : "";
   if (command == "run") return lazykv::RunCommand(argc - 1, argv + 1);
   std::cerr << "usage: lazykv run --model PATH|synthetic:NAME [options]   (lazykv run --help)\n";

@@ -1,5 +1,5 @@
-// Runs one of the project's server binaries as a child process on loopback for
-// integration tests: waits for its "listening on HOST:PORT" line, signals it, reaps it.
+// Runs one of the project's server binaries as a child process on loopback (integration
+// tests, benchmarks): waits for its "listening on HOST:PORT" line, signals it, reaps it.
 #pragma once
 
 #include <sys/types.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace lazykv::testing {
+namespace lazykv {
 
 class ServerProcess {
  public:
@@ -35,4 +35,4 @@ class ServerProcess {
 // The body of GET http://address/path (empty on failure).
 std::string HttpGet(const std::string& address, const std::string& path);
 
-}  // namespace lazykv::testing
+}  // namespace lazykv

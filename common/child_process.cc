@@ -1,4 +1,4 @@
-#include "tests/server_process.h"
+#include "common/child_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <regex>
 
-namespace lazykv::testing {
+namespace lazykv {
 
 ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args, const std::string& log_path) {
   int out[2];
@@ -89,4 +89,4 @@ std::string HttpGet(const std::string& address, const std::string& path) {
   return body == std::string::npos ? "" : response.substr(body + 4);
 }
 
-}  // namespace lazykv::testing
+}  // namespace lazykv

@@ -9,7 +9,7 @@ mkdir -p "$out"
 source "$bundle/env.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$out/gpu.txt"
 cuda_kernels_test 2>&1 | tee "$out/test.log" | grep -E "OK|FAILED|PASSED|worst|Failure" | head -60
-cuda_decode_bench --sweep 2>&1 | tee "$out/decode.log"
+cuda_decode_bench $([[ ${SWEEP:-1} == 1 ]] && echo --sweep) 2>&1 | tee "$out/decode.log"
 PYTHONUNBUFFERED=1 python3 "$BUNDLE_DATA/sdpa_prefill_reference.py" --decode-only --decode-log "$out/decode.log" \
   2>&1 | tee "$out/sdpa.log" | tail -14
 if [[ ${SKIP_NCU:-0} != 1 ]]; then
@@ -25,7 +25,7 @@ if [[ ${SKIP_NCU:-0} != 1 ]]; then
 fi
 if [[ ${SANITIZE:-1} == 1 ]]; then
   timeout 200 compute-sanitizer --tool memcheck cuda_kernels_test \
-    --gtest_filter='*group3*:*hd64_group8*:*group2_block7*:*splits3*' > "$out/memcheck.log" 2>&1
+    --gtest_filter=${MEMCHECK_FILTER:-'*group3*:*hd64_group8*:*group2_block7*:*splits3*:*batch1_chunks8*'} > "$out/memcheck.log" 2>&1
   tail -4 "$out/memcheck.log"
 fi
 if [[ ${SKIP_SASS:-0} != 1 ]]; then

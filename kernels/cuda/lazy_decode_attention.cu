@@ -497,23 +497,59 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
   }
 }
 
-// One CTA per (sequence, query head): merges the splits.
-__global__ void CombineSplitsKernel(DecodeAttentionParams p, int splits) {
+// One CTA per (sequence, query head): merges the splits. The split weights are formed once,
+// in parallel, in shared memory (splits floats of dynamic shared memory); then each thread
+// sums one dimension over the splits with independent loads.
+constexpr int kCombineThreads = 128;
+
+__device__ __forceinline__ float BlockReduce(float v, float* scratch, bool is_max) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int mask = 16; mask > 0; mask /= 2) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, mask);
+    v = is_max ? fmaxf(v, o) : v + o;
+  }
+  __syncthreads();  // scratch may still be read from a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < kCombineThreads / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
+  return v;
+}
+
+__global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(DecodeAttentionParams p, int splits) {
+  extern __shared__ float weight[];  // [splits rounded up to a multiple of 4]
+  __shared__ float scratch[kCombineThreads / 32];
   const int seq = blockIdx.x / p.n_heads, head = blockIdx.x % p.n_heads;
   const PartialView part = Partials(p.workspace, p.num_seqs, p.n_heads, splits);
   const size_t base = part.index(seq, head, 0, p.n_heads, splits);
-  float m_all = -INFINITY;
-  for (int s = 0; s < splits; ++s) {
-    if (part.l[base + s] > 0.0f) m_all = fmaxf(m_all, part.m[base + s]);
+  float m_local = -INFINITY;
+  for (int s = threadIdx.x; s < splits; s += kCombineThreads) {
+    const float l = part.l[base + s];
+    weight[s] = l;
+    if (l > 0.0f) m_local = fmaxf(m_local, part.m[base + s]);
   }
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float l_all = 0.0f, a_all = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      if (part.l[base + s] <= 0.0f) continue;
-      const float f = exp2f(part.m[base + s] - m_all);
-      l_all += f * part.l[base + s];
-      a_all += f * part.acc[(base + s) * p.head_dim + d];
+  const float m_all = BlockReduce(m_local, scratch, true);
+  float l_local = 0.0f;
+  for (int s = threadIdx.x; s < splits; s += kCombineThreads) {
+    const float l = weight[s];
+    const float w = l > 0.0f ? exp2f(part.m[base + s] - m_all) : 0.0f;
+    weight[s] = w;
+    l_local += w * l;
+  }
+  const float l_all = BlockReduce(l_local, scratch, false);  // its barriers publish weight[]
+  for (int d = threadIdx.x; d < p.head_dim; d += kCombineThreads) {
+    const float* acc = part.acc + base * p.head_dim + d;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int s = 0;
+    for (; s + 4 <= splits; s += 4) {
+      a0 += weight[s] * acc[static_cast<size_t>(s) * p.head_dim];
+      a1 += weight[s + 1] * acc[static_cast<size_t>(s + 1) * p.head_dim];
+      a2 += weight[s + 2] * acc[static_cast<size_t>(s + 2) * p.head_dim];
+      a3 += weight[s + 3] * acc[static_cast<size_t>(s + 3) * p.head_dim];
     }
+    for (; s < splits; ++s) a0 += weight[s] * acc[static_cast<size_t>(s) * p.head_dim];
+    const float a_all = (a0 + a1) + (a2 + a3);
     p.out[(static_cast<size_t>(seq) * p.n_heads + head) * p.head_dim + d] = l_all > 0.0f ? a_all / l_all : 0.0f;
   }
 }
@@ -657,22 +693,31 @@ KernelEntry SelectKernel(const DecodeAttentionParams& p, detail::DecodeKernelCon
   return EntryForGroup<128, 4, 3>(padded);
 }
 
-// Splits: enough CTAs to fill the GPU's CTA slots without a mostly idle last wave, each
-// split still long enough that its fixed costs (pipeline fill, merge, partial) stay small.
+// Splits. One CTA of the default configuration streams about a full SM's share of the
+// bandwidth, so the time is modelled per SM: the entries of the busiest SM (CTAs spread
+// evenly over the SMs), a fixed cost per round of resident CTAs (prologue latency, pipeline
+// fill, merge), and for more than one split the combine launch plus a cost per split.
+// Measured on the H100 (bench/results/cuda_decode_2026-11-21.md): batch 1 at 4k-32k is
+// fastest at 16 splits (one CTA per SM); batch >= 32 at one split.
+// Units: the time an SM takes to stream one entry of 16 tokens.
+constexpr int kMaxSplits = 1024;
+
 int PickSplits(const DecodeAttentionParams& p, int ctas_per_sm) {
-  if (p.num_splits > 0) return std::min(p.num_splits, std::max(1, p.max_entries_per_seq));
-  const long long slots = static_cast<long long>(MultiprocessorCount()) * std::max(1, ctas_per_sm);
+  if (p.num_splits > 0) return std::min({p.num_splits, std::max(1, p.max_entries_per_seq), kMaxSplits});
+  const long long sms = MultiprocessorCount();
+  const long long slots = sms * std::max(1, ctas_per_sm);
   const long long base = std::max(1, p.num_seqs * p.n_kv_heads);
   const int entries = std::max(1, p.max_entries_per_seq);
   const int max_splits = std::max(1, std::min(256, (entries + 3) / 4));
-  constexpr double kFixedEntries = 8.0;  // per-CTA fixed cost, in entries of 16 tokens
-  constexpr double kCombine = 4.0;       // the combine launch and the partials
+  constexpr double kFixed = 6.0, kCombine = 6.0, kPerSplit = 0.25;
   int best = 1;
   double best_cost = 0.0;
   for (int s = 1; s <= max_splits; ++s) {
-    const long long waves = (base * s + slots - 1) / slots;
-    const double cost = waves * ((entries + s - 1) / s + kFixedEntries) + (s > 1 ? kCombine : 0.0);
-    if (s == 1 || cost < best_cost) {
+    const long long ctas = base * s;
+    const double cost = static_cast<double>((ctas + sms - 1) / sms) * ((entries + s - 1) / s) +
+                        kFixed * static_cast<double>((ctas + slots - 1) / slots) +
+                        (s > 1 ? kCombine + kPerSplit * s : 0.0);
+    if (s == 1 || cost < 0.97 * best_cost) {  // more splits only for a clear gain
       best = s;
       best_cost = cost;
     }
@@ -704,7 +749,12 @@ cudaError_t LaunchLazyDecodeAttentionWith(DecodeAttentionParams p, DecodeKernelC
   const int splits = PickSplits(p, kernel.occupancy());
   const int entries_per_split = std::max(1, (p.max_entries_per_seq + splits - 1) / splits);
   kernel.launch(p, splits, entries_per_split, stream);
-  if (splits > 1) CombineSplitsKernel<<<p.num_seqs * p.n_heads, 128, 0, stream>>>(p, splits);
+  if (splits > 1) {
+    // Weights padded to a multiple of 4: the compiler may read the tail of the unrolled
+    // loop as one vector.
+    const size_t weight_bytes = static_cast<size_t>((splits + 3) / 4) * 4 * sizeof(float);
+    CombineSplitsKernel<<<p.num_seqs * p.n_heads, kCombineThreads, weight_bytes, stream>>>(p, splits);
+  }
   return cudaGetLastError();
 }
 

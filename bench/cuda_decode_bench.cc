@@ -1,18 +1,28 @@
 // Lazy paged decode attention on the GPU against two baselines measured in the same run:
 // the device-to-device copy rate (the bandwidth ceiling) and the same kernel with every
-// delta 0 (rotation off: one query rotation per split instead of one per chunk).
+// delta 0 (rotation off: one query rotation per warp instead of one per chunk).
 // Shape: Llama-3-8B attention (32 query heads, 8 KV heads, head dim 128), bf16 KV in
-// blocks of 16, documents of 512 tokens each at its own delta.
-// usage: cuda_decode_bench   (prints a table; run on a GPU machine)
+// blocks of 16 (random normal values), documents of 512 tokens each at its own delta.
+//
+// usage: cuda_decode_bench [--sweep] [--profile BATCH CONTEXT]
+//   (no flag)  the table: per shape, one launch per event pair (lazy_us, no_rot_us) and
+//              graph replays of 10 launches (graph_us, as the SDPA reference times itself)
+//   --sweep    also the kernel's other launch configurations (warps x stages) per shape
+//   --profile  only BATCH x CONTEXT: 2 lazy launches then 2 no-rotation launches (for ncu)
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/model_config.h"
 #include "kernels/cuda/lazy_decode_attention.h"
+#include "kernels/cuda/lazy_decode_attention_config.h"
 
 namespace {
 
@@ -34,29 +44,82 @@ T* Upload(const std::vector<T>& v) {
 }
 
 template <typename Fn>
-float MedianMs(Fn&& fn, int reps = 30) {
+float MedianMs(Fn&& fn, int reps = 30, cudaStream_t stream = nullptr) {
   cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
   for (int i = 0; i < 3; ++i) fn();
   std::vector<float> times;
   for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(a);
+    cudaEventRecord(a, stream);
     fn();
-    cudaEventRecord(b);
+    cudaEventRecord(b, stream);
     cudaEventSynchronize(b);
     float ms;
     cudaEventElapsedTime(&ms, a, b);
     times.push_back(ms);
   }
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
   std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
   return times[reps / 2];
 }
 
+// Median time of one launch, from graph replays of 10 launches (no launch gaps).
+template <typename Launch>
+float GraphMedianMs(Launch&& launch) {
+  constexpr int kPerGraph = 10;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  launch(stream);
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kPerGraph; ++i) launch(stream);
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const float ms = MedianMs([&] { cudaGraphLaunch(exec, stream); }, 20, stream) / kPerGraph;
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return ms;
+}
+
+// Fills a bf16 pool with random normal values: a 32 MB random block copied over the pool.
+void FillRandom(void* pool, size_t elems, std::mt19937& rng) {
+  static std::vector<__nv_bfloat16> block;
+  if (block.empty()) {
+    block.resize(size_t{16} << 20);
+    std::normal_distribution<float> dist;
+    for (auto& x : block) x = __float2bfloat16(dist(rng));
+  }
+  auto* dst = static_cast<__nv_bfloat16*>(pool);
+  for (size_t done = 0; done < elems; done += block.size()) {
+    const size_t n = std::min(block.size(), elems - done);
+    CHECK_CUDA(cudaMemcpy(dst + done, block.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  }
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   using namespace lazykv;
+  bool sweep = false;
+  int profile_batch = 0, profile_context = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
+    } else if (std::strcmp(argv[i], "--profile") == 0 && i + 2 < argc) {
+      profile_batch = std::atoi(argv[i + 1]);
+      profile_context = std::atoi(argv[i + 2]);
+      i += 2;
+    } else {
+      std::fprintf(stderr, "usage: cuda_decode_bench [--sweep] [--profile BATCH CONTEXT]\n");
+      return 2;
+    }
+  }
+  const bool profiling = profile_batch > 0;
   constexpr int kHeads = 32, kKvHeads = 8, kHd = 128, kBlock = 16, kDoc = 512;
   RopeConfig rope;
   rope.style = RopeStyle::kRotateHalf;
@@ -64,86 +127,154 @@ int main() {
   rope.llama3_scaling = true;
   double* inv_freq = Upload(RopeInverseFrequencies(rope, kHd));
 
-  // Ceiling: a large device-to-device copy (bytes read + bytes written per second).
-  const size_t copy_bytes = size_t{2} << 30;
-  void *src, *dst;
-  CHECK_CUDA(cudaMalloc(&src, copy_bytes));
-  CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
-  const float copy_ms = MedianMs([&] { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice); }, 10);
-  const double copy_gbs = 2.0 * copy_bytes / copy_ms / 1e6;
-  CHECK_CUDA(cudaFree(src));
-  CHECK_CUDA(cudaFree(dst));
-  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_gbs);
-  std::printf("%5s %7s %7s %10s %10s %9s %12s %12s\n", "batch", "context", "splits", "lazy_us", "no_rot_us",
-              "lazy_GB/s", "vs_copy", "rotation_cost");
+  double copy_gbs = 0.0;
+  if (!profiling) {
+    // Ceiling: a large device-to-device copy (bytes read + bytes written per second).
+    const size_t copy_bytes = size_t{2} << 30;
+    void *src, *dst;
+    CHECK_CUDA(cudaMalloc(&src, copy_bytes));
+    CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
+    const float copy_ms = MedianMs([&] { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice); }, 10);
+    copy_gbs = 2.0 * copy_bytes / copy_ms / 1e6;
+    CHECK_CUDA(cudaFree(src));
+    CHECK_CUDA(cudaFree(dst));
+    std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_gbs);
+    std::printf("%5s %7s %7s %10s %10s %9s %12s %12s %9s\n", "batch", "context", "splits", "lazy_us", "no_rot_us",
+                "lazy_GB/s", "vs_copy", "rotation_cost", "graph_us");
+  }
 
+  std::vector<std::string> sweep_rows;
   std::mt19937 rng(1);
-  for (int batch : {1, 32, 64}) {
-    for (int context : {4096, 16384, 32768}) {
-      const int blocks_per_seq = context / kBlock;
-      const size_t num_blocks = static_cast<size_t>(batch) * blocks_per_seq;
-      const size_t pool_elems = num_blocks * kBlock * kKvHeads * kHd;
-      if (pool_elems * 2 * 2 > (size_t{60} << 30)) continue;
-      void *k, *v;
-      CHECK_CUDA(cudaMalloc(&k, pool_elems * 2));
-      CHECK_CUDA(cudaMalloc(&v, pool_elems * 2));
-      CHECK_CUDA(cudaMemset(k, 0x3c, pool_elems * 2));  // small finite bf16 values
-      CHECK_CUDA(cudaMemset(v, 0x3c, pool_elems * 2));
-      std::vector<int32_t> ids, tokens, lazy_deltas, zero_deltas, starts, offsets = {0}, positions;
-      for (int s = 0; s < batch; ++s) {
-        // Each document lands at a random offset: one delta per 512-token document.
-        std::vector<int32_t> doc_delta(context / kDoc + 1);
-        for (int32_t& d : doc_delta) d = static_cast<int32_t>(rng() % 100000);
-        for (int b = 0; b < blocks_per_seq; ++b) {
-          ids.push_back(s * blocks_per_seq + b);
-          tokens.push_back(kBlock);
-          const int doc = b * kBlock / kDoc;
-          lazy_deltas.push_back(doc_delta[doc]);
-          zero_deltas.push_back(0);
-          starts.push_back(b * kBlock);
-        }
-        offsets.push_back(static_cast<int32_t>(ids.size()));
-        positions.push_back(context - 1);
+  std::vector<std::pair<int, int>> shapes;
+  if (profiling) {
+    shapes.push_back({profile_batch, profile_context});
+  } else {
+    for (int batch : {1, 32, 64}) {
+      for (int context : {4096, 16384, 32768}) shapes.push_back({batch, context});
+    }
+  }
+  for (const auto& [batch, context] : shapes) {
+    const int blocks_per_seq = context / kBlock;
+    const size_t num_blocks = static_cast<size_t>(batch) * blocks_per_seq;
+    const size_t pool_elems = num_blocks * kBlock * kKvHeads * kHd;
+    if (pool_elems * 2 * 2 > (size_t{60} << 30)) continue;
+    void *k, *v;
+    CHECK_CUDA(cudaMalloc(&k, pool_elems * 2));
+    CHECK_CUDA(cudaMalloc(&v, pool_elems * 2));
+    FillRandom(k, pool_elems, rng);
+    FillRandom(v, pool_elems, rng);
+    std::vector<int32_t> ids, tokens, lazy_deltas, zero_deltas, starts, offsets = {0}, positions;
+    for (int s = 0; s < batch; ++s) {
+      // Each document lands at a random offset: one delta per 512-token document.
+      std::vector<int32_t> doc_delta(context / kDoc + 1);
+      for (int32_t& d : doc_delta) d = static_cast<int32_t>(rng() % 100000);
+      for (int b = 0; b < blocks_per_seq; ++b) {
+        ids.push_back(s * blocks_per_seq + b);
+        tokens.push_back(kBlock);
+        const int doc = b * kBlock / kDoc;
+        lazy_deltas.push_back(doc_delta[doc]);
+        zero_deltas.push_back(0);
+        starts.push_back(b * kBlock);
       }
-      std::vector<float> q(static_cast<size_t>(batch) * kHeads * kHd, 0.01f);
-      cuda::DecodeAttentionParams p;
-      p.q = Upload(q);
-      p.k_pool = k;
-      p.v_pool = v;
-      p.block_ids = Upload(ids);
-      p.block_tokens = Upload(tokens);
-      p.block_starts = Upload(starts);
-      p.table_offsets = Upload(offsets);
-      p.positions = Upload(positions);
-      p.inv_freq = inv_freq;
-      p.num_seqs = batch;
-      p.n_heads = kHeads;
-      p.n_kv_heads = kKvHeads;
-      p.head_dim = kHd;
-      p.block_size = kBlock;
-      p.rope_style = 1;
-      p.max_entries_per_seq = blocks_per_seq;
-      const int splits = cuda::ChooseDecodeSplits(p);
-      CHECK_CUDA(cudaMalloc(&p.workspace, cuda::DecodeWorkspaceBytes(p, splits)));
-      CHECK_CUDA(cudaMalloc(&p.out, q.size() * sizeof(float)));
-      int32_t* d_lazy = Upload(lazy_deltas);
-      int32_t* d_zero = Upload(zero_deltas);
+      offsets.push_back(static_cast<int32_t>(ids.size()));
+      positions.push_back(context - 1);
+    }
+    std::vector<float> q(static_cast<size_t>(batch) * kHeads * kHd);
+    std::normal_distribution<float> dist;
+    for (float& x : q) x = dist(rng);
+    cuda::DecodeAttentionParams p;
+    p.q = Upload(q);
+    p.k_pool = k;
+    p.v_pool = v;
+    p.block_ids = Upload(ids);
+    p.block_tokens = Upload(tokens);
+    p.block_starts = Upload(starts);
+    p.table_offsets = Upload(offsets);
+    p.positions = Upload(positions);
+    p.inv_freq = inv_freq;
+    p.num_seqs = batch;
+    p.n_heads = kHeads;
+    p.n_kv_heads = kKvHeads;
+    p.head_dim = kHd;
+    p.block_size = kBlock;
+    p.rope_style = 1;
+    p.max_entries_per_seq = blocks_per_seq;
+    // Workspace for the most splits any configuration (or the split sweep) picks.
+    const std::vector<int> forced_splits = {8, 16, 24, 48, 64};
+    int max_splits = 64;
+    for (int c = 0; c < cuda::detail::NumDecodeConfigs(); ++c) {
+      max_splits = std::max(max_splits, cuda::detail::ChooseDecodeSplitsFor(p, cuda::detail::DecodeConfigAt(c)));
+    }
+    const int splits = cuda::ChooseDecodeSplits(p);
+    CHECK_CUDA(cudaMalloc(&p.workspace, cuda::DecodeWorkspaceBytes(p, max_splits)));
+    CHECK_CUDA(cudaMalloc(&p.out, q.size() * sizeof(float)));
+    int32_t* d_lazy = Upload(lazy_deltas);
+    int32_t* d_zero = Upload(zero_deltas);
+    const double kv_bytes = 2.0 * pool_elems * 2;
+    if (profiling) {
       p.block_deltas = d_lazy;
+      for (int i = 0; i < 2; ++i) CHECK_CUDA(cuda::LaunchLazyDecodeAttention(p, nullptr));
+      p.block_deltas = d_zero;
+      for (int i = 0; i < 2; ++i) CHECK_CUDA(cuda::LaunchLazyDecodeAttention(p, nullptr));
+      CHECK_CUDA(cudaDeviceSynchronize());
+      std::printf("profiled batch %d context %d, splits %d\n", batch, context, splits);
+    } else {
+      p.block_deltas = d_lazy;
+      CHECK_CUDA(cuda::LaunchLazyDecodeAttention(p, nullptr));
       const float lazy_ms = MedianMs([&] { cuda::LaunchLazyDecodeAttention(p, nullptr); });
+      const float graph_ms = GraphMedianMs([&](cudaStream_t s) { cuda::LaunchLazyDecodeAttention(p, s); });
       p.block_deltas = d_zero;
       const float plain_ms = MedianMs([&] { cuda::LaunchLazyDecodeAttention(p, nullptr); });
       CHECK_CUDA(cudaGetLastError());
-      const double kv_bytes = 2.0 * pool_elems * 2;
       const double gbs = kv_bytes / lazy_ms / 1e6;
-      std::printf("%5d %7d %7d %10.1f %10.1f %9.0f %11.0f%% %11.1f%%\n", batch, context, splits, lazy_ms * 1e3,
-                  plain_ms * 1e3, gbs, 100.0 * gbs / copy_gbs, 100.0 * (lazy_ms / plain_ms - 1.0));
-      for (const void* ptr : {(const void*)p.q, (const void*)p.block_ids, (const void*)p.block_tokens,
-                              (const void*)p.block_starts, (const void*)p.table_offsets, (const void*)p.positions,
-                              (const void*)p.workspace, (const void*)p.out, (const void*)d_lazy, (const void*)d_zero,
-                              (const void*)k, (const void*)v}) {
-        cudaFree(const_cast<void*>(ptr));
+      std::printf("%5d %7d %7d %10.1f %10.1f %9.0f %11.0f%% %11.1f%% %9.1f\n", batch, context, splits, lazy_ms * 1e3,
+                  plain_ms * 1e3, gbs, 100.0 * gbs / copy_gbs, 100.0 * (lazy_ms / plain_ms - 1.0), graph_ms * 1e3);
+      std::fflush(stdout);
+      if (sweep) {
+        for (int c = 0; c < cuda::detail::NumDecodeConfigs(); ++c) {
+          const cuda::detail::DecodeKernelConfig config = cuda::detail::DecodeConfigAt(c);
+          p.block_deltas = d_lazy;
+          CHECK_CUDA(cuda::detail::LaunchLazyDecodeAttentionWith(p, config, nullptr));
+          const float ms = MedianMs([&] { cuda::detail::LaunchLazyDecodeAttentionWith(p, config, nullptr); });
+          p.block_deltas = d_zero;
+          const float plain = MedianMs([&] { cuda::detail::LaunchLazyDecodeAttentionWith(p, config, nullptr); });
+          CHECK_CUDA(cudaGetLastError());
+          char line[200];
+          std::snprintf(line, sizeof(line), "sweep %2dw x %ds %5d %7d %7d %10.1f %10.1f %9.0f %11.0f%% %11.1f%%",
+                        config.warps, config.stages, batch, context,
+                        cuda::detail::ChooseDecodeSplitsFor(p, config), ms * 1e3, plain * 1e3, kv_bytes / ms / 1e6,
+                        100.0 * kv_bytes / ms / 1e6 / copy_gbs, 100.0 * (ms / plain - 1.0));
+          sweep_rows.push_back(line);
+        }
+        if (batch == 1) {  // the default configuration at other split counts
+          p.block_deltas = d_lazy;
+          for (int forced : forced_splits) {
+            p.num_splits = forced;
+            const float ms = MedianMs([&] { cuda::LaunchLazyDecodeAttention(p, nullptr); });
+            const float graph = GraphMedianMs([&](cudaStream_t s) { cuda::LaunchLazyDecodeAttention(p, s); });
+            CHECK_CUDA(cudaGetLastError());
+            char line[200];
+            std::snprintf(line, sizeof(line), "splits %3d     %5d %7d %7d %10.1f %10s %9.0f %11.0f%% %12s graph %.1f",
+                          forced, batch, context, forced, ms * 1e3, "-", kv_bytes / ms / 1e6,
+                          100.0 * kv_bytes / ms / 1e6 / copy_gbs, "-", graph * 1e3);
+            sweep_rows.push_back(line);
+          }
+          p.num_splits = 0;
+        }
       }
     }
+    for (const void* ptr : {(const void*)p.q, (const void*)p.block_ids, (const void*)p.block_tokens,
+                            (const void*)p.block_starts, (const void*)p.table_offsets, (const void*)p.positions,
+                            (const void*)p.workspace, (const void*)p.out, (const void*)d_lazy, (const void*)d_zero,
+                            (const void*)k, (const void*)v}) {
+      cudaFree(const_cast<void*>(ptr));
+    }
+  }
+  if (!sweep_rows.empty()) {
+    std::printf("launch configurations (warps per CTA x pipeline stages per warp; first = default)\n");
+    std::printf("%-15s %5s %7s %7s %10s %10s %9s %12s %12s\n", "config", "batch", "context", "splits", "lazy_us",
+                "no_rot_us", "lazy_GB/s", "vs_copy", "rotation_cost");
+    for (const auto& line : sweep_rows) std::printf("%s\n", line.c_str());
   }
   return 0;
 }

@@ -12,7 +12,7 @@ head dim 128, bf16), with pre-rotated contiguous KV (what a conventional cache h
    contexts 4k, 16k, 32k; GB/s counts K and V read once (8 KV heads).
 With --prefill-log / --decode-log (the C++ benchmarks' output) it prints the ratios.
 
-usage: python3 sdpa_prefill_reference.py [--prefill-log FILE] [--decode-log FILE]
+usage: python3 sdpa_prefill_reference.py [--prefill-log FILE] [--decode-log FILE] [--decode-only]
 """
 import argparse
 import statistics
@@ -85,15 +85,7 @@ def parse_rows(path, width):
     return rows
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--prefill-log")
-    ap.add_argument("--decode-log")
-    args = ap.parse_args()
-    dev = torch.device("cuda")
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    torch.manual_seed(0)
-
+def prefill_timings(dev, sdpa_prefill):
     a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
     ms = median_ms(lambda: torch.matmul(a, b), reps=10)
@@ -101,7 +93,6 @@ def main():
     del a, b
 
     print(f"{'scenario':8} {'L':>6} {'batch':>5} {'sdpa_ms':>9} {'sdpa_TFLOP/s':>12} path")
-    sdpa_prefill = {}
     for length in (1024, 4096, 16384):
         batch = TOKENS // length
         k = torch.randn(batch, KV_HEADS, length, HD, device=dev, dtype=torch.bfloat16)
@@ -125,6 +116,21 @@ def main():
             del q
         del k, v
         torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prefill-log")
+    ap.add_argument("--decode-log")
+    ap.add_argument("--decode-only", action="store_true", help="skip the GEMM ceiling and the prefill timings")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    torch.manual_seed(0)
+
+    sdpa_prefill = {}
+    if not args.decode_only:
+        prefill_timings(dev, sdpa_prefill)
 
     print(f"{'batch':>5} {'context':>7} {'sdpa_us':>9} {'sdpa_GB/s':>9} path")
     sdpa_decode = {}
@@ -158,19 +164,22 @@ def main():
                 continue
             print(f"{r[0]:8} {int(r[1]):6d} {lazy_tf:8.1f} {norot_tf:8.1f} {sdpa_tf:8.1f} "
                   f"{lazy_tf / sdpa_tf:9.2f} {norot_tf / sdpa_tf:10.2f} {r[9]:>8}")
-    rows = parse_rows(args.decode_log, 8)
+    # cuda_decode_bench rows: 9 columns (graph_us last); logs of its first version had 8.
+    rows = parse_rows(args.decode_log, 9) or parse_rows(args.decode_log, 8)
     if rows:
-        print("decode ratios (SDPA time / lazy kernel time: above 1 means the lazy kernel is faster)")
-        print(f"{'batch':>5} {'context':>7} {'lazy_us':>9} {'sdpa_us':>9} {'sdpa/lazy':>9}")
+        print("decode ratios (SDPA time / lazy kernel time: above 1 means the lazy kernel is faster;")
+        print("  lazy_us: one launch per event pair; graph_us: graph replays, timed as SDPA is)")
+        print(f"{'batch':>5} {'context':>7} {'lazy_us':>9} {'graph_us':>9} {'sdpa_us':>9} {'sdpa/lazy':>9} "
+              f"{'sdpa/graph':>10}")
         for r in rows:
             if not r[0].isdigit():
                 continue
             key = (int(r[0]), int(r[1]))
             if key in sdpa_decode:
                 lazy_us = float(r[3])
-                print(f"{key[0]:5d} {key[1]:7d} {lazy_us:9.1f} {sdpa_decode[key]:9.1f} "
-                      f"{sdpa_decode[key] / lazy_us:9.2f}")
-
+                graph_us = float(r[8]) if len(r) > 8 else lazy_us
+                print(f"{key[0]:5d} {key[1]:7d} {lazy_us:9.1f} {graph_us:9.1f} {sdpa_decode[key]:9.1f} "
+                      f"{sdpa_decode[key] / lazy_us:9.2f} {sdpa_decode[key] / graph_us:10.2f}")
 
 if __name__ == "__main__":
     main()

@@ -20,50 +20,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_bench_util.h"
 #include "common/model_config.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_decode_attention_config.h"
 
 namespace {
 
-#define CHECK_CUDA(expr)                                                                    \
-  do {                                                                                      \
-    cudaError_t e = (expr);                                                                 \
-    if (e != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e)); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
-
-template <typename T>
-T* Upload(const std::vector<T>& v) {
-  T* d;
-  CHECK_CUDA(cudaMalloc(&d, v.size() * sizeof(T)));
-  CHECK_CUDA(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
-template <typename Fn>
-float MedianMs(Fn&& fn, int reps = 30, cudaStream_t stream = nullptr) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) fn();
-  std::vector<float> times;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(a, stream);
-    fn();
-    cudaEventRecord(b, stream);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    times.push_back(ms);
-  }
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
-  return times[reps / 2];
-}
+using lazykv::bench::MedianMs;
+using lazykv::bench::Upload;
 
 // Median time of one launch, from graph replays of 10 launches (no launch gaps).
 template <typename Launch>

@@ -23,49 +23,14 @@
 #include <vector>
 
 #include "bench/prefill_bench_device.h"
+#include "bench/cuda_bench_util.h"
 #include "common/model_config.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 
 namespace {
 
-#define CHECK_CUDA(expr)                                                                        \
-  do {                                                                                          \
-    cudaError_t e = (expr);                                                                     \
-    if (e != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
-
-template <typename T>
-T* Upload(const std::vector<T>& v) {
-  T* d;
-  CHECK_CUDA(cudaMalloc(&d, std::max<size_t>(1, v.size()) * sizeof(T)));
-  CHECK_CUDA(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
-template <typename Fn>
-float MedianMs(Fn&& fn, int reps = 20) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 3; ++i) fn();
-  std::vector<float> times;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(a);
-    fn();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    times.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
-  return times[reps / 2];
-}
+using lazykv::bench::MedianMs;
+using lazykv::bench::Upload;
 
 }  // namespace
 

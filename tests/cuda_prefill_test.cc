@@ -24,43 +24,11 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
 namespace lazykv::testing {
 namespace {
-
-bool HaveGpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-template <typename T>
-T* ToDevice(const std::vector<T>& host) {
-  T* device = nullptr;
-  if (cudaMalloc(&device, std::max<size_t>(1, host.size()) * sizeof(T)) != cudaSuccess) return nullptr;
-  cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return device;
-}
-
-template <typename T>
-std::vector<T> ToHost(const T* device, size_t n) {
-  std::vector<T> host(n);
-  cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return host;
-}
-
-// Random bf16 values and their exact fp32 twins (the CPU reference's input).
-void RandomBf16(std::mt19937_64& rng, size_t n, std::vector<__nv_bfloat16>& bf, std::vector<float>& fp) {
-  std::normal_distribution<float> dist;
-  bf.resize(n);
-  fp.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    bf[i] = __float2bfloat16(dist(rng));
-    fp[i] = __bfloat162float(bf[i]);
-  }
-}
 
 struct PrefillShape {
   std::string name;

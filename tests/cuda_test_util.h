@@ -1,0 +1,48 @@
+// Shared by the GPU tests: GPU presence, host/device copies, and random bf16 inputs with
+// their exact fp32 twins (the CPU reference's input).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace lazykv::testing {
+
+inline bool HaveGpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+template <typename T>
+T* ToDevice(const std::vector<T>& host) {
+  T* device = nullptr;
+  if (cudaMalloc(&device, std::max<size_t>(1, host.size()) * sizeof(T)) != cudaSuccess) return nullptr;
+  cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return device;
+}
+
+template <typename T>
+std::vector<T> ToHost(const T* device, size_t n) {
+  std::vector<T> host(n);
+  cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return host;
+}
+
+inline void RandomBf16(std::mt19937_64& rng, size_t n, std::vector<__nv_bfloat16>& bf, std::vector<float>& fp) {
+  std::normal_distribution<float> dist;
+  bf.resize(n);
+  fp.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    bf[i] = __float2bfloat16(dist(rng));
+    fp[i] = __bfloat162float(bf[i]);
+  }
+}
+
+}  // namespace lazykv::testing

@@ -101,6 +101,8 @@ int Main(int argc, char** argv) {
     return 1;
   }
   auto tier = *RemoteChunkTier::Create(RemoteTierOptions{.servers = {server.address()}, .holder = "bench"});
+  // For Delete between configurations (the worker's client has no use for it).
+  auto stub = v1::KvCache::NewStub(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
   const Hash128 fingerprint{1, 2};
   uint64_t rng = 42;
   std::printf("cache server over loopback (%s), %u CPUs; host RAM tier only\n", server.address().c_str(),
@@ -141,7 +143,6 @@ int Main(int argc, char** argv) {
           k->set_low(key.low);
         }
       }
-      auto stub = v1::KvCache::NewStub(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
       grpc::ClientContext context;
       v1::DeleteResponse deleted;
       (void)stub->Delete(&context, del, &deleted);

@@ -146,12 +146,6 @@ grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerRea
                                    header->model_fingerprint.ToHex(), fingerprint.ToHex()));
   }
   const uint64_t size = kChunkHeaderBytes + header->payload_bytes;
-  if (size > store_->options().max_chunk_bytes) {
-    metrics_.CountRejected("chunk_too_large");
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrFormat("chunk of %d bytes (header.payload_bytes %d) exceeds max_chunk_bytes=%d", size,
-                                        header->payload_bytes, store_->options().max_chunk_bytes));
-  }
   if (store_->Locate(key)) {
     leases_->Published(key);
     response->set_already_stored(true);

@@ -23,23 +23,10 @@ absl::Status CheckHostValue(const HostValue& value, const Hash128& key) {
     return absl::InvalidArgumentError(absl::StrFormat("header.key %s does not match the request key %s",
                                                       header.key.ToHex(), key.ToHex()));
   }
-  const uint64_t payload = value.size() - kChunkHeaderBytes;
-  if (payload != header.payload_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("payload has %d bytes; header.payload_bytes says %d", payload, header.payload_bytes));
-  }
-  PayloadChecksummer checksum;
-  for (std::string_view piece : value.Pieces(kChunkHeaderBytes, payload)) checksum.Update(piece);
-  if (checksum.Finish() != header.payload_checksum) {
-    return absl::DataLossError(
-        absl::StrFormat("chunk %s: payload checksum mismatch (header.payload_checksum)", key.ToHex()));
-  }
-  return absl::OkStatus();
+  return VerifyChunkPayload(header, value.Pieces(kChunkHeaderBytes, value.size() - kChunkHeaderBytes));
 }
 
 }  // namespace
-
-std::string_view TierName(StoreTier tier) { return tier == StoreTier::kHost ? "host" : "disk"; }
 
 void ChunkReader::Read(uint64_t offset, uint64_t length, char* out) const {
   if (host_) {
@@ -234,8 +221,7 @@ bool TieredStore::EvictOneLocked() {
     metrics_->demotions->Increment();
   }
   metrics_->host.evictions->Increment();
-  host_used_ -= it->second.value->size();
-  host_.erase(it);
+  EraseHostLocked(*victim);  // the policy has forgotten it already
   return true;
 }
 

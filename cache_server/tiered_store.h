@@ -159,6 +159,4 @@ class TieredStore {
   std::thread disk_writer_;
 };
 
-std::string_view TierName(StoreTier tier);
-
 }  // namespace lazykv::cache

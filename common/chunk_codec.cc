@@ -52,15 +52,6 @@ absl::StatusOr<KvDtype> ParseKvDtype(std::string_view name) {
   return absl::InvalidArgumentError(absl::StrFormat("unknown KV dtype '%s' (fp32, bf16, fp16)", std::string(name)));
 }
 
-std::string_view KvDtypeName(KvDtype dtype) {
-  switch (dtype) {
-    case KvDtype::kFp32: return "fp32";
-    case KvDtype::kBf16: return "bf16";
-    case KvDtype::kFp16: return "fp16";
-  }
-  return "unknown";
-}
-
 size_t KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kFp32 ? 4 : 2; }
 
 uint64_t ChunkPayloadChecksum(std::string_view payload) { return XXH3_64bits(payload.data(), payload.size()); }
@@ -151,18 +142,27 @@ std::string EncodeChunk(const ChunkHeader& header, std::string_view payload) {
   return out;
 }
 
+absl::Status VerifyChunkPayload(const ChunkHeader& header, std::span<const std::string_view> pieces) {
+  uint64_t size = 0;
+  for (std::string_view piece : pieces) size += piece.size();
+  if (size != header.payload_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("chunk payload has %d bytes; header.payload_bytes says %d", size, header.payload_bytes));
+  }
+  PayloadChecksummer checksum;
+  for (std::string_view piece : pieces) checksum.Update(piece);
+  if (checksum.Finish() != header.payload_checksum) {
+    return absl::DataLossError(
+        absl::StrFormat("chunk %s: payload checksum mismatch (corrupt bytes)", header.key.ToHex()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ChunkView> DecodeChunk(std::string_view stored) {
   auto header = DecodeChunkHeader(stored);
   if (!header.ok()) return header.status();
   const std::string_view payload = stored.substr(std::min(stored.size(), kChunkHeaderBytes));
-  if (payload.size() != header->payload_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat("chunk payload has %d bytes; header.payload_bytes says %d",
-                                                      payload.size(), header->payload_bytes));
-  }
-  if (ChunkPayloadChecksum(payload) != header->payload_checksum) {
-    return absl::DataLossError(
-        absl::StrFormat("chunk %s: payload checksum mismatch (corrupt bytes)", header->key.ToHex()));
-  }
+  if (absl::Status s = VerifyChunkPayload(*header, {&payload, 1}); !s.ok()) return s;
   return ChunkView{*header, payload};
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -27,7 +28,6 @@ inline constexpr char kChunkMagic[8] = {'L', 'K', 'V', 'C', 'H', 'U', 'N', 'K'};
 enum class KvDtype : uint32_t { kFp32 = 1, kBf16 = 2, kFp16 = 3 };
 
 absl::StatusOr<KvDtype> ParseKvDtype(std::string_view name);  // "fp32", "bf16", "fp16"
-std::string_view KvDtypeName(KvDtype dtype);
 size_t KvDtypeBytes(KvDtype dtype);
 
 struct ChunkLayout {
@@ -85,6 +85,10 @@ absl::StatusOr<ChunkHeader> DecodeChunkHeader(std::string_view bytes);
 
 // The stored form: header then payload.
 std::string EncodeChunk(const ChunkHeader& header, std::string_view payload);
+
+// Checks a payload given as contiguous pieces against its header: exact length
+// (INVALID_ARGUMENT) and checksum (DATA_LOSS).
+absl::Status VerifyChunkPayload(const ChunkHeader& header, std::span<const std::string_view> pieces);
 
 // A decoded chunk whose payload points into the caller's bytes.
 struct ChunkView {

@@ -84,6 +84,27 @@ grpc::Status GetChunkInto(grpc::ChannelInterface* channel, grpc::ClientContext* 
   return reader->Finish();
 }
 
+grpc::Status PutChunkSlices(v1::KvCache::Stub& stub, grpc::ClientContext* context, const v1::Hash128& key,
+                            const v1::Hash128& model_fingerprint, uint64_t lease_id, std::string_view header,
+                            std::string_view payload, size_t slice_bytes, v1::PutResponse* response) {
+  auto writer = stub.Put(context, response);
+  v1::PutRequest message;
+  *message.mutable_key() = key;
+  *message.mutable_model_fingerprint() = model_fingerprint;
+  message.set_lease_id(lease_id);
+  message.set_header(header.data(), header.size());
+  size_t offset = 0;
+  do {
+    const size_t n = std::min(slice_bytes, payload.size() - offset);
+    message.set_data(payload.data() + offset, n);
+    offset += n;
+    if (!writer->Write(message)) break;  // the server answered early (stored, or an error)
+    message.Clear();
+  } while (offset < payload.size());
+  writer->WritesDone();
+  return writer->Finish();
+}
+
 }  // namespace lazykv
 
 namespace grpc {

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "proto/kvcache.pb.h"
+#include "proto/kvcache.grpc.pb.h"
 
 namespace lazykv {
 
@@ -38,6 +38,12 @@ struct IncomingGetResponse {
 // KvCache.Get into `stored` (header + payload) over `channel`, through IncomingGetResponse.
 grpc::Status GetChunkInto(grpc::ChannelInterface* channel, grpc::ClientContext* context, const v1::GetRequest& request,
                           std::string* stored, v1::Tier* tier);
+
+// KvCache.Put of a chunk given as its header bytes and payload: the first message carries
+// key, fingerprint, lease and header, then `slice_bytes` of payload per message.
+grpc::Status PutChunkSlices(v1::KvCache::Stub& stub, grpc::ClientContext* context, const v1::Hash128& key,
+                            const v1::Hash128& model_fingerprint, uint64_t lease_id, std::string_view header,
+                            std::string_view payload, size_t slice_bytes, v1::PutResponse* response);
 
 }  // namespace lazykv
 

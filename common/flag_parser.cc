@@ -36,6 +36,10 @@ void FlagParser::AddDouble(const std::string& name, double* out) {
   Add(name, [out](const std::string& v) { return absl::SimpleAtod(v, out) ? absl::OkStatus() : NotANumber(v); });
 }
 
+void FlagParser::AddFloat(const std::string& name, float* out) {
+  Add(name, [out](const std::string& v) { return absl::SimpleAtof(v, out) ? absl::OkStatus() : NotANumber(v); });
+}
+
 void FlagParser::AddByteSize(const std::string& name, uint64_t* out) {
   Add(name, [out](const std::string& v) -> absl::Status {
     auto bytes = ParseByteSize(v);

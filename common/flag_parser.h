@@ -21,6 +21,7 @@ class FlagParser {
   void AddInt(const std::string& name, int* out);
   void AddUint64(const std::string& name, uint64_t* out);
   void AddDouble(const std::string& name, double* out);
+  void AddFloat(const std::string& name, float* out);
   void AddByteSize(const std::string& name, uint64_t* out);  // 8GiB, 512MiB, 4096
   void AddSwitch(const std::string& name, bool* out);         // no value
 

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "common/chunk_wire.h"
 #include "common/grpc_util.h"
 #include "tests/test_util.h"
 
@@ -48,22 +49,8 @@ PutOutcome RawPut(v1::KvCache::Stub& stub, const Hash128& key, const Hash128& fi
   PutOutcome out;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto writer = stub.Put(&context, &out.response);
-  v1::PutRequest message;
-  *message.mutable_key() = ToProto(key);
-  *message.mutable_model_fingerprint() = ToProto(fingerprint);
-  message.set_lease_id(lease_id);
-  message.set_header(header);
-  size_t offset = 0;
-  do {
-    const size_t n = std::min(slice, payload.size() - offset);
-    message.set_data(payload.substr(offset, n));
-    offset += n;
-    if (!writer->Write(message)) break;
-    message.Clear();
-  } while (offset < payload.size());
-  writer->WritesDone();
-  out.status = writer->Finish();
+  out.status = PutChunkSlices(stub, &context, ToProto(key), ToProto(fingerprint), lease_id, header, payload, slice,
+                              &out.response);
   return out;
 }
 

@@ -4,16 +4,6 @@
 
 namespace lazykv {
 
-std::string_view ChunkSourceName(ChunkSource source) {
-  switch (source) {
-    case ChunkSource::kPool: return "pool";
-    case ChunkSource::kHost: return "host";
-    case ChunkSource::kDisk: return "disk";
-    case ChunkSource::kComputed: return "computed";
-  }
-  return "unknown";
-}
-
 ChunkResolver::ChunkResolver(std::unique_ptr<ChunkTier> tier, ResolverOptions options)
     : tier_(std::move(tier)), options_(options), publisher_([this] { PublisherLoop(); }) {}
 
@@ -41,6 +31,12 @@ std::optional<FetchedChunk> ChunkResolver::TryFetch(const Hash128& key) {
   return *std::move(fetched);
 }
 
+ChunkResolver::Decision ChunkResolver::Compute(uint64_t lease_id) {
+  std::lock_guard lock(mu_);
+  ++stats_.computed;
+  return Decision{std::nullopt, lease_id};
+}
+
 ChunkResolver::Decision ChunkResolver::Resolve(const Hash128& key, const std::optional<TierHit>& hint) {
   if (hint) {
     if (auto fetched = TryFetch(key)) return Decision{std::move(fetched), 0};
@@ -51,25 +47,14 @@ ChunkResolver::Decision ChunkResolver::Resolve(const Hash128& key, const std::op
     const LeaseAnswer answer = tier_->Lease(key, options_.lease_ttl, wait);
     switch (answer.state) {
       case LeaseAnswer::State::kGranted:
-      case LeaseAnswer::State::kUnavailable: {
-        std::lock_guard lock(mu_);
-        ++stats_.computed;
-        return Decision{std::nullopt, answer.lease_id};
-      }
+      case LeaseAnswer::State::kUnavailable:
+        return Compute(answer.lease_id);
       case LeaseAnswer::State::kStored:
         if (auto fetched = TryFetch(key)) return Decision{std::move(fetched), 0};
-        {
-          std::lock_guard lock(mu_);
-          ++stats_.computed;
-        }
-        return Decision{std::nullopt, 0};  // stored but unreadable: compute, do not publish
+        return Compute(0);  // stored but unreadable: compute, do not publish
       case LeaseAnswer::State::kHeld: {
         const auto now = std::chrono::steady_clock::now();
-        if (now >= give_up_at) {
-          std::lock_guard lock(mu_);
-          ++stats_.computed;
-          return Decision{std::nullopt, 0};  // waited long enough: compute, let the holder publish
-        }
+        if (now >= give_up_at) return Compute(0);  // waited long enough: the holder publishes
         if (wait.count() == 0) {
           std::lock_guard lock(mu_);
           ++stats_.lease_waits;
@@ -81,10 +66,6 @@ ChunkResolver::Decision ChunkResolver::Resolve(const Hash128& key, const std::op
       }
     }
   }
-}
-
-void ChunkResolver::ReportUnusable(const Hash128& key) {
-  spdlog::error("chunk {} from {} is unusable; computing it", key.ToHex(), tier_->Describe());
 }
 
 void ChunkResolver::PublishAsync(const Hash128& key, const Hash128& model_fingerprint, std::string stored,

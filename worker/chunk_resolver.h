@@ -45,8 +45,6 @@ class ChunkResolver {
   std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) { return tier_->Lookup(keys); }
   // `hint`: this key's answer from a Lookup made for the same request.
   Decision Resolve(const Hash128& key, const std::optional<TierHit>& hint);
-  // The fetched bytes were unusable (corrupt, wrong layout): compute instead.
-  void ReportUnusable(const Hash128& key);
   // Queues a computed chunk for upload; `lease_id` from Resolve.
   void PublishAsync(const Hash128& key, const Hash128& model_fingerprint, std::string stored, uint64_t lease_id);
   // Blocks until every queued publication has finished.
@@ -62,6 +60,7 @@ class ChunkResolver {
     uint64_t lease_id = 0;
   };
   std::optional<FetchedChunk> TryFetch(const Hash128& key);
+  Decision Compute(uint64_t lease_id);  // counts a computation
   void PublisherLoop();
 
   std::unique_ptr<ChunkTier> tier_;

@@ -19,7 +19,6 @@ namespace lazykv {
 
 // Where a request's chunk tokens came from (usage and metrics).
 enum class ChunkSource { kPool, kHost, kDisk, kComputed };
-std::string_view ChunkSourceName(ChunkSource source);
 
 struct TierHit {
   ChunkSource source = ChunkSource::kHost;

@@ -182,8 +182,9 @@ absl::StatusOr<std::vector<KvBlockRef>> Engine::AcquireChunk(const Hash128& key,
         return *std::move(imported);
       }
       if (imported.status().code() == absl::StatusCode::kResourceExhausted) return imported.status();
-      spdlog::error("chunk {}: {}", key.ToHex(), std::string(imported.status().message()));
-      options_.resolver->ReportUnusable(key);
+      // Unusable bytes (corrupt, another layout): compute the chunk instead.
+      spdlog::error("fetched chunk {} is unusable, computing it: {}", key.ToHex(),
+                    std::string(imported.status().message()));
     }
     lease_id = decision.lease_id;
   }
@@ -198,6 +199,23 @@ absl::StatusOr<std::vector<KvBlockRef>> Engine::AcquireChunk(const Hash128& key,
   usage.computed_tokens += static_cast<int>(tokens.size());
   if (options_.resolver) PublishChunk(key, blocks, anchor_tokens, lease_id);
   return blocks;
+}
+
+std::vector<std::optional<TierHit>> Engine::LookUpInTier(std::span<const Hash128> keys) {
+  std::vector<std::optional<TierHit>> hints(keys.size());
+  if (!options_.resolver) return hints;
+  std::vector<Hash128> missing;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!index_.Contains(keys[i])) {
+      missing.push_back(keys[i]);
+      where.push_back(i);
+    }
+  }
+  if (missing.empty()) return hints;
+  const auto found = options_.resolver->Lookup(missing);
+  for (size_t j = 0; j < where.size(); ++j) hints[where[j]] = found[j];
+  return hints;
 }
 
 absl::StatusOr<std::vector<KvBlockRef>> Engine::ImportChunk(const Hash128& key, int num_tokens, int anchor_tokens,
@@ -331,21 +349,7 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request) 
         // One batched tier lookup for every shared chunk the local pool lacks.
         std::vector<Hash128> keys = {MakeAnchorKey(fingerprint_, anchor)};
         for (size_t d = 0; d < shared_docs; ++d) keys.push_back(MakeChunkKey(fingerprint_, anchor, request.docs[d]));
-        std::vector<std::optional<TierHit>> hints(keys.size());
-        if (options_.resolver) {
-          std::vector<Hash128> missing;
-          std::vector<size_t> where;
-          for (size_t i = 0; i < keys.size(); ++i) {
-            if (!index_.Contains(keys[i]) && (i == 0 || !request.docs[i - 1].empty())) {
-              missing.push_back(keys[i]);
-              where.push_back(i);
-            }
-          }
-          if (!missing.empty()) {
-            const auto found = options_.resolver->Lookup(missing);
-            for (size_t j = 0; j < where.size(); ++j) hints[where[j]] = found[j];
-          }
-        }
+        const std::vector<std::optional<TierHit>> hints = LookUpInTier(keys);
         ASSIGN_OR_RETURN(auto anchor_blocks, AcquireChunk(keys[0], anchor, {}, 0, hints[0], usage));
         seq.AdoptBlocks(anchor_blocks, 0);
         const size_t anchor_entries = seq.table().size();

@@ -96,6 +96,9 @@ class Engine {
   absl::StatusOr<std::vector<KvBlockRef>> AcquireChunk(const Hash128& key, std::span<const int32_t> tokens,
                                                        std::span<const KvBlockRef> context, int anchor_tokens,
                                                        const std::optional<TierHit>& hint, Usage& usage);
+  // The cache tier's answers, in one batched call, for the keys the local pool lacks
+  // (nullopt for the others, or without a tier).
+  std::vector<std::optional<TierHit>> LookUpInTier(std::span<const Hash128> keys);
   // Fetched chunk bytes into fresh pool blocks (checked against this model and layout).
   absl::StatusOr<std::vector<KvBlockRef>> ImportChunk(const Hash128& key, int num_tokens, int anchor_tokens,
                                                       const std::string& stored);

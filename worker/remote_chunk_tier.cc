@@ -194,22 +194,9 @@ absl::Status RemoteChunkTier::Publish(const Hash128& key, const Hash128& model_f
   const grpc::Status status =
       WithRetries(server, options_.transfer_deadline, "put", [&](grpc::ClientContext& context) {
         v1::PutResponse response;
-        auto writer = server.stub->Put(&context, &response);
-        v1::PutRequest message;
-        *message.mutable_key() = ToProto(key);
-        *message.mutable_model_fingerprint() = ToProto(model_fingerprint);
-        message.set_lease_id(lease_id);
-        message.set_header(std::string(bytes.substr(0, kChunkHeaderBytes)));
-        size_t offset = kChunkHeaderBytes;
-        do {
-          const size_t n = std::min<size_t>(options_.slice_bytes, bytes.size() - offset);
-          message.set_data(std::string(bytes.substr(offset, n)));
-          offset += n;
-          if (!writer->Write(message)) break;  // the server answered early (stored, or an error)
-          message.Clear();
-        } while (offset < bytes.size());
-        writer->WritesDone();
-        return writer->Finish();
+        return PutChunkSlices(*server.stub, &context, ToProto(key), ToProto(model_fingerprint), lease_id,
+                              bytes.substr(0, kChunkHeaderBytes), bytes.substr(kChunkHeaderBytes),
+                              options_.slice_bytes, &response);
       });
   return FromGrpcStatus(status);
 }

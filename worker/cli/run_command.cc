@@ -7,7 +7,6 @@
 #include <iostream>
 #include <map>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "common/flag_parser.h"
 #include "common/status_macros.h"
@@ -63,16 +62,8 @@ absl::Status ParseFlags(int argc, char** argv, RunFlags& flags) {
     return absl::OkStatus();
   });
   parser.AddInt("--max-tokens", &flags.defaults.sampling.max_tokens);
-  parser.Add("--temperature", [&](const std::string& v) {
-    return absl::SimpleAtof(v, &flags.defaults.sampling.temperature)
-               ? absl::OkStatus()
-               : absl::InvalidArgumentError(absl::StrFormat("'%s' is not a valid number", v));
-  });
-  parser.Add("--top-p", [&](const std::string& v) {
-    return absl::SimpleAtof(v, &flags.defaults.sampling.top_p)
-               ? absl::OkStatus()
-               : absl::InvalidArgumentError(absl::StrFormat("'%s' is not a valid number", v));
-  });
+  parser.AddFloat("--temperature", &flags.defaults.sampling.temperature);
+  parser.AddFloat("--top-p", &flags.defaults.sampling.top_p);
   parser.AddUint64("--seed", &flags.defaults.sampling.seed);
   parser.AddInt("--block-size", &flags.setup.block_size);
   uint64_t pool_mib = flags.setup.kv_pool_bytes >> 20;

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/lazy_decode_attention.h"
+#include "kernels/cuda/materialize.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 

@@ -7,6 +7,10 @@
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/cpu_backend.h"
+#include "worker/synthetic_model.h"
+#ifdef LAZYKV_WITH_CUDA
+#include "worker/cuda_backend.h"
+#endif
 #include "worker/embedded_chunk_tier.h"
 #include "worker/remote_chunk_tier.h"
 #include "worker/model_loader.h"
@@ -29,6 +33,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> ChooseTokenizer(const ModelSetupOptio
 }
 
 }  // namespace
+
+absl::StatusOr<Device> ParseDevice(std::string_view name) {
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  if (name == "auto") return Device::kAuto;
+  return absl::InvalidArgumentError(absl::StrFormat("unknown device '%s'; expected cpu, cuda or auto", name));
+}
 
 std::string DefaultCacheDir() {
   if (const char* dir = std::getenv("LAZYKV_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
@@ -62,33 +73,75 @@ absl::StatusOr<std::shared_ptr<ChunkResolver>> SetUpCacheTier(const CacheTierSet
   return std::make_shared<ChunkResolver>(std::move(tier), ResolverOptions{});
 }
 
-absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
-  ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
-  const ModelConfig config = weights.config;
-  ASSIGN_OR_RETURN(auto tokenizer, ChooseTokenizer(options, config.vocab_size));
-  if (tokenizer->vocab_size() > config.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrFormat("tokenizer has %d tokens but model %s has a vocabulary of %d",
-                                                      tokenizer->vocab_size(), options.model, config.vocab_size));
-  }
+namespace {
+
+// The pool's block count from its byte budget.
+absl::StatusOr<int> PoolBlocks(const ModelSetupOptions& options, uint64_t block_bytes) {
   if (options.block_size <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat("--block-size %d must be positive", options.block_size));
   }
-  const uint64_t block_bytes = CpuKvBytesPerBlock(config, options.block_size);
   const uint64_t num_blocks = options.kv_pool_bytes / block_bytes;
   if (num_blocks < 2 || num_blocks > (1u << 30)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--kv-pool of %d bytes gives %d blocks of %d bytes; need at least 2", options.kv_pool_bytes, num_blocks,
         block_bytes));
   }
-  ASSIGN_OR_RETURN(auto backend, CreateCpuBackend(std::move(weights), options.block_size, static_cast<int>(num_blocks)));
+  return static_cast<int>(num_blocks);
+}
+
+absl::StatusOr<bool> UseCuda(Device device) {
+#ifdef LAZYKV_WITH_CUDA
+  if (device == Device::kAuto) return CudaDeviceAvailable();
+  return device == Device::kCuda;
+#else
+  if (device == Device::kCuda) return absl::FailedPreconditionError("this build has no CUDA backend (--device cpu)");
+  return false;
+#endif
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& options, ModelConfig* config) {
+  ASSIGN_OR_RETURN(const bool cuda, UseCuda(options.device));
+#ifdef LAZYKV_WITH_CUDA
+  if (cuda) {
+    if (options.model.starts_with("synthetic:")) {
+      // Drawn on the GPU: no host copy of (say) Llama-3-8B's weights.
+      ASSIGN_OR_RETURN(const SyntheticSpec spec, ParseSyntheticSpec(options.model));
+      *config = spec.config;
+      ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CudaKvBytesPerBlock(spec.config, options.block_size)));
+      return CreateSyntheticCudaBackend(spec.config, spec.seed, options.block_size, blocks);
+    }
+    ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
+    *config = weights.config;
+    ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CudaKvBytesPerBlock(weights.config, options.block_size)));
+    return CreateCudaBackend(weights, options.block_size, blocks);
+  }
+#endif
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
+  *config = weights.config;
+  ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CpuKvBytesPerBlock(weights.config, options.block_size)));
+  return CreateCpuBackend(std::move(weights), options.block_size, blocks);
+}
+
+absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
+  ModelConfig config;
+  ASSIGN_OR_RETURN(auto backend, SetUpBackend(options, &config));
+  ASSIGN_OR_RETURN(auto tokenizer, ChooseTokenizer(options, config.vocab_size));
+  if (tokenizer->vocab_size() > config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrFormat("tokenizer has %d tokens but model %s has a vocabulary of %d",
+                                                      tokenizer->vocab_size(), options.model, config.vocab_size));
+  }
+  const int num_blocks = backend->num_blocks();
+  const std::string kv_dtype = backend->kv_dtype();
   EngineOptions engine_options = options.engine;
   if (engine_options.resolver == nullptr) {
     ASSIGN_OR_RETURN(engine_options.resolver, SetUpCacheTier(options.cache_tier));
   }
   ASSIGN_OR_RETURN(auto engine, Engine::Create(std::move(backend), std::move(engine_options)));
-  spdlog::info("model {}: dim {}, {} layers, {} heads ({} kv), vocab {}; KV pool {} blocks of {} tokens", config.name,
-               config.dim, config.n_layers, config.n_heads, config.n_kv_heads, config.vocab_size, num_blocks,
-               options.block_size);
+  spdlog::info("model {}: dim {}, {} layers, {} heads ({} kv), vocab {}; KV pool {} blocks of {} tokens ({})",
+               config.name, config.dim, config.n_layers, config.n_heads, config.n_kv_heads, config.vocab_size,
+               num_blocks, options.block_size, kv_dtype);
   return LoadedEngine{std::move(engine), std::move(tokenizer)};
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "worker/engine.h"
@@ -28,9 +29,15 @@ std::string DefaultCacheDir();
 
 absl::StatusOr<std::shared_ptr<ChunkResolver>> SetUpCacheTier(const CacheTierSetup& setup);
 
+// Where the model runs: the fp32 CPU backend, the bf16 CUDA backend, or CUDA when this
+// build has it and a GPU is present.
+enum class Device { kCpu, kCuda, kAuto };
+absl::StatusOr<Device> ParseDevice(std::string_view name);  // "cpu", "cuda", "auto"
+
 struct ModelSetupOptions {
   std::string model;      // path, HF directory, or synthetic:NAME[:SEED]
   std::string tokenizer;  // empty: next to the model, or bytes for synthetic models
+  Device device = Device::kAuto;
   int block_size = 16;
   uint64_t kv_pool_bytes = 256ull << 20;
   EngineOptions engine;
@@ -41,6 +48,10 @@ struct LoadedEngine {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Tokenizer> tokenizer;
 };
+
+// The backend alone (used by SetUpEngine and by benchmarks that drive a backend directly).
+// `config` receives the model's architecture.
+absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& options, ModelConfig* config);
 
 absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options);
 

@@ -97,46 +97,64 @@ uint64_t Fp32WeightBytes(const ModelConfig& c) {
   return 4 * (vocab * dim * (c.shared_classifier ? 1 : 2) + c.n_layers * per_layer + dim);
 }
 
-ModelWeights MakeSyntheticWeights(const ModelConfig& config, uint64_t seed) {
-  ModelWeights w = AllocateWeights(config);
-  uint64_t tensor_index = 0;
-  ForEachTensor(w, [&](const std::string& name, std::vector<float>& t, size_t) {
-    uint64_t state = seed * 0x2545f4914f6cdd1dULL + (++tensor_index) * 0x9e3779b97f4a7c15ULL;
-    const bool is_norm = name.ends_with("norm");
-    // Uniform(-a, a) has variance a^2/3: a = sqrt(3 / fan_in) keeps activations at unit scale.
-    const size_t fan_in = name.ends_with("wo") ? config.q_dim()
-                          : name.ends_with("w_down") ? config.hidden_dim
-                                                     : config.dim;
-    const float scale = name == "embedding" ? 1.0f : std::sqrt(3.0f / static_cast<float>(fan_in));
-    for (float& v : t) v = is_norm ? 1.0f + 0.1f * UniformSigned(state) : scale * UniformSigned(state);
-  });
+SyntheticTensorDraw SyntheticDrawFor(const ModelConfig& config, uint64_t seed, const std::string& name,
+                                     uint64_t index) {
+  SyntheticTensorDraw draw;
+  draw.state = seed * 0x2545f4914f6cdd1dULL + index * 0x9e3779b97f4a7c15ULL;
+  draw.is_norm = name.ends_with("norm");
+  // Uniform(-a, a) has variance a^2/3: a = sqrt(3 / fan_in) keeps activations at unit scale.
+  const size_t fan_in = name.ends_with("wo") ? config.q_dim() : name.ends_with("w_down") ? config.hidden_dim : config.dim;
+  draw.scale = name == "embedding" ? 1.0f : std::sqrt(3.0f / static_cast<float>(fan_in));
+  return draw;
+}
+
+Hash128 SyntheticContentHash(const ModelConfig& config, uint64_t seed) {
   Hasher128 hasher;
   hasher.AddString("lazykv.synthetic.v1");
   config.HashInto(hasher);
   hasher.AddU64(seed);
-  w.content_hash = hasher.Finish();
+  return hasher.Finish();
+}
+
+ModelWeights MakeSyntheticWeights(const ModelConfig& config, uint64_t seed) {
+  ModelWeights w = AllocateWeights(config);
+  uint64_t tensor_index = 0;
+  ForEachTensor(w, [&](const std::string& name, std::vector<float>& t, size_t) {
+    SyntheticTensorDraw draw = SyntheticDrawFor(config, seed, name, ++tensor_index);
+    for (float& v : t) {
+      v = draw.is_norm ? 1.0f + 0.1f * UniformSigned(draw.state) : draw.scale * UniformSigned(draw.state);
+    }
+  });
+  w.content_hash = SyntheticContentHash(config, seed);
   return w;
 }
 
-absl::StatusOr<ModelWeights> LoadSyntheticModel(const std::string& spec) {
+absl::StatusOr<SyntheticSpec> ParseSyntheticSpec(const std::string& spec) {
   std::vector<std::string> parts = absl::StrSplit(spec, ':');
   if (parts.size() < 2 || parts.size() > 3 || parts[0] != "synthetic") {
     return absl::InvalidArgumentError(absl::StrFormat("model '%s': expected synthetic:NAME[:SEED]", spec));
   }
   auto config = SyntheticConfig(parts[1]);
   if (!config.ok()) return config.status();
-  uint64_t seed = 0;
-  if (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &seed)) {
+  SyntheticSpec out{*config, 0};
+  if (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &out.seed)) {
     return absl::InvalidArgumentError(absl::StrFormat("model '%s': seed '%s' is not a number", spec, parts[2]));
   }
-  const uint64_t need = Fp32WeightBytes(*config);
+  return out;
+}
+
+absl::StatusOr<ModelWeights> LoadSyntheticModel(const std::string& spec) {
+  auto parsed = ParseSyntheticSpec(spec);
+  if (!parsed.ok()) return parsed.status();
+  const uint64_t need = Fp32WeightBytes(parsed->config);
   const uint64_t have = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
   if (need > have / 2) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "model '%s' needs %.1f GiB of fp32 weights on the CPU backend, more than half of this machine's %.1f GiB",
+        "model '%s' needs %.1f GiB of fp32 weights on the CPU backend, more than half of this machine's %.1f GiB "
+        "(the CUDA backend builds synthetic weights on the GPU: --device cuda)",
         spec, need / 1073741824.0, have / 1073741824.0));
   }
-  return MakeSyntheticWeights(*config, seed);
+  return MakeSyntheticWeights(parsed->config, parsed->seed);
 }
 
 }  // namespace lazykv

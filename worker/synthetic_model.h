@@ -21,6 +21,26 @@ std::vector<std::string> SyntheticModelNames();
 // bits on every machine.
 ModelWeights MakeSyntheticWeights(const ModelConfig& config, uint64_t seed);
 
+// How MakeSyntheticWeights draws one tensor (the `index`-th in ForEachTensor order, from
+// 1): SplitMix64Unit from `state`, times `scale` (norms: 1 + 0.1 * ...). The GPU backend
+// draws the same bits on the device.
+struct SyntheticTensorDraw {
+  uint64_t state = 0;
+  float scale = 1.0f;
+  bool is_norm = false;
+};
+SyntheticTensorDraw SyntheticDrawFor(const ModelConfig& config, uint64_t seed, const std::string& name,
+                                     uint64_t index);
+// The content hash MakeSyntheticWeights gives (config and seed; no pass over the weights).
+Hash128 SyntheticContentHash(const ModelConfig& config, uint64_t seed);
+
+struct SyntheticSpec {
+  ModelConfig config;
+  uint64_t seed = 0;
+};
+// Parses "synthetic:NAME" or "synthetic:NAME:SEED" without building any weights.
+absl::StatusOr<SyntheticSpec> ParseSyntheticSpec(const std::string& spec);
+
 // Parses "synthetic:NAME" or "synthetic:NAME:SEED" and builds the model.
 absl::StatusOr<ModelWeights> LoadSyntheticModel(const std::string& spec);
 

@@ -27,6 +27,7 @@ constexpr char kUsage[] = R"(usage: lazykv run --model PATH|synthetic:NAME [opti
   --temperature T        0 is greedy (default 0)
   --top-p P              nucleus sampling mass (default 1)
   --seed S               sampling seed (default 0)
+  --device D             cpu | cuda | auto (default auto: cuda when this build has it and a GPU is present)
   --block-size N         KV block size in tokens (default 16)
   --kv-pool-mib N        KV pool size (default 256)
   --cache-servers LIST   share chunk KV through cache servers HOST:PORT,... (lazykv-cache-server)
@@ -65,6 +66,10 @@ absl::Status ParseFlags(int argc, char** argv, RunFlags& flags) {
   parser.AddFloat("--temperature", &flags.defaults.sampling.temperature);
   parser.AddFloat("--top-p", &flags.defaults.sampling.top_p);
   parser.AddUint64("--seed", &flags.defaults.sampling.seed);
+  parser.Add("--device", [&](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(flags.setup.device, ParseDevice(v));
+    return absl::OkStatus();
+  });
   parser.AddInt("--block-size", &flags.setup.block_size);
   uint64_t pool_mib = flags.setup.kv_pool_bytes >> 20;
   parser.AddUint64("--kv-pool-mib", &pool_mib);

@@ -1,0 +1,44 @@
+// Y = X W^T on the GPU through cuBLASLt: X bf16 [rows][in], W bf16 [out][in] (PyTorch
+// layout), Y fp32 [rows][out], fp32 accumulation (CPU twin: cpu::MatmulTransposed).
+// cuBLASLt picks the kernel by heuristic once per shape; where it offers none (odd
+// leading dimensions), plain cuBLAS (cublasGemmEx) runs the product instead.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace lazykv::cuda {
+
+class Gemm {
+ public:
+  static absl::StatusOr<std::unique_ptr<Gemm>> Create(cudaStream_t stream);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // y = x w^T (beta = 0) or y += x w^T (beta = 1).
+  absl::Status Run(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
+                   float beta = 0.0f);
+
+ private:
+  struct Plan;
+  Gemm() = default;
+  absl::StatusOr<Plan*> PlanFor(int rows, int in, int out, float beta);
+
+  cudaStream_t stream_ = nullptr;
+  void* lt_ = nullptr;      // cublasLtHandle_t
+  void* blas_ = nullptr;    // cublasHandle_t (fallback)
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<std::tuple<int, int, int, bool>, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace lazykv::cuda

@@ -1,0 +1,82 @@
+// The small kernels of the Llama forward pass on the GPU (the attention kernels and the
+// GEMMs have their own headers). Activations between GEMMs are fp32 (the residual stream,
+// GEMM outputs); GEMM inputs are bf16. Each launcher checks its shapes and returns the
+// launch's cudaError_t. CPU twins: kernels/cpu/dense_ops.h, rope.h and the CPU backend.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lazykv::cuda {
+
+// x[r] = table[tokens[r]] for `rows` rows of `dim` (bf16 table, fp32 rows). embedding.cu
+cudaError_t LaunchEmbeddingGather(const __nv_bfloat16* table, const int32_t* tokens, int rows, int dim, float* x,
+                                  cudaStream_t stream);
+
+// With `residual`: x[r] += residual[r] first (written back). Then out[r] = bf16(x[r] /
+// rms(x[r]) * weight). One pass over x for the add and the norm. rms_norm.cu
+cudaError_t LaunchResidualRmsNorm(float* x, const float* residual, const float* weight, int rows, int dim, float eps,
+                                  __nv_bfloat16* out, cudaStream_t stream);
+
+// out[r][i] = bf16(silu(gu[r][i]) * gu[r][hidden + i]): gate and up side by side in one
+// row of 2 * hidden (the fused gate/up GEMM's output). swiglu.cu
+cudaError_t LaunchSwiGlu(const float* gu, int rows, int hidden, __nv_bfloat16* out, cudaStream_t stream);
+
+// out = bf16(in), n elements. swiglu.cu
+cudaError_t LaunchToBf16(const float* in, size_t n, __nv_bfloat16* out, cudaStream_t stream);
+
+// The new tokens' q/k/v from the fused QKV GEMM (rows of q_dim + 2 * kv_dim) to where
+// attention reads them: q copied raw (the attention kernels rotate it) into q_out
+// [rows][q_dim]; k rotated by R(rope_positions[r]) and v, both rounded to bf16, written to
+// pool slot (slot_blocks[r], slot_index[r]) of one layer's K/V pool
+// [num_blocks][block_size][kv_dim]. kv_write.cu
+struct KvWriteParams {
+  const float* qkv = nullptr;
+  float* q_out = nullptr;
+  __nv_bfloat16* k_pool = nullptr;
+  __nv_bfloat16* v_pool = nullptr;
+  const int32_t* slot_blocks = nullptr;
+  const int32_t* slot_index = nullptr;
+  const int32_t* rope_positions = nullptr;  // the position the key is stored at (position - delta)
+  const double* inv_freq = nullptr;         // [head_dim / 2]
+  int rows = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;
+  int rope_style = 0;  // 0: interleaved pairs, 1: rotate-half
+};
+cudaError_t LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
+
+// Moves a chunk's KV between a contiguous payload in device memory (the chunk codec's
+// layout [layer][K|V][token][kv_dim], common/chunk_codec.h) and pool blocks, for layers
+// [first_layer, first_layer + num_layers). Block i of the chunk holds block_tokens[i]
+// tokens from slot 0, its first token is token_offsets[i] of the chunk. kv_transfer.cu
+struct KvTransferParams {
+  __nv_bfloat16* payload = nullptr;  // the whole chunk's payload
+  __nv_bfloat16* k_pool = nullptr;   // all layers: [n_layers][num_blocks][block_size][kv_dim]
+  __nv_bfloat16* v_pool = nullptr;
+  const int32_t* block_ids = nullptr;
+  const int32_t* block_tokens = nullptr;
+  const int32_t* token_offsets = nullptr;
+  int num_blocks_in_chunk = 0;
+  int chunk_tokens = 0;
+  int kv_dim = 0;
+  int block_size = 0;
+  int pool_blocks = 0;
+  int first_layer = 0;
+  int num_layers = 0;
+  bool to_pool = true;  // false: gather the pool blocks into the payload
+};
+cudaError_t LaunchKvTransfer(const KvTransferParams& p, cudaStream_t stream);
+
+// Fills n bf16 (or fp32) values exactly as MakeSyntheticWeights draws them on the CPU:
+// value i is scale * (2 u_i - 1) (norms: 1 + 0.1 (2 u_i - 1)) with u_i the (i+1)-th
+// SplitMix64Unit output from `state`. synthetic_fill.cu
+cudaError_t LaunchSyntheticFill(uint64_t state, size_t n, float scale, bool is_norm, __nv_bfloat16* out_bf16,
+                                float* out_fp32, cudaStream_t stream);
+
+}  // namespace lazykv::cuda

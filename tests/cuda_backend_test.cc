@@ -1,0 +1,288 @@
+// The engine on the CUDA backend against the CPU backend: greedy stories260K output equal
+// over at least 100 tokens (RAG requests in lazy mode), lazy and block giving identical
+// greedy tokens on the GPU, logits of random synthetic models (weights drawn on the GPU)
+// within bf16 tolerance of the CPU's, and chunk export/import through the backend. Skips
+// without a GPU (and the stories tests without ../shared/models).
+//
+// Precision: the GPU runs bf16 weights, bf16 GEMM inputs and a bf16 KV pool with fp32
+// accumulation; the CPU runs fp32 throughout. The greedy reference is the CPU backend on
+// the same weights rounded to bf16 (the weight rounding is the largest difference and is
+// not the GPU path's doing); agreement with the fp32 weights is printed alongside. Two
+// greedy paths computed with different rounding part for good at the first near-tie, so
+// the checks are: the paths agree over at least 100 tokens (the first 100 of one request,
+// and in total), and wherever they part, the reference's logit for the other path's token
+// is within kTieTolerance of its best (a near-tie, not a wrong computation).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "tests/cuda_test_util.h"
+#include "tests/engine_test_util.h"
+#include "tests/test_util.h"
+#include "worker/cuda_backend.h"
+#include "worker/llama2c_loader.h"
+#include "worker/synthetic_model.h"
+#include "worker/tokenizer.h"
+
+namespace lazykv::testing {
+namespace {
+
+std::unique_ptr<Engine> EngineOn(absl::StatusOr<std::unique_ptr<Backend>> backend, AttentionMode mode) {
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  if (!backend.ok()) return nullptr;
+  EngineOptions options;
+  options.mode = mode;
+  auto engine = Engine::Create(*std::move(backend), options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+ModelWeights RoundedToBf16(ModelWeights w) {
+  ForEachTensor(w, [](const std::string&, std::vector<float>& t, size_t) {
+    for (float& v : t) v = __bfloat162float(__float2bfloat16(v));
+  });
+  return w;
+}
+
+const std::vector<std::string>& StoryTexts() {
+  static const std::vector<std::string> texts = {
+      "Lily had a big red ball. She liked to throw it high in the sky.",
+      "Tom was a little dog who lived in a small house near the park.",
+      "The sun was hot, so Sam and his mom went to the beach to swim.",
+      "Once there was a cat named Max. Max loved to eat fish and sleep.",
+      "Anna found a shiny key under a tree. She wondered what it could open.",
+  };
+  return texts;
+}
+
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+// Relative to the largest |logit| of the step (bf16 logits on these models err by ~1e-2).
+constexpr double kTieTolerance = 2e-2;
+
+// The common prefix of `got` and `reference` (which recorded its logits); where they part,
+// expects the reference's margin of its token over got's token to be a near-tie, and
+// returns that relative margin in *margin (0 when they do not part).
+size_t CheckParting(const GenerateResult& got, const GenerateResult& reference, const std::string& what,
+                    double* margin) {
+  const size_t common = CommonPrefix(got.tokens, reference.tokens);
+  *margin = 0;
+  if (common < got.tokens.size() && common < reference.tokens.size() && common < reference.step_logits.size()) {
+    const std::vector<float>& logits = reference.step_logits[common];
+    float scale = 0;
+    for (float v : logits) scale = std::max(scale, std::abs(v));
+    *margin = (logits[reference.tokens[common]] - logits[got.tokens[common]]) / scale;
+    EXPECT_LT(*margin, kTieTolerance) << what << ": the paths part at token " << common << " where the reference "
+                                      << "prefers its token by more than a near-tie";
+  }
+  return common;
+}
+
+TEST(CudaBackendTest, StoriesGreedyMatchesCpu) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no ../shared/models";
+  auto weights = LoadLlama2cCheckpoint(ModelPath("stories260K.bin"));
+  auto tokenizer = LoadTokenizer(ModelPath("tok512.bin"));
+  ASSERT_TRUE(weights.ok() && tokenizer.ok());
+  auto gpu = EngineOn(CreateCudaBackend(*weights, 16, 1024), AttentionMode::kLazy);
+  auto cpu_bf16 = MakeEngine(RoundedToBf16(*weights), AttentionMode::kLazy);
+  auto cpu_fp32 = MakeEngine(*weights, AttentionMode::kLazy);
+  ASSERT_NE(gpu, nullptr);
+  std::vector<std::vector<int32_t>> corpus;
+  for (const auto& text : StoryTexts()) corpus.push_back((*tokenizer)->Encode(text));
+  size_t agreed = 0, longest = 0, fp32_agreed = 0, total = 0;
+  double worst_margin = 0;
+  const std::vector<std::string> prompts = {"Once upon a time", "One day", "The little bird", "Max and Lily"};
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    GenerateRequest request;
+    for (size_t d = 0; d < 3; ++d) request.docs.push_back(corpus[(r + d) % corpus.size()]);
+    request.prompt = (*tokenizer)->Encode(prompts[r]);
+    request.sampling.max_tokens = 120;
+    request.record_logits = true;
+    auto g = gpu->Generate(request);
+    auto c = cpu_bf16->Generate(request);
+    auto f = cpu_fp32->Generate(request);
+    ASSERT_TRUE(g.ok() && c.ok() && f.ok()) << g.status() << c.status() << f.status();
+    double margin = 0;
+    const size_t common = CheckParting(*g, *c, "request " + std::to_string(r), &margin);
+    std::printf("request %zu (%s): %zu of %zu greedy tokens equal to the CPU's%s (margin at parting %.1e); "
+                "with fp32 weights %zu\n",
+                r, prompts[r].c_str(), common, c->tokens.size(), common == c->tokens.size() ? ", all" : "", margin,
+                CommonPrefix(g->tokens, f->tokens));
+    worst_margin = std::max(worst_margin, margin);
+    agreed += common;
+    longest = std::max(longest, common);
+    total += c->tokens.size();
+    fp32_agreed += CommonPrefix(g->tokens, f->tokens);
+  }
+  std::printf("stories260K greedy: %zu of %zu tokens equal to the CPU backend (bf16-rounded weights) before the paths "
+              "part, longest run %zu, worst parting margin %.1e; against fp32 weights %zu\n",
+              agreed, total, longest, worst_margin, fp32_agreed);
+  EXPECT_GE(longest, 100u);
+  EXPECT_GE(agreed, 200u);
+}
+
+TEST(CudaBackendTest, LazyEqualsBlockOnStories) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no ../shared/models";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto weights = LoadLlama2cCheckpoint(ModelPath("stories260K.bin"));
+  auto tokenizer = LoadTokenizer(ModelPath("tok512.bin"));
+  ASSERT_TRUE(weights.ok() && tokenizer.ok());
+  auto lazy = EngineOn(CreateCudaBackend(*weights, 16, 2048), AttentionMode::kLazy);
+  auto block = EngineOn(CreateCudaBackend(*weights, 16, 2048), AttentionMode::kBlock);
+  ASSERT_TRUE(lazy && block);
+  std::vector<std::vector<int32_t>> corpus;
+  for (const auto& text : StoryTexts()) corpus.push_back((*tokenizer)->Encode(text));
+  size_t tokens = 0, agreed = 0, parted = 0;
+  double worst_margin = 0, worst_error = 0;
+  for (int r = 0; r < 6; ++r) {
+    std::shuffle(corpus.begin(), corpus.end(), rng);
+    GenerateRequest request;
+    request.docs.assign(corpus.begin(), corpus.begin() + std::uniform_int_distribution<int>(2, 5)(rng));
+    request.prompt = (*tokenizer)->Encode("One day");
+    request.sampling.max_tokens = 40;
+    request.record_logits = true;
+    auto a = lazy->Generate(request);
+    auto b = block->Generate(request);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    EXPECT_GT(a->usage.chunk_hits + a->usage.chunk_misses, 0);
+    double margin = 0;
+    const size_t common = CheckParting(*a, *b, "request " + std::to_string(r), &margin);
+    for (size_t s = 0; s <= common && s < a->step_logits.size() && s < b->step_logits.size(); ++s) {
+      const double error = RelativeError(a->step_logits[s], b->step_logits[s]);
+      worst_error = std::max(worst_error, error);
+      EXPECT_LT(error, 3e-2) << "request " << r << " step " << s;
+    }
+    worst_margin = std::max(worst_margin, margin);
+    parted += common < b->tokens.size();
+    agreed += common;
+    tokens += b->tokens.size();
+  }
+  std::printf("stories260K on the GPU: lazy and block agree on %zu of %zu greedy tokens over 6 requests (%zu part at "
+              "a near-tie, worst margin %.1e); worst relative logit difference before parting %.1e\n",
+              agreed, tokens, parted, worst_margin, worst_error);
+  EXPECT_GE(agreed, 100u);
+  ExpectNoLeakedBlocks(*lazy);
+  ExpectNoLeakedBlocks(*block);
+}
+
+// Random models: the CUDA engine (weights drawn on the GPU) against the CPU engine on the
+// same draws, every step's logits until the greedy paths part; and lazy against block on
+// the GPU. tiny-llama3 runs the generic attention (head dim 16), small the tensor-core
+// prefill and decode kernels (head dim 64).
+class SyntheticModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SyntheticModelTest, LogitsWithinBf16ToleranceOfCpu) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const ModelConfig config = *SyntheticConfig(GetParam());
+  const ModelWeights weights = MakeSyntheticWeights(config, seed);
+  std::vector<std::vector<int32_t>> corpus;
+  for (int d = 0; d < 4; ++d) corpus.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(5, 70)(rng), config.vocab_size));
+  double worst_cpu = 0, worst_block = 0;
+  for (AttentionMode mode : {AttentionMode::kLazy, AttentionMode::kBlock, AttentionMode::kNone}) {
+    auto gpu = EngineOn(CreateSyntheticCudaBackend(config, seed, 16, 1024), mode);
+    auto gpu_block = EngineOn(CreateSyntheticCudaBackend(config, seed, 16, 1024), AttentionMode::kBlock);
+    auto cpu = MakeEngine(weights, mode);
+    ASSERT_TRUE(gpu && gpu_block);
+    for (int r = 0; r < 3; ++r) {
+      std::shuffle(corpus.begin(), corpus.end(), rng);
+      GenerateRequest request;
+      request.docs.assign(corpus.begin(), corpus.begin() + 3);
+      request.prompt = RandomTokens(rng, std::uniform_int_distribution<int>(1, 9)(rng), config.vocab_size);
+      request.sampling.max_tokens = 6;
+      request.record_logits = true;
+      auto g = gpu->Generate(request);
+      auto c = cpu->Generate(request);
+      auto b = gpu_block->Generate(request);
+      ASSERT_TRUE(g.ok() && c.ok() && b.ok()) << g.status() << c.status() << b.status();
+      for (size_t s = 0; s < g->step_logits.size() && s < c->step_logits.size(); ++s) {
+        const double error = RelativeError(g->step_logits[s], c->step_logits[s]);
+        worst_cpu = std::max(worst_cpu, error);
+        EXPECT_LT(error, 3e-2) << AttentionModeName(mode) << " request " << r << " step " << s;
+        if (s >= g->tokens.size() || s >= c->tokens.size() || g->tokens[s] != c->tokens[s]) break;
+      }
+      if (mode == AttentionMode::kLazy) {
+        for (size_t s = 0; s < g->step_logits.size() && s < b->step_logits.size(); ++s) {
+          const double error = RelativeError(g->step_logits[s], b->step_logits[s]);
+          worst_block = std::max(worst_block, error);
+          EXPECT_LT(error, 3e-2) << "lazy vs block, request " << r << " step " << s;
+          if (s >= g->tokens.size() || s >= b->tokens.size() || g->tokens[s] != b->tokens[s]) break;
+        }
+      }
+    }
+    ExpectNoLeakedBlocks(*gpu);
+  }
+  std::printf("%s: worst relative logit error GPU vs CPU %.2e, GPU lazy vs GPU block %.2e\n", GetParam().c_str(),
+              worst_cpu, worst_block);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SyntheticModelTest, ::testing::Values("tiny", "tiny-llama3", "small"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// A chunk computed on the GPU, exported (bf16 payload) against the CPU backend's export
+// (fp32) of the same tokens; imported into other blocks from pageable and from pinned
+// memory and exported again: the same bytes.
+TEST(CudaBackendTest, ChunkExportImportRoundTrip) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const ModelConfig config = *SyntheticConfig("small");
+  auto gpu = CreateSyntheticCudaBackend(config, seed, 16, 64);
+  auto cpu = CreateCpuBackend(MakeSyntheticWeights(config, seed), 16, 64);
+  ASSERT_TRUE(gpu.ok() && cpu.ok()) << gpu.status() << cpu.status();
+  EXPECT_EQ((*gpu)->kv_dtype(), "bf16");
+  EXPECT_NE((*gpu)->model_fingerprint(), (*cpu)->model_fingerprint());  // KV dtype is part of it
+  const std::vector<int32_t> tokens = RandomTokens(rng, 45, config.vocab_size);
+  const std::vector<KvBlockRef> blocks = {{3, 16, 0}, {7, 16, 0}, {1, 13, 0}};
+  const SequenceStep step{tokens, blocks, LogitsWanted::kNone};
+  std::vector<std::vector<float>> unused;
+  ASSERT_TRUE((*gpu)->Forward({&step, 1}, &unused).ok());
+  ASSERT_TRUE((*cpu)->Forward({&step, 1}, &unused).ok());
+  std::string gpu_payload, cpu_payload;
+  ASSERT_TRUE((*gpu)->ExportChunk(blocks, &gpu_payload).ok());
+  ASSERT_TRUE((*cpu)->ExportChunk(blocks, &cpu_payload).ok());
+  ASSERT_EQ(gpu_payload.size() * 2, cpu_payload.size());
+  std::vector<float> gpu_kv(gpu_payload.size() / 2), cpu_kv(cpu_payload.size() / 4);
+  for (size_t i = 0; i < gpu_kv.size(); ++i) {
+    gpu_kv[i] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(gpu_payload.data())[i]);
+  }
+  std::memcpy(cpu_kv.data(), cpu_payload.data(), cpu_payload.size());
+  EXPECT_LT(RelativeError(gpu_kv, cpu_kv), 2e-2);
+
+  const std::vector<KvBlockRef> other = {{40, 16, 0}, {12, 16, 0}, {63, 13, 0}};
+  ASSERT_TRUE((*gpu)->ImportChunk(gpu_payload, other).ok());  // pageable source
+  std::string again;
+  ASSERT_TRUE((*gpu)->ExportChunk(other, &again).ok());
+  EXPECT_TRUE(again == gpu_payload);
+  char* pinned = nullptr;
+  CUDA_OK(cudaMallocHost(&pinned, gpu_payload.size()));
+  std::memcpy(pinned, gpu_payload.data(), gpu_payload.size());
+  const std::vector<KvBlockRef> third = {{20, 16, 0}, {21, 16, 0}, {22, 13, 0}};
+  ASSERT_TRUE((*gpu)->ImportChunk(std::string_view(pinned, gpu_payload.size()), third).ok());
+  ASSERT_TRUE((*gpu)->ExportChunk(third, &again).ok());
+  EXPECT_TRUE(again == gpu_payload);
+  cudaFreeHost(pinned);
+  // A payload that does not match the blocks is refused.
+  EXPECT_FALSE((*gpu)->ImportChunk(std::string_view(gpu_payload).substr(2), third).ok());
+}
+
+}  // namespace
+}  // namespace lazykv::testing

@@ -1,0 +1,281 @@
+// The CUDA backend's kernels against their CPU twins, on fresh random inputs at several
+// shapes, outputs poisoned (NaN) first so an unwritten element fails: embedding gather,
+// residual + RMSNorm, SwiGLU, KV write (RoPE of new keys), chunk scatter/gather, synthetic
+// weights, the cuBLASLt GEMM, and the generic lazy paged attention. Skips without a GPU.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <tuple>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/generic_attention.h"
+#include "kernels/cuda/model_ops.h"
+#include "tests/cuda_test_util.h"
+#include "tests/test_util.h"
+#include "worker/synthetic_model.h"
+
+namespace lazykv::testing {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+template <typename T>
+T* Poisoned(size_t n) {
+  T* d = nullptr;
+  if (cudaMalloc(&d, std::max<size_t>(1, n) * sizeof(T)) != cudaSuccess) return nullptr;
+  cudaMemset(d, 0xff, n * sizeof(T));  // NaN in fp32 and bf16
+  return d;
+}
+
+std::vector<float> Bf16ToFloat(const std::vector<bf16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = __bfloat162float(v[i]);
+  return out;
+}
+
+std::vector<float> Normal(std::mt19937_64& rng, size_t n) {
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+#define SKIP_WITHOUT_GPU()                  \
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU"; \
+  const uint64_t seed = FreshSeed();        \
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);  \
+  std::mt19937_64 rng(seed)
+
+TEST(CudaModelOpsTest, EmbeddingRmsNormSwiGlu) {
+  SKIP_WITHOUT_GPU();
+  for (const auto [rows, dim, hidden] : {std::tuple{1, 64, 172}, {7, 288, 768}, {33, 4096, 14336}}) {
+    const int vocab = 300;
+    std::vector<bf16> table_bf;
+    std::vector<float> table;
+    RandomBf16(rng, static_cast<size_t>(vocab) * dim, table_bf, table);
+    std::vector<int32_t> tokens = RandomTokens(rng, rows, vocab);
+    float* x = Poisoned<float>(static_cast<size_t>(rows) * dim);
+    bf16* table_d = ToDevice(table_bf);
+    int32_t* tokens_d = ToDevice(tokens);
+    CUDA_OK(cuda::LaunchEmbeddingGather(table_d, tokens_d, rows, dim, x, nullptr));
+    std::vector<float> expected(static_cast<size_t>(rows) * dim);
+    for (int r = 0; r < rows; ++r) {
+      std::copy_n(&table[static_cast<size_t>(tokens[r]) * dim], dim, &expected[static_cast<size_t>(r) * dim]);
+    }
+    EXPECT_EQ(ToHost(x, expected.size()), expected);
+
+    // x += residual; out = norm(x) * w.
+    const std::vector<float> residual = Normal(rng, expected.size()), weight = Normal(rng, dim);
+    float* residual_d = ToDevice(residual);
+    float* weight_d = ToDevice(weight);
+    bf16* out = Poisoned<bf16>(expected.size());
+    CUDA_OK(cuda::LaunchResidualRmsNorm(x, residual_d, weight_d, rows, dim, 1e-5f, out, nullptr));
+    cpu::AddInPlace(expected.data(), residual.data(), expected.size());
+    std::vector<float> normed(expected.size());
+    cpu::RmsNorm(expected.data(), weight.data(), rows, dim, 1e-5f, normed.data());
+    EXPECT_LT(RelativeError(ToHost(x, expected.size()), expected), 1e-6);
+    EXPECT_LT(RelativeError(Bf16ToFloat(ToHost(out, expected.size())), normed), 8e-3);
+
+    // SwiGLU over [gate | up] rows.
+    const std::vector<float> gu = Normal(rng, static_cast<size_t>(rows) * 2 * hidden);
+    std::vector<float> gate(static_cast<size_t>(rows) * hidden), up(gate.size());
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < hidden; ++i) {
+        gate[static_cast<size_t>(r) * hidden + i] = gu[static_cast<size_t>(r) * 2 * hidden + i];
+        up[static_cast<size_t>(r) * hidden + i] = gu[static_cast<size_t>(r) * 2 * hidden + hidden + i];
+      }
+    }
+    cpu::SwiGlu(gate.data(), up.data(), gate.size());
+    float* gu_d = ToDevice(gu);
+    bf16* h = Poisoned<bf16>(gate.size());
+    CUDA_OK(cuda::LaunchSwiGlu(gu_d, rows, hidden, h, nullptr));
+    EXPECT_LT(RelativeError(Bf16ToFloat(ToHost(h, gate.size())), gate), 8e-3);
+    CUDA_OK(cudaDeviceSynchronize());
+    for (void* p : {(void*)x, (void*)table_d, (void*)tokens_d, (void*)residual_d, (void*)weight_d, (void*)out,
+                    (void*)gu_d, (void*)h}) {
+      cudaFree(p);
+    }
+  }
+}
+
+TEST(CudaModelOpsTest, KvWriteRotatesKeysAtTheirPositions) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int n_heads, n_kv_heads, head_dim, block_size;
+    RopeStyle style;
+  };
+  for (const Case& c : {Case{8, 4, 8, 16, RopeStyle::kInterleaved}, Case{32, 8, 128, 16, RopeStyle::kRotateHalf},
+                        Case{6, 2, 96, 7, RopeStyle::kRotateHalf}}) {
+    RopeConfig rope;
+    rope.style = c.style;
+    rope.theta = c.style == RopeStyle::kInterleaved ? 10000.0 : 500000.0;
+    rope.llama3_scaling = c.style == RopeStyle::kRotateHalf;
+    const int rows = 19, num_blocks = 9, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    const std::vector<float> qkv = Normal(rng, static_cast<size_t>(rows) * (q_dim + 2 * kv_dim));
+    std::vector<int32_t> blocks(rows), slots(rows), positions(rows);
+    for (int r = 0; r < rows; ++r) {  // distinct slots, positions up to 128k
+      slots[r] = r % c.block_size;
+      blocks[r] = r / c.block_size;
+      positions[r] = std::uniform_int_distribution<int32_t>(0, 131072)(rng);
+    }
+    const size_t pool = static_cast<size_t>(num_blocks) * c.block_size * kv_dim;
+    cuda::KvWriteParams p;
+    p.qkv = ToDevice(qkv);
+    p.q_out = Poisoned<float>(static_cast<size_t>(rows) * q_dim);
+    p.k_pool = Poisoned<bf16>(pool);
+    p.v_pool = Poisoned<bf16>(pool);
+    p.slot_blocks = ToDevice(blocks);
+    p.slot_index = ToDevice(slots);
+    p.rope_positions = ToDevice(positions);
+    p.inv_freq = ToDevice(RopeInverseFrequencies(rope, c.head_dim));
+    p.rows = rows;
+    p.n_heads = c.n_heads;
+    p.n_kv_heads = c.n_kv_heads;
+    p.head_dim = c.head_dim;
+    p.block_size = c.block_size;
+    p.rope_style = c.style == RopeStyle::kInterleaved ? 0 : 1;
+    CUDA_OK(cuda::LaunchKvWrite(p, nullptr));
+    const auto q = ToHost(p.q_out, static_cast<size_t>(rows) * q_dim);
+    const auto k = Bf16ToFloat(ToHost(p.k_pool, pool)), v = Bf16ToFloat(ToHost(p.v_pool, pool));
+    const cpu::RopeTable table(rope, c.head_dim);
+    std::vector<float> k_got, k_want, v_got, v_want;
+    for (int r = 0; r < rows; ++r) {
+      const float* row = &qkv[static_cast<size_t>(r) * (q_dim + 2 * kv_dim)];
+      for (int i = 0; i < q_dim; ++i) ASSERT_EQ(q[static_cast<size_t>(r) * q_dim + i], row[i]);
+      std::vector<float> key(row + q_dim, row + q_dim + kv_dim);
+      table.RotateHeads(key.data(), c.n_kv_heads, positions[r]);
+      const size_t slot = (static_cast<size_t>(blocks[r]) * c.block_size + slots[r]) * kv_dim;
+      k_want.insert(k_want.end(), key.begin(), key.end());
+      k_got.insert(k_got.end(), k.begin() + slot, k.begin() + slot + kv_dim);
+      v_want.insert(v_want.end(), row + q_dim + kv_dim, row + q_dim + 2 * kv_dim);
+      v_got.insert(v_got.end(), v.begin() + slot, v.begin() + slot + kv_dim);
+    }
+    EXPECT_LT(RelativeError(k_got, k_want), 8e-3) << "head dim " << c.head_dim;
+    EXPECT_LT(RelativeError(v_got, v_want), 8e-3);
+    for (const void* ptr : {(const void*)p.qkv, (const void*)p.q_out, (const void*)p.k_pool, (const void*)p.v_pool,
+                            (const void*)p.slot_blocks, (const void*)p.slot_index, (const void*)p.rope_positions,
+                            (const void*)p.inv_freq}) {
+      cudaFree(const_cast<void*>(ptr));
+    }
+  }
+}
+
+// Scatter a random payload into random (partly filled) blocks of a multi-layer pool, check
+// every slot against the payload, then gather it back into a poisoned payload.
+TEST(CudaModelOpsTest, ChunkScatterAndGather) {
+  SKIP_WITHOUT_GPU();
+  for (const auto [layers, kv_dim, block_size, tokens] :
+       {std::tuple{5, 32, 16, 77}, {3, 1024, 16, 512}, {2, 12, 7, 30}, {4, 40, 32, 1}}) {
+    const int chunk_blocks = (tokens + block_size - 1) / block_size, pool_blocks = chunk_blocks * 2 + 3;
+    std::vector<int32_t> ids(pool_blocks), counts, offsets;
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    ids.resize(chunk_blocks);
+    for (int b = 0; b < chunk_blocks; ++b) {
+      counts.push_back(std::min(block_size, tokens - b * block_size));
+      offsets.push_back(b * block_size);
+    }
+    std::vector<bf16> payload;
+    std::vector<float> payload_fp;
+    RandomBf16(rng, static_cast<size_t>(layers) * 2 * tokens * kv_dim, payload, payload_fp);
+    const size_t layer_elems = static_cast<size_t>(pool_blocks) * block_size * kv_dim;
+    cuda::KvTransferParams p;
+    p.payload = ToDevice(payload);
+    p.k_pool = Poisoned<bf16>(layer_elems * layers);
+    p.v_pool = Poisoned<bf16>(layer_elems * layers);
+    p.block_ids = ToDevice(ids);
+    p.block_tokens = ToDevice(counts);
+    p.token_offsets = ToDevice(offsets);
+    p.num_blocks_in_chunk = chunk_blocks;
+    p.chunk_tokens = tokens;
+    p.kv_dim = kv_dim;
+    p.block_size = block_size;
+    p.pool_blocks = pool_blocks;
+    p.first_layer = 0;
+    p.num_layers = layers;
+    CUDA_OK(cuda::LaunchKvTransfer(p, nullptr));
+    const auto k = Bf16ToFloat(ToHost(p.k_pool, layer_elems * layers));
+    const auto v = Bf16ToFloat(ToHost(p.v_pool, layer_elems * layers));
+    for (int l = 0; l < layers; ++l) {
+      for (int t = 0; t < tokens; ++t) {
+        const size_t slot = l * layer_elems + (static_cast<size_t>(ids[t / block_size]) * block_size + t % block_size) * kv_dim;
+        const size_t src = (static_cast<size_t>(2 * l) * tokens + t) * kv_dim;
+        for (int i = 0; i < kv_dim; ++i) {
+          ASSERT_EQ(k[slot + i], payload_fp[src + i]) << "layer " << l << " token " << t;
+          ASSERT_EQ(v[slot + i], payload_fp[src + static_cast<size_t>(tokens) * kv_dim + i]);
+        }
+      }
+    }
+    // Gather back into a poisoned payload.
+    CUDA_OK(cudaMemset(p.payload, 0xff, payload.size() * sizeof(bf16)));
+    p.to_pool = false;
+    CUDA_OK(cuda::LaunchKvTransfer(p, nullptr));
+    EXPECT_EQ(Bf16ToFloat(ToHost(p.payload, payload.size())), payload_fp);
+    for (const void* ptr : {(const void*)p.payload, (const void*)p.k_pool, (const void*)p.v_pool,
+                            (const void*)p.block_ids, (const void*)p.block_tokens, (const void*)p.token_offsets}) {
+      cudaFree(const_cast<void*>(ptr));
+    }
+  }
+}
+
+// The GPU draws MakeSyntheticWeights' exact values (fp32 bit for bit; bf16 = their rounding).
+TEST(CudaModelOpsTest, SyntheticFillMatchesCpuGenerator) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string name : {"tiny", "tiny-llama3", "small"}) {
+    const ModelConfig config = *SyntheticConfig(name);
+    const ModelWeights w = MakeSyntheticWeights(config, seed);
+    uint64_t index = 0;
+    ForEachTensor(w, [&](const std::string& tensor, const std::vector<float>& t, size_t) {
+      const SyntheticTensorDraw draw = SyntheticDrawFor(config, seed, tensor, ++index);
+      float* fp = Poisoned<float>(t.size());
+      bf16* bf = Poisoned<bf16>(t.size());
+      ASSERT_EQ(cuda::LaunchSyntheticFill(draw.state, t.size(), draw.scale, draw.is_norm, bf, fp, nullptr), cudaSuccess);
+      EXPECT_EQ(ToHost(fp, t.size()), t) << name << " " << tensor;
+      const auto got = ToHost(bf, t.size());
+      for (size_t i = 0; i < t.size(); ++i) {
+        ASSERT_EQ(__bfloat162float(got[i]), __bfloat162float(__float2bfloat16(t[i]))) << tensor << "[" << i << "]";
+      }
+      cudaFree(fp);
+      cudaFree(bf);
+    });
+  }
+}
+
+TEST(CudaModelOpsTest, GemmMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  auto gemm = cuda::Gemm::Create(nullptr);
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  for (const auto [rows, in, out] : {std::tuple{1, 64, 128}, {5, 172, 64}, {17, 64, 512}, {300, 4096, 1024},
+                                     {1, 4096, 6144}, {129, 288, 768}, {3, 13, 7}}) {
+    std::vector<bf16> x_bf, w_bf;
+    std::vector<float> x, w;
+    RandomBf16(rng, static_cast<size_t>(rows) * in, x_bf, x);
+    RandomBf16(rng, static_cast<size_t>(out) * in, w_bf, w);
+    std::vector<float> expected(static_cast<size_t>(rows) * out);
+    cpu::MatmulTransposed(x.data(), rows, in, w.data(), out, expected.data());
+    bf16* xd = ToDevice(x_bf);
+    bf16* wd = ToDevice(w_bf);
+    float* y = Poisoned<float>(expected.size());
+    ASSERT_TRUE((*gemm)->Run(xd, rows, in, wd, out, y).ok());
+    EXPECT_LT(RelativeError(ToHost(y, expected.size()), expected), 1e-4) << rows << "x" << in << "x" << out;
+    // beta = 1 accumulates.
+    ASSERT_TRUE((*gemm)->Run(xd, rows, in, wd, out, y, 1.0f).ok());
+    for (float& e : expected) e *= 2;
+    EXPECT_LT(RelativeError(ToHost(y, expected.size()), expected), 1e-4);
+    cudaFree(xd);
+    cudaFree(wd);
+    cudaFree(y);
+  }
+}
+
+}  // namespace
+}  // namespace lazykv::testing

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Packs the CUDA backend's tests and benchmark for the GPU machine, without cuBLAS/cuBLASLt
+# (libcublasLt alone is over 500 MiB; the machine's CUDA toolkit has the same major
+# version): ../shared/tools/gpu-bundle with those libraries skipped, and env.sh told where
+# the machine keeps them.
+# usage: bench/bundle_backend_gpu.sh OUTDIR [BUILD_DIR]   then on the device:
+#   bench/run_backend_gpu.sh OUTDIR
+set -euo pipefail
+out=$1
+build=${2:-build}
+tool=$(dirname "$0")/../../shared/tools/gpu-bundle
+[[ -x $tool ]] || tool=/work/shared/tools/gpu-bundle
+patched=$(mktemp)
+sed 's#libnvidia\[^/\]\*)#libnvidia[^/]*|libcublas|libcublasLt)#' "$tool" > "$patched"
+chmod +x "$patched"
+models=${LAZYKV_MODELS_DIR:-$(dirname "$tool")/../models}
+(cd "$build/bin" && "$patched" "$out" cuda_model_ops_test cuda_generic_attention_test cuda_backend_test \
+  cuda_kernels_test cuda_prefill_test cuda_backend_bench lazykv -- "$models/stories260K.bin" "$models/tok512.bin")
+rm -f "$patched"
+cat >> "$out/env.sh" <<'ENV'
+# cuBLAS(Lt) is not bundled: the machine's CUDA toolkit (or PyTorch's wheels) has it
+for _d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib 2>/dev/null); do
+  [[ -e $_d/libcublasLt.so.13 ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$_d"
+done
+ENV

@@ -121,5 +121,23 @@ TEST(CliTest, EmptyRequestGeneratesFromTheAnchorAndBadInputFailsClearly) {
   EXPECT_NE(bad_number.out.find("--max-tokens"), std::string::npos) << bad_number.out;
 }
 
+// --device: cpu always runs; auto runs wherever (the GPU when there is one); cuda runs on a
+// GPU machine and otherwise fails saying why; a misspelt device is refused.
+TEST(CliTest, DeviceChoice) {
+  for (const std::string device : {"cpu", "auto"}) {
+    const Output run = RunCli("run --model synthetic:tiny --max-tokens 3 --json --no-cache-tier --device " + device);
+    ASSERT_EQ(run.exit_code, 0) << device << ": " << run.out;
+    EXPECT_EQ(JsonLines(run.out)[0]["tokens"].size(), 3u);
+  }
+  const Output cuda = RunCli("run --model synthetic:tiny --max-tokens 3 --json --no-cache-tier --device cuda");
+  if (cuda.exit_code != 0) {
+    EXPECT_EQ(cuda.exit_code, 1);
+    EXPECT_TRUE(cuda.out.find("GPU") != std::string::npos || cuda.out.find("CUDA") != std::string::npos) << cuda.out;
+  }
+  const Output bad = RunCli("run --model synthetic:tiny --device tpu");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("unknown device 'tpu'"), std::string::npos) << bad.out;
+}
+
 }  // namespace
 }  // namespace lazykv::testing

@@ -16,7 +16,7 @@ sed 's#libnvidia\[^/\]\*)#libnvidia[^/]*|libcublas|libcublasLt)#' "$tool" > "$pa
 chmod +x "$patched"
 models=${LAZYKV_MODELS_DIR:-$(dirname "$tool")/../models}
 (cd "$build/bin" && "$patched" "$out" cuda_model_ops_test cuda_generic_attention_test cuda_backend_test \
-  cuda_kernels_test cuda_prefill_test cuda_backend_bench lazykv -- "$models/stories260K.bin" "$models/tok512.bin" "$here/run_backend_gpu.sh")
+  cuda_kernels_test cuda_prefill_test cuda_backend_bench lazykv -- "$models/stories260K.bin" "$models/tok512.bin" "$here/run_backend_gpu.sh" "$here/torch_prefill_reference.py")
 rm -f "$patched"
 cat >> "$out/env.sh" <<'ENV'
 # cuBLAS(Lt) is not bundled: the machine's CUDA toolkit (or PyTorch's wheels) has it

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine: the CUDA backend's GPU tests (and memcheck of the new ones), the CLI on
-# both devices, and cuda_backend_bench (chunk import vs pinned memcpy; modes end to end).
+# On the GPU machine: the CUDA backend's GPU tests (and memcheck of the new ones; SKIP_TESTS=1
+# skips both), the CLI on both devices, PyTorch's full-prefill TTFT of the same shape, and
+# cuda_backend_bench (chunk import vs pinned memcpy; decode step; modes end to end).
 # usage: bench/run_backend_gpu.sh BUNDLE_DIR [OUT_DIR]   (BUNDLE_DIR from bundle_backend_gpu.sh)
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
@@ -10,12 +11,14 @@ source "$bundle/env.sh"
 export LAZYKV_MODELS_DIR=$BUNDLE_DATA
 cd /tmp
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-for t in cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_kernels_test cuda_prefill_test; do
+tests="cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_kernels_test cuda_prefill_test"
+[[ ${SKIP_TESTS:-0} == 1 ]] && tests=""
+for t in $tests; do
   timeout 150 "$t" > "$out/$t.log" 2>&1
   echo "$t rc=$?"
   grep -E "FAILED|Failure|request|stories|worst relative logit|PASSED" "$out/$t.log" | head -20
 done
-if [[ ${SANITIZE:-1} == 1 ]]; then
+if [[ ${SANITIZE:-1} == 1 && -n $tests ]]; then
   for t in cuda_model_ops_test cuda_generic_attention_test cuda_backend_test; do
     timeout 150 compute-sanitizer --tool memcheck "$t" > "$out/memcheck_$t.log" 2>&1
     echo "memcheck $t: $(grep -E 'ERROR SUMMARY' "$out/memcheck_$t.log")"
@@ -28,4 +31,5 @@ for device in cuda cpu; do
 done
 cmp -s <(grep -v '^\[20' "$out/cli_cuda.txt" | sed 's/ttft=.*//') <(grep -v '^\[20' "$out/cli_cpu.txt" | sed 's/ttft=.*//') \
   && echo "lazykv run: same text on cuda and cpu" || echo "lazykv run: texts differ (see cli_*.txt)"
+PYTHONUNBUFFERED=1 timeout 200 python3 "$BUNDLE_DATA/torch_prefill_reference.py" 2>&1 | tee "$out/torch.log"
 timeout 300 cuda_backend_bench --e2e --requests ${REQUESTS:-100} --max-tokens ${MAX_TOKENS:-16} 2>&1 | tee "$out/bench.log"

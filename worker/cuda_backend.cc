@@ -471,8 +471,8 @@ absl::Status CudaBackend::ImportChunk(std::string_view payload, std::span<const 
     std::memcpy(payload_host_.as<char>(), payload.data(), payload.size());
     source = payload_host_.as<char>();
   }
-  // The metadata upload on stream_ must land before the copy stream reuses nothing of it;
-  // the copies only read `source` and write the staging payload.
+  // The copy stream only reads `source` and writes the staging payload; each scatter on
+  // stream_ waits for its layer's copy (one event, re-recorded: a wait takes the latest).
   const size_t layer_bytes = 2 * layout.plane_bytes();
   p.num_layers = 1;
   p.to_pool = true;

@@ -57,7 +57,7 @@ std::vector<float> Normal(std::mt19937_64& rng, size_t n) {
 
 TEST(CudaModelOpsTest, EmbeddingRmsNormSwiGlu) {
   SKIP_WITHOUT_GPU();
-  for (const auto [rows, dim, hidden] : {std::tuple{1, 64, 172}, {7, 288, 768}, {33, 4096, 14336}}) {
+  for (const auto& [rows, dim, hidden] : {std::tuple{1, 64, 172}, {7, 288, 768}, {33, 4096, 14336}}) {
     const int vocab = 300;
     std::vector<bf16> table_bf;
     std::vector<float> table;
@@ -173,7 +173,7 @@ TEST(CudaModelOpsTest, KvWriteRotatesKeysAtTheirPositions) {
 // every slot against the payload, then gather it back into a poisoned payload.
 TEST(CudaModelOpsTest, ChunkScatterAndGather) {
   SKIP_WITHOUT_GPU();
-  for (const auto [layers, kv_dim, block_size, tokens] :
+  for (const auto& [layers, kv_dim, block_size, tokens] :
        {std::tuple{5, 32, 16, 77}, {3, 1024, 16, 512}, {2, 12, 7, 30}, {4, 40, 32, 1}}) {
     const int chunk_blocks = (tokens + block_size - 1) / block_size, pool_blocks = chunk_blocks * 2 + 3;
     std::vector<int32_t> ids(pool_blocks), counts, offsets;
@@ -254,7 +254,7 @@ TEST(CudaModelOpsTest, GemmMatchesCpu) {
   SKIP_WITHOUT_GPU();
   auto gemm = cuda::Gemm::Create(nullptr);
   ASSERT_TRUE(gemm.ok()) << gemm.status();
-  for (const auto [rows, in, out] : {std::tuple{1, 64, 128}, {5, 172, 64}, {17, 64, 512}, {300, 4096, 1024},
+  for (const auto& [rows, in, out] : {std::tuple{1, 64, 128}, {5, 172, 64}, {17, 64, 512}, {300, 4096, 1024},
                                      {1, 4096, 6144}, {129, 288, 768}, {3, 13, 7}}) {
     std::vector<bf16> x_bf, w_bf;
     std::vector<float> x, w;

@@ -126,12 +126,6 @@ absl::Status Engine::GrowOwnTail(KvSequence& seq, size_t count) {
 
 absl::StatusOr<RequestId> Engine::Submit(GenerateRequest input) {
   RETURN_IF_ERROR(ValidateRequest(input));
-  if (static_cast<int>(queued_.size()) >= options_.max_queued_requests &&
-      !(queued_.empty() && options_.max_queued_requests == 0)) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%d requests already wait for KV pool room (max_queued_requests=%d)", queued_.size(),
-        options_.max_queued_requests));
-  }
   auto request = std::make_unique<Request>(&allocator_);
   request->id = next_id_++;
   request->submitted = SteadyClock::now();
@@ -140,6 +134,13 @@ absl::StatusOr<RequestId> Engine::Submit(GenerateRequest input) {
   request->input = std::move(input);
   const RequestId id = request->id;
   queued_.push_back(std::move(request));
+  Admit();
+  if (static_cast<int>(queued_.size()) > options_.max_queued_requests) {
+    queued_.pop_back();  // the new request: admission is first come, first served
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the KV pool is busy and %d requests already wait for room (max_queued_requests=%d)",
+        options_.max_queued_requests, options_.max_queued_requests));
+  }
   return id;
 }
 

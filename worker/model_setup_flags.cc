@@ -9,7 +9,7 @@ const char kModelSetupUsage[] = R"(  --model PATH|synthetic:NAME  llama2.c .bin,
   --tokenizer PATH       llama2.c tokenizer.bin or SentencePiece .model (default: next to the model)
   --mode MODE            none | prefix | block | lazy (default lazy)
   --block-size N         KV block size in tokens (default 16)
-  --kv-pool-mib N        KV pool size (default 256)
+  --kv-pool BYTES        KV pool size (default 256MiB)
   --max-prefill-tokens N prefill tokens per scheduling step (default 512)
   --cache-servers LIST   share chunk KV through cache servers HOST:PORT,... (lazykv-cache-server)
   --cache-dir DIR        without --cache-servers: the embedded cache tier's RocksDB directory
@@ -28,7 +28,7 @@ void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
     return absl::OkStatus();
   });
   parser.AddInt("--block-size", &s.block_size);
-  parser.AddUint64("--kv-pool-mib", &flags.kv_pool_mib);
+  parser.AddByteSize("--kv-pool", &s.kv_pool_bytes);
   parser.AddInt("--max-prefill-tokens", &s.engine.max_prefill_tokens);
   parser.AddString("--cache-servers", &s.cache_tier.servers);
   parser.AddString("--cache-dir", &s.cache_tier.dir);
@@ -39,7 +39,6 @@ void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
 
 absl::Status FinishModelSetupFlags(ModelSetupFlags& flags, const std::string& holder) {
   if (flags.setup.model.empty()) return absl::InvalidArgumentError("--model is required");
-  flags.setup.kv_pool_bytes = flags.kv_pool_mib << 20;
   flags.setup.cache_tier.enabled = !flags.no_cache_tier;
   flags.setup.cache_tier.holder = holder;
   return absl::OkStatus();

@@ -14,7 +14,6 @@ extern const char kModelSetupUsage[];
 
 struct ModelSetupFlags {
   ModelSetupOptions setup;
-  uint64_t kv_pool_mib = 256;
   bool no_cache_tier = false;
 };
 

@@ -67,6 +67,15 @@ class TextStream {
   bool stopped_ = false;
 };
 
+// A call that can no longer be written to: past its deadline, or cancelled by the client.
+absl::Status WhyCallEnded(const grpc::ServerContext& context) {
+  // The client's own deadline timer may end the stream a little before ours fires.
+  if (context.deadline() <= std::chrono::system_clock::now() + std::chrono::milliseconds(100)) {
+    return absl::DeadlineExceededError("deadline exceeded");
+  }
+  return absl::CancelledError("the client cancelled the call");
+}
+
 void FillDone(const GenerateResult& result, const std::string& request_id, int streamed_tokens, bool stopped,
               double total_ms, v1::GenerateDone* done) {
   done->set_request_id(request_id);
@@ -176,9 +185,7 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
     if (!event) {
       if (!cancelled && context->IsCancelled()) {
         cancelled = true;
-        const bool expired = context->deadline() <= std::chrono::system_clock::now();
-        loop_->Cancel(stream, expired ? absl::DeadlineExceededError("deadline exceeded")
-                                      : absl::CancelledError("the client cancelled the call"));
+        loop_->Cancel(stream, WhyCallEnded(*context));
       }
       continue;
     }
@@ -194,7 +201,7 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
         if (text.stopped()) loop_->StopEarly(stream);
         if (!writer->Write(response) && !cancelled) {
           cancelled = true;
-          loop_->Cancel(stream, absl::CancelledError("the client went away"));
+          loop_->Cancel(stream, WhyCallEnded(*context));
         }
         break;
       }

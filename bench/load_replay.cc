@@ -170,6 +170,8 @@ class Replayer {
         }
         last = now;
         result.tokens_received += response.delta().token_ids_size();
+        result.output_tokens.insert(result.output_tokens.end(), response.delta().token_ids().begin(),
+                                    response.delta().token_ids().end());
       } else if (response.has_done()) {
         done = true;
         CopyDone(response.done(), result);

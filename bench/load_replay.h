@@ -14,8 +14,8 @@
 namespace lazykv {
 
 struct ReplayOptions {
-  std::string target;     // HOST:PORT
-  std::string mode;       // the per-request mode override; empty: the worker's --mode
+  std::string target{};   // HOST:PORT
+  std::string mode{};     // the per-request mode override; empty: the worker's --mode
   int deadline_ms = 0;    // per request; 0: none
   bool progress = false;  // a progress bar on stderr
 };

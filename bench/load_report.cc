@@ -35,7 +35,8 @@ json ToJson(const RequestResult& r) {
             {"ttft_ms", r.ttft_ms},
             {"total_ms", r.total_ms},
             {"itl_ms", r.itl_ms},
-            {"tokens_received", r.tokens_received}};
+            {"tokens_received", r.tokens_received},
+            {"output_tokens", r.output_tokens}};
   if (!r.ok()) {
     j["error"] = r.error;
     return j;

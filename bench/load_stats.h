@@ -45,6 +45,7 @@ struct RequestResult {
   double total_ms = 0;
   std::vector<double> itl_ms;  // gaps between consecutive token-carrying deltas
   int64_t tokens_received = 0;
+  std::vector<int32_t> output_tokens;  // as streamed: greedy outputs compare across modes
   std::string finish_reason, mode;  // from the final message
   UsageCounts usage;
   double server_queue_ms = 0, server_ttft_ms = 0, server_total_ms = 0;

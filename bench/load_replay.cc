@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <thread>
@@ -102,17 +103,25 @@ class Replayer {
     std::vector<std::thread> threads;
     start_ = Clock::now();
     if (trace_.options.rate > 0) {
-      // Open loop: each request starts at its arrival offset, whatever is in flight.
+      // Open loop: each request starts at its arrival offset, whatever is in flight, on a
+      // detached thread (a long trace would otherwise hold every finished thread's stack).
+      std::mutex mu;
+      std::condition_variable all_done;
+      size_t finished = 0;
       for (size_t k = 0; k < n; ++k) {
         const Clock::time_point intended =
             start_ + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(trace_.requests[k].arrival_s));
         std::this_thread::sleep_until(intended);
-        threads.emplace_back([this, k, intended, &run, &progress] {
+        std::thread([this, k, intended, n, &run, &progress, &mu, &all_done, &finished] {
           run.results[k] = RunOne(trace_.requests[k], intended);
           progress.Tick();
-        });
+          std::lock_guard lock(mu);
+          if (++finished == n) all_done.notify_one();
+        }).detach();
       }
+      std::unique_lock lock(mu);
+      all_done.wait(lock, [&] { return finished == n; });
     } else {
       // Closed loop: `concurrency` clients, each sends its next request when one ends.
       std::atomic<size_t> next{0};

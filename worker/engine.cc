@@ -75,7 +75,7 @@ absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
   };
   int64_t total = options_.anchor.size() + request.prompt.size();
   for (size_t d = 0; d < request.docs.size(); ++d) {
-    RETURN_IF_ERROR(check_tokens(request.docs[d], absl::StrFormat("docs[%d]", d)));
+    RETURN_IF_ERROR(check_tokens(request.docs[d], absl::StrFormat("documents[%d]", d)));
     total += request.docs[d].size();
   }
   RETURN_IF_ERROR(check_tokens(request.prompt, "prompt"));
@@ -157,6 +157,13 @@ void Engine::Cancel(RequestId id, absl::Status reason) {
   Release(*it->second);
   running_.erase(it);
   pending_events_.push_back(EngineEvent{.id = id, .kind = EngineEvent::Kind::kFailed, .status = reason});
+}
+
+void Engine::StopEarly(RequestId id) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  it->second->result.finish_reason = "stop";
+  Finish(*it->second, &pending_events_);
 }
 
 // Oldest first, while the pool can hold each one's worst case next to the running ones.

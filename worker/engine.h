@@ -120,6 +120,9 @@ class Engine {
   // Drops a queued or running request and frees its blocks at once; the request gets a
   // kFailed event with `reason` at the next Step. Unknown ids are ignored.
   void Cancel(RequestId id, absl::Status reason);
+  // Ends a running request now, as if it had sampled end-of-sequence (a stop string
+  // matched); it gets kFinished at the next Step.
+  void StopEarly(RequestId id);
   // One scheduling step; appends what happened to `events`. Returns the tokens run (0:
   // nothing was runnable, e.g. every request waits on the cache tier).
   int Step(std::vector<EngineEvent>* events);

@@ -13,6 +13,8 @@
 #include "bench/load_report.h"
 #include "bench/rag_trace.h"
 #include "common/flag_parser.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace lazykv {
 namespace {
@@ -199,6 +201,7 @@ int Compare(int argc, char** argv) {
 }  // namespace lazykv
 
 int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("lazykv-bench"));  // stdout is the table's
   const std::string command = argc > 1 ? argv[1] : "";
   if (command == "trace") return lazykv::Trace(argc - 1, argv + 1);
   if (command == "load") return lazykv::Load(argc - 1, argv + 1);

@@ -82,7 +82,8 @@ class Replayer {
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     context.set_wait_for_ready(true);  // a worker that just started may still be binding
     if (absl::Status s = FromGrpcStatus(stub_->Tokenize(&context, request, &response)); !s.ok()) {
-      return absl::UnavailableError(absl::StrFormat("Tokenize on %s: %s", options_.target, s.ToString()));
+      return absl::UnavailableError(
+          absl::StrFormat("the worker at %s did not answer Tokenize within 10 s: %s", options_.target, s.ToString()));
     }
     run.worker_vocab_size = response.vocab_size();
     run.worker_max_context = response.max_context();

@@ -4,8 +4,6 @@
 // --shutdown-grace-ms), and flushes its chunk publications to the cache tier.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <prometheus/exposer.h>
-#include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -17,6 +15,7 @@
 #include "common/byte_size.h"
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
+#include "common/server_runtime.h"
 #include "worker/model_setup_flags.h"
 #include "worker/serve/generation_loop.h"
 #include "worker/serve/generation_service.h"
@@ -70,12 +69,7 @@ int Serve(int argc, char** argv) {
     std::cerr << "lazykv-worker: " << s.message() << "\n";
     return 2;
   }
-  // Signals are taken by sigwait below, not by whichever gRPC thread they would hit.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  BlockTerminationSignals();
 
   auto loaded = SetUpEngine(flags.model.setup);
   if (!loaded.ok()) {
@@ -84,15 +78,10 @@ int Serve(int argc, char** argv) {
   }
   ChunkResolver* tier = loaded->engine->resolver();
   auto metrics = std::make_shared<WorkerMetrics>();
-  std::unique_ptr<prometheus::Exposer> exposer;
-  if (!flags.metrics_listen.empty()) {
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(flags.metrics_listen);
-    } catch (const std::exception& e) {
-      spdlog::error("cannot serve metrics on {}: {}", flags.metrics_listen, e.what());
-      return 1;
-    }
-    exposer->RegisterCollectable(metrics->registry());
+  auto exposer = StartMetricsExposer(flags.metrics_listen, metrics->registry());
+  if (!exposer.ok()) {
+    spdlog::error("{}", std::string(exposer.status().message()));
+    return 1;
   }
   GenerationLoop loop(std::move(loaded->engine), metrics);
   GenerationService service(&loop, loaded->tokenizer.get(), flags.service);
@@ -116,16 +105,9 @@ int Serve(int argc, char** argv) {
   spdlog::info("model {} ({} layers, dim {}, vocab {}), mode {}, cache tier {}", config.name, config.n_layers,
                config.dim, config.vocab_size, AttentionModeName(loop.engine().default_mode()),
                tier != nullptr ? tier->tier().Describe() : "off");
-  const std::string host = flags.listen.substr(0, flags.listen.rfind(':'));
-  std::cout << "lazykv-worker listening on " << host << ":" << port;
-  if (exposer) {
-    std::cout << " metrics on " << flags.metrics_listen.substr(0, flags.metrics_listen.rfind(':')) << ":"
-              << exposer->GetListeningPorts().front();
-  }
-  std::cout << std::endl;
+  PrintListening("lazykv-worker", flags.listen, port, exposer->get(), flags.metrics_listen);
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForTerminationSignal();
   spdlog::info("signal {}: finishing in-flight calls", signal_number);
   server->GetHealthCheckService()->Shutdown();  // NOT_SERVING, and its own calls end
   // Calls still running at the deadline are cancelled: their handlers cancel their

@@ -21,7 +21,7 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 run: build
-	@./scripts/run_demo.sh $(BUILD_DIR)/bin/lazykv "$(MODELS)"
+	@./scripts/run_demo.sh $(BUILD_DIR)/bin "$(MODELS)"
 
 test: build
 	@cd $(BUILD_DIR) && LAZYKV_MODELS_DIR="$(MODELS)" ctest --output-on-failure -j $(JOBS)

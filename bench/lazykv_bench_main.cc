@@ -1,10 +1,20 @@
 // lazykv-bench: load-test tools. `trace` writes a seeded Zipf RAG trace as JSON lines
-// (bench/rag_trace.h); the replay and compare commands come with the serving layer.
+// (bench/rag_trace.h), `load` replays one against a worker (bench/load_replay.h),
+// `compare` replays it against each attention mode (bench/load_compare.h).
+#include <unistd.h>
+
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
+#include "absl/strings/str_split.h"
+#include "bench/load_compare.h"
+#include "bench/load_replay.h"
+#include "bench/load_report.h"
 #include "bench/rag_trace.h"
 #include "common/flag_parser.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace lazykv {
 namespace {
@@ -57,12 +67,145 @@ int Trace(int argc, char** argv) {
   return 0;
 }
 
+constexpr char kLoadUsage[] = R"(usage: lazykv-bench load --target HOST:PORT --trace FILE [options]
+Replays a trace (lazykv-bench trace) against a running lazykv-worker: open-loop Poisson
+arrivals when the trace has a rate, else a closed loop at its concurrency; documents and
+questions go as token ids, greedy sampling.
+  --target HOST:PORT   the worker
+  --trace FILE         the trace (JSON lines)
+  --mode MODE          per-request mode override: lazy | block | prefix | none (default: the worker's)
+  --out FILE           the results as JSON (summary and every request)
+  --deadline-ms N      per-request deadline; 0: none (default 0)
+)";
+
+constexpr char kCompareUsage[] = R"(usage: lazykv-bench compare (--worker BINARY --model M | --target HOST:PORT) --trace FILE [options]
+Replays the trace once per mode and prints one table; writes DIR/compare.json (every
+mode's results and the trace options) and DIR/compare.png (TTFT distribution and
+throughput per mode; needs python3-matplotlib).
+  --worker BINARY      lazykv-worker: a fresh one per mode on 127.0.0.1:0 with an empty
+                       --cache-dir under DIR and --mode MODE, stopped with SIGTERM after
+  --model M            the worker's --model (with --worker)
+  --tokenizer T        the worker's --tokenizer (with --worker)
+  --worker-arg ARG     one more argument for each worker (repeatable)
+  --target HOST:PORT   instead of --worker: one running worker, the mode sent per request;
+                       its KV pool and cache tier are shared across the modes, so a later
+                       mode finds what earlier ones cached
+  --trace FILE         the trace (JSON lines)
+  --modes LIST         comma-separated (default lazy,block,prefix,none)
+  --out-dir DIR        (default compare-results)
+  --deadline-ms N      per-request deadline; 0: none (default 0)
+  --plot-script PATH   (default the source tree's bench/plot_compare.py)
+)";
+
+absl::StatusOr<RagTrace> ReadTrace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot read trace " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseTraceJsonLines(text.str());
+}
+
+absl::Status CheckMode(const std::string& mode) {
+  if (mode == "lazy" || mode == "block" || mode == "prefix" || mode == "none") return absl::OkStatus();
+  return absl::InvalidArgumentError("unknown mode '" + mode + "': use lazy, block, prefix or none");
+}
+
+// Flag errors exit 2 (0 for --help), like `trace`.
+int FlagExit(const absl::Status& s) {
+  std::cerr << s.message() << "\n";
+  return absl::IsCancelled(s) ? 0 : 2;
+}
+
+int Load(int argc, char** argv) {
+  ReplayOptions options;
+  std::string trace_path, out_path;
+  FlagParser parser(kLoadUsage);
+  parser.AddString("--target", &options.target);
+  parser.AddString("--trace", &trace_path);
+  parser.Add("--mode", [&](const std::string& v) {
+    options.mode = v;
+    return CheckMode(v);
+  });
+  parser.AddString("--out", &out_path);
+  parser.AddInt("--deadline-ms", &options.deadline_ms);
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return FlagExit(s);
+  if (options.target.empty() || trace_path.empty()) return FlagExit(absl::InvalidArgumentError(kLoadUsage));
+  auto trace = ReadTrace(trace_path);
+  if (!trace.ok()) {
+    std::cerr << "lazykv-bench load: " << trace.status().message() << "\n";
+    return 2;
+  }
+  options.progress = isatty(STDERR_FILENO);
+  auto run = ReplayTrace(*trace, options);
+  if (!run.ok()) {
+    std::cerr << "lazykv-bench load: " << run.status().message() << "\n";
+    return 1;
+  }
+  const LoadSummary summary = SummarizeRun(run->results, run->wall_s, DistinctDocumentTokens(*trace));
+  std::cout << FormatLoadTable(summary) << std::flush;
+  if (!out_path.empty()) {
+    nlohmann::json out = RunToJson(summary, run->results);
+    out["trace_options"] = TraceOptionsToJson(trace->options);
+    out["target"] = options.target;
+    out["mode_override"] = options.mode;
+    std::ofstream file(out_path);
+    file << out.dump(1) << "\n";
+    if (!file) {
+      std::cerr << "lazykv-bench load: cannot write " << out_path << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int Compare(int argc, char** argv) {
+  CompareOptions options;
+  options.plot_script = LAZYKV_PLOT_SCRIPT;
+  std::string trace_path, modes;
+  FlagParser parser(kCompareUsage);
+  parser.AddString("--worker", &options.worker);
+  parser.AddString("--model", &options.model);
+  parser.AddString("--tokenizer", &options.tokenizer);
+  parser.Add("--worker-arg", [&](const std::string& v) {
+    options.worker_args.push_back(v);
+    return absl::OkStatus();
+  });
+  parser.AddString("--target", &options.target);
+  parser.AddString("--trace", &trace_path);
+  parser.AddString("--modes", &modes);
+  parser.AddString("--out-dir", &options.out_dir);
+  parser.AddInt("--deadline-ms", &options.deadline_ms);
+  parser.AddString("--plot-script", &options.plot_script);
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return FlagExit(s);
+  if (!modes.empty()) {
+    options.modes = absl::StrSplit(modes, ',', absl::SkipEmpty());
+    for (const std::string& mode : options.modes) {
+      if (absl::Status s = CheckMode(mode); !s.ok()) return FlagExit(s);
+    }
+  }
+  if (trace_path.empty()) return FlagExit(absl::InvalidArgumentError(kCompareUsage));
+  auto trace = ReadTrace(trace_path);
+  if (!trace.ok()) {
+    std::cerr << "lazykv-bench compare: " << trace.status().message() << "\n";
+    return 2;
+  }
+  options.progress = isatty(STDERR_FILENO);
+  if (absl::Status s = RunCompare(*trace, options); !s.ok()) {
+    std::cerr << "lazykv-bench compare: " << s.message() << "\n";
+    return absl::IsInvalidArgument(s) ? 2 : 1;
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace lazykv
 
 int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("lazykv-bench"));  // stdout is the table's
   const std::string command = argc > 1 ? argv[1] : "";
   if (command == "trace") return lazykv::Trace(argc - 1, argv + 1);
-  std::cerr << "usage: lazykv-bench trace [options]   (lazykv-bench trace --help)\n";
+  if (command == "load") return lazykv::Load(argc - 1, argv + 1);
+  if (command == "compare") return lazykv::Compare(argc - 1, argv + 1);
+  std::cerr << "usage: lazykv-bench trace|load|compare [options]   (lazykv-bench COMMAND --help)\n";
   return command.empty() || command == "--help" ? 0 : 2;
 }

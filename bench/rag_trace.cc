@@ -95,14 +95,16 @@ absl::StatusOr<RagTrace> GenerateTrace(const TraceOptions& o) {
   return trace;
 }
 
+nlohmann::json TraceOptionsToJson(const TraceOptions& o) {
+  return {{"docs", o.num_docs}, {"docs_per_request", o.docs_per_request}, {"zipf_s", o.zipf_s},
+          {"requests", o.num_requests}, {"doc_lengths", o.doc_lengths}, {"question_tokens", o.question_tokens},
+          {"max_tokens", o.max_tokens}, {"vocab", o.vocab_size}, {"rate", o.rate},
+          {"concurrency", o.concurrency}, {"seed", o.seed}};
+}
+
 std::string TraceToJsonLines(const RagTrace& trace) {
-  const TraceOptions& o = trace.options;
   json corpus = {{"kind", "corpus"},
-                 {"options",
-                  {{"docs", o.num_docs}, {"docs_per_request", o.docs_per_request}, {"zipf_s", o.zipf_s},
-                   {"requests", o.num_requests}, {"doc_lengths", o.doc_lengths}, {"question_tokens", o.question_tokens},
-                   {"max_tokens", o.max_tokens}, {"vocab", o.vocab_size}, {"rate", o.rate},
-                   {"concurrency", o.concurrency}, {"seed", o.seed}}},
+                 {"options", TraceOptionsToJson(trace.options)},
                  {"ranking", trace.ranking},
                  {"documents", trace.documents}};
   std::string out = corpus.dump() + "\n";

@@ -46,6 +46,9 @@ struct RagTrace {
 
 absl::StatusOr<RagTrace> GenerateTrace(const TraceOptions& options);
 
+// The options as the corpus line writes them (also in load-test results).
+nlohmann::json TraceOptionsToJson(const TraceOptions& options);
+
 // JSON lines: a corpus line, then one line per request.
 std::string TraceToJsonLines(const RagTrace& trace);
 absl::StatusOr<RagTrace> ParseTraceJsonLines(const std::string& text);

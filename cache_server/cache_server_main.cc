@@ -3,8 +3,6 @@
 // streams and flushes to disk on SIGTERM or SIGINT.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <prometheus/exposer.h>
-#include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -15,6 +13,7 @@
 #include "common/byte_size.h"
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
+#include "common/server_runtime.h"
 
 namespace lazykv::cache {
 namespace {
@@ -91,12 +90,7 @@ int Serve(int argc, char** argv) {
     std::cerr << "lazykv-cache-server: " << s.message() << "\n";
     return 2;
   }
-  // Signals are taken by sigwait below, not by whichever gRPC thread they would hit.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  BlockTerminationSignals();
 
   auto metrics = std::make_shared<CacheMetrics>();
   auto store = TieredStore::Open(flags.store, metrics);
@@ -108,15 +102,10 @@ int Serve(int argc, char** argv) {
   LeaseTable leases([store_ptr](const Hash128& key) { return store_ptr->Locate(key).has_value(); }, metrics.get());
   KvCacheService service(store_ptr, &leases, flags.limits);
 
-  std::unique_ptr<prometheus::Exposer> exposer;
-  if (!flags.metrics_listen.empty()) {
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(flags.metrics_listen);
-    } catch (const std::exception& e) {
-      spdlog::error("cannot serve metrics on {}: {}", flags.metrics_listen, e.what());
-      return 1;
-    }
-    exposer->RegisterCollectable(metrics->registry());
+  auto exposer = StartMetricsExposer(flags.metrics_listen, metrics->registry());
+  if (!exposer.ok()) {
+    spdlog::error("{}", std::string(exposer.status().message()));
+    return 1;
   }
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -137,18 +126,13 @@ int Serve(int argc, char** argv) {
     return 1;
   }
   server->GetHealthCheckService()->SetServingStatus(true);
-  const std::string host = flags.listen.substr(0, flags.listen.rfind(':'));
   const TieredStoreStats stats = (*store)->stats();
   spdlog::info("host tier {} ({}), disk tier {} ({} chunks on disk), policy {}", FormatByteSize(stats.host_capacity),
                stats.host_pinned ? "pinned" : "pageable", FormatByteSize(stats.disk_capacity), stats.disk_entries,
                flags.store.eviction_policy);
-  std::cout << "lazykv-cache-server listening on " << host << ":" << port;
-  if (exposer) std::cout << " metrics on " << flags.metrics_listen.substr(0, flags.metrics_listen.rfind(':')) << ":"
-                         << exposer->GetListeningPorts().front();
-  std::cout << std::endl;
+  PrintListening("lazykv-cache-server", flags.listen, port, exposer->get(), flags.metrics_listen);
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForTerminationSignal();
   spdlog::info("signal {}: draining streams and flushing", signal_number);
   server->GetHealthCheckService()->Shutdown();  // NOT_SERVING, and its own calls end
   leases.Shutdown();  // lease waiters answer now instead of holding up the drain

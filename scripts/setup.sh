@@ -15,6 +15,7 @@ packages=(
   libsentencepiece-dev
   nlohmann-json3-dev
   libspdlog-dev
+  python3-matplotlib
 )
 
 missing=()

@@ -138,7 +138,7 @@ TEST(BadRequestTest, ClearErrorsAndNothingLost) {
   };
   GenerateRequest bad = good;
   bad.docs[1][2] = 512;
-  expect_invalid(bad, "docs[1][2]");
+  expect_invalid(bad, "documents[1][2]");
   bad = good;
   bad.prompt[0] = -1;
   expect_invalid(bad, "prompt[0]");

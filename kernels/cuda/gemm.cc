@@ -1,9 +1,7 @@
 #include "kernels/cuda/gemm.h"
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
-
 #include "absl/strings/str_format.h"
+#include "kernels/cuda/cublas_api.h"
 
 namespace lazykv::cuda {
 namespace {
@@ -22,36 +20,40 @@ struct Gemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool use_lt = false;
+  const CublasApi* api = nullptr;
   ~Plan() {
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (desc) api->LtMatmulDescDestroy(desc);
+    if (a) api->LtMatrixLayoutDestroy(a);
+    if (b) api->LtMatrixLayoutDestroy(b);
+    if (c) api->LtMatrixLayoutDestroy(c);
   }
 };
 
 absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(cudaStream_t stream) {
+  auto api = Cublas();
+  if (!api.ok()) return api.status();
   std::unique_ptr<Gemm> g(new Gemm());
+  g->api_ = *api;
   g->stream_ = stream;
   cublasLtHandle_t lt;
-  if (cublasStatus_t s = cublasLtCreate(&lt); s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasLtCreate");
+  if (cublasStatus_t s = g->api_->LtCreate(&lt); s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasLtCreate");
   g->lt_ = lt;
   cublasHandle_t blas;
-  if (cublasStatus_t s = cublasCreate(&blas); s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasCreate");
+  if (cublasStatus_t s = g->api_->Create(&blas); s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasCreate");
   g->blas_ = blas;
-  cublasSetStream(blas, stream);
+  g->api_->SetStream(blas, stream);
   if (cudaError_t e = cudaMalloc(&g->workspace_, kWorkspaceBytes); e != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrFormat("GEMM workspace: %s", cudaGetErrorString(e)));
   }
   g->workspace_bytes_ = kWorkspaceBytes;
-  cublasSetWorkspace(blas, g->workspace_, g->workspace_bytes_);
+  g->api_->SetWorkspace(blas, g->workspace_, g->workspace_bytes_);
   return g;
 }
 
 Gemm::~Gemm() {
   plans_.clear();
-  if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
-  if (blas_) cublasDestroy(static_cast<cublasHandle_t>(blas_));
+  if (lt_) api_->LtDestroy(static_cast<cublasLtHandle_t>(lt_));
+  if (blas_) api_->Destroy(static_cast<cublasHandle_t>(blas_));
   if (workspace_) cudaFree(workspace_);
 }
 
@@ -59,23 +61,24 @@ absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(int rows, int in, int out, float beta)
   const auto key = std::make_tuple(rows, in, out, beta != 0.0f);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   auto plan = std::make_unique<Plan>();
-  cublasStatus_t s = cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  plan->api = api_;
+  cublasStatus_t s = api_->LtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   if (s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasLtMatmulDescCreate");
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a));
-  cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b));
-  cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, in, out, in);
-  cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, in, rows, in);
-  cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, out, rows, out);
+  api_->LtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a));
+  api_->LtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b));
+  api_->LtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, in, out, in);
+  api_->LtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, in, rows, in);
+  api_->LtMatrixLayoutCreate(&plan->c, CUDA_R_32F, out, rows, out);
   cublasLtMatmulPreference_t pref;
-  cublasLtMatmulPreferenceCreate(&pref);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+  api_->LtMatmulPreferenceCreate(&pref);
+  api_->LtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                        sizeof(workspace_bytes_));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  s = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), plan->desc, plan->a, plan->b, plan->c,
+  s = api_->LtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), plan->desc, plan->a, plan->b, plan->c,
                                      plan->c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  api_->LtMatmulPreferenceDestroy(pref);
   plan->use_lt = s == CUBLAS_STATUS_SUCCESS && found > 0;
   if (plan->use_lt) plan->algo = result.algo;
   Plan* raw = plan.get();
@@ -91,13 +94,13 @@ absl::Status Gemm::Run(const __nv_bfloat16* x, int rows, int in, const __nv_bflo
   if (!plan.ok()) return plan.status();
   const float alpha = 1.0f;
   if ((*plan)->use_lt) {
-    const cublasStatus_t s = cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_), (*plan)->desc, &alpha, w, (*plan)->a,
+    const cublasStatus_t s = api_->LtMatmul(static_cast<cublasLtHandle_t>(lt_), (*plan)->desc, &alpha, w, (*plan)->a,
                                             x, (*plan)->b, &beta, y, (*plan)->c, y, (*plan)->c, &(*plan)->algo,
                                             workspace_, workspace_bytes_, stream_);
     if (s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasLtMatmul");
     return absl::OkStatus();
   }
-  const cublasStatus_t s = cublasGemmEx(static_cast<cublasHandle_t>(blas_), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in,
+  const cublasStatus_t s = api_->GemmEx(static_cast<cublasHandle_t>(blas_), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in,
                                         &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in, &beta, y, CUDA_R_32F, out,
                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasGemmEx");

@@ -1,7 +1,8 @@
 // Y = X W^T on the GPU through cuBLASLt: X bf16 [rows][in], W bf16 [out][in] (PyTorch
 // layout), Y fp32 [rows][out], fp32 accumulation (CPU twin: cpu::MatmulTransposed).
 // cuBLASLt picks the kernel by heuristic once per shape; where it offers none (odd
-// leading dimensions), plain cuBLAS (cublasGemmEx) runs the product instead.
+// leading dimensions), plain cuBLAS (cublasGemmEx) runs the product instead. Both are
+// opened at Create (cublas_api.h), not linked.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,6 +17,8 @@
 #include "absl/status/statusor.h"
 
 namespace lazykv::cuda {
+
+struct CublasApi;
 
 class Gemm {
  public:
@@ -33,6 +36,7 @@ class Gemm {
   Gemm() = default;
   absl::StatusOr<Plan*> PlanFor(int rows, int in, int out, float beta);
 
+  const CublasApi* api_ = nullptr;  // cuBLAS opened on first use (cublas_api.h)
   cudaStream_t stream_ = nullptr;
   void* lt_ = nullptr;      // cublasLtHandle_t
   void* blas_ = nullptr;    // cublasHandle_t (fallback)

@@ -7,40 +7,30 @@
 #include <iostream>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flag_parser.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "worker/model_setup.h"
+#include "worker/model_setup_flags.h"
 #include "worker/request_json.h"
 
 namespace lazykv {
 namespace {
 
 constexpr char kUsage[] = R"(usage: lazykv run --model PATH|synthetic:NAME [options]
-  --tokenizer PATH       llama2.c tokenizer.bin or SentencePiece .model
   --doc TEXT             a retrieved document (repeatable, in order)
   --prompt TEXT          the question after the documents
   --requests FILE        JSON lines {"docs": [...], "prompt": "...", "max_tokens": N, ...}
-  --mode MODE            none | prefix | block | lazy (default lazy)
   --max-tokens N         tokens to generate (default 64)
   --temperature T        0 is greedy (default 0)
   --top-p P              nucleus sampling mass (default 1)
   --seed S               sampling seed (default 0)
-  --device D             cpu | cuda | auto (default auto: cuda when this build has it and a GPU is present)
-  --block-size N         KV block size in tokens (default 16)
-  --kv-pool-mib N        KV pool size (default 256)
-  --cache-servers LIST   share chunk KV through cache servers HOST:PORT,... (lazykv-cache-server)
-  --cache-dir DIR        without --cache-servers: the embedded cache tier's RocksDB directory
-                         (default $LAZYKV_CACHE_DIR, $XDG_CACHE_HOME/lazykv or ~/.cache/lazykv)
-  --cache-host-capacity B  embedded tier's host RAM (default 256MiB)
-  --cache-disk-capacity B  embedded tier's disk (default 2GiB)
-  --no-cache-tier        the local KV pool only
   --json                 one JSON object per request on stdout
 )";
 
 struct RunFlags {
-  ModelSetupOptions setup;
+  ModelSetupFlags model;
   GenerateRequest defaults;
   std::vector<std::string> docs;
   std::string prompt;
@@ -49,42 +39,23 @@ struct RunFlags {
 };
 
 absl::Status ParseFlags(int argc, char** argv, RunFlags& flags) {
-  FlagParser parser(kUsage);
-  parser.AddString("--model", &flags.setup.model);
-  parser.AddString("--tokenizer", &flags.setup.tokenizer);
+  FlagParser parser(absl::StrCat(kUsage, kModelSetupUsage));
+  AddModelSetupFlags(parser, flags.model);
   parser.Add("--doc", [&](const std::string& v) {
     flags.docs.push_back(v);
     return absl::OkStatus();
   });
   parser.AddString("--prompt", &flags.prompt);
   parser.AddString("--requests", &flags.requests_file);
-  parser.Add("--mode", [&](const std::string& v) -> absl::Status {
-    ASSIGN_OR_RETURN(flags.setup.engine.mode, ParseAttentionMode(v));
-    return absl::OkStatus();
-  });
   parser.AddInt("--max-tokens", &flags.defaults.sampling.max_tokens);
   parser.AddFloat("--temperature", &flags.defaults.sampling.temperature);
   parser.AddFloat("--top-p", &flags.defaults.sampling.top_p);
   parser.AddUint64("--seed", &flags.defaults.sampling.seed);
-  parser.Add("--device", [&](const std::string& v) -> absl::Status {
-    ASSIGN_OR_RETURN(flags.setup.device, ParseDevice(v));
-    return absl::OkStatus();
-  });
-  parser.AddInt("--block-size", &flags.setup.block_size);
-  uint64_t pool_mib = flags.setup.kv_pool_bytes >> 20;
-  parser.AddUint64("--kv-pool-mib", &pool_mib);
-  parser.AddString("--cache-servers", &flags.setup.cache_tier.servers);
-  parser.AddString("--cache-dir", &flags.setup.cache_tier.dir);
-  parser.AddByteSize("--cache-host-capacity", &flags.setup.cache_tier.host_bytes);
-  parser.AddByteSize("--cache-disk-capacity", &flags.setup.cache_tier.disk_bytes);
-  bool no_cache_tier = false;
-  parser.AddSwitch("--no-cache-tier", &no_cache_tier);
   parser.AddSwitch("--json", &flags.json);
   RETURN_IF_ERROR(parser.Parse(argc, argv));
-  if (flags.setup.model.empty()) return absl::InvalidArgumentError(absl::StrFormat("--model is required\n%s", kUsage));
-  flags.setup.kv_pool_bytes = pool_mib << 20;
-  flags.setup.cache_tier.enabled = !no_cache_tier;
-  flags.setup.cache_tier.holder = absl::StrFormat("lazykv-run-%d", getpid());
+  if (absl::Status s = FinishModelSetupFlags(flags.model, absl::StrFormat("lazykv-run-%d", getpid())); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(s.message(), "\n", parser.usage()));
+  }
   return flags.defaults.sampling.Validate();
 }
 
@@ -139,7 +110,7 @@ int RunCommand(int argc, char** argv) {
     return absl::IsCancelled(s) ? 0 : 2;
   }
   if (flags.json) spdlog::set_level(spdlog::level::warn);
-  auto loaded = SetUpEngine(flags.setup);
+  auto loaded = SetUpEngine(flags.model.setup);
   if (!loaded.ok()) {
     std::cerr << "lazykv: " << loaded.status().message() << "\n";
     return 1;

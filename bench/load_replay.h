@@ -1,0 +1,35 @@
+// Replays a RAG trace against a worker's Generation service (proto/generate.proto):
+// open-loop at the trace's Poisson arrival offsets when its rate is positive, else a
+// closed loop with its concurrency in flight. One thread per in-flight request: the
+// concurrency of a load test is small, and blocking reads timestamp each delta simply.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/load_stats.h"
+#include "bench/rag_trace.h"
+
+namespace lazykv {
+
+struct ReplayOptions {
+  std::string target{};   // HOST:PORT
+  std::string mode{};     // the per-request mode override; empty: the worker's --mode
+  int deadline_ms = 0;    // per request; 0: none
+  bool progress = false;  // a progress bar on stderr
+};
+
+struct ReplayRun {
+  std::vector<RequestResult> results;  // in trace order
+  double wall_s = 0;                   // first send to last completion
+  int worker_vocab_size = 0;
+  int worker_max_context = 0;
+};
+
+// Asks the worker's Tokenize for its vocabulary first: FAILED_PRECONDITION when the
+// trace's token ids do not fit it, UNAVAILABLE when the worker does not answer. Failed
+// requests are results (their status code name), not errors of the replay.
+absl::StatusOr<ReplayRun> ReplayTrace(const RagTrace& trace, const ReplayOptions& options);
+
+}  // namespace lazykv

@@ -1,0 +1,144 @@
+#include "worker/serve/generation_loop.h"
+
+#include "spdlog/spdlog.h"
+
+namespace lazykv {
+
+std::optional<EngineEvent> RequestStream::Next(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  EngineEvent event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+void RequestStream::Push(EngineEvent event) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_one();
+}
+
+GenerationLoop::GenerationLoop(std::unique_ptr<Engine> engine, std::shared_ptr<WorkerMetrics> metrics)
+    : engine_(std::move(engine)), metrics_(std::move(metrics)), thread_([this] { Run(); }) {}
+
+GenerationLoop::~GenerationLoop() { Stop(); }
+
+std::shared_ptr<RequestStream> GenerationLoop::Submit(GenerateRequest request) {
+  auto stream = std::make_shared<RequestStream>();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      stream->Push(EngineEvent{.kind = EngineEvent::Kind::kFailed,
+                               .status = absl::UnavailableError("the worker is shutting down")});
+      return stream;
+    }
+    inbox_.emplace_back(stream, std::move(request));
+  }
+  wake_.notify_one();
+  return stream;
+}
+
+void GenerationLoop::Cancel(const std::shared_ptr<RequestStream>& stream, absl::Status reason) {
+  if (reason.ok()) reason = absl::CancelledError("cancelled");
+  {
+    std::lock_guard lock(mu_);
+    controls_.push_back(Control{stream, std::move(reason)});
+  }
+  wake_.notify_one();
+}
+
+void GenerationLoop::StopEarly(const std::shared_ptr<RequestStream>& stream) {
+  {
+    std::lock_guard lock(mu_);
+    controls_.push_back(Control{stream, absl::OkStatus()});
+  }
+  wake_.notify_one();
+}
+
+void GenerationLoop::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void GenerationLoop::Run() {
+  std::vector<EngineEvent> events;
+  while (true) {
+    decltype(inbox_) inbox;
+    std::vector<Control> controls;
+    bool stopping = false;
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !controls_.empty() || engine_->HasWork(); });
+      inbox.swap(inbox_);
+      controls.swap(controls_);
+      stopping = stopping_;
+    }
+    // Controls first: a request cancelled before it reached the engine never starts.
+    for (Control& c : controls) {
+      if (c.stream->id_ == 0) {
+        c.stream->cancelled_before_start_ = true;
+        if (!c.reason.ok()) c.stream->Push(EngineEvent{.kind = EngineEvent::Kind::kFailed, .status = c.reason});
+      } else if (c.reason.ok()) {
+        engine_->StopEarly(c.stream->id_);
+      } else {
+        engine_->Cancel(c.stream->id_, c.reason);
+      }
+    }
+    for (auto& [stream, request] : inbox) {
+      if (stream->cancelled_before_start_) continue;
+      auto id = engine_->Submit(std::move(request));
+      if (!id.ok()) {
+        metrics_->CountRequest(std::string(absl::StatusCodeToString(id.status().code())));
+        stream->Push(EngineEvent{.kind = EngineEvent::Kind::kFailed, .status = id.status()});
+        continue;
+      }
+      stream->id_ = *id;
+      streams_.emplace(*id, stream);
+    }
+    if (stopping) {
+      for (auto& [id, stream] : streams_) engine_->Cancel(id, absl::UnavailableError("the worker is shutting down"));
+    }
+    events.clear();
+    const int ran = engine_->HasWork() ? engine_->Step(&events) : 0;
+    Dispatch(events);
+    metrics_->SetEngineState(engine_->stats());
+    if (stopping && !engine_->HasWork()) return;
+    // Nothing runnable: the work waits on the cache tier (new requests still wake us
+    // within a few milliseconds).
+    if (ran == 0 && events.empty() && engine_->HasWork()) engine_->WaitForTier(std::chrono::milliseconds(5));
+  }
+}
+
+void GenerationLoop::Dispatch(std::vector<EngineEvent>& events) {
+  const auto now = std::chrono::steady_clock::now();
+  for (EngineEvent& event : events) {
+    auto it = streams_.find(event.id);
+    if (it == streams_.end()) continue;
+    RequestStream& stream = *it->second;
+    switch (event.kind) {
+      case EngineEvent::Kind::kToken:
+        if (stream.last_token_) metrics_->ObserveInterToken(std::chrono::duration<double>(now - *stream.last_token_).count());
+        stream.last_token_ = now;
+        break;
+      case EngineEvent::Kind::kFinished:
+        metrics_->ObserveFinished(*event.result);
+        metrics_->CountRequest("OK");
+        break;
+      case EngineEvent::Kind::kFailed:
+        metrics_->CountRequest(std::string(absl::StatusCodeToString(event.status.code())));
+        break;
+    }
+    const bool last = event.kind != EngineEvent::Kind::kToken;
+    stream.Push(std::move(event));
+    if (last) streams_.erase(it);
+  }
+}
+
+}  // namespace lazykv

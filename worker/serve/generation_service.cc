@@ -1,0 +1,234 @@
+#include "worker/serve/generation_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/grpc_util.h"
+#include "common/utf8.h"
+#include "spdlog/spdlog.h"
+
+namespace lazykv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+
+// The streamed text of one call: deltas that never split a UTF-8 character, never
+// show a possible beginning of a stop string, and end before the first stop string.
+class TextStream {
+ public:
+  TextStream(const Tokenizer& tokenizer, std::vector<int32_t> context, std::vector<std::string> stops)
+      : tokenizer_(tokenizer), context_(std::move(context)), stops_(std::move(stops)) {
+    for (const std::string& stop : stops_) hold_back_ = std::max(hold_back_, stop.size() - 1);
+  }
+
+  // Adds a token; returns the text that can be shown now. Sets stopped() when a stop
+  // string has appeared (the text before it has been returned).
+  std::string Add(int32_t token) {
+    tokens_.push_back(token);
+    const std::string text = DecodeContinuation(tokenizer_, context_, tokens_);
+    size_t stop_at = std::string::npos;
+    const size_t search_from = sent_ > hold_back_ ? sent_ - hold_back_ : 0;
+    for (const std::string& stop : stops_) stop_at = std::min(stop_at, text.find(stop, search_from));
+    if (stop_at != std::string::npos) {
+      stopped_ = true;
+      return Take(text, std::max(stop_at, sent_));
+    }
+    const size_t safe = text.size() > hold_back_ ? text.size() - hold_back_ : 0;
+    return Take(text, std::max(sent_, CompleteUtf8Prefix(std::string_view(text).substr(0, safe))));
+  }
+  // Whatever was held back, once no token follows.
+  std::string Flush() {
+    if (stopped_) return "";
+    return Take(DecodeContinuation(tokenizer_, context_, tokens_), std::string::npos);
+  }
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::string Take(const std::string& text, size_t upto) {
+    upto = std::min(upto, text.size());
+    if (upto <= sent_) return "";
+    std::string piece = SanitizeUtf8(std::string_view(text).substr(sent_, upto - sent_));
+    sent_ = upto;
+    return piece;
+  }
+
+  const Tokenizer& tokenizer_;
+  std::vector<int32_t> context_;
+  std::vector<std::string> stops_;
+  std::vector<int32_t> tokens_;
+  size_t hold_back_ = 0;
+  size_t sent_ = 0;  // bytes of the decoded text already returned
+  bool stopped_ = false;
+};
+
+// A call that can no longer be written to: past its deadline, or cancelled by the client.
+absl::Status WhyCallEnded(const grpc::ServerContext& context) {
+  // The client's own deadline timer may end the stream a little before ours fires.
+  if (context.deadline() <= std::chrono::system_clock::now() + std::chrono::milliseconds(100)) {
+    return absl::DeadlineExceededError("deadline exceeded");
+  }
+  return absl::CancelledError("the client cancelled the call");
+}
+
+void FillDone(const GenerateResult& result, const std::string& request_id, int streamed_tokens, bool stopped,
+              double total_ms, v1::GenerateDone* done) {
+  done->set_request_id(request_id);
+  done->set_finish_reason(stopped || result.finish_reason == "stop" ? v1::FINISH_REASON_STOP
+                                                                    : v1::FINISH_REASON_LENGTH);
+  done->set_mode(std::string(AttentionModeName(result.mode)));
+  const Usage& u = result.usage;
+  v1::Usage* usage = done->mutable_usage();
+  usage->set_prompt_tokens(u.prompt_tokens);
+  usage->set_completion_tokens(streamed_tokens);
+  usage->set_pool_tokens(u.pool_tokens);
+  usage->set_host_tokens(u.host_tokens);
+  usage->set_disk_tokens(u.disk_tokens);
+  usage->set_computed_tokens(u.computed_tokens);
+  usage->set_document_tokens(u.document_tokens);
+  usage->set_document_cached_tokens(u.document_cached_tokens);
+  usage->set_document_computed_tokens(u.document_computed_tokens);
+  usage->set_chunk_hits(u.chunk_hits);
+  usage->set_chunk_misses(u.chunk_misses);
+  usage->set_kv_bytes_copied(u.kv_bytes_copied);
+  usage->set_kv_bytes_fetched(u.kv_bytes_fetched);
+  v1::Timings* timings = done->mutable_timings();
+  timings->set_queue_ms(result.queue_seconds * 1e3);
+  timings->set_ttft_ms(result.ttft_seconds * 1e3);
+  timings->set_total_ms(total_ms);
+}
+
+}  // namespace
+
+absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call, const Tokenizer& tokenizer,
+                                                const GenerationServiceOptions& options) {
+  GenerateRequest request;
+  if (call.documents_size() > options.max_documents) {
+    return absl::InvalidArgumentError(absl::StrFormat("documents: %d documents, at most %d are accepted",
+                                                      call.documents_size(), options.max_documents));
+  }
+  for (int d = 0; d < call.documents_size(); ++d) {
+    const v1::Document& doc = call.documents(d);
+    std::vector<int32_t> tokens;
+    switch (doc.content_case()) {
+      case v1::Document::kText:
+        tokens = tokenizer.Encode(doc.text());
+        break;
+      case v1::Document::kTokens:
+        tokens.assign(doc.tokens().ids().begin(), doc.tokens().ids().end());
+        break;
+      case v1::Document::CONTENT_NOT_SET:
+        break;
+    }
+    if (tokens.empty()) return absl::InvalidArgumentError(absl::StrFormat("documents[%d] is empty", d));
+    request.docs.push_back(std::move(tokens));
+  }
+  if (call.prompt_case() == v1::GenerateRequest::kPromptText) {
+    request.prompt = tokenizer.Encode(call.prompt_text());
+  } else if (call.prompt_case() == v1::GenerateRequest::kPromptTokens) {
+    request.prompt.assign(call.prompt_tokens().ids().begin(), call.prompt_tokens().ids().end());
+  }
+  if (request.docs.empty() && request.prompt.empty()) {
+    return absl::InvalidArgumentError("empty request: set documents or a prompt (prompt_text or prompt_tokens)");
+  }
+  const v1::SamplingParams& s = call.sampling();
+  if (s.max_tokens() < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("sampling.max_tokens %d is negative", s.max_tokens()));
+  }
+  request.sampling.max_tokens = s.max_tokens() == 0 ? options.default_max_tokens : s.max_tokens();
+  request.sampling.temperature = s.temperature();
+  request.sampling.top_p = s.top_p() == 0 ? 1.0f : s.top_p();
+  request.sampling.seed = s.seed();
+  if (absl::Status status = request.sampling.Validate(); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.", status.message()));
+  }
+  if (s.stop_size() > options.max_stop_strings) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling.stop: %d stop strings, at most %d", s.stop_size(), options.max_stop_strings));
+  }
+  for (int i = 0; i < s.stop_size(); ++i) {
+    if (s.stop(i).empty() || s.stop(i).size() > options.max_stop_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sampling.stop[%d] must hold 1 to %d bytes", i, options.max_stop_bytes));
+    }
+  }
+  if (!call.mode().empty()) {
+    auto mode = ParseAttentionMode(call.mode());
+    if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("mode: ", mode.status().message()));
+    request.mode = *mode;
+  }
+  return request;
+}
+
+grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1::GenerateRequest* call,
+                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  const Clock::time_point arrival = Clock::now();
+  auto request = ToEngineRequest(*call, *tokenizer_, options_);
+  if (!request.ok()) return ToGrpcStatus(request.status());
+  // The text of the first tokens depends on what precedes them (a leading space).
+  std::vector<int32_t> context_tokens = loop_->engine().anchor();
+  const auto& last = request->prompt.empty() && !request->docs.empty() ? request->docs.back() : request->prompt;
+  context_tokens.insert(context_tokens.end(), last.end() - std::min<size_t>(last.size(), 8), last.end());
+  TextStream text(*tokenizer_, std::move(context_tokens),
+                  std::vector<std::string>(call->sampling().stop().begin(), call->sampling().stop().end()));
+
+  std::shared_ptr<RequestStream> stream = loop_->Submit(*std::move(request));
+  int streamed = 0;
+  bool cancelled = false;
+  while (true) {
+    std::optional<EngineEvent> event = stream->Next(std::chrono::milliseconds(50));
+    if (!event) {
+      if (!cancelled && context->IsCancelled()) {
+        cancelled = true;
+        loop_->Cancel(stream, WhyCallEnded(*context));
+      }
+      continue;
+    }
+    switch (event->kind) {
+      case EngineEvent::Kind::kToken: {
+        if (text.stopped() || cancelled) break;  // stopping: tokens still in flight
+        v1::GenerateResponse response;
+        v1::TokenDelta* delta = response.mutable_delta();
+        delta->add_token_ids(event->token.id);
+        delta->add_logprobs(event->token.logprob);
+        delta->set_text(text.Add(event->token.id));
+        ++streamed;
+        if (text.stopped()) loop_->StopEarly(stream);
+        if (!writer->Write(response) && !cancelled) {
+          cancelled = true;
+          loop_->Cancel(stream, WhyCallEnded(*context));
+        }
+        break;
+      }
+      case EngineEvent::Kind::kFinished: {
+        if (const std::string rest = text.Flush(); !rest.empty()) {
+          v1::GenerateResponse response;
+          response.mutable_delta()->set_text(rest);
+          writer->Write(response);
+        }
+        v1::GenerateResponse response;
+        FillDone(*event->result, call->request_id(), streamed, text.stopped(), MillisSince(arrival),
+                 response.mutable_done());
+        writer->Write(response);
+        return grpc::Status::OK;
+      }
+      case EngineEvent::Kind::kFailed:
+        return ToGrpcStatus(event->status);
+    }
+  }
+}
+
+grpc::Status GenerationService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* call,
+                                         v1::TokenizeResponse* reply) {
+  for (int32_t id : tokenizer_->Encode(call->text())) reply->add_ids(id);
+  reply->set_vocab_size(loop_->engine().config().vocab_size);
+  reply->set_max_context(loop_->engine().config().max_seq_len);
+  return grpc::Status::OK;
+}
+
+}  // namespace lazykv

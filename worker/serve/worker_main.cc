@@ -1,0 +1,129 @@
+// lazykv-worker: serves the Generation gRPC API (proto/generate.proto) over one engine
+// with continuous batching, plus gRPC health checking and Prometheus metrics. On
+// SIGTERM or SIGINT it reports NOT_SERVING, lets in-flight calls finish (up to
+// --shutdown-grace-ms), and flushes its chunk publications to the cache tier.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/byte_size.h"
+#include "common/flag_parser.h"
+#include "common/malloc_tuning.h"
+#include "common/server_runtime.h"
+#include "worker/model_setup_flags.h"
+#include "worker/serve/generation_loop.h"
+#include "worker/serve/generation_service.h"
+
+namespace lazykv {
+namespace {
+
+constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PATH|synthetic:NAME [options]
+  --listen HOST:PORT       the Generation API (a port of 0 picks a free one; printed on stdout)
+  --metrics-listen HOST:PORT  Prometheus /metrics (default: off)
+  --max-queued-requests N  requests that may wait for KV pool room; past it RESOURCE_EXHAUSTED (default 64)
+  --default-max-tokens N   when a call does not set sampling.max_tokens (default 64)
+  --max-message-bytes B    largest gRPC message (default 16MiB)
+  --shutdown-grace-ms N    time given to in-flight calls on SIGTERM (default 10000)
+)";
+
+struct WorkerFlags {
+  ModelSetupFlags model;
+  std::string listen;
+  std::string metrics_listen;
+  GenerationServiceOptions service;
+  uint64_t max_message_bytes = 16 << 20;
+  int shutdown_grace_ms = 10000;
+};
+
+absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
+  FlagParser parser(absl::StrCat(kUsage, kModelSetupUsage));
+  AddModelSetupFlags(parser, f.model);
+  parser.AddString("--listen", &f.listen);
+  parser.AddString("--metrics-listen", &f.metrics_listen);
+  parser.AddInt("--max-queued-requests", &f.model.setup.engine.max_queued_requests);
+  parser.AddInt("--default-max-tokens", &f.service.default_max_tokens);
+  parser.AddByteSize("--max-message-bytes", &f.max_message_bytes);
+  parser.AddInt("--shutdown-grace-ms", &f.shutdown_grace_ms);
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return s;
+  if (f.listen.empty()) return absl::InvalidArgumentError(absl::StrCat("--listen is required\n", parser.usage()));
+  if (absl::Status s = FinishModelSetupFlags(f.model, absl::StrFormat("lazykv-worker-%d", getpid())); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(s.message(), "\n", parser.usage()));
+  }
+  if (f.service.default_max_tokens <= 0) return absl::InvalidArgumentError("--default-max-tokens must be positive");
+  return absl::OkStatus();
+}
+
+int Serve(int argc, char** argv) {
+  WorkerFlags flags;
+  if (absl::Status s = ParseWorkerFlags(argc, argv, flags); !s.ok()) {
+    if (absl::IsCancelled(s)) {
+      std::cout << s.message();
+      return 0;
+    }
+    std::cerr << "lazykv-worker: " << s.message() << "\n";
+    return 2;
+  }
+  BlockTerminationSignals();
+
+  auto loaded = SetUpEngine(flags.model.setup);
+  if (!loaded.ok()) {
+    spdlog::error("{}", std::string(loaded.status().message()));
+    return 1;
+  }
+  ChunkResolver* tier = loaded->engine->resolver();
+  auto metrics = std::make_shared<WorkerMetrics>();
+  auto exposer = StartMetricsExposer(flags.metrics_listen, metrics->registry());
+  if (!exposer.ok()) {
+    spdlog::error("{}", std::string(exposer.status().message()));
+    return 1;
+  }
+  GenerationLoop loop(std::move(loaded->engine), metrics);
+  GenerationService service(&loop, loaded->tokenizer.get(), flags.service);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(flags.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(flags.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    spdlog::error("cannot listen on {}", flags.listen);
+    return 1;
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  const ModelConfig& config = loop.engine().config();
+  spdlog::info("model {} ({} layers, dim {}, vocab {}), mode {}, cache tier {}", config.name, config.n_layers,
+               config.dim, config.vocab_size, AttentionModeName(loop.engine().default_mode()),
+               tier != nullptr ? tier->tier().Describe() : "off");
+  PrintListening("lazykv-worker", flags.listen, port, exposer->get(), flags.metrics_listen);
+
+  const int signal_number = WaitForTerminationSignal();
+  spdlog::info("signal {}: finishing in-flight calls", signal_number);
+  server->GetHealthCheckService()->Shutdown();  // NOT_SERVING, and its own calls end
+  // Calls still running at the deadline are cancelled: their handlers cancel their
+  // requests in the engine and return.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms));
+  loop.Stop();
+  if (tier != nullptr) tier->Flush();  // computed chunks reach the cache tier
+  spdlog::info("stopped cleanly");
+  return 0;
+}
+
+}  // namespace
+}  // namespace lazykv
+
+int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
+  lazykv::TuneMallocForLargeBuffers();
+  return lazykv::Serve(argc, argv);
+}

@@ -1,0 +1,56 @@
+// The worker's Prometheus metrics (DESIGN.md section 6): TTFT and inter-token latency
+// histograms, requests by outcome, tokens generated, prompt tokens by where their KV
+// came from, KV pool occupancy, and the admission queue.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+#include "worker/engine.h"
+
+namespace lazykv {
+
+class WorkerMetrics {
+ public:
+  WorkerMetrics();
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // A finished request: its latencies and where its prompt's KV came from.
+  void ObserveFinished(const GenerateResult& result);
+  void ObserveInterToken(double seconds) { inter_token_->Observe(seconds); }
+  // outcome: "ok", or a gRPC status code name.
+  void CountRequest(const std::string& outcome);
+  void SetEngineState(const EngineStats& stats);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* inter_token_;
+  prometheus::Histogram* queue_time_;
+  prometheus::Counter* generated_tokens_;
+  prometheus::Counter* prompt_tokens_pool_;
+  prometheus::Counter* prompt_tokens_host_;
+  prometheus::Counter* prompt_tokens_disk_;
+  prometheus::Counter* prompt_tokens_computed_;
+  prometheus::Counter* document_tokens_;
+  prometheus::Counter* document_cached_tokens_;
+  prometheus::Counter* chunk_hits_;
+  prometheus::Counter* chunk_misses_;
+  prometheus::Counter* kv_bytes_copied_;
+  prometheus::Counter* kv_bytes_fetched_;
+  prometheus::Gauge* blocks_used_;
+  prometheus::Gauge* blocks_cached_;
+  prometheus::Gauge* blocks_free_;
+  prometheus::Gauge* blocks_reserved_;
+  prometheus::Gauge* queued_;
+  prometheus::Gauge* running_;
+};
+
+}  // namespace lazykv

@@ -148,7 +148,7 @@ void Engine::Cancel(RequestId id, absl::Status reason) {
   for (auto it = queued_.begin(); it != queued_.end(); ++it) {
     if ((*it)->id == id) {
       queued_.erase(it);
-      pending_events_.push_back(EngineEvent{.id = id, .kind = EngineEvent::Kind::kFailed, .status = reason});
+      pending_events_.push_back(FailedEvent(id, reason));
       return;
     }
   }
@@ -156,7 +156,7 @@ void Engine::Cancel(RequestId id, absl::Status reason) {
   if (it == running_.end()) return;
   Release(*it->second);
   running_.erase(it);
-  pending_events_.push_back(EngineEvent{.id = id, .kind = EngineEvent::Kind::kFailed, .status = reason});
+  pending_events_.push_back(FailedEvent(id, reason));
 }
 
 void Engine::StopEarly(RequestId id) {
@@ -226,14 +226,16 @@ void Engine::Finish(Request& r, std::vector<EngineEvent>* events) {
   Release(r);
   events->push_back(EngineEvent{.id = r.id,
                                 .kind = EngineEvent::Kind::kFinished,
-                                .result = std::make_shared<const GenerateResult>(std::move(r.result))});
+                                .token = {},
+                                .result = std::make_shared<const GenerateResult>(std::move(r.result)),
+                                .status = absl::OkStatus()});
   running_.erase(r.id);  // destroys r
 }
 
 void Engine::Fail(Request& r, absl::Status status, std::vector<EngineEvent>* events) {
   spdlog::warn("request {} failed: {}", r.id, status.ToString());
   Release(r);
-  events->push_back(EngineEvent{.id = r.id, .kind = EngineEvent::Kind::kFailed, .status = std::move(status)});
+  events->push_back(FailedEvent(r.id, std::move(status)));
   running_.erase(r.id);  // destroys r
 }
 

@@ -91,6 +91,14 @@ struct EngineEvent {
   absl::Status status;                           // kFailed
 };
 
+inline EngineEvent FailedEvent(RequestId id, absl::Status status) {
+  EngineEvent event;
+  event.id = id;
+  event.kind = EngineEvent::Kind::kFailed;
+  event.status = std::move(status);
+  return event;
+}
+
 struct EngineStats {
   int num_blocks = 0;
   int free_blocks = 0;

@@ -28,13 +28,20 @@ void Engine::PlanChunks(Request& r) {
   r.segments.push_back(ChunkSegment{.key = MakeAnchorKey(fingerprint_, anchor),
                                     .tokens = anchor,
                                     .is_anchor = true,
-                                    .is_document = false});
+                                    .is_document = false,
+                                    .delta = 0,
+                                    .ready = false,
+                                    .blocks = {}});
   int64_t position = static_cast<int64_t>(anchor.size());
   for (size_t d = 0; d < shared_docs; ++d) {
     if (in.docs[d].empty()) continue;
     r.segments.push_back(ChunkSegment{.key = MakeChunkKey(fingerprint_, anchor, in.docs[d]),
                                       .tokens = in.docs[d],
-                                      .delta = static_cast<int32_t>(position - static_cast<int64_t>(anchor.size()))});
+                                      .is_anchor = false,
+                                      .is_document = true,
+                                      .delta = static_cast<int32_t>(position - static_cast<int64_t>(anchor.size())),
+                                      .ready = false,
+                                      .blocks = {}});
     position += static_cast<int64_t>(in.docs[d].size());
   }
 

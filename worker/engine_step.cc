@@ -70,7 +70,7 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
       failed.emplace_back(request.get(), s);
       continue;
     }
-    targets.push_back(Target{.request = request.get(), .count = 1, .decode = true});
+    targets.push_back(Target{.request = request.get(), .job = nullptr, .job_key = {}, .count = 1, .decode = true});
   }
   for (const PrefillWork& work : prefill) {
     KvSequence& seq = work.job != nullptr ? work.job->encoder : work.request->seq;
@@ -85,7 +85,8 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
     targets.push_back(Target{.request = work.request,
                              .job = work.job,
                              .job_key = work.job != nullptr ? work.job->key : Hash128{},
-                             .count = work.count});
+                             .count = work.count,
+                             .decode = false});
   }
 
   // Every sequence's table is final now: the steps may point into them.
@@ -190,7 +191,7 @@ void Engine::SampleNext(Request& r, std::span<const float> logits, std::vector<E
   }
   result.tokens.push_back(next.id);
   result.logprobs.push_back(next.logprob);
-  events->push_back(EngineEvent{.id = r.id, .kind = EngineEvent::Kind::kToken, .token = next});
+  events->push_back(EngineEvent{.id = r.id, .kind = EngineEvent::Kind::kToken, .token = next, .result = nullptr, .status = {}});
   if (static_cast<int>(result.tokens.size()) == r.input.sampling.max_tokens) {
     result.finish_reason = "length";
     Finish(r, events);

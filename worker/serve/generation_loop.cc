@@ -30,8 +30,7 @@ std::shared_ptr<RequestStream> GenerationLoop::Submit(GenerateRequest request) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) {
-      stream->Push(EngineEvent{.kind = EngineEvent::Kind::kFailed,
-                               .status = absl::UnavailableError("the worker is shutting down")});
+      stream->Push(FailedEvent(0, absl::UnavailableError("the worker is shutting down")));
       return stream;
     }
     inbox_.emplace_back(stream, std::move(request));
@@ -84,7 +83,7 @@ void GenerationLoop::Run() {
     for (Control& c : controls) {
       if (c.stream->id_ == 0) {
         c.stream->cancelled_before_start_ = true;
-        if (!c.reason.ok()) c.stream->Push(EngineEvent{.kind = EngineEvent::Kind::kFailed, .status = c.reason});
+        if (!c.reason.ok()) c.stream->Push(FailedEvent(0, c.reason));
       } else if (c.reason.ok()) {
         engine_->StopEarly(c.stream->id_);
       } else {
@@ -96,7 +95,7 @@ void GenerationLoop::Run() {
       auto id = engine_->Submit(std::move(request));
       if (!id.ok()) {
         metrics_->CountRequest(std::string(absl::StatusCodeToString(id.status().code())));
-        stream->Push(EngineEvent{.kind = EngineEvent::Kind::kFailed, .status = id.status()});
+        stream->Push(FailedEvent(0, id.status()));
         continue;
       }
       stream->id_ = *id;

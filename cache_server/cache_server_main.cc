@@ -6,7 +6,6 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <iostream>
 
 #include "absl/strings/str_format.h"
 #include "cache_server/kv_cache_service.h"
@@ -82,14 +81,7 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
 
 int Serve(int argc, char** argv) {
   ServerFlags flags;
-  if (absl::Status s = ParseServerFlags(argc, argv, flags); !s.ok()) {
-    if (absl::IsCancelled(s)) {
-      std::cout << s.message();
-      return 0;
-    }
-    std::cerr << "lazykv-cache-server: " << s.message() << "\n";
-    return 2;
-  }
+  if (absl::Status s = ParseServerFlags(argc, argv, flags); !s.ok()) return ExitForFlagError(s, "lazykv-cache-server");
   BlockTerminationSignals();
 
   auto metrics = std::make_shared<CacheMetrics>();

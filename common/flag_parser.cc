@@ -1,5 +1,7 @@
 #include "common/flag_parser.h"
 
+#include <iostream>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "common/byte_size.h"
@@ -79,6 +81,15 @@ absl::Status FlagParser::Parse(int argc, char** argv) const {
     }
   }
   return absl::OkStatus();
+}
+
+int ExitForFlagError(const absl::Status& status, const std::string& program) {
+  if (absl::IsCancelled(status)) {
+    std::cout << status.message();
+    return 0;
+  }
+  std::cerr << program << ": " << status.message() << "\n";
+  return 2;
 }
 
 }  // namespace lazykv

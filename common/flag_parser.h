@@ -35,4 +35,8 @@ class FlagParser {
   std::map<std::string, bool*> switches_;
 };
 
+// A server's exit for a Parse() error: the usage on stdout and 0 for --help, else
+// "program: message" on stderr and 2.
+int ExitForFlagError(const absl::Status& status, const std::string& program);
+
 }  // namespace lazykv

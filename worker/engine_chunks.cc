@@ -28,7 +28,6 @@ void Engine::PlanChunks(Request& r) {
   r.segments.push_back(ChunkSegment{.key = MakeAnchorKey(fingerprint_, anchor),
                                     .tokens = anchor,
                                     .is_anchor = true,
-                                    .is_document = false,
                                     .delta = 0,
                                     .ready = false,
                                     .blocks = {}});
@@ -38,7 +37,6 @@ void Engine::PlanChunks(Request& r) {
     r.segments.push_back(ChunkSegment{.key = MakeChunkKey(fingerprint_, anchor, in.docs[d]),
                                       .tokens = in.docs[d],
                                       .is_anchor = false,
-                                      .is_document = true,
                                       .delta = static_cast<int32_t>(position - static_cast<int64_t>(anchor.size())),
                                       .ready = false,
                                       .blocks = {}});
@@ -85,9 +83,7 @@ void Engine::PlanChunks(Request& r) {
     if (absl::Status s = AttachSegments(r); !s.ok()) {
       // Attach only fails on a full pool, which admission rules out: report it loudly.
       spdlog::error("request {}: {}", r.id, s.ToString());
-      std::vector<EngineEvent> events;
-      Fail(r, s, &events);
-      pending_events_.insert(pending_events_.end(), events.begin(), events.end());
+      Fail(r, s, &pending_events_);
     }
   } else {
     r.phase = Request::Phase::kChunks;
@@ -105,12 +101,12 @@ void Engine::TakeChunk(Request& r, size_t s, std::span<const KvBlockRef> blocks,
   if (source == ChunkSource::kComputed) {
     ++u.chunk_misses;
     u.computed_tokens += n;
-    if (segment.is_document) u.document_computed_tokens += n;
+    if (!segment.is_anchor) u.document_computed_tokens += n;
     return;
   }
   ++u.chunk_hits;
   u.cached_tokens += n;
-  if (segment.is_document) u.document_cached_tokens += n;
+  if (!segment.is_anchor) u.document_cached_tokens += n;
   (source == ChunkSource::kPool ? u.pool_tokens : source == ChunkSource::kDisk ? u.disk_tokens : u.host_tokens) += n;
   u.kv_bytes_fetched += fetched_bytes;
 }

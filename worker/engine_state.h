@@ -29,8 +29,7 @@ bool IsReady(const std::future<T>& future) {
 struct ChunkSegment {
   Hash128 key;
   std::span<const int32_t> tokens;  // into the request's documents, or the engine's anchor
-  bool is_anchor = false;
-  bool is_document = true;
+  bool is_anchor = false;  // else a document
   int32_t delta = 0;  // logical position minus the position it was encoded at
   bool ready = false;
   // Once ready: the chunk's blocks, one reference each held by the request until the

@@ -62,12 +62,12 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
     bool decode = false;
   };
   std::vector<Target> targets;
-  std::vector<std::pair<Request*, absl::Status>> failed;
+  std::vector<std::pair<RequestId, absl::Status>> failed;
   std::vector<std::pair<Hash128, absl::Status>> failed_jobs;
   for (const auto& [id, request] : running_) {
     if (request->phase != Request::Phase::kDecode) continue;
     if (absl::Status s = GrowOwnTail(request->seq, 1); !s.ok()) {
-      failed.emplace_back(request.get(), s);
+      failed.emplace_back(id, s);
       continue;
     }
     targets.push_back(Target{.request = request.get(), .job = nullptr, .job_key = {}, .count = 1, .decode = true});
@@ -78,7 +78,7 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
       if (work.job != nullptr) {
         failed_jobs.emplace_back(work.job->key, s);
       } else {
-        failed.emplace_back(work.request, s);
+        failed.emplace_back(work.request->id, s);
       }
       continue;
     }
@@ -114,7 +114,7 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
         if (t.job != nullptr) {
           failed_jobs.emplace_back(t.job->key, s);
         } else {
-          failed.emplace_back(t.request, s);
+          failed.emplace_back(t.request->id, s);
         }
       }
       targets.clear();
@@ -156,14 +156,9 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
   for (auto& [key, status] : failed_jobs) {
     if (auto it = jobs_.find(key); it != jobs_.end()) FailJob(*it->second, status, events);
   }
-  for (auto& [request, status] : failed) {
+  for (auto& [id, status] : failed) {
     // A request may have gone already (its job failed first).
-    for (const auto& [id, r] : running_) {
-      if (r.get() == request) {
-        Fail(*request, status, events);
-        break;
-      }
-    }
+    if (auto it = running_.find(id); it != running_.end()) Fail(*it->second, status, events);
   }
   return tokens_run;
 }

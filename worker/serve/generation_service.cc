@@ -22,16 +22,22 @@ double MillisSince(Clock::time_point start) {
 // show a possible beginning of a stop string, and end before the first stop string.
 class TextStream {
  public:
+  static constexpr size_t kContextTokens = 8;
+
   TextStream(const Tokenizer& tokenizer, std::vector<int32_t> context, std::vector<std::string> stops)
-      : tokenizer_(tokenizer), context_(std::move(context)), stops_(std::move(stops)) {
+      : tokenizer_(tokenizer), recent_(std::move(context)), stops_(std::move(stops)) {
     for (const std::string& stop : stops_) hold_back_ = std::max(hold_back_, stop.size() - 1);
   }
 
   // Adds a token; returns the text that can be shown now. Sets stopped() when a stop
   // string has appeared (the text before it has been returned).
   std::string Add(int32_t token) {
-    tokens_.push_back(token);
-    const std::string text = DecodeContinuation(tokenizer_, context_, tokens_);
+    // Each token's text given the few tokens before it (a leading space depends on
+    // them), so a long reply is decoded once, not once per token.
+    text_ += DecodeContinuation(tokenizer_, recent_, {&token, 1});
+    recent_.push_back(token);
+    if (recent_.size() > kContextTokens) recent_.erase(recent_.begin());
+    const std::string& text = text_;
     size_t stop_at = std::string::npos;
     const size_t search_from = sent_ > hold_back_ ? sent_ - hold_back_ : 0;
     for (const std::string& stop : stops_) stop_at = std::min(stop_at, text.find(stop, search_from));
@@ -45,7 +51,7 @@ class TextStream {
   // Whatever was held back, once no token follows.
   std::string Flush() {
     if (stopped_) return "";
-    return Take(DecodeContinuation(tokenizer_, context_, tokens_), std::string::npos);
+    return Take(text_, std::string::npos);
   }
   bool stopped() const { return stopped_; }
 
@@ -59,9 +65,9 @@ class TextStream {
   }
 
   const Tokenizer& tokenizer_;
-  std::vector<int32_t> context_;
+  std::vector<int32_t> recent_;  // the last kContextTokens tokens, prompt then reply
   std::vector<std::string> stops_;
-  std::vector<int32_t> tokens_;
+  std::string text_;  // the reply so far
   size_t hold_back_ = 0;
   size_t sent_ = 0;  // bytes of the decoded text already returned
   bool stopped_ = false;
@@ -173,7 +179,8 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
   // The text of the first tokens depends on what precedes them (a leading space).
   std::vector<int32_t> context_tokens = loop_->engine().anchor();
   const auto& last = request->prompt.empty() && !request->docs.empty() ? request->docs.back() : request->prompt;
-  context_tokens.insert(context_tokens.end(), last.end() - std::min<size_t>(last.size(), 8), last.end());
+  context_tokens.insert(context_tokens.end(), last.end() - std::min(last.size(), TextStream::kContextTokens),
+                        last.end());
   TextStream text(*tokenizer_, std::move(context_tokens),
                   std::vector<std::string>(call->sampling().stop().begin(), call->sampling().stop().end()));
 

@@ -8,7 +8,6 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -61,14 +60,7 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
 
 int Serve(int argc, char** argv) {
   WorkerFlags flags;
-  if (absl::Status s = ParseWorkerFlags(argc, argv, flags); !s.ok()) {
-    if (absl::IsCancelled(s)) {
-      std::cout << s.message();
-      return 0;
-    }
-    std::cerr << "lazykv-worker: " << s.message() << "\n";
-    return 2;
-  }
+  if (absl::Status s = ParseWorkerFlags(argc, argv, flags); !s.ok()) return ExitForFlagError(s, "lazykv-worker");
   BlockTerminationSignals();
 
   auto loaded = SetUpEngine(flags.model.setup);

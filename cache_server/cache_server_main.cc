@@ -6,7 +6,6 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-
 #include "absl/strings/str_format.h"
 #include "cache_server/kv_cache_service.h"
 #include "common/byte_size.h"

@@ -8,7 +8,6 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/byte_size.h"

@@ -13,13 +13,15 @@
 //   last: the 512 own tokens are the queries (pos0 = L - 512): they see every document
 //         and are causal among themselves (SDPA: lower-right causal, 512 x L).
 // FLOPs count the visible (query, key) pairs exactly: 4 * head_dim * heads per pair.
-// usage: cuda_prefill_bench   (prints a table; run on a GPU machine)
+// usage: cuda_prefill_bench [L [full|last]]   (prints a table; run on a GPU machine; the
+// arguments keep only that length and scenario, for a profiler)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/prefill_bench_device.h"
@@ -34,7 +36,9 @@ using lazykv::bench::Upload;
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const int only_len = argc > 1 ? std::atoi(argv[1]) : 0;
+  const std::string only_scenario = argc > 2 ? argv[2] : "";
   using namespace lazykv;
   constexpr int kHeads = 32, kKvHeads = 8, kHd = 128, kBlock = 16, kDoc = 512, kTokens = 16384;
   int sms = 0;
@@ -61,6 +65,7 @@ int main() {
               "no_rot_ms", "lazy_TFLOP/s", "norot_TFLOP/s", "rot_cost");
   std::mt19937 rng(1);
   for (int len : {1024, 4096, 16384}) {
+    if (only_len != 0 && len != only_len) continue;
     const int batch = kTokens / len;
     const int blocks_per_seq = len / kBlock;
     const size_t num_blocks = size_t(batch) * blocks_per_seq;
@@ -95,6 +100,7 @@ int main() {
     int32_t* d_zero = Upload(zero_deltas);
 
     for (int scenario = 0; scenario < 2; ++scenario) {
+      if (!only_scenario.empty() && only_scenario != (scenario == 0 ? "full" : "last")) continue;
       const int n_q = scenario == 0 ? len : kDoc;
       const int pos0 = len - n_q;
       std::vector<int32_t> q_offsets = {0}, q_pos0;
@@ -132,6 +138,10 @@ int main() {
       CHECK_CUDA(cuda::LaunchLazyPrefillAttention(p, nullptr));
       CHECK_CUDA(cudaDeviceSynchronize());
       const float lazy_ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });
+      float schedule_ms[cuda::detail::kNumPrefillSchedules];
+      for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
+        schedule_ms[sc] = MedianMs([&] { cuda::detail::LaunchLazyPrefillAttentionVariant(p, sc, nullptr); });
+      }
       p.block_deltas = d_zero;
       const float plain_ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });
       CHECK_CUDA(cudaGetLastError());
@@ -141,6 +151,10 @@ int main() {
       std::printf("%-8s %6d %5d %9d %6d %10.3f %10.3f %12.1f %12.1f %8.1f%%\n", scenario == 0 ? "full" : "last",
                   len, batch, n_q, splits, lazy_ms, plain_ms, flops / lazy_ms / 1e9, flops / plain_ms / 1e9,
                   100.0 * (lazy_ms / plain_ms - 1.0));
+      for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
+        std::printf("  (lazy, schedule %d of the main loop: %.3f ms, %.1f TFLOP/s)\n", sc, schedule_ms[sc],
+                    flops / schedule_ms[sc] / 1e9);
+      }
       CHECK_CUDA(cudaFree(q));
       CHECK_CUDA(cudaFree(out));
       if (p.workspace != nullptr) CHECK_CUDA(cudaFree(p.workspace));

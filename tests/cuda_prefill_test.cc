@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -148,8 +149,11 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   float* out = nullptr;
   CUDA_OK(cudaMalloc(&out, q.size() * sizeof(float)));
   p.out = out;
-  // Once as the launcher chooses (split-KV where the launch is small), once unsplit.
-  for (const int forced_splits : {0, 1}) {
+  // As the launcher chooses (split-KV where the launch is small) and unsplit, with the
+  // default schedule of the kernel's main loop; unsplit with each of the others.
+  std::vector<std::pair<int, int>> runs = {{0, -1}, {1, -1}};
+  for (int schedule = 0; schedule < cuda::detail::kNumPrefillSchedules; ++schedule) runs.push_back({1, schedule});
+  for (const auto& [forced_splits, schedule] : runs) {
     p.num_splits = forced_splits;
     const int splits = cuda::ChoosePrefillSplits(p);
     const size_t ws_bytes = cuda::PrefillWorkspaceBytes(p, splits);
@@ -158,7 +162,8 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       CUDA_OK(cudaMalloc(&p.workspace, ws_bytes));
     }
     CUDA_OK(cudaMemset(out, 0xff, q.size() * sizeof(float)));  // NaN: an unwritten element fails
-    CUDA_OK(cuda::LaunchLazyPrefillAttention(p, nullptr));
+    CUDA_OK(schedule < 0 ? cuda::LaunchLazyPrefillAttention(p, nullptr)
+                         : cuda::detail::LaunchLazyPrefillAttentionVariant(p, schedule, nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     const auto got = ToHost(out, q.size());
     cudaFree(p.workspace);
@@ -170,10 +175,11 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       const size_t unwritten = std::count_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
       EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
       const double error = RelativeError(g, e);
-      EXPECT_LT(error, 1e-2) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits << ", "
+      EXPECT_LT(error, 1e-2) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits << ", schedule "
+                             << schedule << ", "
                              << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
-      std::printf("[          ] %s seq %d, splits %d: %d queries from %d, %zu entries, rel error %.2e\n",
-                  s.name.c_str(), seq, splits, q_offsets[seq + 1] - q_offsets[seq], pos0[seq], tables[seq].size(),
+      std::printf("[          ] %s seq %d, splits %d, schedule %d: %d queries from %d, %zu entries, rel error %.2e\n",
+                  s.name.c_str(), seq, splits, schedule, q_offsets[seq + 1] - q_offsets[seq], pos0[seq], tables[seq].size(),
                   error);
     }
   }

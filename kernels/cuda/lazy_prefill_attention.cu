@@ -14,7 +14,7 @@ namespace lazykv::cuda {
 namespace {
 
 // Raises the kernel's dynamic shared memory limit once per device.
-template <int HD>
+template <int HD, int kSchedule>
 cudaError_t PrepareKernel() {
   constexpr int kMaxDevices = 64;
   static std::atomic<uint64_t> done{0};
@@ -23,22 +23,52 @@ cudaError_t PrepareKernel() {
   if (err != cudaSuccess) return err;
   const uint64_t bit = device < kMaxDevices ? (uint64_t{1} << device) : 0;
   if (bit != 0 && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
-  err = cudaFuncSetAttribute(LazyPrefillKernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             SmemLayout<HD>::kBytes);
+  err = cudaFuncSetAttribute(LazyPrefillKernel<HD, kSchedule>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             SmemLayout<HD>::kAllocBytes);
   if (err == cudaSuccess && bit != 0) done.fetch_or(bit, std::memory_order_relaxed);
   return err;
 }
 
 int QueryTiles(const PrefillAttentionParams& p) { return (p.max_queries_per_seq + kBM - 1) / kBM; }
 
+struct KernelArgs {
+  int log2bs;
+  float scale_log2;
+  int splits;
+};
+
+template <int HD, int kSchedule>
+cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStream_t stream) {
+  const cudaError_t err = PrepareKernel<HD, kSchedule>();
+  if (err != cudaSuccess) return err;
+  const dim3 grid(p.n_heads, QueryTiles(p), p.num_seqs * a.splits);
+  LazyPrefillKernel<HD, kSchedule>
+      <<<grid, kThreads, SmemLayout<HD>::kAllocBytes, stream>>>(p, a.log2bs, a.scale_log2, a.splits);
+  if (a.splits > 1) {
+    const dim3 combine_grid((p.max_queries_per_seq * p.n_heads + 3) / 4, p.num_seqs);
+    CombineSplitsKernel<HD><<<combine_grid, 128, 0, stream>>>(p, a.splits, a.scale_log2);
+  }
+  return cudaSuccess;
+}
+
+template <int HD>
+cudaError_t LaunchSchedule(const PrefillAttentionParams& p, const KernelArgs& a, int schedule, cudaStream_t stream) {
+  switch (schedule) {
+    case kSerial:
+      return Launch<HD, kSerial>(p, a, stream);
+    default:
+      return Launch<HD, kStagger>(p, a, stream);
+  }
+}
+
 }  // namespace
 
 int ChoosePrefillSplits(const PrefillAttentionParams& p) {
   if (p.num_splits > 0) return std::min(p.num_splits, kMaxSplits);
-  // Two CTAs fit on an SM: split the keys only when the launch fills less than one wave.
+  // One CTA fits on an SM: split the keys only when the launch fills less than one wave.
   const long long ctas = static_cast<long long>(std::max(1, p.n_heads)) * std::max(1, QueryTiles(p)) *
                          std::max(1, p.num_seqs);
-  const long long slots = 2LL * MultiprocessorCount();
+  const long long slots = MultiprocessorCount();
   return static_cast<int>(std::max(1LL, std::min<long long>(kMaxSplits, slots / ctas)));
 }
 
@@ -48,7 +78,9 @@ size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {
          sizeof(float);
 }
 
-cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
+namespace detail {
+
+cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream) {
   const bool pow2_block = p.block_size >= 16 && (p.block_size & (p.block_size - 1)) == 0;
   if (p.num_seqs <= 0 || p.num_seqs > 65535 || p.n_heads <= 0 || p.n_heads > 65535 || p.n_kv_heads <= 0 ||
       p.n_heads % p.n_kv_heads != 0 || (p.head_dim != 64 && p.head_dim != 128) || !pow2_block ||
@@ -68,19 +100,17 @@ cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStre
   int log2bs = 0;
   while ((1 << log2bs) < p.block_size) ++log2bs;
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(p.head_dim));
-  const dim3 grid(p.n_heads, QueryTiles(p), p.num_seqs * splits);
-  const dim3 combine_grid((p.max_queries_per_seq * p.n_heads + 3) / 4, p.num_seqs);
-  cudaError_t err;
-  if (p.head_dim == 64) {
-    if ((err = PrepareKernel<64>()) != cudaSuccess) return err;
-    LazyPrefillKernel<64><<<grid, kThreads, SmemLayout<64>::kBytes, stream>>>(p, log2bs, scale_log2, splits);
-    if (splits > 1) CombineSplitsKernel<64><<<combine_grid, 128, 0, stream>>>(p, splits, scale_log2);
-  } else {
-    if ((err = PrepareKernel<128>()) != cudaSuccess) return err;
-    LazyPrefillKernel<128><<<grid, kThreads, SmemLayout<128>::kBytes, stream>>>(p, log2bs, scale_log2, splits);
-    if (splits > 1) CombineSplitsKernel<128><<<combine_grid, 128, 0, stream>>>(p, splits, scale_log2);
-  }
+  const KernelArgs args{log2bs, scale_log2, splits};
+  const cudaError_t err =
+      p.head_dim == 64 ? LaunchSchedule<64>(p, args, schedule, stream) : LaunchSchedule<128>(p, args, schedule, stream);
+  if (err != cudaSuccess) return err;
   return cudaGetLastError();
+}
+
+}  // namespace detail
+
+cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
+  return detail::LaunchLazyPrefillAttentionVariant(p, kDefaultSchedule, stream);
 }
 
 }  // namespace lazykv::cuda

@@ -5,9 +5,9 @@
 // The keys of the new tokens are in the pool before the call.
 //
 // A query at position p scores a stored key of a block with delta d as <R(p - d) q, k>.
-// The kernel is a tiled online softmax (FlashAttention-2 style) on the tensor cores
-// (mma.sync m16n8k16, bf16 operands, fp32 accumulation). Each CTA holds a tile of 128
-// queries of one head; its query tile is rotated once per run of KV tiles that share a
+// The kernel is a tiled online softmax (FlashAttention style) on Hopper's warpgroup
+// tensor-core instructions (wgmma, bf16 operands, fp32 accumulation). Each CTA holds a
+// tile of 128 queries of one head; its query tile is rotated once per run of KV tiles that share a
 // delta (a KV tile never spans two deltas), in fp32 with a precise angle, then rounded
 // once to bf16 for the tensor cores. Keys are never rotated or copied.
 //
@@ -66,5 +66,12 @@ size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits);
 // (cudaErrorInvalidValue for shapes the kernel does not support, checked before any
 // CUDA call, so it needs no GPU).
 cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
+
+namespace detail {
+// For the benchmark and the tests: the launch with a given schedule of the kernel's main
+// loop (lazy_prefill_kernels.cuh: 0 serial, 1 staggered warpgroups, the default).
+constexpr int kNumPrefillSchedules = 2;
+cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream);
+}  // namespace detail
 
 }  // namespace lazykv::cuda

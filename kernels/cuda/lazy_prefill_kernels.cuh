@@ -1,5 +1,13 @@
 // The lazy paged prefill kernels (the tiled attention kernel and the combine of splits),
 // included only by lazy_prefill_attention.cu, which launches them.
+//
+// One CTA: 128 queries of one head, two warpgroups of 64 query rows each, against KV tiles
+// of 128 keys double-buffered in shared memory through cp.async (all 256 threads copy).
+// S = Q K^T and O += P V run on Hopper's warpgroup MMA (wgmma, kernels/cuda/wgmma.cuh):
+// Q and K from shared memory, P from the score registers, V read transposed from the same
+// layout as K. The raw fp32 query rows stay in shared memory: when the next KV tile has
+// another delta, each warp rotates its 16 rows for it while the tensor cores compute
+// this tile's P V (which reads no query), so the rotation hides behind the MMA.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,25 +18,25 @@
 
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/rope_device.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace lazykv::cuda {
 namespace {
 
-// One CTA: 128 queries of one head (4 warps, 32 query rows each) against KV tiles of 64
-// keys, double-buffered in shared memory through cp.async.
-constexpr int kBM = 128;
-constexpr int kBN = 64;
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kMaxEntriesPerTile = 4;  // kBN / 16: the smallest block size
-constexpr int kDescSlots = 3;
+constexpr int kBM = 128;  // query rows per CTA
+constexpr int kBN = 128;  // keys per KV tile
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = kWarpgroups * 128;
+constexpr int kRowsPerWarp = kBM / (kThreads / 32);  // 16: the query rows each warp rotates and owns
+constexpr int kMaxEntriesPerTile = kBN / 16;         // 16: the smallest block size
+constexpr int kDescSlots = 3;  // tiles j, j + 1 and j + 2 (written during tile j)
 constexpr int kMaxSplits = 16;
 
 // A KV tile: up to kBN slots of consecutive block-table entries that share one delta.
 // With block_size <= kBN the tile is ne whole entries (column c: entry c / block_size,
 // slot c % block_size); with block_size > kBN it is slots [s0, s0 + kBN) of one entry.
 struct TileDesc {
-  long long base[kMaxEntriesPerTile];  // element offset of (entry's block, slot 0, this KV head, dim 0)
+  int block[kMaxEntriesPerTile];  // each entry's pool block
   int valid;
   int e;           // first entry (index into the concatenated table)
   int s0;          // first slot within entry e (block_size > kBN only)
@@ -39,24 +47,23 @@ struct TileDesc {
   int start[kMaxEntriesPerTile];
 };
 
+// Offsets from a 1024-byte aligned base (the swizzled tiles need it). The raw fp32 query
+// tile stays in shared memory so that a rotation for a new delta reads no global memory.
 template <int HD>
 struct SmemLayout {
+  static constexpr int kRawQBytes = kBM * HD * 4;
   static constexpr int kQBytes = kBM * HD * 2;
   static constexpr int kKvBytes = kBN * HD * 2;
-  static constexpr int kQ = 0;
-  static constexpr int kK = kQ + kQBytes;                 // 2 stages
-  static constexpr int kV = kK + 2 * kKvBytes;            // 2 stages
-  static constexpr int kColPos = kV + 2 * kKvBytes;       // int [2][kBN]
-  static constexpr int kDesc = kColPos + 2 * kBN * 4;     // TileDesc [kDescSlots]
+  static constexpr int kRawQ = 0;                      // fp32 [kBM][HD], unrotated
+  static constexpr int kQ = kRawQ + kRawQBytes;        // bf16, rotated, swizzled
+  static constexpr int kK = kQ + kQBytes;              // 2 stages
+  static constexpr int kV = kK + 2 * kKvBytes;         // 2 stages
+  static constexpr int kColPos = kV + 2 * kKvBytes;    // int [2][kBN]
+  static constexpr int kDesc = kColPos + 2 * kBN * 4;  // TileDesc [kDescSlots]
   static constexpr int kBytes = kDesc + kDescSlots * static_cast<int>(sizeof(TileDesc));
+  static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base
+  static_assert(kAllocBytes <= 227 * 1024, "over the shared memory of one CTA on Hopper");
 };
-
-// Rows of HD bf16 in 16-byte chunks; chunk c of row r lives at chunk c ^ (r & 7), so that
-// the 8 rows an ldmatrix phase reads fall in 8 different bank groups.
-template <int HD>
-__device__ __forceinline__ uint32_t Swizzle(int row, int chunk) {
-  return static_cast<uint32_t>(row * (HD * 2) + ((chunk ^ (row & 7)) << 4));
-}
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
@@ -67,26 +74,9 @@ __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// d += a * b: one m16n8k16 bf16 product with fp32 accumulation.
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
@@ -94,88 +84,87 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// The tile that starts at entry e, slot s0 (run by one thread; reads the block table).
+// The tile that starts at entry e, slot s0, built by one warp (all 32 lanes call it): lane
+// k < kMaxEntriesPerTile reads entry e + k of the block table, so the walk costs one
+// round trip to memory rather than a chain of them.
 __device__ void MakeTile(const PrefillAttentionParams& p, int e, int s0, int e_end, int entries_per_tile,
-                         int pos_lo, int pos_hi, int kvh, TileDesc* d) {
+                         int pos_lo, int pos_hi, TileDesc* d) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
   if (e >= e_end) {
-    d->valid = 0;
+    if (lane == 0) d->valid = 0;
     return;
   }
-  int dl[kMaxEntriesPerTile], tk[kMaxEntriesPerTile], st[kMaxEntriesPerTile], bl[kMaxEntriesPerTile];
-#pragma unroll
-  for (int k = 0; k < kMaxEntriesPerTile; ++k) {
-    const int idx = min(e + k, e_end - 1);
-    dl[k] = __ldg(p.block_deltas + idx);
-    tk[k] = __ldg(p.block_tokens + idx);
-    st[k] = __ldg(p.block_starts + idx);
-    bl[k] = __ldg(p.block_ids + idx);
+  int dl = 0, tk = 0, st = 0, bl = 0;
+  if (lane < kMaxEntriesPerTile) {
+    const int idx = min(e + lane, e_end - 1);
+    dl = __ldg(p.block_deltas + idx);
+    tk = __ldg(p.block_tokens + idx);
+    st = __ldg(p.block_starts + idx);
+    bl = __ldg(p.block_ids + idx);
   }
-  if (st[0] + s0 > pos_hi) {  // entries are in logical order: nothing further is visible
-    d->valid = 0;
+  const int dl0 = __shfl_sync(kAll, dl, 0), tk0 = __shfl_sync(kAll, tk, 0), st0 = __shfl_sync(kAll, st, 0);
+  if (st0 + s0 > pos_hi) {  // entries are in logical order: nothing further is visible
+    if (lane == 0) d->valid = 0;
     return;
   }
-  int ne = 1;
-#pragma unroll
-  for (int k = 1; k < kMaxEntriesPerTile; ++k) {
-    if (k < entries_per_tile && ne == k && e + k < e_end && dl[k] == dl[0]) ne = k + 1;
-  }
+  // The tile: the leading entries (up to entries_per_tile) that exist and share entry e's delta.
+  const unsigned same = __ballot_sync(kAll, lane < entries_per_tile && e + lane < e_end && dl == dl0);
+  const int ne = __ffs(~same) - 1;  // bit 0 is always set
   bool full;
   int max_logical;
   if (entries_per_tile == 1) {  // block_size >= kBN
-    full = s0 + kBN <= tk[0];
-    max_logical = st[0] + min(tk[0], s0 + kBN) - 1;
+    full = s0 + kBN <= tk0;
+    max_logical = st0 + min(tk0, s0 + kBN) - 1;
   } else {
-    full = ne == entries_per_tile;
-    max_logical = st[0] + tk[0] - 1;
-#pragma unroll
-    for (int k = 0; k < kMaxEntriesPerTile; ++k) {
-      if (k < ne) {
-        full = full && tk[k] == p.block_size;
-        max_logical = st[k] + tk[k] - 1;
-      }
-    }
+    const unsigned full_blocks = __ballot_sync(kAll, lane < ne && tk == p.block_size);
+    full = ne == entries_per_tile && full_blocks == same;
+    max_logical = __shfl_sync(kAll, st + tk - 1, ne - 1);
   }
-  d->valid = 1;
-  d->e = e;
-  d->s0 = s0;
-  d->ne = ne;
-  d->delta = dl[0];
-  d->needs_mask = !full || max_logical > pos_lo;
-#pragma unroll
-  for (int k = 0; k < kMaxEntriesPerTile; ++k) {
-    d->base[k] = (static_cast<long long>(bl[k]) * p.block_size * p.n_kv_heads + kvh) * p.head_dim;
-    d->tok[k] = tk[k];
-    d->start[k] = st[k];
+  if (lane < kMaxEntriesPerTile) {
+    d->block[lane] = bl;
+    d->tok[lane] = tk;
+    d->start[lane] = st;
   }
-  // The block table is read a few entries per tile: pull the next lines into L1 early so
-  // that this (single-thread, latency-bound) walk rarely waits on L2.
-  const int ahead = min(e + 32, e_end - 1);
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_ids + ahead));
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_tokens + ahead));
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_starts + ahead));
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_deltas + ahead));
+  if (lane == 0) {
+    d->valid = 1;
+    d->e = e;
+    d->s0 = s0;
+    d->ne = ne;
+    d->delta = dl0;
+    d->needs_mask = !full || max_logical > pos_lo;
+    // Pull the next lines of the block table into L1 early.
+    const int ahead = min(e + 32, e_end - 1);
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_ids + ahead));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_tokens + ahead));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_starts + ahead));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_deltas + ahead));
+  }
 }
 
+// The tile after `cur` (one warp, as MakeTile).
 __device__ void NextTile(const PrefillAttentionParams& p, const TileDesc& cur, int e_end, int entries_per_tile,
-                         int pos_lo, int pos_hi, int kvh, TileDesc* next) {
+                         int pos_lo, int pos_hi, TileDesc* next) {
   const int e = cur.e, ne = cur.ne, s0 = cur.s0, tok0 = cur.tok[0];
   if (entries_per_tile == 1 && s0 + kBN < tok0) {
-    MakeTile(p, e, s0 + kBN, e_end, entries_per_tile, pos_lo, pos_hi, kvh, next);
+    MakeTile(p, e, s0 + kBN, e_end, entries_per_tile, pos_lo, pos_hi, next);
   } else {
-    MakeTile(p, e + ne, 0, e_end, entries_per_tile, pos_lo, pos_hi, kvh, next);
+    MakeTile(p, e + ne, 0, e_end, entries_per_tile, pos_lo, pos_hi, next);
   }
 }
 
-// Issues the cp.async copies of one KV tile (K and V) and writes each column's logical
-// position (INT_MAX for an empty column) for the mask.
-template <int HD>
-__device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const TileDesc& d, int log2bs,
+// Issues the cp.async copies of one KV tile (keys, values or both, swizzled for wgmma);
+// with the keys, each column's logical position (INT_MAX for an empty column) for the mask.
+template <int HD, bool kKeys = true, bool kValues = true>
+__device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const TileDesc& d, int log2bs, int kvh,
                                          uint32_t k_smem, uint32_t v_smem, int* col_pos) {
   constexpr int kChunksPerRow = HD / 8;
   constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   constexpr int kPasses = kBN / kRowsPerPass;
   const int t = threadIdx.x, ch = t % kChunksPerRow, r0 = t / kChunksPerRow;
   const int bs = p.block_size, s0 = d.s0, ne = d.ne;
+  const int slot_stride = p.n_kv_heads * HD, col = kvh * HD + ch * 8;
+  const long long block_stride = static_cast<long long>(bs) * slot_stride;
   const __nv_bfloat16* k_pool = static_cast<const __nv_bfloat16*>(p.k_pool);
   const __nv_bfloat16* v_pool = static_cast<const __nv_bfloat16*>(p.v_pool);
 #pragma unroll
@@ -185,29 +174,37 @@ __device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const 
     const int k = idx >> log2bs;  // < kMaxEntriesPerTile
     const int slot = idx & (bs - 1);
     const bool valid = k < ne && slot < d.tok[k];
-    const long long offset = valid ? d.base[k] + static_cast<long long>(slot) * p.n_kv_heads * HD + ch * 8 : 0;
-    const uint32_t so = Swizzle<HD>(r, ch);
-    CpAsync16(k_smem + so, k_pool + offset, valid ? 16 : 0);
-    CpAsync16(v_smem + so, v_pool + offset, valid ? 16 : 0);
-    if (ch == 0) col_pos[r] = valid ? d.start[k] + slot : INT_MAX;
+    const long long offset = valid ? static_cast<long long>(d.block[k]) * block_stride + slot * slot_stride + col : 0;
+    const uint32_t so = wgmma::SwizzledOffset<kBN>(r, ch);
+    if (kKeys) CpAsync16(k_smem + so, k_pool + offset, valid ? 16 : 0);
+    if (kValues) CpAsync16(v_smem + so, v_pool + offset, valid ? 16 : 0);
+    if (kKeys && ch == 0) col_pos[r] = valid ? d.start[k] + slot : INT_MAX;
   }
 }
 
-// One warp writes its 32 query rows, rotated by R(position - delta), into the bf16 query
+// Copies the CTA's raw fp32 query rows into shared memory (rows past the end zero-filled).
+template <int HD>
+__device__ __forceinline__ void LoadRawQuery(const float* q_tile, size_t row_stride, int rows, uint32_t raw_smem) {
+  constexpr int kChunksPerRow = HD / 4;
+  for (int i = threadIdx.x; i < kBM * kChunksPerRow; i += kThreads) {
+    const int r = i / kChunksPerRow, c = i % kChunksPerRow;
+    const bool valid = r < rows;
+    CpAsync16(raw_smem + i * 16, valid ? q_tile + static_cast<size_t>(r) * row_stride + c * 4 : q_tile, valid ? 16 : 0);
+  }
+}
+
+// One warp writes its 16 query rows, rotated by R(position - delta), into the bf16 query
 // tile. Each lane owns two frequencies and walks the rows: the angle of the first row is
 // formed and reduced in double (exact at any position), later rows advance it by a
-// rotation of the row step (fp32 complex products: error ~1e-6 rad after 32 steps, far
-// under the bf16 rounding that follows). The raw rows come from global memory (L2) in
-// batches of 16 rows in flight, so a rotation costs about two L2 round trips.
+// rotation of the row step (fp32 complex products: error ~1e-6 rad after 16 steps, far
+// under the bf16 rounding that follows).
 template <int HD>
-__device__ __forceinline__ void RotateQuery(const PrefillAttentionParams& p, const float* q_row0, size_t row_stride,
-                                            int valid_rows, long long angle_pos0, int first_row,
-                                            unsigned char* q_smem) {
+__device__ __forceinline__ void RotateQuery(const PrefillAttentionParams& p, const float* raw_rows,
+                                            long long angle_pos0, int first_row, unsigned char* q_smem) {
   constexpr int kHalf = HD / 2;
   constexpr int kLanesPerRow = HD / 4;
   constexpr int kRowsPerStep = 32 / kLanesPerRow;
-  constexpr int kSteps = 32 / kRowsPerStep;
-  constexpr int kBatch = kSteps < 16 ? kSteps : 16;
+  constexpr int kSteps = kRowsPerWarp / kRowsPerStep;
   const int lane = threadIdx.x & 31;
   const int f0 = 2 * (lane % kLanesPerRow);
   const int rsub = lane / kLanesPerRow;
@@ -223,56 +220,158 @@ __device__ __forceinline__ void RotateQuery(const PrefillAttentionParams& p, con
   // Rotate-half: columns f0, f0 + 1 hold u0, u1 and f0 + half, f0 + half + 1 hold v0, v1.
   const int col_a = interleaved ? 2 * f0 : f0;
   const int col_b = f0 + kHalf;
-#pragma unroll 1
-  for (int b0 = 0; b0 < kSteps; b0 += kBatch) {
-    float4 x[kBatch];
+#pragma unroll 4
+  for (int i = 0; i < kSteps; ++i) {
+    const int r = rsub + i * kRowsPerStep;
+    const float* row = raw_rows + r * HD;
+    float4 x;
+    if (interleaved) {
+      x = *reinterpret_cast<const float4*>(row + col_a);
+    } else {
+      const float2 a = *reinterpret_cast<const float2*>(row + col_a);
+      const float2 b = *reinterpret_cast<const float2*>(row + col_b);
+      x = make_float4(a.x, b.x, a.y, b.y);  // (u0, v0, u1, v1)
+    }
+    const float u[2] = {x.x, x.z}, v[2] = {x.y, x.w};
+    float ru[2], rv[2];
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int r = rsub + (b0 + i) * kRowsPerStep;
-      x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (r < valid_rows) {
-        const float* row = q_row0 + static_cast<size_t>(r) * row_stride;
-        if (interleaved) {
-          x[i] = __ldg(reinterpret_cast<const float4*>(row + col_a));
-        } else {
-          const float2 a = __ldg(reinterpret_cast<const float2*>(row + col_a));
-          const float2 b = __ldg(reinterpret_cast<const float2*>(row + col_b));
-          x[i] = make_float4(a.x, b.x, a.y, b.y);  // (u0, v0, u1, v1)
-        }
+    for (int j = 0; j < 2; ++j) {
+      ru[j] = u[j] * c[j] - v[j] * s[j];
+      rv[j] = u[j] * s[j] + v[j] * c[j];
+      const float cn = c[j] * cs[j] - s[j] * ss[j];
+      s[j] = s[j] * cs[j] + c[j] * ss[j];
+      c[j] = cn;
+    }
+    const int tr = first_row + r;  // row within the CTA's tile
+    if (interleaved) {  // 4 consecutive columns, inside one 16-byte chunk
+      *reinterpret_cast<uint2*>(q_smem + wgmma::SwizzledOffset<kBM>(tr, col_a / 8) + (col_a % 8) * 2) =
+          make_uint2(PackBf16(ru[0], rv[0]), PackBf16(ru[1], rv[1]));
+    } else {
+      *reinterpret_cast<uint32_t*>(q_smem + wgmma::SwizzledOffset<kBM>(tr, col_a / 8) + (col_a % 8) * 2) =
+          PackBf16(ru[0], ru[1]);
+      *reinterpret_cast<uint32_t*>(q_smem + wgmma::SwizzledOffset<kBM>(tr, col_b / 8) + (col_b % 8) * 2) =
+          PackBf16(rv[0], rv[1]);
+    }
+  }
+}
+
+// Named barrier 1 between the two warpgroups (0 is __syncthreads).
+__device__ __forceinline__ void WarpgroupsSync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory"); }
+__device__ __forceinline__ void WarpgroupsArrive() { asm volatile("bar.arrive 1, %0;\n" ::"n"(kThreads) : "memory"); }
+
+// S = Q K^T for the warpgroup's 64 rows and the tile's 128 keys (issued, not waited for).
+// A k16 step moves 32 bytes along a 128-byte swizzled row, or to the next 64-column
+// block: only the descriptors' start-address field (bytes / 16, low bits) changes.
+template <int HD>
+__device__ __forceinline__ void IssueScores(float (&s)[kBN / 2], uint32_t q_rows, uint32_t k_stage) {
+  const uint64_t a0 = wgmma::Descriptor(q_rows, 16, 1024);
+  const uint64_t b0 = wgmma::Descriptor(k_stage, 16, 1024);
+  wgmma::Fence();
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks) {
+    const uint32_t col = (ks % 4) * 32;  // k16 step within a 128-byte swizzled row
+    wgmma::WgmmaSS_N128(s, a0 + (((ks / 4) * (kBM * 128) + col) >> 4), b0 + (((ks / 4) * (kBN * 128) + col) >> 4),
+                        ks > 0 ? 1 : 0);
+  }
+  wgmma::Commit();
+}
+
+// O += P V: P (64 x 128 keys) from registers, V (128 keys x HD) read transposed.
+template <int HD>
+__device__ __forceinline__ void IssueValues(float (&o)[HD / 2], const uint32_t (&pa)[kBN / 16][4], uint32_t v_stage) {
+  const uint64_t b0 = wgmma::Descriptor(v_stage, kBN * 128, 1024);
+  wgmma::Fence();
+#pragma unroll
+  for (int kt = 0; kt < kBN / 16; ++kt) {
+    const uint64_t b = b0 + ((kt * 16 * 128) >> 4);
+    if constexpr (HD == 128) {
+      wgmma::WgmmaRS_N128(o, pa[kt], b);
+    } else {
+      wgmma::WgmmaRS_N64(o, pa[kt], b);
+    }
+  }
+  wgmma::Commit();
+}
+
+// Masks the scores of one tile, folds them into the running softmax (max m, sum l; O
+// rescaled) and leaves the probabilities P as bf16 in the A-operand layout of m64nNk16 (per
+// warp the m16n8 accumulator layout is the m16k16 operand layout): k-step kt covers keys
+// 16 kt .. 16 kt + 15. Score element i: row my_row0 + 8 ((i / 2) % 2), column
+// (i / 4) 8 + 2 t4 + i % 2.
+template <int HD>
+__device__ __forceinline__ void SoftmaxTile(float (&s)[kBN / 2], float (&o)[HD / 2], float (&m)[2], float (&l)[2],
+                                            uint32_t (&pa)[kBN / 16][4], const int* cp, bool needs_mask,
+                                            const int (&row_pos)[2], float scale_log2) {
+  const int t4 = threadIdx.x % 4;
+  if (needs_mask) {
+#pragma unroll
+    for (int n = 0; n < kBN / 8; ++n) {
+      const int2 c2 = *reinterpret_cast<const int2*>(cp + n * 8 + 2 * t4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (c2.x > row_pos[h]) s[n * 4 + 2 * h] = -INFINITY;
+        if (c2.y > row_pos[h]) s[n * 4 + 2 * h + 1] = -INFINITY;
       }
     }
+  }
+
+  // Online softmax (base 2, the 1/sqrt(d) scale folded into scale_log2).
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const float u[2] = {x[i].x, x[i].z}, v[2] = {x[i].y, x[i].w};
-      float ru[2], rv[2];
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        ru[j] = u[j] * c[j] - v[j] * s[j];
-        rv[j] = u[j] * s[j] + v[j] * c[j];
-        const float cn = c[j] * cs[j] - s[j] * ss[j];
-        s[j] = s[j] * cs[j] + c[j] * ss[j];
-        c[j] = cn;
-      }
-      const int tr = first_row + rsub + (b0 + i) * kRowsPerStep;  // row within the CTA's tile
-      if (interleaved) {  // 4 consecutive columns, inside one 16-byte chunk
-        *reinterpret_cast<uint2*>(q_smem + Swizzle<HD>(tr, col_a / 8) + (col_a % 8) * 2) =
-            make_uint2(PackBf16(ru[0], rv[0]), PackBf16(ru[1], rv[1]));
-      } else {
-        *reinterpret_cast<uint32_t*>(q_smem + Swizzle<HD>(tr, col_a / 8) + (col_a % 8) * 2) = PackBf16(ru[0], ru[1]);
-        *reinterpret_cast<uint32_t*>(q_smem + Swizzle<HD>(tr, col_b / 8) + (col_b % 8) * 2) = PackBf16(rv[0], rv[1]);
-      }
+    for (int n = 0; n < kBN / 8; ++n) mx = fmaxf(mx, fmaxf(s[n * 4 + 2 * h], s[n * 4 + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[h], mx);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet
+    const float corr = exp2f((m[h] - m_use) * scale_log2);
+    m[h] = m_new;
+    const float mb = m_use * scale_log2;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kBN / 8; ++n) {
+      s[n * 4 + 2 * h] = exp2f(fmaf(s[n * 4 + 2 * h], scale_log2, -mb));
+      s[n * 4 + 2 * h + 1] = exp2f(fmaf(s[n * 4 + 2 * h + 1], scale_log2, -mb));
+      sum += s[n * 4 + 2 * h] + s[n * 4 + 2 * h + 1];
     }
+    l[h] = l[h] * corr + sum;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      o[n * 4 + 2 * h] *= corr;
+      o[n * 4 + 2 * h + 1] *= corr;
+    }
+  }
+
+#pragma unroll
+  for (int kt = 0; kt < kBN / 16; ++kt) {
+    pa[kt][0] = PackBf16(s[8 * kt + 0], s[8 * kt + 1]);
+    pa[kt][1] = PackBf16(s[8 * kt + 2], s[8 * kt + 3]);
+    pa[kt][2] = PackBf16(s[8 * kt + 4], s[8 * kt + 5]);
+    pa[kt][3] = PackBf16(s[8 * kt + 6], s[8 * kt + 7]);
   }
 }
 
 // One CTA: one head, one tile of 128 queries, one split of the visible block table
 // (splits > 1 write unnormalized partials to the workspace for CombineSplitsKernel).
-template <int HD>
-__global__ void __launch_bounds__(kThreads, 2) LazyPrefillKernel(const PrefillAttentionParams p, int log2bs,
+// Schedules of the main loop (the benchmark times them against each other): per tile,
+// scores, softmax, P V, each waited for;
+//  kSerial:  both warpgroups at once;
+//  kStagger: warpgroup 1 issues its scores once warpgroup 0's are done, so that one
+//            warpgroup's softmax runs while the other's products occupy the tensor cores
+//            (1.05-1.10x kSerial on the H100).
+// A third schedule, issuing the next tile's scores before this tile's softmax (as
+// FlashAttention-3 does within a warpgroup), ran 1.2-1.3x slower than kStagger here at 253
+// registers (bench/results/cuda_prefill_2026-11-21b.md) and was dropped.
+enum Schedule { kSerial = 0, kStagger = 1 };
+constexpr int kDefaultSchedule = kStagger;
+
+template <int HD, int kSchedule>
+__global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAttentionParams p, int log2bs,
                                                                  float scale_log2, int splits) {
   using L = SmemLayout<HD>;
-  constexpr int kDimTiles = HD / 8;  // n-tiles of the output
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   const int head = blockIdx.x;
   const int tile = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles first
   const int seq = blockIdx.z / splits, split = blockIdx.z % splits;
@@ -286,7 +385,9 @@ __global__ void __launch_bounds__(kThreads, 2) LazyPrefillKernel(const PrefillAt
   const int kvh = head / (p.n_heads / p.n_kv_heads);
   const int entries_per_tile = p.block_size >= kBN ? 1 : (kBN >> log2bs);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wg = warp / 4;
   const int g = lane / 4, t4 = lane % 4;
+  const int my_row0 = warp * kRowsPerWarp + g;  // this thread's rows: my_row0 and my_row0 + 8
 
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
   int* col_pos = reinterpret_cast<int*>(smem + L::kColPos);
@@ -302,10 +403,10 @@ __global__ void __launch_bounds__(kThreads, 2) LazyPrefillKernel(const PrefillAt
   float* out_tile = splits == 1 ? p.out + out_index * HD : p.workspace + (split * ws_pairs + out_index) * HD;
   float* ml_tile = splits == 1 ? nullptr : p.workspace + splits * ws_pairs * HD + (split * ws_pairs + out_index) * 2;
 
-  // Only thread 0 walks the block table, so only it needs the split's entry range: the
+  // Only warp 0 walks the block table, so only it needs the split's entry range: the
   // visible entries (start <= pos_hi, found by binary search) cut into `splits` parts.
   int e_lo = p.table_offsets[seq], e_hi = p.table_offsets[seq + 1];
-  if (threadIdx.x == 0) {
+  if (warp == 0) {
     if (splits > 1) {
       int lo = e_lo, hi = e_hi;
       while (lo < hi) {
@@ -320,9 +421,10 @@ __global__ void __launch_bounds__(kThreads, 2) LazyPrefillKernel(const PrefillAt
       e_hi = e_lo + min(visible, (split + 1) * per);
       e_lo = e_lo + min(visible, split * per);
     }
-    MakeTile(p, e_lo, 0, e_hi, entries_per_tile, pos_lo, pos_hi, kvh, &desc[0]);
+    MakeTile(p, e_lo, 0, e_hi, entries_per_tile, pos_lo, pos_hi, &desc[0]);
+    __syncwarp();  // lane 0 wrote the descriptor's scalars
     if (desc[0].valid) {
-      NextTile(p, desc[0], e_hi, entries_per_tile, pos_lo, pos_hi, kvh, &desc[1]);
+      NextTile(p, desc[0], e_hi, entries_per_tile, pos_lo, pos_hi, &desc[1]);
     } else {
       desc[1].valid = 0;
     }
@@ -338,184 +440,83 @@ __global__ void __launch_bounds__(kThreads, 2) LazyPrefillKernel(const PrefillAt
     }
     return;
   }
-  LoadTile<HD>(p, desc[0], log2bs, k_smem, v_smem, col_pos);
+  LoadRawQuery<HD>(q_tile, row_stride, rows, SmemAddr(smem + L::kRawQ));
   CpAsyncCommit();
+  LoadTile<HD>(p, desc[0], log2bs, kvh, k_smem, v_smem, col_pos);
+  CpAsyncCommit();
+  CpAsyncWait<1>();  // the raw query rows (the first tile may still be in flight)
+  __syncthreads();
+  const float* raw_rows = reinterpret_cast<const float*>(smem + L::kRawQ) + warp * kRowsPerWarp * HD;
+  const long long warp_pos0 = static_cast<long long>(pos_lo) + warp * kRowsPerWarp;
+  int q_delta = desc[0].delta;
+  RotateQuery<HD>(p, raw_rows, warp_pos0 - q_delta, warp * kRowsPerWarp, smem + L::kQ);
+  wgmma::FenceProxyAsync();
 
-  float o[2][kDimTiles][4];
-  float m[2][2], l[2][2];
-  int row_pos[2][2];
+  float o[HD / 2];
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      m[mi][h] = -INFINITY;
-      l[mi][h] = 0.0f;
-      row_pos[mi][h] = pos_lo + warp * 32 + mi * 16 + g + h * 8;
-    }
-#pragma unroll
-    for (int n = 0; n < kDimTiles; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[mi][n][i] = 0.0f;
-    }
-  }
+  for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int row_pos[2] = {pos_lo + my_row0, pos_lo + my_row0 + 8};
 
-  bool rotated = false;
-  int rotated_delta = 0;
   for (int j = 0;; ++j) {
-    CpAsyncWaitAll();
+    CpAsyncWait<0>();
+    wgmma::FenceProxyAsync();
     __syncthreads();  // tile j is in stage j & 1; every warp is done with stage (j + 1) & 1
     const int stage = j & 1;
     const TileDesc& d = desc[j % kDescSlots];
     const TileDesc& dn = desc[(j + 1) % kDescSlots];
     const bool has_next = dn.valid;
-    const int delta = d.delta;
+    const int next_delta = dn.delta;
     const bool needs_mask = d.needs_mask;
-
-    // The query tile, rotated for this delta: each warp rewrites only its own rows. Its
-    // loads go out before the next tile's copies, so they do not queue behind them.
-    if (!rotated || delta != rotated_delta) {
-      __syncwarp();
-      RotateQuery<HD>(p, q_tile + static_cast<size_t>(warp) * 32 * row_stride, row_stride, rows - warp * 32,
-                      static_cast<long long>(pos_lo) + warp * 32 - delta, warp * 32, smem + L::kQ);
-      __syncwarp();
-      rotated = true;
-      rotated_delta = delta;
-    }
     if (has_next) {
-      LoadTile<HD>(p, dn, log2bs, k_smem + (stage ^ 1) * L::kKvBytes, v_smem + (stage ^ 1) * L::kKvBytes,
+      LoadTile<HD>(p, dn, log2bs, kvh, k_smem + (stage ^ 1) * L::kKvBytes, v_smem + (stage ^ 1) * L::kKvBytes,
                    col_pos + (stage ^ 1) * kBN);
       CpAsyncCommit();
-      if (threadIdx.x == 0) {
-        NextTile(p, dn, e_hi, entries_per_tile, pos_lo, pos_hi, kvh, &desc[(j + 2) % kDescSlots]);
-      }
     }
 
-    // S = Q K^T for the warp's 32 rows and the tile's 64 keys.
-    float s[2][8][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[mi][n][i] = 0.0f;
-      }
-    }
-    const uint32_t k_stage = k_smem + stage * L::kKvBytes;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      uint32_t a[2][4];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        LdMatrixX4(a[mi], q_smem + Swizzle<HD>(warp * 32 + mi * 16 + (lane % 16), kk * 2 + lane / 16));
-      }
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t b[4];
-        LdMatrixX4(b, k_stage + Swizzle<HD>(np * 16 + (lane % 8) + (lane / 16) * 8, kk * 2 + (lane / 8) % 2));
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          Mma(s[mi][2 * np], a[mi], b[0], b[1]);
-          Mma(s[mi][2 * np + 1], a[mi], b[2], b[3]);
-        }
-      }
-    }
+    float s[kBN / 2];
+    if (kSchedule == kStagger && wg == 1) WarpgroupsSync();
+    IssueScores<HD>(s, q_smem + wg * 64 * 128, k_smem + stage * L::kKvBytes);
+    wgmma::Wait<0>();
+    wgmma::PinRegisters(s);
+    if (kSchedule == kStagger && wg == 0) WarpgroupsArrive();
 
-    if (needs_mask) {
-      const int* cp = col_pos + stage * kBN;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const int2 c2 = *reinterpret_cast<const int2*>(cp + n * 8 + 2 * t4);
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (c2.x > row_pos[mi][h]) s[mi][n][2 * h] = -INFINITY;
-            if (c2.y > row_pos[mi][h]) s[mi][n][2 * h + 1] = -INFINITY;
-          }
-        }
-      }
+    uint32_t pa[kBN / 16][4];
+    SoftmaxTile<HD>(s, o, m, l, pa, col_pos + stage * kBN, needs_mask, row_pos, scale_log2);
+    IssueValues<HD>(o, pa, v_smem + stage * L::kKvBytes);
+    // The tile after next, while the tensor cores work (off the path to the next barrier).
+    if (warp == 0 && has_next) {
+      NextTile(p, dn, e_hi, entries_per_tile, pos_lo, pos_hi, &desc[(j + 2) % kDescSlots]);
     }
-
-    // Online softmax (base 2, the 1/sqrt(d) scale folded into scale_log2).
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[mi][h], mx);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet
-        const float corr = exp2f((m[mi][h] - m_use) * scale_log2);
-        m[mi][h] = m_new;
-        const float mb = m_use * scale_log2;
-        float sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          s[mi][n][2 * h] = exp2f(fmaf(s[mi][n][2 * h], scale_log2, -mb));
-          s[mi][n][2 * h + 1] = exp2f(fmaf(s[mi][n][2 * h + 1], scale_log2, -mb));
-          sum += s[mi][n][2 * h] + s[mi][n][2 * h + 1];
-        }
-        l[mi][h] = l[mi][h] * corr + sum;
-#pragma unroll
-        for (int n = 0; n < kDimTiles; ++n) {
-          o[mi][n][2 * h] *= corr;
-          o[mi][n][2 * h + 1] *= corr;
-        }
-      }
+    // While the tensor cores work (P V reads no query): the query rows for the next tile's
+    // delta, if it differs. Every warp of this warpgroup has passed its wait on the scores
+    // (they all issued P V), so no product reads the query buffer any more.
+    if (has_next && next_delta != q_delta) {
+      RotateQuery<HD>(p, raw_rows, warp_pos0 - next_delta, warp * kRowsPerWarp, smem + L::kQ);
+      wgmma::FenceProxyAsync();
+      q_delta = next_delta;
     }
-
-    // O += P V, P from the score registers (the m16n8 accumulator layout is the m16k16
-    // operand layout), V^T fragments through ldmatrix.trans.
-    uint32_t pa[2][4][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        pa[mi][ks][0] = PackBf16(s[mi][2 * ks][0], s[mi][2 * ks][1]);
-        pa[mi][ks][1] = PackBf16(s[mi][2 * ks][2], s[mi][2 * ks][3]);
-        pa[mi][ks][2] = PackBf16(s[mi][2 * ks + 1][0], s[mi][2 * ks + 1][1]);
-        pa[mi][ks][3] = PackBf16(s[mi][2 * ks + 1][2], s[mi][2 * ks + 1][3]);
-      }
-    }
-    const uint32_t v_stage = v_smem + stage * L::kKvBytes;
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-#pragma unroll
-      for (int dp = 0; dp < HD / 16; ++dp) {
-        uint32_t b[4];
-        LdMatrixX4Trans(b, v_stage + Swizzle<HD>(ks * 16 + (lane % 8) + ((lane / 8) % 2) * 8, dp * 2 + lane / 16));
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          Mma(o[mi][2 * dp], pa[mi][ks], b[0], b[1]);
-          Mma(o[mi][2 * dp + 1], pa[mi][ks], b[2], b[3]);
-        }
-      }
-    }
+    wgmma::Wait<0>();
+    wgmma::PinRegisters(o);
     if (!has_next) break;
   }
 
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
+  for (int h = 0; h < 2; ++h) {
+    float sum = l[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = splits > 1 ? 1.0f : (sum > 0.0f ? 1.0f / sum : 0.0f);
+    const int r = my_row0 + 8 * h;
+    if (r < rows) {
+      float* dst = out_tile + static_cast<size_t>(r) * row_stride + 2 * t4;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = l[mi][h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = splits > 1 ? 1.0f : (sum > 0.0f ? 1.0f / sum : 0.0f);
-      const int r = warp * 32 + mi * 16 + g + h * 8;
-      if (r < rows) {
-        float* dst = out_tile + static_cast<size_t>(r) * row_stride + 2 * t4;
-#pragma unroll
-        for (int n = 0; n < kDimTiles; ++n) {
-          *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[mi][n][2 * h] * inv, o[mi][n][2 * h + 1] * inv);
-        }
-        if (ml_tile != nullptr && t4 == 0) {
-          ml_tile[r * 2 * static_cast<size_t>(p.n_heads)] = m[mi][h];
-          ml_tile[r * 2 * static_cast<size_t>(p.n_heads) + 1] = sum;
-        }
+      for (int n = 0; n < HD / 8; ++n) {
+        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n * 4 + 2 * h] * inv, o[n * 4 + 2 * h + 1] * inv);
+      }
+      if (ml_tile != nullptr && t4 == 0) {
+        ml_tile[r * 2 * static_cast<size_t>(p.n_heads)] = m[h];
+        ml_tile[r * 2 * static_cast<size_t>(p.n_heads) + 1] = sum;
       }
     }
   }

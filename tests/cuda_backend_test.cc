@@ -6,13 +6,22 @@
 //
 // Precision: the GPU runs bf16 weights, bf16 GEMM inputs and a bf16 KV pool with fp32
 // accumulation. The greedy reference is the CPU backend in its GPU-like numerics
-// (CpuNumerics::kBf16LikeCuda: bf16 at exactly the GPU's rounding points), so that what
-// is left between the two is fp32 arithmetic order (and the GPU's fast-math sin, exp and
-// rsqrt), ~1e-6 relative; agreement with the fp32 CPU and with the fp32 CPU on bf16
-// weights is printed alongside. Two greedy paths computed with different rounding part for
-// good at the first near-tie, so the checks are: the paths agree over at least 100 tokens
-// on every request, and wherever they part, the reference's logit for the other path's
-// token is within kTieTolerance of its best (a near-tie, not a wrong computation).
+// (CpuNumerics::kBf16LikeCuda: bf16 at exactly the GPU's rounding points); agreement with
+// the fp32 CPU and with the fp32 CPU on bf16 weights is printed alongside. What is left
+// between GPU and reference is fp32 arithmetic order (and the GPU's fast-math sin, exp,
+// rsqrt), ~1e-7 relative before rounding; but where that moves a value across a bf16
+// rounding boundary, the value changes by a whole bf16 step, and such flips cascade
+// through the later roundings. On stories260K two CPU runs in GPU-like numerics that
+// differ only in GEMM summation order (float partial sums vs double) differ by up to
+// ~1e-2 of the largest logit and part at the same near-ties as the GPU (margins ~1e-3 at
+// request 0 token 22, request 2 token 40, request 3 token 30), whereas in fp32 the same
+// change moves the logits by 6e-7. So no reference can pin the GPU's choice at those
+// near-ties; the checks are: the free-running paths agree over at least 100 tokens on some
+// request and 200 in total, wherever they part the reference's logit for the other path's
+// token is within kTieTolerance of its best (a near-tie, not a wrong computation); and
+// along the whole of the GPU's path on every request (the reference teacher-forced with
+// the GPU's tokens), the reference's choice is the GPU's or a near-tie, with logits within
+// bf16 noise (the fp32 CPU against the GPU-like one: up to 1.5e-2).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -105,6 +114,36 @@ double WorstLogitError(const GenerateResult& a, const GenerateResult& b) {
   return worst;
 }
 
+// `reference` teacher-forced along `got`'s greedy path: at every step, the reference's
+// logits after the same prefix (the request's prompt extended by got's tokens so far).
+struct ForcedPath {
+  size_t steps = 0, same_choice = 0;  // steps where the reference's argmax is got's token
+  double worst_margin = 0;            // the reference's preference for its own token, relative
+  double worst_error = 0;             // relative logit difference
+};
+
+ForcedPath FollowPath(Engine& reference, const GenerateRequest& request, const GenerateResult& got) {
+  ForcedPath f;
+  for (size_t k = 0; k < got.tokens.size() && k < got.step_logits.size(); ++k) {
+    GenerateRequest forced = request;
+    forced.prompt.insert(forced.prompt.end(), got.tokens.begin(), got.tokens.begin() + k);
+    forced.sampling.max_tokens = 1;
+    forced.record_logits = true;
+    auto r = reference.Generate(forced);
+    EXPECT_TRUE(r.ok() && !r->step_logits.empty()) << r.status();
+    if (!r.ok() || r->step_logits.empty()) break;
+    const std::vector<float>& logits = r->step_logits[0];
+    const size_t best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    float scale = 0;
+    for (float v : logits) scale = std::max(scale, std::abs(v));
+    ++f.steps;
+    f.same_choice += static_cast<int32_t>(best) == got.tokens[k];
+    f.worst_margin = std::max(f.worst_margin, (logits[best] - logits[got.tokens[k]]) / static_cast<double>(scale));
+    f.worst_error = std::max(f.worst_error, RelativeError(got.step_logits[k], logits));
+  }
+  return f;
+}
+
 TEST(CudaBackendTest, StoriesGreedyMatchesCpu) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";
   if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no ../shared/models";
@@ -118,7 +157,7 @@ TEST(CudaBackendTest, StoriesGreedyMatchesCpu) {
   ASSERT_TRUE(gpu && cpu_like);
   std::vector<std::vector<int32_t>> corpus;
   for (const auto& text : StoryTexts()) corpus.push_back((*tokenizer)->Encode(text));
-  size_t agreed = 0, bf16_agreed = 0, fp32_agreed = 0, total = 0;
+  size_t agreed = 0, longest = 0, bf16_agreed = 0, fp32_agreed = 0, total = 0;
   double worst_margin = 0, worst_error = 0;
   const std::vector<std::string> prompts = {"Once upon a time", "One day", "The little bird", "Max and Lily"};
   for (size_t r = 0; r < prompts.size(); ++r) {
@@ -134,25 +173,36 @@ TEST(CudaBackendTest, StoriesGreedyMatchesCpu) {
     ASSERT_TRUE(g.ok() && c.ok() && b.ok() && f.ok()) << g.status() << c.status() << b.status() << f.status();
     double margin = 0;
     const size_t common = CheckParting(*g, *c, "request " + std::to_string(r), &margin);
-    EXPECT_GE(common, std::min<size_t>(100, c->tokens.size())) << "request " << r;
     const double error = WorstLogitError(*g, *c);
     const size_t with_bf16 = CommonPrefix(g->tokens, b->tokens), with_fp32 = CommonPrefix(g->tokens, f->tokens);
     std::printf("request %zu (%s): %zu of %zu greedy tokens equal to the GPU-like CPU's%s (margin at parting %.1e, "
                 "worst relative logit difference %.1e); with the fp32 CPU on bf16 weights %zu, on fp32 weights %zu\n",
                 r, prompts[r].c_str(), common, c->tokens.size(), common == c->tokens.size() ? ", all" : "", margin,
                 error, with_bf16, with_fp32);
+    // Every step of the GPU's path, partings or not: the reference on the same prefix makes
+    // the same choice or a near-tie one, with logits within bf16 noise.
+    const ForcedPath forced = FollowPath(*cpu_like, request, *g);
+    std::printf("  along the GPU's path: the GPU-like CPU chooses the same token at %zu of %zu steps (worst margin "
+                "for its own choice %.1e), worst relative logit difference %.1e\n",
+                forced.same_choice, forced.steps, forced.worst_margin, forced.worst_error);
+    EXPECT_EQ(forced.steps, g->tokens.size()) << "request " << r;
+    EXPECT_LT(forced.worst_margin, kTieTolerance) << "request " << r;
+    EXPECT_LT(forced.worst_error, 3e-2) << "request " << r;
     worst_margin = std::max(worst_margin, margin);
     worst_error = std::max(worst_error, error);
     agreed += common;
+    longest = std::max(longest, common);
     total += c->tokens.size();
     bf16_agreed += with_bf16;
     fp32_agreed += with_fp32;
   }
   std::printf("stories260K greedy: %zu of %zu tokens equal to the CPU backend in GPU-like numerics before the paths "
-              "part (worst parting margin %.1e, worst relative logit difference %.1e); against the fp32 CPU on bf16 "
-              "weights %zu, on fp32 weights %zu\n",
-              agreed, total, worst_margin, worst_error, bf16_agreed, fp32_agreed);
-  EXPECT_LT(worst_error, 1e-3);  // accumulation order, not rounding (bf16 steps are ~4e-3)
+              "part, longest run %zu (worst parting margin %.1e, worst relative logit difference %.1e); against the "
+              "fp32 CPU on bf16 weights %zu, on fp32 weights %zu\n",
+              agreed, total, longest, worst_margin, worst_error, bf16_agreed, fp32_agreed);
+  EXPECT_GE(longest, 100u);
+  EXPECT_GE(agreed, 200u);
+  EXPECT_LT(worst_error, 3e-2);  // bf16 noise (~1e-2, see above); a wrong computation is of order 1
 }
 
 TEST(CudaBackendTest, LazyEqualsBlockOnStories) {

@@ -45,7 +45,8 @@ TEST(Bf16Test, RoundsToNearestTiesToEven) {
     const uint32_t u = bits(rng);
     const float f = std::bit_cast<float>(u);
     const float r = cpu::RoundToBf16(f);
-    const float below = std::bit_cast<float>(u & 0xffff0000u), above = std::bit_cast<float>((u & 0xffff0000u) + 0x10000u);
+    const uint32_t truncated = u & 0xffff0000u;
+    const float below = std::bit_cast<float>(truncated), above = std::bit_cast<float>(truncated + 0x10000u);
     ASSERT_EQ(std::bit_cast<uint32_t>(r) & 0xffffu, 0u) << f;
     ASSERT_TRUE(r == below || r == above) << f;
     const double d_r = std::abs(static_cast<double>(r) - f);
@@ -219,7 +220,8 @@ TEST(CpuNumericsTest, Bf16LikeCudaRoundsExactlyAtTheCudaBackendsPoints) {
     // Each point matters: leaving any one out changes the logits by far more.
     double smallest = 1;
     for (int p = 0; p < 8; ++p) {
-      const double error = RelativeError(run.logits, ForwardRoundingAt(weights, tokens, kAllPoints & ~(1u << p)).logits);
+      const Reference without = ForwardRoundingAt(weights, tokens, kAllPoints & ~(1u << p));
+      const double error = RelativeError(run.logits, without.logits);
       EXPECT_GT(error, 1e-5) << "without rounding the " << kPointNames[p];
       smallest = std::min(smallest, error);
     }

@@ -12,6 +12,7 @@
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/materialize.h"
+#include "tests/cuda_paged_problem.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -33,89 +34,35 @@ TEST_P(DecodeAttentionGpuTest, MatchesCpuReference) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
-  RopeConfig rope;
-  rope.style = s.style;
-  rope.theta = s.style == RopeStyle::kInterleaved ? 10000.0 : 500000.0;
-  rope.llama3_scaling = s.style == RopeStyle::kRotateHalf;
 
   // Block tables: per sequence, `chunks` chunks with random deltas (partly filled last
-  // blocks), then the sequence's own blocks with delta 0.
-  std::vector<int32_t> ids, tokens, deltas, starts, offsets = {0}, positions;
-  std::vector<std::vector<KvBlockRef>> tables(s.num_seqs);
-  int32_t next_block = 0;
+  // blocks), then the sequence's own blocks with delta 0, whose last token is the query.
+  PagedProblem problem(s.n_heads, s.n_kv_heads, s.head_dim, s.block_size, s.style);
   for (int seq = 0; seq < s.num_seqs; ++seq) {
-    int32_t logical = 0;
     for (int c = 0; c <= s.chunks; ++c) {
       const bool own = c == s.chunks;
       const int len = std::uniform_int_distribution<int>(1, s.max_chunk_tokens)(rng);
-      const int32_t delta = own ? 0 : std::uniform_int_distribution<int32_t>(0, s.max_delta)(rng);
-      for (int done = 0; done < len; done += s.block_size) {
-        const int fill = std::min(s.block_size, len - done);
-        tables[seq].push_back(KvBlockRef{next_block, fill, delta});
-        ids.push_back(next_block++);
-        tokens.push_back(fill);
-        deltas.push_back(delta);
-        starts.push_back(logical);
-        logical += fill;
-      }
+      problem.AddSegment(len, own ? 0 : std::uniform_int_distribution<int32_t>(0, s.max_delta)(rng));
     }
-    offsets.push_back(static_cast<int32_t>(ids.size()));
-    positions.push_back(logical - 1);
+    problem.EndSequence(1);
   }
-  int max_entries = 0;
-  for (const auto& t : tables) max_entries = std::max<int>(max_entries, t.size());
-
-  const size_t pool = static_cast<size_t>(next_block) * s.block_size * s.n_kv_heads * s.head_dim;
-  std::vector<__nv_bfloat16> k_bf, v_bf;
-  std::vector<float> k_fp, v_fp;
-  RandomBf16(rng, pool, k_bf, k_fp);
-  RandomBf16(rng, pool, v_bf, v_fp);
-  std::normal_distribution<float> dist;
-  std::vector<float> q(static_cast<size_t>(s.num_seqs) * s.n_heads * s.head_dim);
-  for (float& x : q) x = dist(rng);
-
-  // CPU reference.
-  const cpu::RopeTable table(rope, s.head_dim);
-  const cpu::KvLayerView kv{k_fp.data(), v_fp.data(), next_block, s.block_size, s.n_kv_heads, s.head_dim};
-  std::vector<float> expected(q.size());
-  const size_t q_width = static_cast<size_t>(s.n_heads) * s.head_dim;
-  for (int seq = 0; seq < s.num_seqs; ++seq) {
-    cpu::LazyPagedAttention(q.data() + seq * q_width, &positions[seq], 1, s.n_heads, tables[seq], kv, table,
-                            expected.data() + seq * q_width);
-  }
+  problem.Draw(rng);
+  const std::vector<float> expected = problem.Reference();
 
   // GPU, output poisoned first so that an unwritten element fails.
-  cuda::DecodeAttentionParams p;
-  p.q = ToDevice(q);
-  p.k_pool = ToDevice(k_bf);
-  p.v_pool = ToDevice(v_bf);
-  p.block_ids = ToDevice(ids);
-  p.block_tokens = ToDevice(tokens);
-  p.block_deltas = ToDevice(deltas);
-  p.block_starts = ToDevice(starts);
-  p.table_offsets = ToDevice(offsets);
-  p.positions = ToDevice(positions);
-  p.inv_freq = ToDevice(RopeInverseFrequencies(rope, s.head_dim));
-  p.num_seqs = s.num_seqs;
-  p.n_heads = s.n_heads;
-  p.n_kv_heads = s.n_kv_heads;
-  p.head_dim = s.head_dim;
-  p.block_size = s.block_size;
-  p.rope_style = s.style == RopeStyle::kInterleaved ? 0 : 1;
-  p.max_entries_per_seq = max_entries;
+  DeviceArena arena;
+  const DevicePagedProblem d = problem.Upload(arena);
+  cuda::DecodeAttentionParams p = problem.DecodeParams(d);
   p.num_splits = s.splits;
   const int splits = cuda::ChooseDecodeSplits(p);
-  CUDA_OK(cudaMalloc(&p.workspace, cuda::DecodeWorkspaceBytes(p, splits)));
-  CUDA_OK(cudaMalloc(&p.out, q.size() * sizeof(float)));
-  CUDA_OK(cudaMemset(p.out, 0xff, q.size() * sizeof(float)));  // NaN
+  p.workspace = arena.Alloc<float>(cuda::DecodeWorkspaceBytes(p, splits) / sizeof(float) + 1);
+  CUDA_OK(cudaMemset(p.out, 0xff, expected.size() * sizeof(float)));  // NaN
   CUDA_OK(cuda::LaunchLazyDecodeAttention(p, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
-  const auto got = ToHost(p.out, q.size());
+  const auto got = ToHost(p.out, expected.size());
   double worst = 0.0;
   for (int seq = 0; seq < s.num_seqs; ++seq) {
-    const std::vector<float> g(got.begin() + seq * q_width, got.begin() + (seq + 1) * q_width);
-    const std::vector<float> e(expected.begin() + seq * q_width, expected.begin() + (seq + 1) * q_width);
-    const double error = RelativeError(g, e);
+    const double error = RelativeError(problem.Rows(got, seq), problem.Rows(expected, seq));
     worst = std::max(worst, error);
     EXPECT_LT(error, 2e-3) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits;
   }
@@ -123,23 +70,24 @@ TEST_P(DecodeAttentionGpuTest, MatchesCpuReference) {
 
   // Materialize: the first sequence's chunk blocks re-rotated into fresh blocks.
   std::vector<int32_t> src, dst, counts, copy_deltas;
-  for (const KvBlockRef& ref : tables[0]) {
+  for (const KvBlockRef& ref : problem.tables[0]) {
     if (ref.delta == 0) continue;
     src.push_back(ref.block);
     dst.push_back(ref.block);  // in place is fine for the check below
     counts.push_back(ref.num_tokens);
     copy_deltas.push_back(ref.delta);
   }
-  std::vector<float> k_rotated = k_fp;
+  const cpu::RopeTable table(TestRope(s.style), s.head_dim);
+  const cpu::KvLayerView kv = problem.kv_view();
   for (size_t i = 0; i < src.size(); ++i) cpu::CopyBlockRotated(kv, src[i], src[i], counts[i], copy_deltas[i], table);
   cuda::MaterializeParams m;
-  m.k_pool = const_cast<void*>(p.k_pool);
-  m.v_pool = const_cast<void*>(p.v_pool);
-  m.src_blocks = ToDevice(src);
-  m.dst_blocks = ToDevice(dst);
-  m.num_tokens = ToDevice(counts);
-  m.deltas = ToDevice(copy_deltas);
-  m.inv_freq = p.inv_freq;
+  m.k_pool = d.k_pool;
+  m.v_pool = d.v_pool;
+  m.src_blocks = arena.Copy(src);
+  m.dst_blocks = arena.Copy(dst);
+  m.num_tokens = arena.Copy(counts);
+  m.deltas = arena.Copy(copy_deltas);
+  m.inv_freq = d.inv_freq;
   m.num_copies = static_cast<int>(src.size());
   m.n_kv_heads = s.n_kv_heads;
   m.head_dim = s.head_dim;
@@ -147,16 +95,10 @@ TEST_P(DecodeAttentionGpuTest, MatchesCpuReference) {
   m.rope_style = p.rope_style;
   CUDA_OK(cuda::LaunchMaterialize(m, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
-  const auto k_gpu = ToHost(static_cast<const __nv_bfloat16*>(p.k_pool), pool);
-  std::vector<float> k_gpu_fp(pool);
-  for (size_t i = 0; i < pool; ++i) k_gpu_fp[i] = __bfloat162float(k_gpu[i]);
-  EXPECT_LT(RelativeError(k_gpu_fp, k_fp), 8e-3);  // one bf16 rounding after the rotation
-  for (void* ptr : {(void*)p.q, (void*)p.k_pool, (void*)p.v_pool, (void*)p.block_ids, (void*)p.block_tokens,
-                    (void*)p.block_deltas, (void*)p.block_starts, (void*)p.table_offsets, (void*)p.positions,
-                    (void*)p.inv_freq, (void*)p.workspace, (void*)p.out, (void*)m.src_blocks, (void*)m.dst_blocks,
-                    (void*)m.num_tokens, (void*)m.deltas}) {
-    cudaFree(ptr);
-  }
+  const auto k_gpu = ToHost(d.k_pool, problem.k_bf.size());
+  std::vector<float> k_gpu_fp(k_gpu.size());
+  for (size_t i = 0; i < k_gpu.size(); ++i) k_gpu_fp[i] = __bfloat162float(k_gpu[i]);
+  EXPECT_LT(RelativeError(k_gpu_fp, problem.k_fp), 8e-3);  // one bf16 rounding after the rotation
 }
 
 INSTANTIATE_TEST_SUITE_P(

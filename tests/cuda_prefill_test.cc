@@ -18,13 +18,12 @@
 #include <cmath>
 #include <random>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
+#include "tests/cuda_paged_problem.h"
 #include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -51,104 +50,32 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
-  RopeConfig rope;
-  rope.style = s.style;
-  rope.theta = s.style == RopeStyle::kInterleaved ? 10000.0 : 500000.0;
-  rope.llama3_scaling = s.style == RopeStyle::kRotateHalf;
 
   // Per sequence: chunks at random deltas, then the own tokens (delta 0): `prior` already
   // cached, then the query run, whose keys the caller has written before attention.
-  std::vector<int32_t> ids, tokens, deltas, starts, offsets = {0}, q_offsets = {0}, pos0;
-  std::vector<std::vector<KvBlockRef>> tables(s.num_seqs);
-  int32_t next_block = 0;
-  int max_queries = 0;
+  PagedProblem problem(s.n_heads, s.n_kv_heads, s.head_dim, s.block_size, s.style);
   auto rand_int = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   for (int seq = 0; seq < s.num_seqs; ++seq) {
-    int32_t logical = 0;
-    auto add_segment = [&](int len, int32_t delta) {
-      for (int done = 0; done < len; done += s.block_size) {
-        const int fill = std::min(s.block_size, len - done);
-        tables[seq].push_back(KvBlockRef{next_block, fill, delta});
-        ids.push_back(next_block++);
-        tokens.push_back(fill);
-        deltas.push_back(delta);
-        starts.push_back(logical);
-        logical += fill;
-      }
-    };
     for (int c = 0; c < s.chunks; ++c) {
       const int32_t delta = c == 0 && s.first_chunk_delta_zero ? 0 : rand_int(1, s.max_delta);
-      add_segment(rand_int(1, s.max_chunk_tokens), delta);
+      problem.AddSegment(rand_int(1, s.max_chunk_tokens), delta);
     }
     int n_queries = rand_int(1, s.max_queries);
     if (seq == 0 && n_queries > 1) n_queries |= 1;  // an odd count
     const int prior = s.max_prior_own > 0 ? rand_int(0, s.max_prior_own) : 0;
-    add_segment(prior + n_queries, 0);
-    if (s.queries_from_start) n_queries = logical;
-    offsets.push_back(static_cast<int32_t>(ids.size()));
-    q_offsets.push_back(q_offsets.back() + n_queries);
-    pos0.push_back(logical - n_queries);
-    max_queries = std::max(max_queries, n_queries);
+    problem.AddSegment(prior + n_queries, 0);
+    if (s.queries_from_start) n_queries = problem.length();
+    problem.EndSequence(n_queries);
   }
-  const int total_queries = q_offsets.back();
-
-  const size_t pool = static_cast<size_t>(next_block) * s.block_size * s.n_kv_heads * s.head_dim;
-  std::vector<__nv_bfloat16> k_bf, v_bf;
-  std::vector<float> k_fp, v_fp;
-  RandomBf16(rng, pool, k_bf, k_fp);
-  RandomBf16(rng, pool, v_bf, v_fp);
-  std::normal_distribution<float> dist;
-  const size_t q_width = static_cast<size_t>(s.n_heads) * s.head_dim;
-  std::vector<float> q(static_cast<size_t>(total_queries) * q_width);
-  for (float& x : q) x = dist(rng);
-
-  // CPU reference, queries spread over threads (each query is independent).
-  const cpu::RopeTable table(rope, s.head_dim);
-  const cpu::KvLayerView kv{k_fp.data(), v_fp.data(), next_block, s.block_size, s.n_kv_heads, s.head_dim};
-  std::vector<float> expected(q.size());
-  std::vector<int32_t> positions(total_queries);
-  std::vector<int> seq_of(total_queries);
-  for (int seq = 0; seq < s.num_seqs; ++seq) {
-    for (int i = q_offsets[seq]; i < q_offsets[seq + 1]; ++i) {
-      positions[i] = pos0[seq] + (i - q_offsets[seq]);
-      seq_of[i] = seq;
-    }
-  }
-  const int workers = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool_threads;
-  for (int w = 0; w < workers; ++w) {
-    pool_threads.emplace_back([&, w] {
-      for (int i = w; i < total_queries; i += workers) {
-        cpu::LazyPagedAttention(q.data() + i * q_width, &positions[i], 1, s.n_heads, tables[seq_of[i]], kv, table,
-                                expected.data() + i * q_width);
-      }
-    });
-  }
-  for (std::thread& t : pool_threads) t.join();
+  problem.Draw(rng);
+  const std::vector<float> expected = problem.Reference();
 
   // GPU, output poisoned first so that an unwritten element fails.
-  cuda::PrefillAttentionParams p;
-  p.q = ToDevice(q);
-  p.k_pool = ToDevice(k_bf);
-  p.v_pool = ToDevice(v_bf);
-  p.block_ids = ToDevice(ids);
-  p.block_tokens = ToDevice(tokens);
-  p.block_deltas = ToDevice(deltas);
-  p.block_starts = ToDevice(starts);
-  p.table_offsets = ToDevice(offsets);
-  p.query_offsets = ToDevice(q_offsets);
-  p.query_pos0 = ToDevice(pos0);
-  p.inv_freq = ToDevice(RopeInverseFrequencies(rope, s.head_dim));
-  p.num_seqs = s.num_seqs;
-  p.n_heads = s.n_heads;
-  p.n_kv_heads = s.n_kv_heads;
-  p.head_dim = s.head_dim;
-  p.block_size = s.block_size;
-  p.rope_style = s.style == RopeStyle::kInterleaved ? 0 : 1;
-  p.max_queries_per_seq = max_queries;
-  float* out = nullptr;
-  CUDA_OK(cudaMalloc(&out, q.size() * sizeof(float)));
-  p.out = out;
+  DeviceArena arena;
+  cuda::PrefillAttentionParams p = problem.PrefillParams(problem.Upload(arena));
+  float* out = p.out;
+  const std::vector<int32_t>& q_offsets = problem.query_offsets;
+  const std::vector<int32_t>& pos0 = problem.query_pos0;
   // As the launcher chooses (split-KV where the launch is small) and unsplit, with the
   // default schedule of the kernel's main loop; unsplit with each of the others.
   std::vector<std::pair<int, int>> runs = {{0, -1}, {1, -1}};
@@ -161,17 +88,14 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     if (ws_bytes > 0) {
       CUDA_OK(cudaMalloc(&p.workspace, ws_bytes));
     }
-    CUDA_OK(cudaMemset(out, 0xff, q.size() * sizeof(float)));  // NaN: an unwritten element fails
+    CUDA_OK(cudaMemset(out, 0xff, expected.size() * sizeof(float)));  // NaN: an unwritten element fails
     CUDA_OK(schedule < 0 ? cuda::LaunchLazyPrefillAttention(p, nullptr)
                          : cuda::detail::LaunchLazyPrefillAttentionVariant(p, schedule, nullptr));
     CUDA_OK(cudaDeviceSynchronize());
-    const auto got = ToHost(out, q.size());
+    const auto got = ToHost(out, expected.size());
     cudaFree(p.workspace);
     for (int seq = 0; seq < s.num_seqs; ++seq) {
-      const auto first = got.begin() + q_offsets[seq] * q_width, last = got.begin() + q_offsets[seq + 1] * q_width;
-      const std::vector<float> g(first, last);
-      const std::vector<float> e(expected.begin() + q_offsets[seq] * q_width,
-                                 expected.begin() + q_offsets[seq + 1] * q_width);
+      const std::vector<float> g = problem.Rows(got, seq), e = problem.Rows(expected, seq);
       const size_t unwritten = std::count_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
       EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
       const double error = RelativeError(g, e);
@@ -179,15 +103,9 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
                              << schedule << ", "
                              << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
       std::printf("[          ] %s seq %d, splits %d, schedule %d: %d queries from %d, %zu entries, rel error %.2e\n",
-                  s.name.c_str(), seq, splits, schedule, q_offsets[seq + 1] - q_offsets[seq], pos0[seq], tables[seq].size(),
-                  error);
+                  s.name.c_str(), seq, splits, schedule, q_offsets[seq + 1] - q_offsets[seq], pos0[seq],
+                  problem.tables[seq].size(), error);
     }
-  }
-  for (const void* ptr : {(const void*)p.q, p.k_pool, p.v_pool, (const void*)p.block_ids, (const void*)p.block_tokens,
-                          (const void*)p.block_deltas, (const void*)p.block_starts, (const void*)p.table_offsets,
-                          (const void*)p.query_offsets, (const void*)p.query_pos0, (const void*)p.inv_freq,
-                          (const void*)out}) {
-    cudaFree(const_cast<void*>(ptr));
   }
 }
 

@@ -1,5 +1,6 @@
-// Shared by the GPU tests: GPU presence, host/device copies, and random bf16 inputs with
-// their exact fp32 twins (the CPU reference's input).
+// Shared by the GPU tests: GPU presence, host/device copies (and an arena that frees them
+// at the end of a test), and random bf16 inputs with their exact fp32 twins (the CPU
+// reference's input).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -34,6 +35,37 @@ std::vector<T> ToHost(const T* device, size_t n) {
   cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost);
   return host;
 }
+
+// Device allocations that live until the end of a test: freed together on destruction.
+class DeviceArena {
+ public:
+  DeviceArena() = default;
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  ~DeviceArena() {
+    for (void* p : owned_) cudaFree(p);
+  }
+
+  template <typename T>
+  T* Copy(const std::vector<T>& host) {
+    return Own(ToDevice(host));
+  }
+  // n uninitialized elements.
+  template <typename T>
+  T* Alloc(size_t n) {
+    T* device = nullptr;
+    if (cudaMalloc(&device, std::max<size_t>(1, n) * sizeof(T)) != cudaSuccess) return nullptr;
+    return Own(device);
+  }
+
+ private:
+  template <typename T>
+  T* Own(T* device) {
+    if (device != nullptr) owned_.push_back(device);
+    return device;
+  }
+  std::vector<void*> owned_;
+};
 
 inline void RandomBf16(std::mt19937_64& rng, size_t n, std::vector<__nv_bfloat16>& bf, std::vector<float>& fp) {
   std::normal_distribution<float> dist;

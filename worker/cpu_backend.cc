@@ -2,8 +2,10 @@
 
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rope.h"
@@ -11,20 +13,30 @@
 namespace lazykv {
 namespace {
 
+// The CUDA backend's weights: every matrix in bf16, the norm weights in fp32.
+void RoundMatricesToBf16(ModelWeights& w) {
+  ForEachTensor(w, [](const std::string& name, std::vector<float>& t, size_t) {
+    if (!absl::EndsWith(name, "norm")) cpu::RoundToBf16(t.data(), t.size());
+  });
+}
+
 class CpuBackend : public Backend {
  public:
-  CpuBackend(ModelWeights weights, int block_size, int num_blocks)
+  CpuBackend(ModelWeights weights, int block_size, int num_blocks, CpuBackendOptions options)
       : w_(std::move(weights)),
         c_(w_.config),
+        bf16_(options.numerics == CpuNumerics::kBf16LikeCuda),
         rope_(c_.rope, c_.head_dim),
         block_size_(block_size),
         num_blocks_(num_blocks),
         layer_floats_(static_cast<size_t>(num_blocks) * block_size * c_.kv_dim()),
         k_pool_(layer_floats_ * c_.n_layers),
-        v_pool_(layer_floats_ * c_.n_layers) {}
+        v_pool_(layer_floats_ * c_.n_layers) {
+    if (bf16_) RoundMatricesToBf16(w_);
+  }
 
   const ModelConfig& config() const override { return c_; }
-  std::string kv_dtype() const override { return "fp32"; }
+  std::string kv_dtype() const override { return bf16_ ? "bf16" : "fp32"; }
   Hash128 model_fingerprint() const override { return MakeModelFingerprint(w_.content_hash, kv_dtype()); }
   int block_size() const override { return block_size_; }
   int num_blocks() const override { return num_blocks_; }
@@ -55,6 +67,7 @@ class CpuBackend : public Backend {
       const cpu::KvLayerView kv = LayerView(layer);
       for (const BlockCopy& copy : copies) {
         cpu::CopyBlockRotated(kv, copy.src_block, copy.dst_block, copy.num_tokens, copy.delta, rope_);
+        Round(kv.k + kv.slot_offset(copy.dst_block, 0), static_cast<size_t>(copy.num_tokens) * c_.kv_dim());
       }
     }
     return absl::OkStatus();
@@ -64,8 +77,16 @@ class CpuBackend : public Backend {
     const ChunkLayout layout = LayoutOf(blocks);
     payload->resize(layout.payload_bytes());
     RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload->size(), blocks, block_size_, num_blocks_));
-    ForEachBlockRun(layout, blocks, [&](size_t offset, float* slots, size_t bytes) {
-      std::memcpy(payload->data() + offset, slots, bytes);
+    ForEachBlockRun(layout, blocks, [&](size_t offset, float* slots, size_t n) {
+      char* out = payload->data() + offset;
+      if (!bf16_) {
+        std::memcpy(out, slots, n * sizeof(float));
+        return;
+      }
+      for (size_t i = 0; i < n; ++i) {  // exact: the pool holds bf16 values
+        const uint16_t bits = cpu::FloatToBf16Bits(slots[i]);
+        std::memcpy(out + i * sizeof(bits), &bits, sizeof(bits));
+      }
     });
     return absl::OkStatus();
   }
@@ -73,8 +94,17 @@ class CpuBackend : public Backend {
   absl::Status ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) override {
     const ChunkLayout layout = LayoutOf(blocks);
     RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload.size(), blocks, block_size_, num_blocks_));
-    ForEachBlockRun(layout, blocks, [&](size_t offset, float* slots, size_t bytes) {
-      std::memcpy(slots, payload.data() + offset, bytes);
+    ForEachBlockRun(layout, blocks, [&](size_t offset, float* slots, size_t n) {
+      const char* in = payload.data() + offset;
+      if (!bf16_) {
+        std::memcpy(slots, in, n * sizeof(float));
+        return;
+      }
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, in + i * sizeof(bits), sizeof(bits));
+        slots[i] = cpu::Bf16BitsToFloat(bits);
+      }
     });
     return absl::OkStatus();
   }
@@ -83,11 +113,11 @@ class CpuBackend : public Backend {
   ChunkLayout LayoutOf(std::span<const KvBlockRef> blocks) const {
     int tokens = 0;
     for (const KvBlockRef& ref : blocks) tokens += ref.num_tokens;
-    return MakeChunkLayout(c_, KvDtype::kFp32, tokens, 0);
+    return MakeChunkLayout(c_, bf16_ ? KvDtype::kBf16 : KvDtype::kFp32, tokens, 0);
   }
 
-  // Calls fn(payload offset, first slot, bytes) for each block's rows of each K and V
-  // plane: one contiguous copy per block per plane.
+  // Calls fn(payload offset, first slot, number of values) for each block's rows of each K
+  // and V plane: one contiguous run per block per plane.
   template <typename Fn>
   void ForEachBlockRun(const ChunkLayout& layout, std::span<const KvBlockRef> blocks, Fn fn) {
     for (int layer = 0; layer < c_.n_layers; ++layer) {
@@ -95,12 +125,17 @@ class CpuBackend : public Backend {
       for (int kind = 0; kind < 2; ++kind) {
         size_t offset = layout.plane_offset(layer, kind);
         for (const KvBlockRef& ref : blocks) {
-          const size_t bytes = ref.num_tokens * layout.row_bytes();
-          fn(offset, (kind == 0 ? kv.k : kv.v) + kv.slot_offset(ref.block, 0), bytes);
-          offset += bytes;
+          fn(offset, (kind == 0 ? kv.k : kv.v) + kv.slot_offset(ref.block, 0),
+             static_cast<size_t>(ref.num_tokens) * c_.kv_dim());
+          offset += ref.num_tokens * layout.row_bytes();
         }
       }
     }
+  }
+
+  // Rounds to bf16 in the GPU-like numerics (a no-op in fp32).
+  void Round(float* values, size_t n) const {
+    if (bf16_) cpu::RoundToBf16(values, n);
   }
 
   cpu::KvLayerView LayerView(int layer) {
@@ -146,6 +181,7 @@ class CpuBackend : public Backend {
       const LayerWeights& lw = w_.layers[l];
       const cpu::KvLayerView kv = LayerView(l);
       cpu::RmsNorm(x.data(), lw.attn_norm.data(), n, dim, c_.norm_eps, xb.data());
+      Round(xb.data(), xb.size());
       cpu::MatmulTransposed(xb.data(), n, dim, lw.wq.data(), q_dim, q.data());
       cpu::MatmulTransposed(xb.data(), n, dim, lw.wk.data(), kv_dim, k.data());
       cpu::MatmulTransposed(xb.data(), n, dim, lw.wv.data(), kv_dim, v.data());
@@ -153,18 +189,23 @@ class CpuBackend : public Backend {
         // Keys are stored rotated at the position their block's delta implies.
         float* k_row = &k[static_cast<size_t>(i) * kv_dim];
         rope_.RotateHeads(k_row, c_.n_kv_heads, slots[i].position - slots[i].delta);
+        Round(k_row, kv_dim);
+        Round(&v[static_cast<size_t>(i) * kv_dim], kv_dim);
         std::memcpy(kv.k + kv.slot_offset(slots[i].block, slots[i].slot), k_row, kv_dim * sizeof(float));
         std::memcpy(kv.v + kv.slot_offset(slots[i].block, slots[i].slot), &v[static_cast<size_t>(i) * kv_dim],
                     kv_dim * sizeof(float));
       }
       cpu::LazyPagedAttention(q.data(), positions.data(), n, c_.n_heads, step.context, kv, rope_, attn_out.data());
+      Round(attn_out.data(), attn_out.size());
       cpu::MatmulTransposed(attn_out.data(), n, q_dim, lw.wo.data(), dim, xb.data());
       cpu::AddInPlace(x.data(), xb.data(), x.size());
 
       cpu::RmsNorm(x.data(), lw.ffn_norm.data(), n, dim, c_.norm_eps, xb.data());
+      Round(xb.data(), xb.size());
       cpu::MatmulTransposed(xb.data(), n, dim, lw.w_gate.data(), hidden, gate.data());
       cpu::MatmulTransposed(xb.data(), n, dim, lw.w_up.data(), hidden, up.data());
       cpu::SwiGlu(gate.data(), up.data(), gate.size());
+      Round(gate.data(), gate.size());
       cpu::MatmulTransposed(gate.data(), n, hidden, lw.w_down.data(), dim, xb.data());
       cpu::AddInPlace(x.data(), xb.data(), x.size());
     }
@@ -172,12 +213,14 @@ class CpuBackend : public Backend {
     const int first_row = step.logits == LogitsWanted::kLast ? n - 1 : 0;
     const int rows = n - first_row;
     cpu::RmsNorm(&x[static_cast<size_t>(first_row) * dim], w_.final_norm.data(), rows, dim, c_.norm_eps, xb.data());
+    Round(xb.data(), static_cast<size_t>(rows) * dim);
     logits->resize(static_cast<size_t>(rows) * c_.vocab_size);
     cpu::MatmulTransposed(xb.data(), rows, dim, w_.output_matrix().data(), c_.vocab_size, logits->data());
   }
 
   ModelWeights w_;
   const ModelConfig& c_;
+  bool bf16_;  // CpuNumerics::kBf16LikeCuda
   cpu::RopeTable rope_;
   int block_size_;
   int num_blocks_;
@@ -192,13 +235,14 @@ uint64_t CpuKvBytesPerBlock(const ModelConfig& config, int block_size) {
   return 2ull * config.n_layers * block_size * config.kv_dim() * sizeof(float);
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(ModelWeights weights, int block_size, int num_blocks) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(ModelWeights weights, int block_size, int num_blocks,
+                                                          CpuBackendOptions options) {
   if (block_size <= 0 || block_size > 4096) {
     return absl::InvalidArgumentError(absl::StrFormat("block_size %d out of range [1, 4096]", block_size));
   }
   if (num_blocks <= 0) return absl::InvalidArgumentError(absl::StrFormat("num_blocks %d must be positive", num_blocks));
   RETURN_IF_ERROR(weights.config.Validate());
-  return std::unique_ptr<Backend>(new CpuBackend(std::move(weights), block_size, num_blocks));
+  return std::unique_ptr<Backend>(new CpuBackend(std::move(weights), block_size, num_blocks, options));
 }
 
 }  // namespace lazykv

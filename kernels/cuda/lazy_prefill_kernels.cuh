@@ -5,9 +5,10 @@
 // of 128 keys double-buffered in shared memory through cp.async (all 256 threads copy).
 // S = Q K^T and O += P V run on Hopper's warpgroup MMA (wgmma, kernels/cuda/wgmma.cuh):
 // Q and K from shared memory, P from the score registers, V read transposed from the same
-// layout as K. The raw fp32 query rows stay in shared memory: when the next KV tile has
-// another delta, each warp rotates its 16 rows for it while the tensor cores compute
-// this tile's P V (which reads no query), so the rotation hides behind the MMA.
+// layout as K. The query rows rotated by their positions, R(p) q, stay in shared memory as
+// fp32: when the next KV tile has another delta d, each warp applies R(-d) to its 16 rows
+// (one angle for all rows) while the tensor cores compute this tile's P V (which reads no
+// query), so the rotation hides behind the MMA.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -153,32 +154,35 @@ __device__ void NextTile(const PrefillAttentionParams& p, const TileDesc& cur, i
   }
 }
 
-// Issues the cp.async copies of one KV tile (keys, values or both, swizzled for wgmma);
-// with the keys, each column's logical position (INT_MAX for an empty column) for the mask.
-template <int HD, bool kKeys = true, bool kValues = true>
+// Issues the cp.async copies of one KV tile (keys and values, swizzled for wgmma) and
+// writes each column's logical position (INT_MAX for an empty column) for the mask. Each
+// thread copies one 16-byte chunk of kRows consecutive rows, which lie in one block-table
+// entry (blocks hold at least 16 slots), so it reads the tile descriptor once.
+template <int HD>
 __device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const TileDesc& d, int log2bs, int kvh,
                                          uint32_t k_smem, uint32_t v_smem, int* col_pos) {
   constexpr int kChunksPerRow = HD / 8;
-  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-  constexpr int kPasses = kBN / kRowsPerPass;
-  const int t = threadIdx.x, ch = t % kChunksPerRow, r0 = t / kChunksPerRow;
-  const int bs = p.block_size, s0 = d.s0, ne = d.ne;
-  const int slot_stride = p.n_kv_heads * HD, col = kvh * HD + ch * 8;
-  const long long block_stride = static_cast<long long>(bs) * slot_stride;
-  const __nv_bfloat16* k_pool = static_cast<const __nv_bfloat16*>(p.k_pool);
-  const __nv_bfloat16* v_pool = static_cast<const __nv_bfloat16*>(p.v_pool);
+  constexpr int kRows = kBN * kChunksPerRow / kThreads;  // 8 at head dim 128, 4 at 64
+  const int ch = threadIdx.x % kChunksPerRow, r0 = (threadIdx.x / kChunksPerRow) * kRows;
+  const int idx = d.s0 + r0;
+  const int k = idx >> log2bs;
+  const int slot0 = idx & (p.block_size - 1);
+  const bool entry = k < d.ne;
+  const int tokens = entry ? d.tok[k] : 0;
+  const int slot_stride = p.n_kv_heads * HD;
+  const long long base =
+      entry ? (static_cast<long long>(d.block[k]) * p.block_size + slot0) * slot_stride + kvh * HD + ch * 8 : 0;
+  const int start = entry ? d.start[k] + slot0 : 0;
+  const __nv_bfloat16* k_src = static_cast<const __nv_bfloat16*>(p.k_pool) + base;
+  const __nv_bfloat16* v_src = static_cast<const __nv_bfloat16*>(p.v_pool) + base;
 #pragma unroll
-  for (int i = 0; i < kPasses; ++i) {
-    const int r = r0 + i * kRowsPerPass;
-    const int idx = s0 + r;
-    const int k = idx >> log2bs;  // < kMaxEntriesPerTile
-    const int slot = idx & (bs - 1);
-    const bool valid = k < ne && slot < d.tok[k];
-    const long long offset = valid ? static_cast<long long>(d.block[k]) * block_stride + slot * slot_stride + col : 0;
-    const uint32_t so = wgmma::SwizzledOffset<kBN>(r, ch);
-    if (kKeys) CpAsync16(k_smem + so, k_pool + offset, valid ? 16 : 0);
-    if (kValues) CpAsync16(v_smem + so, v_pool + offset, valid ? 16 : 0);
-    if (kKeys && ch == 0) col_pos[r] = valid ? d.start[k] + slot : INT_MAX;
+  for (int i = 0; i < kRows; ++i) {
+    const bool valid = slot0 + i < tokens;
+    const int offset = valid ? i * slot_stride : 0;
+    const uint32_t so = wgmma::SwizzledOffset<kBN>(r0 + i, ch);
+    CpAsync16(k_smem + so, k_src + offset, valid ? 16 : 0);
+    CpAsync16(v_smem + so, v_src + offset, valid ? 16 : 0);
+    if (ch == 0) col_pos[r0 + i] = valid ? start + i : INT_MAX;
   }
 }
 
@@ -193,64 +197,100 @@ __device__ __forceinline__ void LoadRawQuery(const float* q_tile, size_t row_str
   }
 }
 
-// One warp writes its 16 query rows, rotated by R(position - delta), into the bf16 query
-// tile. Each lane owns two frequencies and walks the rows: the angle of the first row is
-// formed and reduced in double (exact at any position), later rows advance it by a
-// rotation of the row step (fp32 complex products: error ~1e-6 rad after 16 steps, far
-// under the bf16 rounding that follows).
+// The lanes of a warp over its 16 query rows: each lane owns frequencies f0 and f0 + 1 of
+// rows rsub, rsub + kRowsPerStep, ... Interleaved pairs: columns 2 f0 .. 2 f0 + 3 hold
+// (u0, v0, u1, v1); rotate-half: columns f0, f0 + 1 hold u0, u1 and f0 + half, f0 + half + 1
+// hold v0, v1.
 template <int HD>
-__device__ __forceinline__ void RotateQuery(const PrefillAttentionParams& p, const float* raw_rows,
-                                            long long angle_pos0, int first_row, unsigned char* q_smem) {
-  constexpr int kHalf = HD / 2;
-  constexpr int kLanesPerRow = HD / 4;
-  constexpr int kRowsPerStep = 32 / kLanesPerRow;
-  constexpr int kSteps = kRowsPerWarp / kRowsPerStep;
-  const int lane = threadIdx.x & 31;
-  const int f0 = 2 * (lane % kLanesPerRow);
-  const int rsub = lane / kLanesPerRow;
+struct QueryLanes {
+  static constexpr int kLanesPerRow = HD / 4;
+  static constexpr int kRowsPerStep = 32 / kLanesPerRow;
+  static constexpr int kSteps = kRowsPerWarp / kRowsPerStep;
+  int f0, rsub, col_a, col_b;
+  bool interleaved;
+  __device__ explicit QueryLanes(int rope_style) {
+    const int lane = threadIdx.x & 31;
+    f0 = 2 * (lane % kLanesPerRow);
+    rsub = lane / kLanesPerRow;
+    interleaved = rope_style == 0;
+    col_a = interleaved ? 2 * f0 : f0;
+    col_b = f0 + HD / 2;
+  }
+  __device__ float4 Load(const float* row) const {  // (u0, v0, u1, v1)
+    if (interleaved) return *reinterpret_cast<const float4*>(row + col_a);
+    const float2 a = *reinterpret_cast<const float2*>(row + col_a);
+    const float2 b = *reinterpret_cast<const float2*>(row + col_b);
+    return make_float4(a.x, b.x, a.y, b.y);
+  }
+  __device__ void Store(float* row, float4 x) const {
+    if (interleaved) {
+      *reinterpret_cast<float4*>(row + col_a) = x;
+    } else {
+      *reinterpret_cast<float2*>(row + col_a) = make_float2(x.x, x.z);
+      *reinterpret_cast<float2*>(row + col_b) = make_float2(x.y, x.w);
+    }
+  }
+};
+
+// (u + iv) (c + is) for both frequencies of a lane.
+__device__ __forceinline__ float4 Rotate(float4 x, const float (&c)[2], const float (&s)[2]) {
+  return make_float4(x.x * c[0] - x.y * s[0], x.x * s[0] + x.y * c[0], x.z * c[1] - x.w * s[1],
+                     x.z * s[1] + x.w * c[1]);
+}
+
+// Once per CTA: one warp turns its 16 raw query rows (fp32, shared memory) into R(position) q
+// in place. The angle of the first row is formed and reduced in double (exact at any
+// position); later rows advance it by a rotation of the row step (fp32 complex products:
+// error ~1e-6 rad after 16 steps, far under the bf16 rounding that comes later).
+template <int HD>
+__device__ __forceinline__ void RotateQueryByPosition(const PrefillAttentionParams& p, float* rows,
+                                                      long long position0) {
+  using Lanes = QueryLanes<HD>;
+  const Lanes lanes(p.rope_style);
   float c[2], s[2], cs[2], ss[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    const double th = __ldg(p.inv_freq + f0 + j);
-    RopeSinCos(th, angle_pos0 + rsub, &s[j], &c[j]);
-    RopeSinCos(th, kRowsPerStep, &ss[j], &cs[j]);
+    const double th = __ldg(p.inv_freq + lanes.f0 + j);
+    RopeSinCos(th, position0 + lanes.rsub, &s[j], &c[j]);
+    RopeSinCos(th, Lanes::kRowsPerStep, &ss[j], &cs[j]);
   }
-  const bool interleaved = p.rope_style == 0;
-  // Interleaved: columns 2 f0 .. 2 f0 + 3 hold the pairs (u0, v0), (u1, v1).
-  // Rotate-half: columns f0, f0 + 1 hold u0, u1 and f0 + half, f0 + half + 1 hold v0, v1.
-  const int col_a = interleaved ? 2 * f0 : f0;
-  const int col_b = f0 + kHalf;
 #pragma unroll 4
-  for (int i = 0; i < kSteps; ++i) {
-    const int r = rsub + i * kRowsPerStep;
-    const float* row = raw_rows + r * HD;
-    float4 x;
-    if (interleaved) {
-      x = *reinterpret_cast<const float4*>(row + col_a);
-    } else {
-      const float2 a = *reinterpret_cast<const float2*>(row + col_a);
-      const float2 b = *reinterpret_cast<const float2*>(row + col_b);
-      x = make_float4(a.x, b.x, a.y, b.y);  // (u0, v0, u1, v1)
-    }
-    const float u[2] = {x.x, x.z}, v[2] = {x.y, x.w};
-    float ru[2], rv[2];
+  for (int i = 0; i < Lanes::kSteps; ++i) {
+    float* row = rows + (lanes.rsub + i * Lanes::kRowsPerStep) * HD;
+    lanes.Store(row, Rotate(lanes.Load(row), c, s));
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      ru[j] = u[j] * c[j] - v[j] * s[j];
-      rv[j] = u[j] * s[j] + v[j] * c[j];
       const float cn = c[j] * cs[j] - s[j] * ss[j];
       s[j] = s[j] * cs[j] + c[j] * ss[j];
       c[j] = cn;
     }
+  }
+}
+
+// One warp writes its 16 query rows for a tile of delta d: R(-d) applied to R(position) q
+// (the same angle for every row, so one sine and cosine per frequency), rounded once to
+// bf16 into the swizzled query tile that wgmma reads.
+template <int HD>
+__device__ __forceinline__ void RotateQueryByDelta(const PrefillAttentionParams& p, const float* rows, int delta,
+                                                   int first_row, unsigned char* q_smem) {
+  using Lanes = QueryLanes<HD>;
+  const Lanes lanes(p.rope_style);
+  float c[2], s[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) RopeSinCos(__ldg(p.inv_freq + lanes.f0 + j), -static_cast<long long>(delta), &s[j], &c[j]);
+#pragma unroll 8
+  for (int i = 0; i < Lanes::kSteps; ++i) {
+    const int r = lanes.rsub + i * Lanes::kRowsPerStep;
+    const float4 y = Rotate(lanes.Load(rows + r * HD), c, s);
     const int tr = first_row + r;  // row within the CTA's tile
-    if (interleaved) {  // 4 consecutive columns, inside one 16-byte chunk
-      *reinterpret_cast<uint2*>(q_smem + wgmma::SwizzledOffset<kBM>(tr, col_a / 8) + (col_a % 8) * 2) =
-          make_uint2(PackBf16(ru[0], rv[0]), PackBf16(ru[1], rv[1]));
+    if (lanes.interleaved) {  // 4 consecutive columns, inside one 16-byte chunk
+      *reinterpret_cast<uint2*>(q_smem + wgmma::SwizzledOffset<kBM>(tr, lanes.col_a / 8) + (lanes.col_a % 8) * 2) =
+          make_uint2(PackBf16(y.x, y.y), PackBf16(y.z, y.w));
     } else {
-      *reinterpret_cast<uint32_t*>(q_smem + wgmma::SwizzledOffset<kBM>(tr, col_a / 8) + (col_a % 8) * 2) =
-          PackBf16(ru[0], ru[1]);
-      *reinterpret_cast<uint32_t*>(q_smem + wgmma::SwizzledOffset<kBM>(tr, col_b / 8) + (col_b % 8) * 2) =
-          PackBf16(rv[0], rv[1]);
+      *reinterpret_cast<uint32_t*>(q_smem + wgmma::SwizzledOffset<kBM>(tr, lanes.col_a / 8) + (lanes.col_a % 8) * 2) =
+          PackBf16(y.x, y.z);
+      *reinterpret_cast<uint32_t*>(q_smem + wgmma::SwizzledOffset<kBM>(tr, lanes.col_b / 8) + (lanes.col_b % 8) * 2) =
+          PackBf16(y.y, y.w);
     }
   }
 }
@@ -446,10 +486,12 @@ __global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAt
   CpAsyncCommit();
   CpAsyncWait<1>();  // the raw query rows (the first tile may still be in flight)
   __syncthreads();
-  const float* raw_rows = reinterpret_cast<const float*>(smem + L::kRawQ) + warp * kRowsPerWarp * HD;
-  const long long warp_pos0 = static_cast<long long>(pos_lo) + warp * kRowsPerWarp;
+  // Each warp reads and rewrites only its own rows of the query: no barrier needed.
+  float* q_rows_fp32 = reinterpret_cast<float*>(smem + L::kRawQ) + warp * kRowsPerWarp * HD;
+  RotateQueryByPosition<HD>(p, q_rows_fp32, static_cast<long long>(pos_lo) + warp * kRowsPerWarp);
+  __syncwarp();
   int q_delta = desc[0].delta;
-  RotateQuery<HD>(p, raw_rows, warp_pos0 - q_delta, warp * kRowsPerWarp, smem + L::kQ);
+  RotateQueryByDelta<HD>(p, q_rows_fp32, q_delta, warp * kRowsPerWarp, smem + L::kQ);
   wgmma::FenceProxyAsync();
 
   float o[HD / 2];
@@ -458,6 +500,7 @@ __global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAt
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row_pos[2] = {pos_lo + my_row0, pos_lo + my_row0 + 8};
 
+  const bool rotate_at_top = kSchedule == kStagger && wg == 1;
   for (int j = 0;; ++j) {
     CpAsyncWait<0>();
     wgmma::FenceProxyAsync();
@@ -474,6 +517,14 @@ __global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAt
       CpAsyncCommit();
     }
 
+    // Warpgroup 1 of the staggered schedule rotates its rows for this tile's delta now,
+    // while warpgroup 0's scores occupy the tensor cores (it waits for them anyway); the
+    // barrier below also orders its warps' rotations before its own scores.
+    if (rotate_at_top && d.delta != q_delta) {
+      RotateQueryByDelta<HD>(p, q_rows_fp32, d.delta, warp * kRowsPerWarp, smem + L::kQ);
+      wgmma::FenceProxyAsync();
+      q_delta = d.delta;
+    }
     float s[kBN / 2];
     if (kSchedule == kStagger && wg == 1) WarpgroupsSync();
     IssueScores<HD>(s, q_smem + wg * 64 * 128, k_smem + stage * L::kKvBytes);
@@ -491,8 +542,8 @@ __global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAt
     // While the tensor cores work (P V reads no query): the query rows for the next tile's
     // delta, if it differs. Every warp of this warpgroup has passed its wait on the scores
     // (they all issued P V), so no product reads the query buffer any more.
-    if (has_next && next_delta != q_delta) {
-      RotateQuery<HD>(p, raw_rows, warp_pos0 - next_delta, warp * kRowsPerWarp, smem + L::kQ);
+    if (!rotate_at_top && has_next && next_delta != q_delta) {
+      RotateQueryByDelta<HD>(p, q_rows_fp32, next_delta, warp * kRowsPerWarp, smem + L::kQ);
       wgmma::FenceProxyAsync();
       q_delta = next_delta;
     }

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
@@ -27,8 +26,8 @@
 #include "bench/engine_load_bench.h"
 #include "bench/engine_load_report.h"
 #include "bench/rag_trace.h"
-#include "kernels/cuda/gemm.h"
 #include "common/flag_parser.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/model_ops.h"
 #include "worker/cuda_backend.h"
 #include "worker/engine.h"
@@ -288,14 +287,6 @@ int EndToEndBatched(Backend& backend, const BatchedOptions& options, const std::
               "step; one fresh engine per mode over one backend\n",
               options.requests, options.max_tokens, rate_text.c_str(), concurrency_text.c_str(),
               options.load.max_prefill_tokens);
-  std::fflush(stdout);
-  auto results = RunModesUnderLoad(backend, trace, options.modes, options.load);
-  if (!results.ok()) {
-    std::fprintf(stderr, "%s\n", results.status().ToString().c_str());
-    return 1;
-  }
-  std::printf("%s%s%s", FormatLoadCapacity(*results, backend.block_size(), backend.kv_bytes_per_block()).c_str(),
-              FormatLoadTable(*results).c_str(), FormatLazyBlockRatios(*results).c_str());
   const nlohmann::json setup = {
       {"gpu", gpu},
       {"model", "synthetic:llama3-8b"},
@@ -306,13 +297,10 @@ int EndToEndBatched(Backend& backend, const BatchedOptions& options, const std::
       {"block_size", backend.block_size()},
       {"kv_pool_blocks", backend.num_blocks()},
       {"kv_pool_gib", static_cast<double>(backend.num_blocks()) * backend.kv_bytes_per_block() / (1ull << 30)}};
-  std::ofstream file(options.out);
-  file << LoadRunToJson(*results, setup).dump(1) << "\n";
-  if (!file) {
-    std::fprintf(stderr, "cannot write %s\n", options.out.c_str());
+  if (absl::Status s = RunModesAndReport(backend, trace, options.modes, options.load, setup, options.out); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 1;
   }
-  std::printf("JSON: %s\n", options.out.c_str());
   return 0;
 }
 

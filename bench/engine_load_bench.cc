@@ -45,13 +45,23 @@ struct StepCounters {
   int64_t steps = 0, running = 0, decoding = 0, queued = 0;
   int max_running = 0, max_decoding = 0, max_queued = 0;
   int peak_used = 0, peak_reserved = 0;
+  double step_seconds = 0;
+  int64_t decode_steps = 0, decode_tokens = 0;
+  double decode_seconds = 0;
 
   void SamplePool(const EngineStats& s) {
     peak_used = std::max(peak_used, s.num_blocks - s.free_blocks);
     peak_reserved = std::max(peak_reserved, s.reserved_blocks);
   }
-  void SampleStep(const EngineStats& s) {
+  // `s` from before the step; it ran `ran` tokens in `seconds`.
+  void SampleStep(const EngineStats& s, int ran, double seconds) {
     ++steps;
+    step_seconds += seconds;
+    if (s.decoding_requests > 0 && ran == s.decoding_requests) {  // decode only, no prefill
+      ++decode_steps;
+      decode_tokens += ran;
+      decode_seconds += seconds;
+    }
     running += s.running_requests;
     decoding += s.decoding_requests;
     queued += s.queued_requests;
@@ -127,10 +137,11 @@ absl::StatusOr<ModeLoadResult> RunEngineLoad(Engine& engine, const RagTrace& tra
     const EngineStats before = engine.stats();
     counters.SamplePool(before);
     events.clear();
+    const Clock::time_point step_start = Clock::now();
     const int ran = engine.Step(&events);
-    if (ran > 0) counters.SampleStep(before);
-    counters.SamplePool(engine.stats());
     const Clock::time_point after = Clock::now();
+    if (ran > 0) counters.SampleStep(before, ran, SecondsBetween(step_start, after));
+    counters.SamplePool(engine.stats());
     for (const EngineEvent& event : events) {
       if (event.kind == EngineEvent::Kind::kToken) continue;
       auto it = in_flight.find(event.id);
@@ -174,6 +185,12 @@ absl::StatusOr<ModeLoadResult> RunEngineLoad(Engine& engine, const RagTrace& tra
     out.mean_running = static_cast<double>(counters.running) / counters.steps;
     out.mean_decoding = static_cast<double>(counters.decoding) / counters.steps;
     out.mean_queued = static_cast<double>(counters.queued) / counters.steps;
+    out.mean_step_ms = counters.step_seconds * 1e3 / counters.steps;
+  }
+  out.decode_steps = counters.decode_steps;
+  if (counters.decode_steps > 0) {
+    out.decode_step_ms = counters.decode_seconds * 1e3 / counters.decode_steps;
+    out.decode_step_batch = static_cast<double>(counters.decode_tokens) / counters.decode_steps;
   }
   out.max_running = counters.max_running;
   out.max_decoding = counters.max_decoding;
@@ -184,9 +201,9 @@ absl::StatusOr<ModeLoadResult> RunEngineLoad(Engine& engine, const RagTrace& tra
   return out;
 }
 
-absl::StatusOr<std::vector<ModeLoadResult>> RunModesUnderLoad(Backend& backend, const RagTrace& trace,
-                                                              const std::vector<AttentionMode>& modes,
-                                                              const LoadOptions& options) {
+absl::StatusOr<std::vector<ModeLoadResult>> RunModesUnderLoad(
+    Backend& backend, const RagTrace& trace, const std::vector<AttentionMode>& modes, const LoadOptions& options,
+    const std::function<void(const ModeLoadResult&)>& on_mode_done) {
   std::vector<ModeLoadResult> results;
   for (AttentionMode mode : modes) {
     EngineOptions engine_options{.mode = mode,
@@ -201,9 +218,12 @@ absl::StatusOr<std::vector<ModeLoadResult>> RunModesUnderLoad(Backend& backend, 
       return absl::Status(result.status().code(),
                           absl::StrFormat("mode %s: %s", AttentionModeName(mode), result.status().message()));
     }
-    spdlog::info("mode {}: {} of {} requests in {:.2f} s, mean TTFT {:.1f} ms, {:.1f} output tokens/s",
+    spdlog::info("mode {}: {} of {} requests in {:.2f} s, mean TTFT {:.1f} ms, {:.1f} output tokens/s; {} steps of "
+                 "{:.2f} ms on average, {} of them decode only, at a batch of {:.1f} in {:.2f} ms",
                  AttentionModeName(mode), result->completed, result->requests, result->duration_s,
-                 result->ttft_ms.mean, result->output_throughput);
+                 result->ttft_ms.mean, result->output_throughput, result->steps, result->mean_step_ms,
+                 result->decode_steps, result->decode_step_batch, result->decode_step_ms);
+    if (on_mode_done) on_mode_done(*result);
     results.push_back(*std::move(result));
   }
   return results;

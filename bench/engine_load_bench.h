@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -76,6 +77,11 @@ struct ModeLoadResult {
   int64_t steps = 0;
   double mean_running = 0, mean_decoding = 0, mean_queued = 0;
   int max_running = 0, max_decoding = 0, max_queued = 0;
+  // Where the time goes: the mean step, and the steps that only decoded (no prefill), with
+  // their mean batch; decode_step_ms / decode_step_batch is the cost of one decoded token.
+  double mean_step_ms = 0;
+  int64_t decode_steps = 0;
+  double decode_step_ms = 0, decode_step_batch = 0;
   // Blocks not free (requests' and cached chunks') and reserved by admission, at peak.
   int num_blocks = 0, peak_blocks_used = 0, peak_blocks_reserved = 0;
   uint64_t evictions = 0;
@@ -98,8 +104,10 @@ absl::StatusOr<ModeLoadResult> RunEngineLoad(Engine& engine, const RagTrace& tra
 // RunEngineLoad per mode, each on a fresh engine (empty pool and chunk index) over
 // `backend`, with room in the engine's queue for the whole trace (so requests wait for
 // the pool as a server's queue would, instead of being refused).
-absl::StatusOr<std::vector<ModeLoadResult>> RunModesUnderLoad(Backend& backend, const RagTrace& trace,
-                                                              const std::vector<AttentionMode>& modes,
-                                                              const LoadOptions& options);
+// `on_mode_done`, when given, sees each mode's result as soon as it is there (long runs
+// show their rows as they go).
+absl::StatusOr<std::vector<ModeLoadResult>> RunModesUnderLoad(
+    Backend& backend, const RagTrace& trace, const std::vector<AttentionMode>& modes, const LoadOptions& options,
+    const std::function<void(const ModeLoadResult&)>& on_mode_done = nullptr);
 
 }  // namespace lazykv

@@ -4,6 +4,7 @@
 // alone, and a pool that holds few block-mode requests caps block's batch below lazy's.
 #include "bench/engine_load_bench.h"
 
+#include <fstream>
 #include <set>
 
 #include "bench/engine_load_report.h"
@@ -164,11 +165,19 @@ TEST_F(EngineLoadBenchTest, PoissonArrivalsPaceTheRunAndBadOptionsAreRefused) {
   auto backend = MakeBackend(4096);
   // 400 requests/s: about 40 ms for the 16; an idle engine waits for the next arrival.
   const LoadOptions load{.request_rate = 400, .max_concurrency = 0, .max_prefill_tokens = 512};
-  auto results = RunModesUnderLoad(*backend, trace_, {AttentionMode::kLazy}, load);
-  ASSERT_TRUE(results.ok()) << results.status();
-  const ModeLoadResult& lazy = results->front();
-  EXPECT_EQ(lazy.completed, 16);
-  EXPECT_GT(lazy.duration_s, 0.01);  // the arrivals, not the compute, set the pace
+  const std::string json_path = ::testing::TempDir() + "/engine_load_bench_test.json";
+  const absl::Status reported =
+      RunModesAndReport(*backend, trace_, {AttentionMode::kLazy}, load, {{"model", "synthetic:tiny"}}, json_path);
+  ASSERT_TRUE(reported.ok()) << reported;
+  std::ifstream file(json_path);
+  const nlohmann::json report = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_EQ(report["setup"]["model"], "synthetic:tiny");
+  EXPECT_GT(report["setup"]["host_greedy_sample_ms"].get<double>(), 0);
+  ASSERT_EQ(report["modes"].size(), 1u);
+  const nlohmann::json& lazy = report["modes"][0];
+  EXPECT_EQ(lazy["completed"], 16);
+  EXPECT_GT(lazy["duration_s"].get<double>(), 0.01);  // the arrivals, not the compute, set the pace
   EXPECT_FALSE(RunEngineLoad(*MakeEngine(weights_, AttentionMode::kLazy), trace_,
                              LoadOptions{.request_rate = 0, .max_concurrency = 1, .max_prefill_tokens = 512})
                    .ok());

@@ -87,8 +87,9 @@ std::vector<GenerateRequest> TraceToRequests(const RagTrace& trace) {
 
 absl::StatusOr<ModeLoadResult> RunEngineLoad(Engine& engine, const RagTrace& trace, const LoadOptions& options) {
   if (!(options.request_rate > 0) || options.max_concurrency < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("request rate %g must be positive and max concurrency %d not negative",
-                                                      options.request_rate, options.max_concurrency));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("request rate %g must be positive and max concurrency %d not negative", options.request_rate,
+                        options.max_concurrency));
   }
   const std::vector<GenerateRequest> requests = TraceToRequests(trace);
   const size_t n = requests.size();
@@ -97,7 +98,9 @@ absl::StatusOr<ModeLoadResult> RunEngineLoad(Engine& engine, const RagTrace& tra
   out.requests = static_cast<int>(n);
   out.tokens.resize(n);
   out.num_blocks = engine.stats().num_blocks;
-  for (const GenerateRequest& r : requests) out.worst_case_blocks = std::max(out.worst_case_blocks, engine.ReservedBlocks(r));
+  for (const GenerateRequest& r : requests) {
+    out.worst_case_blocks = std::max(out.worst_case_blocks, engine.ReservedBlocks(r));
+  }
   out.worst_case_requests_fit = out.worst_case_blocks > 0 ? out.num_blocks / out.worst_case_blocks : 0;
   const uint64_t evictions_before = engine.stats().evictions;
 

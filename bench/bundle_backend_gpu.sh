@@ -3,20 +3,23 @@
 # (libcublasLt alone is over 500 MiB; the machine's CUDA toolkit has the same major
 # version): ../shared/tools/gpu-bundle with those libraries skipped, and env.sh told where
 # the machine keeps them.
-# usage: bench/bundle_backend_gpu.sh OUTDIR [BUILD_DIR]   then on the device:
+# usage: bench/bundle_backend_gpu.sh OUTDIR [BUILD_DIR [PROGRAM...]]   (default: every GPU
+# test, cuda_backend_bench and lazykv; name fewer to pack only what is built), then on the device:
 #   bash OUTDIR/data/run_backend_gpu.sh OUTDIR   (the run script travels in the bundle)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 build=${2:-build}
+programs=("${@:3}")
+[[ ${#programs[@]} -gt 0 ]] || programs=(cuda_model_ops_test cuda_generic_attention_test cuda_backend_test
+  cuda_kernels_test cuda_prefill_test cuda_backend_bench lazykv)
 tool=$here/../../shared/tools/gpu-bundle
 [[ -x $tool ]] || tool=/work/shared/tools/gpu-bundle
 patched=$(mktemp)
 sed 's#libnvidia\[^/\]\*)#libnvidia[^/]*|libcublas|libcublasLt)#' "$tool" > "$patched"
 chmod +x "$patched"
 models=${LAZYKV_MODELS_DIR:-$(dirname "$tool")/../models}
-(cd "$build/bin" && "$patched" "$out" cuda_model_ops_test cuda_generic_attention_test cuda_backend_test \
-  cuda_kernels_test cuda_prefill_test cuda_backend_bench lazykv -- "$models/stories260K.bin" "$models/tok512.bin" "$here/run_backend_gpu.sh" "$here/torch_prefill_reference.py")
+(cd "$build/bin" && "$patched" "$out" "${programs[@]}" -- "$models/stories260K.bin" "$models/tok512.bin" "$here/run_backend_gpu.sh" "$here/torch_prefill_reference.py")
 rm -f "$patched"
 cat >> "$out/env.sh" <<'ENV'
 # cuBLAS(Lt) is not bundled: the machine's CUDA toolkit (or PyTorch's wheels) has it

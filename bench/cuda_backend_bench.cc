@@ -6,9 +6,12 @@
 //     pinned cudaMemcpy of the same bytes (floor 80%); from pageable memory and ExportChunk
 //     for information;
 //  3. with --e2e: a Zipf RAG trace (bench/rag_trace.h) through a fresh engine per mode over
-//     the one backend, TTFT and throughput per mode.
-// usage: cuda_backend_bench [--e2e] [--requests N] [--max-tokens N] [--kv-pool-gib G]
+//     the one backend, one request at a time, TTFT and throughput per mode;
+//  4. with --e2e-batched (alone): the same trace under load through continuous batching
+//     (bench/engine_load_bench.h), with the KV pool sized to the GPU as a server's would be.
+// usage: see --help
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -16,8 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "bench/cuda_bench_util.h"
+#include "bench/engine_load_bench.h"
+#include "bench/engine_load_report.h"
 #include "bench/rag_trace.h"
+#include "common/flag_parser.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/model_ops.h"
 #include "worker/cuda_backend.h"
@@ -26,29 +35,6 @@
 
 namespace lazykv {
 namespace {
-
-// Lets a fresh engine (fresh allocator and chunk index) run on a backend that outlives it.
-class BorrowedBackend : public Backend {
- public:
-  explicit BorrowedBackend(Backend* b) : b_(b) {}
-  const ModelConfig& config() const override { return b_->config(); }
-  std::string kv_dtype() const override { return b_->kv_dtype(); }
-  int block_size() const override { return b_->block_size(); }
-  int num_blocks() const override { return b_->num_blocks(); }
-  uint64_t kv_bytes_per_block() const override { return b_->kv_bytes_per_block(); }
-  Hash128 model_fingerprint() const override { return b_->model_fingerprint(); }
-  absl::Status Forward(std::span<const SequenceStep> s, std::vector<std::vector<float>>* l) override {
-    return b_->Forward(s, l);
-  }
-  absl::Status CopyBlocksRotated(std::span<const BlockCopy> c) override { return b_->CopyBlocksRotated(c); }
-  absl::Status ExportChunk(std::span<const KvBlockRef> b, std::string* p) override { return b_->ExportChunk(b, p); }
-  absl::Status ImportChunk(std::string_view p, std::span<const KvBlockRef> b) override {
-    return b_->ImportChunk(p, b);
-  }
-
- private:
-  Backend* b_;
-};
 
 double Seconds(std::chrono::steady_clock::time_point a) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
@@ -205,7 +191,8 @@ void DecodeBench(Backend& backend, double hbm_gbs) {
               weight_bytes / 1e9 / hbm_gbs * 1e3);
 }
 
-void EndToEnd(Backend& backend, int num_requests, int max_tokens) {
+// The paper's workload: 100 documents of 512 tokens, 8 per request, Zipf s = 1.1.
+RagTrace RagWorkload(int vocab_size, int num_requests, int max_tokens, uint64_t seed) {
   TraceOptions options;
   options.num_docs = 100;
   options.docs_per_request = 8;
@@ -213,12 +200,19 @@ void EndToEnd(Backend& backend, int num_requests, int max_tokens) {
   options.num_requests = num_requests;
   options.doc_lengths = "fixed:512";
   options.max_tokens = max_tokens;
-  options.vocab_size = backend.config().vocab_size;
+  options.vocab_size = vocab_size;
+  options.seed = seed;
   auto trace = GenerateTrace(options);
   if (!trace.ok()) {
     std::fprintf(stderr, "trace: %s\n", std::string(trace.status().message()).c_str());
     std::exit(1);
   }
+  return *std::move(trace);
+}
+
+// One request at a time (Engine::Generate): TTFT without queueing, throughput at batch 1.
+void EndToEnd(Backend& backend, int num_requests, int max_tokens) {
+  const RagTrace trace = RagWorkload(backend.config().vocab_size, num_requests, max_tokens, 1);
   std::printf("\nend to end: synthetic:llama3-8b, Zipf trace (100 documents of 512 tokens, 8 per request, s = 1.1, "
               "%d requests, %d new tokens each), closed loop, one engine per mode over one backend\n",
               num_requests, max_tokens);
@@ -233,11 +227,7 @@ void EndToEnd(Backend& backend, int num_requests, int max_tokens) {
     std::vector<double> ttft;
     long cached = 0, computed = 0, generated = 0;
     const auto start = std::chrono::steady_clock::now();
-    for (const TraceRequest& r : trace->requests) {
-      GenerateRequest request;
-      for (int d : r.doc_ids) request.docs.push_back(trace->documents[d]);
-      request.prompt = r.question;
-      request.sampling.max_tokens = r.max_tokens;
+    for (const GenerateRequest& request : TraceToRequests(trace)) {
       auto result = (*engine)->Generate(request);
       if (!result.ok()) {
         std::fprintf(stderr, "%s: %s\n", std::string(AttentionModeName(mode)).c_str(), std::string(result.status().message()).c_str());
@@ -257,34 +247,130 @@ void EndToEnd(Backend& backend, int num_requests, int max_tokens) {
   }
 }
 
+// Like vLLM's gpu_memory_utilization: the pool takes what is left of that fraction of the
+// GPU's memory once the weights and room for activations are counted.
+int PoolBlocksForUtilization(const ModelConfig& config, double utilization) {
+  size_t free_bytes = 0, total_bytes = 0;
+  CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const double weight_bytes = Fp32WeightBytes(config) / 2.0;  // bf16 on the GPU
+  const double activation_bytes = 2.0 * (1ull << 30);  // forward buffers, logits, workspaces
+  const double pool_bytes =
+      utilization * total_bytes - static_cast<double>(total_bytes - free_bytes) - weight_bytes - activation_bytes;
+  return std::max(0, static_cast<int>(pool_bytes / CudaKvBytesPerBlock(config, 16)));
+}
+
+struct BatchedOptions {
+  int requests = 256, max_tokens = 128;
+  LoadOptions load;
+  std::vector<AttentionMode> modes = {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kBlock,
+                                      AttentionMode::kLazy};
+  std::string out = "e2e_batched.json";
+};
+
+// A loaded server: the trace through continuous batching at a request rate and concurrency,
+// one fresh engine per mode over the backend (bench/engine_load_bench.h).
+int EndToEndBatched(Backend& backend, const BatchedOptions& options, const std::string& gpu) {
+  const RagTrace trace = RagWorkload(backend.config().vocab_size, options.requests, options.max_tokens, 1);
+  {  // Warm-up (cuBLASLt plans, buffers grown) on a throwaway engine, so the first mode pays nothing extra.
+    const RagTrace warmup = RagWorkload(backend.config().vocab_size, 8, 8, 2);
+    if (auto w = RunModesUnderLoad(backend, warmup, {AttentionMode::kLazy}, options.load); !w.ok()) {
+      std::fprintf(stderr, "warm-up: %s\n", w.status().ToString().c_str());
+      return 1;
+    }
+  }
+  const double rate = options.load.request_rate;
+  const std::string rate_text = std::isfinite(rate) ? absl::StrFormat("%g/s", rate) : "inf";
+  const std::string concurrency_text =
+      options.load.max_concurrency > 0 ? absl::StrCat(options.load.max_concurrency) : "unlimited";
+  std::printf("\nend to end, batched: synthetic:llama3-8b, Zipf trace (100 documents of 512 tokens, 8 per request, "
+              "s = 1.1, %d requests, %d new tokens each), request rate %s, max concurrency %s, %d prefill tokens per "
+              "step; one fresh engine per mode over one backend\n",
+              options.requests, options.max_tokens, rate_text.c_str(), concurrency_text.c_str(),
+              options.load.max_prefill_tokens);
+  const nlohmann::json setup = {
+      {"gpu", gpu},
+      {"model", "synthetic:llama3-8b"},
+      {"trace", TraceOptionsToJson(trace.options)},
+      {"request_rate", std::isfinite(rate) ? nlohmann::json(rate) : nlohmann::json("inf")},
+      {"max_concurrency", options.load.max_concurrency},
+      {"max_prefill_tokens", options.load.max_prefill_tokens},
+      {"block_size", backend.block_size()},
+      {"kv_pool_blocks", backend.num_blocks()},
+      {"kv_pool_gib", static_cast<double>(backend.num_blocks()) * backend.kv_bytes_per_block() / (1ull << 30)}};
+  if (absl::Status s = RunModesAndReport(backend, trace, options.modes, options.load, setup, options.out); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace lazykv
 
 int main(int argc, char** argv) {
-  bool e2e = false;
-  int requests = 40, max_tokens = 16;
-  double pool_gib = 12;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--e2e") e2e = true;
-    if (a == "--requests" && i + 1 < argc) requests = std::atoi(argv[++i]);
-    if (a == "--max-tokens" && i + 1 < argc) max_tokens = std::atoi(argv[++i]);
-    if (a == "--kv-pool-gib" && i + 1 < argc) pool_gib = std::atof(argv[++i]);
+  using namespace lazykv;
+  bool e2e = false, batched = false;
+  int requests = -1, max_tokens = -1;  // per benchmark defaults
+  double pool_gib = 0, utilization = 0.9;
+  BatchedOptions batched_options;
+  std::string modes;
+  FlagParser parser(
+      "usage: cuda_backend_bench [--e2e] [--requests N] [--max-tokens N] [--kv-pool-gib G]\n"
+      "       cuda_backend_bench --e2e-batched [--requests N] [--max-tokens N] [--request-rate R|inf]\n"
+      "           [--max-concurrency C (0: none)] [--max-prefill-tokens N] [--modes none,prefix,block,lazy]\n"
+      "           [--kv-pool-gib G | --gpu-memory-utilization F] [--out FILE.json]\n"
+      "Without --e2e-batched: chunk import and decode ceilings, then with --e2e the trace one request\n"
+      "at a time (40 requests, 16 tokens, 12 GiB pool). --e2e-batched runs only the loaded benchmark\n"
+      "(256 requests, 128 tokens, rate inf, concurrency 64; the pool takes what is left of 0.9 of the\n"
+      "GPU's memory after the weights unless --kv-pool-gib says).\n");
+  parser.AddSwitch("--e2e", &e2e);
+  parser.AddSwitch("--e2e-batched", &batched);
+  parser.AddInt("--requests", &requests);
+  parser.AddInt("--max-tokens", &max_tokens);
+  parser.AddDouble("--kv-pool-gib", &pool_gib);
+  parser.AddDouble("--gpu-memory-utilization", &utilization);
+  parser.AddDouble("--request-rate", &batched_options.load.request_rate);
+  parser.AddInt("--max-concurrency", &batched_options.load.max_concurrency);
+  parser.AddInt("--max-prefill-tokens", &batched_options.load.max_prefill_tokens);
+  parser.AddString("--modes", &modes);
+  parser.AddString("--out", &batched_options.out);
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return ExitForFlagError(s, "cuda_backend_bench");
+  if (!modes.empty()) {
+    batched_options.modes.clear();
+    const std::vector<std::string> names = absl::StrSplit(modes, ',', absl::SkipEmpty());
+    for (const std::string& name : names) {
+      auto mode = ParseAttentionMode(name);
+      if (!mode.ok()) {
+        return ExitForFlagError(absl::InvalidArgumentError(absl::StrCat("--modes: ", mode.status().message())),
+                                "cuda_backend_bench");
+      }
+      batched_options.modes.push_back(*mode);
+    }
+  }
+  if (batched) {
+    if (requests > 0) batched_options.requests = requests;
+    if (max_tokens >= 0) batched_options.max_tokens = max_tokens;
   }
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("GPU: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  const lazykv::ModelConfig config = *lazykv::SyntheticConfig("llama3-8b");
-  const int blocks = static_cast<int>(pool_gib * 1073741824.0 / lazykv::CudaKvBytesPerBlock(config, 16));
+  const ModelConfig config = *SyntheticConfig("llama3-8b");
+  const uint64_t block_bytes = CudaKvBytesPerBlock(config, 16);
+  // The ceilings below allocate beside the pool, so only the batched run sizes it to the GPU.
+  const int blocks = pool_gib > 0 ? static_cast<int>(pool_gib * 1073741824.0 / block_bytes)
+                     : batched  ? PoolBlocksForUtilization(config, utilization)
+                                : static_cast<int>(12 * 1073741824.0 / block_bytes);
   const auto start = std::chrono::steady_clock::now();
-  auto backend = lazykv::CreateSyntheticCudaBackend(config, 0, 16, blocks);
+  auto backend = CreateSyntheticCudaBackend(config, 0, 16, blocks);
   if (!backend.ok()) {
     std::fprintf(stderr, "backend: %s\n", std::string(backend.status().message()).c_str());
     return 1;
   }
-  std::printf("synthetic:llama3-8b drawn on the GPU in %.2f s; KV pool %d blocks\n", lazykv::Seconds(start), blocks);
-  const double hbm_gbs = lazykv::ScatterBench(**backend);
-  lazykv::DecodeBench(**backend, hbm_gbs);
-  if (e2e) lazykv::EndToEnd(**backend, requests, max_tokens);
+  std::printf("synthetic:llama3-8b drawn on the GPU in %.2f s; KV pool %d blocks of 16 tokens (%.2f GiB)\n",
+              Seconds(start), blocks, static_cast<double>(blocks) * block_bytes / 1073741824.0);
+  if (batched) return EndToEndBatched(**backend, batched_options, prop.name);
+  const double hbm_gbs = ScatterBench(**backend);
+  DecodeBench(**backend, hbm_gbs);
+  if (e2e) EndToEnd(**backend, requests > 0 ? requests : 40, max_tokens >= 0 ? max_tokens : 16);
   return 0;
 }

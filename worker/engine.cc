@@ -51,6 +51,8 @@ Engine::~Engine() {
 }
 
 EngineStats Engine::stats() const {
+  int decoding = 0;
+  for (const auto& [id, request] : running_) decoding += request->phase == Request::Phase::kDecode;
   return EngineStats{.num_blocks = allocator_.num_blocks(),
                      .free_blocks = allocator_.num_free(),
                      .cached_entries = index_.size(),
@@ -58,6 +60,7 @@ EngineStats Engine::stats() const {
                      .evictions = index_.evictions(),
                      .queued_requests = static_cast<int>(queued_.size()),
                      .running_requests = static_cast<int>(running_.size()),
+                     .decoding_requests = decoding,
                      .reserved_blocks = reserved_blocks_};
 }
 

@@ -107,6 +107,7 @@ struct EngineStats {
   uint64_t evictions = 0;
   int queued_requests = 0;   // waiting for pool room
   int running_requests = 0;  // admitted, not finished
+  int decoding_requests = 0;  // of the running, those past prefill: the next step's decode batch
   int reserved_blocks = 0;   // worst-case blocks the running requests may need
 };
 
@@ -147,6 +148,11 @@ class Engine {
   AttentionMode default_mode() const { return options_.mode; }
   ChunkResolver* resolver() const { return options_.resolver.get(); }
   EngineStats stats() const;
+  // The KV blocks admission reserves for `request` (its worst case): what decides how many
+  // requests run at once.
+  int ReservedBlocks(const GenerateRequest& request) const {
+    return WorstCaseBlocks(request, request.mode.value_or(options_.mode));
+  }
 
  private:
   struct Request;

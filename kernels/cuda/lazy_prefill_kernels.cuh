@@ -278,7 +278,7 @@ __device__ __forceinline__ void RotateQueryByDelta(const PrefillAttentionParams&
   float c[2], s[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) RopeSinCos(__ldg(p.inv_freq + lanes.f0 + j), -static_cast<long long>(delta), &s[j], &c[j]);
-#pragma unroll 8
+#pragma unroll 4
   for (int i = 0; i < Lanes::kSteps; ++i) {
     const int r = lanes.rsub + i * Lanes::kRowsPerStep;
     const float4 y = Rotate(lanes.Load(rows + r * HD), c, s);
@@ -500,7 +500,6 @@ __global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAt
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row_pos[2] = {pos_lo + my_row0, pos_lo + my_row0 + 8};
 
-  const bool rotate_at_top = kSchedule == kStagger && wg == 1;
   for (int j = 0;; ++j) {
     CpAsyncWait<0>();
     wgmma::FenceProxyAsync();
@@ -517,14 +516,6 @@ __global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAt
       CpAsyncCommit();
     }
 
-    // Warpgroup 1 of the staggered schedule rotates its rows for this tile's delta now,
-    // while warpgroup 0's scores occupy the tensor cores (it waits for them anyway); the
-    // barrier below also orders its warps' rotations before its own scores.
-    if (rotate_at_top && d.delta != q_delta) {
-      RotateQueryByDelta<HD>(p, q_rows_fp32, d.delta, warp * kRowsPerWarp, smem + L::kQ);
-      wgmma::FenceProxyAsync();
-      q_delta = d.delta;
-    }
     float s[kBN / 2];
     if (kSchedule == kStagger && wg == 1) WarpgroupsSync();
     IssueScores<HD>(s, q_smem + wg * 64 * 128, k_smem + stage * L::kKvBytes);
@@ -542,7 +533,7 @@ __global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAt
     // While the tensor cores work (P V reads no query): the query rows for the next tile's
     // delta, if it differs. Every warp of this warpgroup has passed its wait on the scores
     // (they all issued P V), so no product reads the query buffer any more.
-    if (!rotate_at_top && has_next && next_delta != q_delta) {
+    if (has_next && next_delta != q_delta) {
       RotateQueryByDelta<HD>(p, q_rows_fp32, next_delta, warp * kRowsPerWarp, smem + L::kQ);
       wgmma::FenceProxyAsync();
       q_delta = next_delta;

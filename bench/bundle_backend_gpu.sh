@@ -12,14 +12,15 @@ out=$(mkdir -p "$1" && cd "$1" && pwd)
 build=${2:-build}
 programs=("${@:3}")
 [[ ${#programs[@]} -gt 0 ]] || programs=(cuda_model_ops_test cuda_generic_attention_test cuda_backend_test
-  cuda_kernels_test cuda_prefill_test cuda_backend_bench lazykv)
+  cuda_kernels_test cuda_prefill_test cuda_backend_bench cuda_prefill_bench lazykv)
 tool=$here/../../shared/tools/gpu-bundle
 [[ -x $tool ]] || tool=/work/shared/tools/gpu-bundle
 patched=$(mktemp)
 sed 's#libnvidia\[^/\]\*)#libnvidia[^/]*|libcublas|libcublasLt)#' "$tool" > "$patched"
 chmod +x "$patched"
 models=${LAZYKV_MODELS_DIR:-$(dirname "$tool")/../models}
-(cd "$build/bin" && "$patched" "$out" "${programs[@]}" -- "$models/stories260K.bin" "$models/tok512.bin" "$here/run_backend_gpu.sh" "$here/torch_prefill_reference.py")
+(cd "$build/bin" && "$patched" "$out" "${programs[@]}" -- "$models/stories260K.bin" "$models/tok512.bin" "$here/run_backend_gpu.sh" "$here/torch_prefill_reference.py" \
+  "$here/sdpa_prefill_reference.py")
 rm -f "$patched"
 cat >> "$out/env.sh" <<'ENV'
 # cuBLAS(Lt) is not bundled: the machine's CUDA toolkit (or PyTorch's wheels) has it

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: the CUDA backend's GPU tests (and memcheck of the new ones; SKIP_TESTS=1
-# skips both), the CLI on both devices, PyTorch's full-prefill TTFT of the same shape, and
-# cuda_backend_bench (chunk import vs pinned memcpy; decode step; modes end to end).
+# skips both), the CLI on both devices, the prefill kernel against SDPA (PREFILL=1, when the
+# bundle has cuda_prefill_bench), PyTorch's full-prefill TTFT of the same shape, and
+# cuda_backend_bench (chunk import vs pinned memcpy; decode step; modes end to end; with
+# BATCHED=1 also the trace under load through continuous batching).
 # usage: bench/run_backend_gpu.sh BUNDLE_DIR [OUT_DIR]   (BUNDLE_DIR from bundle_backend_gpu.sh)
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
@@ -19,7 +21,7 @@ for t in $tests; do
   grep -E "FAILED|Failure|request|stories|worst relative logit|PASSED" "$out/$t.log" | head -20
 done
 if [[ ${SANITIZE:-1} == 1 && -n $tests ]]; then
-  for t in cuda_model_ops_test cuda_generic_attention_test cuda_backend_test; do
+  for t in cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_prefill_test; do
     timeout 150 compute-sanitizer --tool memcheck "$t" > "$out/memcheck_$t.log" 2>&1
     echo "memcheck $t: $(grep -E 'ERROR SUMMARY' "$out/memcheck_$t.log")"
   done
@@ -31,5 +33,14 @@ for device in cuda cpu; do
 done
 cmp -s <(grep -v '^\[20' "$out/cli_cuda.txt" | sed 's/ttft=.*//') <(grep -v '^\[20' "$out/cli_cpu.txt" | sed 's/ttft=.*//') \
   && echo "lazykv run: same text on cuda and cpu" || echo "lazykv run: texts differ (see cli_*.txt)"
+if [[ ${PREFILL:-1} == 1 ]] && command -v cuda_prefill_bench > /dev/null; then
+  timeout 150 cuda_prefill_bench > "$out/prefill.log" 2>&1
+  PYTHONUNBUFFERED=1 timeout 200 python3 "$BUNDLE_DATA/sdpa_prefill_reference.py" --prefill-log "$out/prefill.log" \
+    2>&1 | tee "$out/sdpa.log" | sed -n '/prefill ratios/,/^decode\|^$/p'
+fi
 PYTHONUNBUFFERED=1 timeout 200 python3 "$BUNDLE_DATA/torch_prefill_reference.py" 2>&1 | tee "$out/torch.log"
 timeout 300 cuda_backend_bench --e2e --requests ${REQUESTS:-100} --max-tokens ${MAX_TOKENS:-16} 2>&1 | tee "$out/bench.log"
+if [[ ${BATCHED:-0} == 1 ]]; then
+  timeout 400 cuda_backend_bench --e2e-batched --requests ${BATCHED_REQUESTS:-96} --max-tokens ${BATCHED_MAX_TOKENS:-64} \
+    --out "$out/e2e_batched.json" 2>&1 | tee "$out/batched.log"
+fi

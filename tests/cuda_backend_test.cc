@@ -237,7 +237,11 @@ TEST(CudaBackendTest, LazyEqualsBlockOnStories) {
     for (size_t s = 0; s <= common && s < a->step_logits.size() && s < b->step_logits.size(); ++s) {
       const double error = RelativeError(a->step_logits[s], b->step_logits[s]);
       worst_error = std::max(worst_error, error);
-      EXPECT_LT(error, 3e-2) << "request " << r << " step " << s;
+      // Block stores the rotated keys rounded to bf16 once more than lazy, and bf16 rounding
+      // flips cascade over 40 steps of a 260K-parameter model: 1.5e-2 to 4.1e-2 seen on the
+      // H100 (2026-11-21). The exact equality of the two modes is engine_modes_test's (fp32
+      // CPU, 1e-4); here a wrong rotation or mask would be of order 1.
+      EXPECT_LT(error, 6e-2) << "request " << r << " step " << s;
     }
     worst_margin = std::max(worst_margin, margin);
     parted += common < b->tokens.size();

@@ -103,11 +103,11 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
                                    t.job->encoder.table(), LogitsWanted::kNone});
     } else {
       Request& r = *t.request;
-      const bool last = t.decode || r.own_done + t.count == r.own.size();
-      steps.push_back(t.decode ? SequenceStep{std::span(&r.next_input, 1), r.seq.table(), LogitsWanted::kLast}
-                               : SequenceStep{std::span(r.own).subspan(r.own_done, t.count), r.seq.table(),
-                                              last ? LogitsWanted::kLast : LogitsWanted::kNone});
-      if (last && r.input.sampling.max_tokens > 0) {
+      const bool samples = (t.decode || r.own_done + t.count == r.own.size()) && r.input.sampling.max_tokens > 0;
+      const std::span<const int32_t> tokens = t.decode ? std::span<const int32_t>(&r.next_input, 1)
+                                                       : std::span<const int32_t>(r.own).subspan(r.own_done, t.count);
+      steps.push_back(SequenceStep{tokens, r.seq.table(), samples ? LogitsWanted::kLast : LogitsWanted::kNone});
+      if (samples) {
         sample = StepSampling{
             .sample = true, .row = NextRowSampling(r.input.sampling, *r.rng), .keep_logits = r.input.record_logits};
       }

@@ -35,6 +35,10 @@ class BorrowedBackend : public Backend {
   absl::Status Forward(std::span<const SequenceStep> steps, std::vector<std::vector<float>>* logits) override {
     return backend_->Forward(steps, logits);
   }
+  absl::Status ForwardAndSample(std::span<const SequenceStep> steps, std::span<const StepSampling> sampling,
+                                std::vector<SampledToken>* tokens, std::vector<std::vector<float>>* logits) override {
+    return backend_->ForwardAndSample(steps, sampling, tokens, logits);
+  }
   absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) override {
     return backend_->CopyBlocksRotated(copies);
   }

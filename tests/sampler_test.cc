@@ -1,6 +1,7 @@
 // The sampler against the distributions it should draw from.
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -55,6 +56,36 @@ TEST(SamplerTest, TemperatureSharpensAndFlattens) {
           << "temperature " << temperature << " id " << i;
     }
   }
+}
+
+// The engine draws the uniform itself (NextRowSampling) and a backend samples the row: the
+// same tokens as SampleToken with the request's generator, which greedy rows leave untouched.
+TEST(SamplerTest, SampleTokenIsSampleRowWithTheNextUniform) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(1000);
+  for (float& l : logits) l = normal(gen);
+  SamplerRng a(seed), b(seed);
+  for (int i = 0; i < 200; ++i) {
+    const SamplingParams params{.max_tokens = 1,
+                                .temperature = i % 4 == 0 ? 0.0f : 0.5f * (i % 4),
+                                .top_p = i % 3 == 0 ? 1.0f : 0.3f * (i % 3),
+                                .seed = 0};
+    const SampledToken want = SampleToken(logits, params, a);
+    const RowSampling row = NextRowSampling(params, b);
+    EXPECT_EQ(row.uniform == 0.0, params.temperature == 0.0f);
+    const SampledToken got = SampleRow(logits, row);
+    EXPECT_EQ(got.id, want.id);
+    EXPECT_EQ(got.logprob, want.logprob);
+  }
+  EXPECT_EQ(a.NextUnit(), b.NextUnit());  // both drew exactly when the other did
+}
+
+TEST(SamplerTest, GreedyTiesGoToTheLowestId) {
+  const std::vector<float> logits = {1.0f, 3.0f, -2.0f, 3.0f, 3.0f};
+  EXPECT_EQ(SampleRow(logits, RowSampling{}).id, 1);
 }
 
 TEST(SamplerTest, RejectsBadParameters) {

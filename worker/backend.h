@@ -12,6 +12,7 @@
 #include "common/chunk_key.h"
 #include "common/model_config.h"
 #include "kernels/kv_block_ref.h"
+#include "worker/sampler.h"
 
 namespace lazykv {
 
@@ -34,6 +35,13 @@ struct BlockCopy {
   int32_t delta = 0;
 };
 
+// What ForwardAndSample does with one step's last row of logits.
+struct StepSampling {
+  bool sample = false;       // pick a token (the step must want LogitsWanted::kLast)
+  RowSampling row;           // how (the uniform already drawn from the request's generator)
+  bool keep_logits = false;  // return a sampled step's logits too (unsampled steps' always come back)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -51,6 +59,14 @@ class Backend {
   // logits[i] holds step i's rows (none, its last token, or all its tokens) x vocab.
   virtual absl::Status Forward(std::span<const SequenceStep> steps, std::vector<std::vector<float>>* logits) = 0;
 
+  // Forward, then a token for each step with sampling[i].sample: (*tokens)[i] is what
+  // SampleRow(step i's logits, sampling[i].row) picks ({-1, 0} for the others). logits[i]
+  // as Forward fills it, except empty for sampled steps without keep_logits, so a device
+  // backend copies back only the rows someone reads. The default runs Forward and samples
+  // on the host; the CUDA backend samples on the GPU.
+  virtual absl::Status ForwardAndSample(std::span<const SequenceStep> steps, std::span<const StepSampling> sampling,
+                                        std::vector<SampledToken>* tokens, std::vector<std::vector<float>>* logits);
+
   virtual absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) = 0;
 
   // A chunk's KV as a payload in the chunk codec's layout (common/chunk_codec.h), from
@@ -65,6 +81,10 @@ ChunkLayout MakeChunkLayout(const ModelConfig& config, KvDtype dtype, int num_to
 // Checks that blocks hold `payload`'s tokens (sizes agree, ids inside the pool).
 absl::Status ValidateChunkBlocks(const ChunkLayout& layout, size_t payload_bytes, std::span<const KvBlockRef> blocks,
                                  int block_size, int num_blocks);
+
+// Checks ForwardAndSample's arguments: one entry per step, sampled steps want their last
+// row and have tokens, sampling parameters in range.
+absl::Status ValidateSampling(std::span<const SequenceStep> steps, std::span<const StepSampling> sampling);
 
 // Checks a step against the pool's geometry (shared by every backend).
 absl::Status ValidateStep(const SequenceStep& step, const ModelConfig& config, int block_size, int num_blocks);

@@ -1,6 +1,7 @@
 // The CUDA backend: bf16 weights and a bf16 paged KV pool in GPU memory, the forward pass
-// as cuBLASLt GEMMs plus the kernels of kernels/cuda/. Logits come back to the host in fp32
-// (sampling, greedy included, stays on the host in the engine). kv_dtype "bf16".
+// as cuBLASLt GEMMs plus the kernels of kernels/cuda/, the output layer as one classifier GEMM
+// per pass. ForwardAndSample samples on the GPU and copies back only the logits someone
+// reads; Forward copies every wanted row back in fp32. kv_dtype "bf16".
 // Built only with LAZYKV_WITH_CUDA; the CPU backend (cpu_backend.h) is its reference.
 #pragma once
 

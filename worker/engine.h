@@ -196,7 +196,9 @@ class Engine {
   std::vector<PrefillWork> PlanPrefill();
   int RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>* events);
   void FinishEncoding(ChunkJob& job, std::vector<EngineEvent>* events);
-  void SampleNext(Request& request, std::span<const float> logits, std::vector<EngineEvent>* events);
+  // Takes the token the backend sampled for the request (and its logits, when recorded).
+  void SampleNext(Request& request, const SampledToken& next, std::span<const float> logits,
+                  std::vector<EngineEvent>* events);
 
   std::unique_ptr<Backend> backend_;
   EngineOptions options_;

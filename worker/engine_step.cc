@@ -89,26 +89,35 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
                              .decode = false});
   }
 
-  // Every sequence's table is final now: the steps may point into them.
+  // Every sequence's table is final now: the steps may point into them. A request samples
+  // when it decodes or finishes its prefill (unless max_tokens is 0); its uniform is drawn
+  // here, from its own generator, so the tokens do not depend on the backend.
   std::vector<SequenceStep> steps;
+  std::vector<StepSampling> sampling;
   int tokens_run = 0;
   for (const Target& t : targets) {
     tokens_run += static_cast<int>(t.count);
+    StepSampling sample;
     if (t.job != nullptr) {
       steps.push_back(SequenceStep{std::span(t.job->tokens).subspan(t.job->encoded, t.count),
                                    t.job->encoder.table(), LogitsWanted::kNone});
-    } else if (t.decode) {
-      steps.push_back(SequenceStep{std::span(&t.request->next_input, 1), t.request->seq.table(), LogitsWanted::kLast});
     } else {
       Request& r = *t.request;
-      const bool last = r.own_done + t.count == r.own.size();
-      steps.push_back(SequenceStep{std::span(r.own).subspan(r.own_done, t.count), r.seq.table(),
-                                   last ? LogitsWanted::kLast : LogitsWanted::kNone});
+      const bool samples = (t.decode || r.own_done + t.count == r.own.size()) && r.input.sampling.max_tokens > 0;
+      const std::span<const int32_t> tokens = t.decode ? std::span<const int32_t>(&r.next_input, 1)
+                                                       : std::span<const int32_t>(r.own).subspan(r.own_done, t.count);
+      steps.push_back(SequenceStep{tokens, r.seq.table(), samples ? LogitsWanted::kLast : LogitsWanted::kNone});
+      if (samples) {
+        sample = StepSampling{
+            .sample = true, .row = NextRowSampling(r.input.sampling, *r.rng), .keep_logits = r.input.record_logits};
+      }
     }
+    sampling.push_back(sample);
   }
+  std::vector<SampledToken> sampled;
   std::vector<std::vector<float>> logits;
   if (!steps.empty()) {
-    if (absl::Status s = backend_->Forward(steps, &logits); !s.ok()) {
+    if (absl::Status s = backend_->ForwardAndSample(steps, sampling, &sampled, &logits); !s.ok()) {
       spdlog::error("forward pass over {} sequences failed: {}", steps.size(), s.ToString());
       for (const Target& t : targets) {
         if (t.job != nullptr) {
@@ -134,7 +143,7 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
     }
     Request& r = *t.request;
     if (t.decode) {
-      SampleNext(r, logits[i], events);
+      SampleNext(r, sampled[i], logits[i], events);
       continue;
     }
     r.own_done += t.count;
@@ -150,7 +159,7 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
       r.result.finish_reason = "length";
       Finish(r, events);
     } else {
-      SampleNext(r, logits[i], events);
+      SampleNext(r, sampled[i], logits[i], events);
     }
   }
   for (auto& [key, status] : failed_jobs) {
@@ -172,10 +181,10 @@ void Engine::FinishEncoding(ChunkJob& job, std::vector<EngineEvent>* events) {
   CompleteJob(job, blocks, ChunkSource::kComputed, 0, events);  // ends the job
 }
 
-void Engine::SampleNext(Request& r, std::span<const float> logits, std::vector<EngineEvent>* events) {
+void Engine::SampleNext(Request& r, const SampledToken& next, std::span<const float> logits,
+                        std::vector<EngineEvent>* events) {
   GenerateResult& result = r.result;
   if (r.input.record_logits) result.step_logits.emplace_back(logits.begin(), logits.end());
-  const SampledToken next = SampleToken(logits, r.input.sampling, *r.rng);
   if (result.tokens.empty() && result.ttft_seconds == 0) {
     result.ttft_seconds = SecondsBetween(r.submitted, SteadyClock::now());
   }

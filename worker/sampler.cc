@@ -23,7 +23,17 @@ absl::Status SamplingParams::Validate() const {
 
 double SamplerRng::NextUnit() { return SplitMix64Unit(state_); }
 
+RowSampling NextRowSampling(const SamplingParams& params, SamplerRng& rng) {
+  return RowSampling{.temperature = params.temperature,
+                     .top_p = params.top_p,
+                     .uniform = params.temperature == 0.0f ? 0.0 : rng.NextUnit()};
+}
+
 SampledToken SampleToken(std::span<const float> logits, const SamplingParams& params, SamplerRng& rng) {
+  return SampleRow(logits, NextRowSampling(params, rng));
+}
+
+SampledToken SampleRow(std::span<const float> logits, const RowSampling& params) {
   const int n = static_cast<int>(logits.size());
   const float max_logit = *std::max_element(logits.begin(), logits.end());
   double log_sum = 0;
@@ -55,7 +65,7 @@ SampledToken SampleToken(std::span<const float> logits, const SamplingParams& pa
   }
   double kept_mass = 0;
   for (int i = 0; i < keep; ++i) kept_mass += probs[order[i]];
-  const double target = rng.NextUnit() * kept_mass;
+  const double target = params.uniform * kept_mass;
   double cumulative = 0;
   for (int i = 0; i < keep; ++i) {
     cumulative += probs[order[i]];

@@ -32,6 +32,25 @@ struct SampledToken {
   float logprob;  // under the model's raw distribution (softmax of the logits)
 };
 
+// One row's sampling once the request's generator has been consulted: the uniform is drawn
+// on the host (only when temperature > 0, as SampleToken does), so a device sampling the
+// row picks what SampleRow would with the same uniform.
+struct RowSampling {
+  float temperature = 0.0f;  // 0: greedy (uniform unused)
+  float top_p = 1.0f;
+  double uniform = 0.0;  // in [0, 1)
+};
+
+// Draws from rng exactly when SampleToken would.
+RowSampling NextRowSampling(const SamplingParams& params, SamplerRng& rng);
+
+// Greedy: the first maximal logit (lowest id). Else the tempered probabilities
+// exp((l - max) / temperature) (fp32 exp, as float math gives them) in decreasing order,
+// ties by id, truncated to the smallest prefix whose share of the mass reaches top_p, and
+// the first token whose running mass exceeds uniform * the kept mass (all sums in double).
+SampledToken SampleRow(std::span<const float> logits, const RowSampling& row);
+
+// SampleRow(logits, NextRowSampling(params, rng)).
 SampledToken SampleToken(std::span<const float> logits, const SamplingParams& params, SamplerRng& rng);
 
 }  // namespace lazykv

@@ -16,6 +16,11 @@ namespace lazykv::cuda {
 cudaError_t LaunchEmbeddingGather(const __nv_bfloat16* table, const int32_t* tokens, int rows, int dim, float* x,
                                   cudaStream_t stream);
 
+// dst[i] = src[rows[i]] for n rows of `dim` bf16 values (the output layer's rows, gathered
+// into one matrix for one classifier GEMM). embedding.cu
+cudaError_t LaunchGatherRows(const __nv_bfloat16* src, const int32_t* rows, int n, int dim, __nv_bfloat16* dst,
+                             cudaStream_t stream);
+
 // With `residual`: x[r] += residual[r] first (written back). Then out[r] = bf16(x[r] /
 // rms(x[r]) * weight). One pass over x for the add and the norm. rms_norm.cu
 cudaError_t LaunchResidualRmsNorm(float* x, const float* residual, const float* weight, int rows, int dim, float eps,

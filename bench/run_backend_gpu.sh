@@ -13,7 +13,8 @@ source "$bundle/env.sh"
 export LAZYKV_MODELS_DIR=$BUNDLE_DATA
 cd /tmp
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-tests="cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_kernels_test cuda_prefill_test"
+tests="cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_kernels_test cuda_prefill_test
+  cuda_sampling_test cuda_output_layer_test"
 [[ ${SKIP_TESTS:-0} == 1 ]] && tests=""
 for t in $tests; do
   timeout 150 "$t" > "$out/$t.log" 2>&1
@@ -21,7 +22,7 @@ for t in $tests; do
   grep -E "FAILED|Failure|request|stories|worst relative logit|PASSED" "$out/$t.log" | head -20
 done
 if [[ ${SANITIZE:-1} == 1 && -n $tests ]]; then
-  for t in cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_prefill_test; do
+  for t in ${SANITIZE_TESTS:-cuda_backend_test cuda_prefill_test cuda_sampling_test cuda_output_layer_test}; do
     timeout 150 compute-sanitizer --tool memcheck "$t" > "$out/memcheck_$t.log" 2>&1
     echo "memcheck $t: $(grep -E 'ERROR SUMMARY' "$out/memcheck_$t.log")"
   done

@@ -89,7 +89,8 @@ struct ModeLoadResult {
   // Blocks not free (requests' and cached chunks') and reserved by admission, at peak.
   int num_blocks = 0, peak_blocks_used = 0, peak_blocks_reserved = 0;
   uint64_t evictions = 0;
-  // The largest worst case of a trace request, and how many such requests the pool holds.
+  // The largest worst case of a trace request alone, and how many such requests the pool
+  // holds if they share no document (lazy and block run more when they do).
   int worst_case_blocks = 0, worst_case_requests_fit = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, computed_tokens = 0;
   uint64_t kv_bytes_copied = 0;

@@ -44,14 +44,15 @@ std::optional<LazyOverBlock> CompareLazyBlock(const std::vector<ModeLoadResult>&
 std::string FormatLoadCapacity(const std::vector<ModeLoadResult>& results, int block_size, uint64_t bytes_per_block) {
   if (results.empty()) return "";
   const int blocks = results.front().num_blocks;
-  std::string out = absl::StrFormat("KV pool: %d blocks of %d tokens, %.2f GiB; a worst-case request reserves", blocks,
-                                    block_size, static_cast<double>(blocks) * bytes_per_block / (1ull << 30));
+  std::string out =
+      absl::StrFormat("KV pool: %d blocks of %d tokens, %.2f GiB; a worst-case request alone reserves", blocks,
+                      block_size, static_cast<double>(blocks) * bytes_per_block / (1ull << 30));
   for (size_t i = 0; i < results.size(); ++i) {
     const ModeLoadResult& r = results[i];
-    out += absl::StrFormat("%s %s %d blocks (%d fit at once)", i == 0 ? "" : ";", AttentionModeName(r.mode),
-                           r.worst_case_blocks, r.worst_case_requests_fit);
+    out += absl::StrFormat("%s %s %d blocks (%d fit at once sharing nothing)", i == 0 ? "" : ";",
+                           AttentionModeName(r.mode), r.worst_case_blocks, r.worst_case_requests_fit);
   }
-  return out + "\n";
+  return out + "; lazy and block reserve a shared document once for all the requests running with it\n";
 }
 
 std::string FormatLoadTableHeader() {

@@ -173,15 +173,17 @@ TEST(BatchingTest, AdmissionWaitsForRoomAndRefusesPastTheQueueBound) {
   EngineOptions options;
   options.max_queued_requests = 1;
   auto engine = *Engine::Create(*std::move(backend), options);
-  // Each request's worst case is over half the pool, so one runs at a time.
+  // Each request's private worst case (its own tokens; the shared documents are reserved
+  // once for both) is over half the pool, so one runs at a time.
   GenerateRequest big;
   big.docs = {w.docs[0], w.docs[1]};
   std::mt19937_64 rng(FreshSeed());
   big.prompt = RandomTokens(rng, 8, 512);
-  // 140 positions: a worst case of 18 + 4 blocks, over half of the 40.
-  big.sampling.max_tokens = 140 - 1 - 8 - static_cast<int>(w.docs[0].size() + w.docs[1].size());
+  // 8 + 150 own positions: 20 blocks + 2, over half of the 40.
+  big.sampling.max_tokens = 150;
   const RequestId first = *engine->Submit(big);
   ASSERT_GT(engine->stats().reserved_blocks * 2, engine->stats().num_blocks) << "the test needs a bigger request";
+  ASSERT_LE(engine->ReservedBlocks(big), engine->stats().num_blocks) << "the test needs a smaller request";
   const RequestId second = *engine->Submit(big);
   auto third = engine->Submit(big);
   ASSERT_FALSE(third.ok());
@@ -206,10 +208,65 @@ TEST(BatchingTest, AdmissionWaitsForRoomAndRefusesPastTheQueueBound) {
 
   // A request larger than the pool can ever hold is refused outright.
   GenerateRequest huge = big;
-  huge.sampling.max_tokens = 300;
+  huge.sampling.max_tokens = 330;
   auto refused = engine->Submit(huge);
   EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
   EXPECT_NE(refused.status().message().find("KV blocks"), std::string::npos) << refused.status();
+}
+
+// Lazy reserves a shared document once for every running request that uses it; block
+// reserves its private re-rotated copies on top. A pool too small for two requests that
+// share nothing runs two lazy requests sharing their documents at once, and block's one at a
+// time; both give every request its tokens.
+TEST(BatchingTest, SharedDocumentsAreReservedOnceForTheRequestsUsingThem) {
+  const Workload w = MakeWorkload(FreshSeed(), 3);
+  std::mt19937_64 rng(FreshSeed());
+  GenerateRequest request;
+  request.docs = {w.docs[0], w.docs[1], w.docs[2]};
+  request.prompt = RandomTokens(rng, 4, 512);
+  request.sampling.max_tokens = 6;
+  // Reservations on a roomy probe engine: one request alone, and a second one beside it.
+  auto reservations = [&](AttentionMode mode) {
+    auto probe = *Engine::Create(*CreateCpuBackend(w.weights, /*block_size=*/8, /*num_blocks=*/4096), {});
+    request.mode = mode;
+    EXPECT_TRUE(probe->Submit(request).ok());
+    const int first = probe->stats().reserved_blocks;
+    EXPECT_TRUE(probe->Submit(request).ok());
+    return std::pair{first, probe->stats().reserved_blocks - first};
+  };
+  const auto [lazy_first, lazy_second] = reservations(AttentionMode::kLazy);
+  const auto [block_first, block_second] = reservations(AttentionMode::kBlock);
+  ASSERT_LT(lazy_second, lazy_first) << "the second lazy request shares the documents";
+  ASSERT_GT(block_second, lazy_second) << "block reserves its private copies";
+  // Room for two lazy requests and one block request, not two block requests.
+  const int num_blocks = std::max(lazy_first + lazy_second, block_first);
+  ASSERT_GT(block_first + block_second, num_blocks);
+  for (AttentionMode mode : {AttentionMode::kLazy, AttentionMode::kBlock}) {
+    SCOPED_TRACE(AttentionModeName(mode));
+    request.mode = mode;
+    auto engine = *Engine::Create(*CreateCpuBackend(w.weights, /*block_size=*/8, num_blocks), {});
+    const RequestId a = *engine->Submit(request);
+    const RequestId b = *engine->Submit(request);
+    EXPECT_EQ(engine->stats().running_requests, mode == AttentionMode::kLazy ? 2 : 1);
+    EXPECT_LE(engine->stats().reserved_blocks, num_blocks);
+    std::vector<EngineEvent> events;
+    int finished = 0;
+    while (engine->HasWork()) {
+      events.clear();
+      engine->Step(&events);
+      for (const EngineEvent& e : events) {
+        ASSERT_NE(e.kind, EngineEvent::Kind::kFailed) << e.status;
+        if (e.kind == EngineEvent::Kind::kFinished) {
+          ++finished;
+          EXPECT_TRUE(e.id == a || e.id == b);
+          EXPECT_EQ(static_cast<int>(e.result->tokens.size()), request.sampling.max_tokens);
+        }
+      }
+    }
+    EXPECT_EQ(finished, 2);
+    EXPECT_EQ(engine->stats().reserved_blocks, 0);
+    ExpectNoLeakedBlocks(*engine);
+  }
 }
 
 }  // namespace

@@ -148,12 +148,12 @@ TEST_F(EngineLoadBenchTest, APoolHoldingFewBlockRequestsCapsBlocksBatchBelowLazy
     EXPECT_EQ(r.failed, 0) << r.first_error;
     EXPECT_EQ(r.output_tokens, 16 * kMaxTokens);
     EXPECT_LE(r.peak_blocks_reserved, num_blocks);
-    EXPECT_LE(r.max_running, r.worst_case_requests_fit);
+    // Shared documents are reserved once, so more than the share-nothing count may run.
+    EXPECT_GE(r.max_running, r.worst_case_requests_fit);
     EXPECT_GT(r.max_queued, 0);  // requests waited for pool room
   }
   EXPECT_EQ(block.worst_case_requests_fit, 2);
   EXPECT_EQ(lazy.worst_case_requests_fit, num_blocks / lazy_worst);
-  EXPECT_EQ(block.max_running, 2);
   EXPECT_LT(block.max_running, lazy.max_running);
   EXPECT_LT(block.max_decoding, lazy.max_decoding);
   EXPECT_LT(block.mean_running, lazy.mean_running);

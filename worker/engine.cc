@@ -61,7 +61,7 @@ EngineStats Engine::stats() const {
                      .queued_requests = static_cast<int>(queued_.size()),
                      .running_requests = static_cast<int>(running_.size()),
                      .decoding_requests = decoding,
-                     .reserved_blocks = reserved_blocks_};
+                     .reserved_blocks = reserved_blocks_ + shared_reservations_.reserved_blocks()};
 }
 
 absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
@@ -95,16 +95,50 @@ absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
   return absl::OkStatus();
 }
 
-// Every segment may start a block; the block baseline also holds the chunks it copies.
 int Engine::WorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const {
+  int64_t needed = PrivateWorstCaseBlocks(request, mode);
+  for (const SharedChunkReservations::Chunk& chunk : SharedChunksOf(request, mode)) needed += chunk.blocks;
+  return static_cast<int>(std::min<int64_t>(needed, INT32_MAX));
+}
+
+// Every segment may start a block. In lazy and block modes the shared chunks are counted
+// apart (SharedChunksOf); the block baseline also holds the re-rotated copies it makes.
+int Engine::PrivateWorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const {
   const int bs = backend_->block_size();
-  int64_t total = options_.anchor.size() + request.prompt.size() + request.sampling.max_tokens;
-  for (const auto& doc : request.docs) total += doc.size();
-  int64_t needed = CeilDiv(total, bs) + 2 + static_cast<int64_t>(request.docs.size());
+  const std::vector<SharedChunkReservations::Chunk> shared = SharedChunksOf(request, mode);
+  int64_t needed;
+  if (shared.empty()) {
+    int64_t total = options_.anchor.size() + request.prompt.size() + request.sampling.max_tokens;
+    for (const auto& doc : request.docs) total += doc.size();
+    needed = CeilDiv(total, bs) + 2 + static_cast<int64_t>(request.docs.size());
+  } else {  // only the request's own tokens (each shared chunk's blocks are whole, counted apart)
+    const size_t own = request.prompt.empty() ? request.docs.back().size() : request.prompt.size();
+    needed = CeilDiv(own + request.sampling.max_tokens, bs) + 2;
+  }
   if (mode == AttentionMode::kBlock) {
     for (const auto& doc : request.docs) needed += CeilDiv(doc.size(), bs);
   }
   return static_cast<int>(std::min<int64_t>(needed, INT32_MAX));
+}
+
+std::vector<SharedChunkReservations::Chunk> Engine::SharedChunksOf(const GenerateRequest& request,
+                                                                   AttentionMode mode) const {
+  std::vector<SharedChunkReservations::Chunk> chunks;
+  if (mode != AttentionMode::kLazy && mode != AttentionMode::kBlock) return chunks;
+  // As PlanChunks: with an empty prompt the last document is the request's own; with no
+  // documents either there are no chunks.
+  const size_t shared_docs = request.prompt.empty() && !request.docs.empty() ? request.docs.size() - 1
+                                                                             : request.docs.size();
+  if (request.prompt.empty() && request.docs.empty()) return chunks;
+  const int bs = backend_->block_size();
+  const std::vector<int32_t>& anchor = options_.anchor;
+  chunks.push_back({MakeAnchorKey(fingerprint_, anchor), static_cast<int>(CeilDiv(anchor.size(), bs))});
+  for (size_t d = 0; d < shared_docs; ++d) {
+    if (request.docs[d].empty()) continue;
+    chunks.push_back({MakeChunkKey(fingerprint_, anchor, request.docs[d]),
+                      static_cast<int>(CeilDiv(request.docs[d].size(), bs))});
+  }
+  return chunks;
 }
 
 absl::StatusOr<int32_t> Engine::AllocateBlock() {
@@ -133,7 +167,8 @@ absl::StatusOr<RequestId> Engine::Submit(GenerateRequest input) {
   request->id = next_id_++;
   request->submitted = SteadyClock::now();
   request->result.mode = input.mode.value_or(options_.mode);
-  request->reserved_blocks = WorstCaseBlocks(input, request->result.mode);
+  request->reserved_blocks = PrivateWorstCaseBlocks(input, request->result.mode);
+  request->shared_chunks = SharedChunksOf(input, request->result.mode);
   request->input = std::move(input);
   const RequestId id = request->id;
   queued_.push_back(std::move(request));
@@ -169,12 +204,17 @@ void Engine::StopEarly(RequestId id) {
   Finish(*it->second, &pending_events_);
 }
 
-// Oldest first, while the pool can hold each one's worst case next to the running ones.
+// Oldest first, while the pool can hold each one's worst case next to the running ones
+// (shared chunks that running requests already use are reserved once, for all of them).
 void Engine::Admit() {
-  while (!queued_.empty() && reserved_blocks_ + queued_.front()->reserved_blocks <= allocator_.num_blocks()) {
+  while (!queued_.empty()) {
+    const Request& next = *queued_.front();
+    const int needed = next.reserved_blocks + shared_reservations_.ExtraBlocks(next.shared_chunks);
+    if (reserved_blocks_ + shared_reservations_.reserved_blocks() + needed > allocator_.num_blocks()) break;
     std::unique_ptr<Request> request = std::move(queued_.front());
     queued_.pop_front();
     reserved_blocks_ += request->reserved_blocks;
+    shared_reservations_.Add(request->shared_chunks);
     request->result.queue_seconds = SecondsBetween(request->submitted, SteadyClock::now());
     Request& r = *request;
     running_.emplace(r.id, std::move(request));
@@ -221,6 +261,8 @@ void Engine::Release(Request& r) {
   r.seq.Clear();
   reserved_blocks_ -= r.reserved_blocks;
   r.reserved_blocks = 0;
+  shared_reservations_.Remove(r.shared_chunks);
+  r.shared_chunks.clear();
 }
 
 void Engine::Finish(Request& r, std::vector<EngineEvent>* events) {

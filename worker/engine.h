@@ -22,6 +22,7 @@
 #include "worker/kv_cache_index.h"
 #include "worker/kv_sequence.h"
 #include "worker/sampler.h"
+#include "worker/shared_chunk_reservations.h"
 
 namespace lazykv {
 
@@ -148,8 +149,8 @@ class Engine {
   AttentionMode default_mode() const { return options_.mode; }
   ChunkResolver* resolver() const { return options_.resolver.get(); }
   EngineStats stats() const;
-  // The KV blocks admission reserves for `request` (its worst case): what decides how many
-  // requests run at once.
+  // The KV blocks admission reserves for `request` alone (its worst case, its shared
+  // chunks included): what decides how many requests run at once when they share nothing.
   int ReservedBlocks(const GenerateRequest& request) const {
     return WorstCaseBlocks(request, request.mode.value_or(options_.mode));
   }
@@ -162,7 +163,13 @@ class Engine {
   Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 fingerprint, KvDtype kv_dtype);
 
   absl::Status ValidateRequest(const GenerateRequest& request) const;
+  // Worst case of one request: its private blocks plus its shared chunks' blocks.
   int WorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const;
+  int PrivateWorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const;
+  // Lazy and block modes: the anchor and the documents the request shares with others (the
+  // chunks PlanChunks lays out), with their blocks.
+  std::vector<SharedChunkReservations::Chunk> SharedChunksOf(const GenerateRequest& request,
+                                                             AttentionMode mode) const;
   absl::StatusOr<int32_t> AllocateBlock();
   // Appends `count` own-token slots to `seq` (new blocks as needed).
   absl::Status GrowOwnTail(KvSequence& seq, size_t count);
@@ -212,7 +219,8 @@ class Engine {
   std::vector<EngineEvent> pending_events_;  // cancellations, reported at the next Step
   std::unordered_map<Hash128, std::unique_ptr<ChunkJob>, Hash128Hasher> jobs_;
   std::vector<std::shared_ptr<TierLookup>> lookups_;
-  int reserved_blocks_ = 0;
+  int reserved_blocks_ = 0;  // running requests' private worst cases
+  SharedChunkReservations shared_reservations_;
 };
 
 }  // namespace lazykv

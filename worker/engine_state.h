@@ -46,7 +46,8 @@ struct Engine::Request {
   GenerateRequest input;
   GenerateResult result;  // filled as the request runs
   SteadyClock::time_point submitted;
-  int reserved_blocks = 0;
+  int reserved_blocks = 0;  // private worst case (admission)
+  std::vector<SharedChunkReservations::Chunk> shared_chunks;  // reserved once per chunk while running
   Phase phase = Phase::kQueued;
 
   std::vector<ChunkSegment> segments;  // lazy and block modes

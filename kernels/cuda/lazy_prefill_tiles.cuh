@@ -1,0 +1,180 @@
+// The lazy prefill kernel's tiles: the CTA shape, the KV tile descriptor and the walk of the
+// block table that builds it, the shared-memory layout, and the cp.async copy of a KV tile
+// into wgmma's swizzled layout. Included only by lazy_prefill_kernels.cuh.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "kernels/cuda/lazy_prefill_attention.h"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace lazykv::cuda {
+namespace {
+
+constexpr int kBM = 128;  // query rows per CTA
+constexpr int kBN = 128;  // keys per KV tile
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = kWarpgroups * 128;
+constexpr int kRowsPerWarp = kBM / (kThreads / 32);  // 16: the query rows each warp rotates and owns
+constexpr int kMaxEntriesPerTile = kBN / 16;         // 16: the smallest block size
+constexpr int kDescSlots = 3;  // tiles j, j + 1 and j + 2 (written during tile j)
+constexpr int kMaxSplits = 16;
+
+// A KV tile: up to kBN slots of consecutive block-table entries that share one delta.
+// With block_size <= kBN the tile is ne whole entries (column c: entry c / block_size,
+// slot c % block_size); with block_size > kBN it is slots [s0, s0 + kBN) of one entry.
+struct TileDesc {
+  int block[kMaxEntriesPerTile];  // each entry's pool block
+  int valid;
+  int e;           // first entry (index into the concatenated table)
+  int s0;          // first slot within entry e (block_size > kBN only)
+  int ne;          // entries in the tile
+  int delta;
+  int needs_mask;  // some column is empty or not visible to the tile's first query
+  int tok[kMaxEntriesPerTile];
+  int start[kMaxEntriesPerTile];
+};
+
+// Offsets from a 1024-byte aligned base (the swizzled tiles need it). The raw fp32 query
+// tile stays in shared memory so that a rotation for a new delta reads no global memory.
+template <int HD>
+struct SmemLayout {
+  static constexpr int kRawQBytes = kBM * HD * 4;
+  static constexpr int kQBytes = kBM * HD * 2;
+  static constexpr int kKvBytes = kBN * HD * 2;
+  static constexpr int kRawQ = 0;                      // fp32 [kBM][HD], unrotated
+  static constexpr int kQ = kRawQ + kRawQBytes;        // bf16, rotated, swizzled
+  static constexpr int kK = kQ + kQBytes;              // 2 stages
+  static constexpr int kV = kK + 2 * kKvBytes;         // 2 stages
+  static constexpr int kColPos = kV + 2 * kKvBytes;    // int [2][kBN]
+  static constexpr int kDesc = kColPos + 2 * kBN * 4;  // TileDesc [kDescSlots]
+  static constexpr int kBytes = kDesc + kDescSlots * static_cast<int>(sizeof(TileDesc));
+  static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base
+  static_assert(kAllocBytes <= 227 * 1024, "over the shared memory of one CTA on Hopper");
+};
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// 16 bytes global -> shared; src_bytes 0 fills zeros (empty slots must not feed NaN).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// The tile that starts at entry e, slot s0, built by one warp (all 32 lanes call it): lane
+// k < kMaxEntriesPerTile reads entry e + k of the block table, so the walk costs one
+// round trip to memory rather than a chain of them.
+__device__ void MakeTile(const PrefillAttentionParams& p, int e, int s0, int e_end, int entries_per_tile,
+                         int pos_lo, int pos_hi, TileDesc* d) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
+  if (e >= e_end) {
+    if (lane == 0) d->valid = 0;
+    return;
+  }
+  int dl = 0, tk = 0, st = 0, bl = 0;
+  if (lane < kMaxEntriesPerTile) {
+    const int idx = min(e + lane, e_end - 1);
+    dl = __ldg(p.block_deltas + idx);
+    tk = __ldg(p.block_tokens + idx);
+    st = __ldg(p.block_starts + idx);
+    bl = __ldg(p.block_ids + idx);
+  }
+  const int dl0 = __shfl_sync(kAll, dl, 0), tk0 = __shfl_sync(kAll, tk, 0), st0 = __shfl_sync(kAll, st, 0);
+  if (st0 + s0 > pos_hi) {  // entries are in logical order: nothing further is visible
+    if (lane == 0) d->valid = 0;
+    return;
+  }
+  // The tile: the leading entries (up to entries_per_tile) that exist and share entry e's delta.
+  const unsigned same = __ballot_sync(kAll, lane < entries_per_tile && e + lane < e_end && dl == dl0);
+  const int ne = __ffs(~same) - 1;  // bit 0 is always set
+  bool full;
+  int max_logical;
+  if (entries_per_tile == 1) {  // block_size >= kBN
+    full = s0 + kBN <= tk0;
+    max_logical = st0 + min(tk0, s0 + kBN) - 1;
+  } else {
+    const unsigned full_blocks = __ballot_sync(kAll, lane < ne && tk == p.block_size);
+    full = ne == entries_per_tile && full_blocks == same;
+    max_logical = __shfl_sync(kAll, st + tk - 1, ne - 1);
+  }
+  if (lane < kMaxEntriesPerTile) {
+    d->block[lane] = bl;
+    d->tok[lane] = tk;
+    d->start[lane] = st;
+  }
+  if (lane == 0) {
+    d->valid = 1;
+    d->e = e;
+    d->s0 = s0;
+    d->ne = ne;
+    d->delta = dl0;
+    d->needs_mask = !full || max_logical > pos_lo;
+    // Pull the next lines of the block table into L1 early.
+    const int ahead = min(e + 32, e_end - 1);
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_ids + ahead));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_tokens + ahead));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_starts + ahead));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_deltas + ahead));
+  }
+}
+
+// The tile after `cur` (one warp, as MakeTile).
+__device__ void NextTile(const PrefillAttentionParams& p, const TileDesc& cur, int e_end, int entries_per_tile,
+                         int pos_lo, int pos_hi, TileDesc* next) {
+  const int e = cur.e, ne = cur.ne, s0 = cur.s0, tok0 = cur.tok[0];
+  if (entries_per_tile == 1 && s0 + kBN < tok0) {
+    MakeTile(p, e, s0 + kBN, e_end, entries_per_tile, pos_lo, pos_hi, next);
+  } else {
+    MakeTile(p, e + ne, 0, e_end, entries_per_tile, pos_lo, pos_hi, next);
+  }
+}
+
+// Issues the cp.async copies of one KV tile (keys and values, swizzled for wgmma) and
+// writes each column's logical position (INT_MAX for an empty column) for the mask. Each
+// thread copies one 16-byte chunk of kRows consecutive rows, which lie in one block-table
+// entry (blocks hold at least 16 slots), so it reads the tile descriptor once.
+template <int HD>
+__device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const TileDesc& d, int log2bs, int kvh,
+                                         uint32_t k_smem, uint32_t v_smem, int* col_pos) {
+  constexpr int kChunksPerRow = HD / 8;
+  constexpr int kRows = kBN * kChunksPerRow / kThreads;  // 8 at head dim 128, 4 at 64
+  const int ch = threadIdx.x % kChunksPerRow, r0 = (threadIdx.x / kChunksPerRow) * kRows;
+  const int idx = d.s0 + r0;
+  const int k = idx >> log2bs;
+  const int slot0 = idx & (p.block_size - 1);
+  const bool entry = k < d.ne;
+  const int tokens = entry ? d.tok[k] : 0;
+  const int slot_stride = p.n_kv_heads * HD;
+  const long long base =
+      entry ? (static_cast<long long>(d.block[k]) * p.block_size + slot0) * slot_stride + kvh * HD + ch * 8 : 0;
+  const int start = entry ? d.start[k] + slot0 : 0;
+  const __nv_bfloat16* k_src = static_cast<const __nv_bfloat16*>(p.k_pool) + base;
+  const __nv_bfloat16* v_src = static_cast<const __nv_bfloat16*>(p.v_pool) + base;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const bool valid = slot0 + i < tokens;
+    const int offset = valid ? i * slot_stride : 0;
+    const uint32_t so = wgmma::SwizzledOffset<kBN>(r0 + i, ch);
+    CpAsync16(k_smem + so, k_src + offset, valid ? 16 : 0);
+    CpAsync16(v_smem + so, v_src + offset, valid ? 16 : 0);
+    if (ch == 0) col_pos[r0 + i] = valid ? start + i : INT_MAX;
+  }
+}
+
+}  // namespace
+}  // namespace lazykv::cuda

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
+#include <chrono>
 #include <future>
 #include <numeric>
 #include <random>
@@ -269,7 +270,9 @@ TEST(WorkerServerTest, AdmissionQueuesForPoolRoomAndRefusesPastTheBound) {
     for (int32_t id : RandomTokens(rng, 20, 4096)) tokens->add_ids(id);
   }
   for (int32_t id : RandomTokens(rng, 4, 4096)) request.mutable_prompt_tokens()->add_ids(id);
-  request.mutable_sampling()->set_max_tokens(50);  // 95 positions: a worst case of 10 blocks
+  // 95 positions in blocks of 16: a worst case of 6 private blocks (4 prompt + 50 new tokens)
+  // and 5 shared (the anchor and the two documents); a second request adds 6 more.
+  request.mutable_sampling()->set_max_tokens(50);
   for (const int max_queued : {0, 1}) {
     SCOPED_TRACE(absl::StrCat("max queued ", max_queued));
     const std::string dir = TempDir("worker_admission");
@@ -281,7 +284,9 @@ TEST(WorkerServerTest, AdmissionQueuesForPoolRoomAndRefusesPastTheBound) {
     auto first = std::async(std::launch::async, [&] {
       return Call(*stub, request, 60000, [&](grpc::ClientContext&) { first_streaming.set_value(); });
     });
-    first_streaming.get_future().wait();
+    // A first call refused before it streams fails here instead of waiting forever.
+    ASSERT_EQ(first_streaming.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready)
+        << "the first call never streamed";
     const Reply second = Call(*stub, request);
     const Reply first_reply = first.get();
     ASSERT_TRUE(first_reply.status.ok()) << first_reply.status.error_message();

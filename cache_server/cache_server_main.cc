@@ -99,24 +99,14 @@ int Serve(int argc, char** argv) {
     return 1;
   }
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(flags.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(flags.max_message_bytes));
   // Chunks are MiB-sized: a large flow-control window keeps a stream from stalling.
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
-  // Dead peers are noticed even on idle streams.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    spdlog::error("cannot listen on {}", flags.listen);
+  auto started = StartGrpcServer(flags.listen, &service, flags.max_message_bytes, 8 << 20, &port);
+  if (!started.ok()) {
+    spdlog::error("{}", std::string(started.status().message()));
     return 1;
   }
-  server->GetHealthCheckService()->SetServingStatus(true);
+  std::unique_ptr<grpc::Server> server = *std::move(started);
   const TieredStoreStats stats = (*store)->stats();
   spdlog::info("host tier {} ({}), disk tier {} ({} chunks on disk), policy {}", FormatByteSize(stats.host_capacity),
                stats.host_pinned ? "pinned" : "pageable", FormatByteSize(stats.disk_capacity), stats.disk_entries,

@@ -53,4 +53,23 @@ void PrintListening(const std::string& name, const std::string& listen, int port
   std::cout << std::endl;
 }
 
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& listen, grpc::Service* service,
+                                                              size_t max_message_bytes, int stream_window_bytes,
+                                                              int* port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  *port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
+  if (stream_window_bytes > 0) builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, stream_window_bytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  server->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
 }  // namespace lazykv

@@ -148,41 +148,31 @@ struct PagedProblem {
   // The prefill and generic kernels' parameters over the device copies.
   cuda::PrefillAttentionParams PrefillParams(const DevicePagedProblem& d) const {
     cuda::PrefillAttentionParams p;
-    FillShared(d, &p);
+    p.q = d.q;
+    p.k_pool = d.k_pool;
+    p.v_pool = d.v_pool;
+    p.block_ids = d.block_ids;
+    p.block_tokens = d.block_tokens;
+    p.block_deltas = d.block_deltas;
+    p.block_starts = d.block_starts;
+    p.table_offsets = d.table_offsets;
     p.query_offsets = d.query_offsets;
     p.query_pos0 = d.query_pos0;
+    p.inv_freq = d.inv_freq;
+    p.out = d.out;
+    p.num_seqs = num_seqs();
+    p.n_heads = n_heads;
+    p.n_kv_heads = n_kv_heads;
+    p.head_dim = head_dim;
+    p.block_size = block_size;
+    p.rope_style = rope_style();
     p.max_queries_per_seq = max_queries;
     return p;
   }
 
   // The decode kernel's parameters (every sequence has one query, at its last position).
   cuda::DecodeAttentionParams DecodeParams(const DevicePagedProblem& d) const {
-    cuda::DecodeAttentionParams p;
-    FillShared(d, &p);
-    p.positions = d.query_pos0;
-    p.max_entries_per_seq = max_entries;
-    return p;
-  }
-
-  // The fields the prefill and decode parameters share.
-  template <typename Params>
-  void FillShared(const DevicePagedProblem& d, Params* p) const {
-    p->q = d.q;
-    p->k_pool = d.k_pool;
-    p->v_pool = d.v_pool;
-    p->block_ids = d.block_ids;
-    p->block_tokens = d.block_tokens;
-    p->block_deltas = d.block_deltas;
-    p->block_starts = d.block_starts;
-    p->table_offsets = d.table_offsets;
-    p->inv_freq = d.inv_freq;
-    p->out = d.out;
-    p->num_seqs = num_seqs();
-    p->n_heads = n_heads;
-    p->n_kv_heads = n_kv_heads;
-    p->head_dim = head_dim;
-    p->block_size = block_size;
-    p->rope_style = rope_style();
+    return cuda::DecodeParamsFrom(PrefillParams(d), d.query_pos0, max_entries);
   }
 
   int n_heads, n_kv_heads, head_dim, block_size;

@@ -61,4 +61,19 @@ absl::Status ValidateChunkBlocks(const ChunkLayout& layout, size_t payload_bytes
   return absl::OkStatus();
 }
 
+absl::Status ValidateBlockCopies(std::span<const BlockCopy> copies, int block_size, int num_blocks) {
+  for (const BlockCopy& copy : copies) {
+    for (int32_t b : {copy.src_block, copy.dst_block}) {
+      if (b < 0 || b >= num_blocks) {
+        return absl::InvalidArgumentError(absl::StrFormat("block id %d outside the pool of %d", b, num_blocks));
+      }
+    }
+    if (copy.num_tokens < 0 || copy.num_tokens > block_size) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("copy of %d tokens; block size is %d", copy.num_tokens, block_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace lazykv

@@ -89,4 +89,7 @@ absl::Status ValidateSampling(std::span<const SequenceStep> steps, std::span<con
 // Checks a step against the pool's geometry (shared by every backend).
 absl::Status ValidateStep(const SequenceStep& step, const ModelConfig& config, int block_size, int num_blocks);
 
+// Checks CopyBlocksRotated's copies against the pool's geometry (shared by every backend).
+absl::Status ValidateBlockCopies(std::span<const BlockCopy> copies, int block_size, int num_blocks);
+
 }  // namespace lazykv

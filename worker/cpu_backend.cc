@@ -52,17 +52,7 @@ class CpuBackend : public Backend {
   }
 
   absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) override {
-    for (const BlockCopy& copy : copies) {
-      for (int32_t b : {copy.src_block, copy.dst_block}) {
-        if (b < 0 || b >= num_blocks_) {
-          return absl::InvalidArgumentError(absl::StrFormat("block id %d outside the pool of %d", b, num_blocks_));
-        }
-      }
-      if (copy.num_tokens < 0 || copy.num_tokens > block_size_) {
-        return absl::InvalidArgumentError(absl::StrFormat("copy of %d tokens; block size is %d", copy.num_tokens,
-                                                          block_size_));
-      }
-    }
+    RETURN_IF_ERROR(ValidateBlockCopies(copies, block_size_, num_blocks_));
     for (int layer = 0; layer < c_.n_layers; ++layer) {
       const cpu::KvLayerView kv = LayerView(layer);
       for (const BlockCopy& copy : copies) {

@@ -38,17 +38,9 @@ absl::Status CudaBackend::Init() {
 uint64_t CudaBackend::kv_bytes_per_block() const { return CudaKvBytesPerBlock(c_, block_size_); }
 
 absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
+  RETURN_IF_ERROR(ValidateBlockCopies(copies, block_size_, num_blocks_));
   std::vector<int32_t> src, dst, counts, deltas;
   for (const BlockCopy& copy : copies) {
-    for (int32_t b : {copy.src_block, copy.dst_block}) {
-      if (b < 0 || b >= num_blocks_) {
-        return absl::InvalidArgumentError(absl::StrFormat("block id %d outside the pool of %d", b, num_blocks_));
-      }
-    }
-    if (copy.num_tokens < 0 || copy.num_tokens > block_size_) {
-      return absl::InvalidArgumentError(absl::StrFormat("copy of %d tokens; block size is %d", copy.num_tokens,
-                                                        block_size_));
-    }
     src.push_back(copy.src_block);
     dst.push_back(copy.dst_block);
     counts.push_back(copy.num_tokens);

@@ -31,25 +31,7 @@ absl::Status CudaBackend::Attention(cuda::PrefillAttentionParams& p, int rows, b
   const bool fast_dim = p.head_dim == 64 || p.head_dim == 128;
   const bool pow2_block = p.block_size >= 16 && (p.block_size & (p.block_size - 1)) == 0;
   if (fast_dim && all_single) {
-    cuda::DecodeAttentionParams d;
-    d.q = p.q;
-    d.k_pool = p.k_pool;
-    d.v_pool = p.v_pool;
-    d.block_ids = p.block_ids;
-    d.block_tokens = p.block_tokens;
-    d.block_deltas = p.block_deltas;
-    d.block_starts = p.block_starts;
-    d.table_offsets = p.table_offsets;
-    d.positions = positions;
-    d.inv_freq = p.inv_freq;
-    d.out = p.out;
-    d.num_seqs = p.num_seqs;
-    d.n_heads = p.n_heads;
-    d.n_kv_heads = p.n_kv_heads;
-    d.head_dim = p.head_dim;
-    d.block_size = p.block_size;
-    d.rope_style = p.rope_style;
-    d.max_entries_per_seq = max_entries;
+    cuda::DecodeAttentionParams d = cuda::DecodeParamsFrom(p, positions, max_entries);
     RETURN_IF_ERROR(attn_ws_.Reserve(std::max<size_t>(16, cuda::DecodeWorkspaceBytes(d, cuda::ChooseDecodeSplits(d)))));
     d.workspace = attn_ws_.as<float>();
     return Cuda(cuda::LaunchLazyDecodeAttention(d, stream_), "decode attention");

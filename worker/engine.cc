@@ -10,6 +10,8 @@ namespace {
 
 int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+bool UsesChunks(AttentionMode mode) { return mode == AttentionMode::kLazy || mode == AttentionMode::kBlock; }
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend, EngineOptions options) {
@@ -95,9 +97,19 @@ absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
   return absl::OkStatus();
 }
 
+int SharedDocumentCount(const GenerateRequest& request) {
+  if (!request.prompt.empty()) return static_cast<int>(request.docs.size());
+  return request.docs.empty() ? -1 : static_cast<int>(request.docs.size()) - 1;
+}
+
 int Engine::WorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const {
   int64_t needed = PrivateWorstCaseBlocks(request, mode);
-  for (const SharedChunkReservations::Chunk& chunk : SharedChunksOf(request, mode)) needed += chunk.blocks;
+  const int shared_docs = UsesChunks(mode) ? SharedDocumentCount(request) : -1;
+  if (shared_docs >= 0) {  // the blocks of SharedChunksOf, without hashing the documents
+    const int bs = backend_->block_size();
+    needed += CeilDiv(options_.anchor.size(), bs);
+    for (int d = 0; d < shared_docs; ++d) needed += CeilDiv(request.docs[d].size(), bs);
+  }
   return static_cast<int>(std::min<int64_t>(needed, INT32_MAX));
 }
 
@@ -105,9 +117,8 @@ int Engine::WorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) 
 // apart (SharedChunksOf); the block baseline also holds the re-rotated copies it makes.
 int Engine::PrivateWorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const {
   const int bs = backend_->block_size();
-  const std::vector<SharedChunkReservations::Chunk> shared = SharedChunksOf(request, mode);
   int64_t needed;
-  if (shared.empty()) {
+  if (!UsesChunks(mode) || SharedDocumentCount(request) < 0) {
     int64_t total = options_.anchor.size() + request.prompt.size() + request.sampling.max_tokens;
     for (const auto& doc : request.docs) total += doc.size();
     needed = CeilDiv(total, bs) + 2 + static_cast<int64_t>(request.docs.size());
@@ -124,19 +135,14 @@ int Engine::PrivateWorstCaseBlocks(const GenerateRequest& request, AttentionMode
 std::vector<SharedChunkReservations::Chunk> Engine::SharedChunksOf(const GenerateRequest& request,
                                                                    AttentionMode mode) const {
   std::vector<SharedChunkReservations::Chunk> chunks;
-  if (mode != AttentionMode::kLazy && mode != AttentionMode::kBlock) return chunks;
-  // As PlanChunks: with an empty prompt the last document is the request's own; with no
-  // documents either there are no chunks.
-  const size_t shared_docs = request.prompt.empty() && !request.docs.empty() ? request.docs.size() - 1
-                                                                             : request.docs.size();
-  if (request.prompt.empty() && request.docs.empty()) return chunks;
+  const int shared_docs = UsesChunks(mode) ? SharedDocumentCount(request) : -1;
+  if (shared_docs < 0) return chunks;
   const int bs = backend_->block_size();
   const std::vector<int32_t>& anchor = options_.anchor;
-  chunks.push_back({MakeAnchorKey(fingerprint_, anchor), static_cast<int>(CeilDiv(anchor.size(), bs))});
-  for (size_t d = 0; d < shared_docs; ++d) {
+  chunks.push_back({MakeAnchorKey(fingerprint_, anchor), CeilDiv(anchor.size(), bs)});
+  for (int d = 0; d < shared_docs; ++d) {
     if (request.docs[d].empty()) continue;
-    chunks.push_back({MakeChunkKey(fingerprint_, anchor, request.docs[d]),
-                      static_cast<int>(CeilDiv(request.docs[d].size(), bs))});
+    chunks.push_back({MakeChunkKey(fingerprint_, anchor, request.docs[d]), CeilDiv(request.docs[d].size(), bs)});
   }
   return chunks;
 }

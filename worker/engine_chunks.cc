@@ -14,27 +14,31 @@ void Engine::PlanChunks(Request& r) {
   const GenerateRequest& in = r.input;
   const std::vector<int32_t>& anchor = options_.anchor;
   // The request's own tokens (computed with full attention) are the prompt; with an
-  // empty prompt the last document, or with no documents either, the anchor.
-  size_t shared_docs = in.docs.size();
-  if (!in.prompt.empty()) {
-    r.own = in.prompt;
-  } else if (shared_docs > 0) {
-    r.own = in.docs[--shared_docs];
-    r.result.usage.document_computed_tokens += static_cast<int>(r.own.size());
-  } else {
+  // empty prompt the last document, or with no documents either, the anchor. The chunks'
+  // keys were made at submission (shared_chunks: the anchor, then each non-empty shared
+  // document), for admission.
+  const int shared_docs = SharedDocumentCount(in);
+  if (shared_docs < 0) {
     r.own = anchor;
     return;
   }
-  r.segments.push_back(ChunkSegment{.key = MakeAnchorKey(fingerprint_, anchor),
+  if (in.prompt.empty()) {
+    r.own = in.docs.back();
+    r.result.usage.document_computed_tokens += static_cast<int>(r.own.size());
+  } else {
+    r.own = in.prompt;
+  }
+  size_t next_key = 0;
+  r.segments.push_back(ChunkSegment{.key = r.shared_chunks[next_key++].key,
                                     .tokens = anchor,
                                     .is_anchor = true,
                                     .delta = 0,
                                     .ready = false,
                                     .blocks = {}});
   int64_t position = static_cast<int64_t>(anchor.size());
-  for (size_t d = 0; d < shared_docs; ++d) {
+  for (int d = 0; d < shared_docs; ++d) {
     if (in.docs[d].empty()) continue;
-    r.segments.push_back(ChunkSegment{.key = MakeChunkKey(fingerprint_, anchor, in.docs[d]),
+    r.segments.push_back(ChunkSegment{.key = r.shared_chunks[next_key++].key,
                                       .tokens = in.docs[d],
                                       .is_anchor = false,
                                       .delta = static_cast<int32_t>(position - static_cast<int64_t>(anchor.size())),

@@ -37,6 +37,11 @@ struct ChunkSegment {
   std::vector<KvBlockRef> blocks;
 };
 
+// Lazy and block modes: the request's first SharedDocumentCount() documents are shared
+// chunks (with an empty prompt the last document is its own tokens); -1 when it has no
+// chunks at all (no prompt, no documents: its own tokens are the anchor).
+int SharedDocumentCount(const GenerateRequest& request);
+
 struct Engine::Request {
   explicit Request(KvBlockAllocator* allocator) : seq(allocator) {}
 

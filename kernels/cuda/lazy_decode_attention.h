@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/lazy_prefill_attention.h"
+
 namespace lazykv::cuda {
 
 // Device pointers. Block tables of all sequences are concatenated; sequence s owns
@@ -36,6 +38,32 @@ struct DecodeAttentionParams {
   int max_entries_per_seq = 0;
   int num_splits = 0;  // 0: chosen from the GPU's SM count
 };
+
+// The decode parameters over the same pool, block tables, queries and output as a prefill
+// launch whose sequences have one query each, at `positions` (device, one per sequence).
+inline DecodeAttentionParams DecodeParamsFrom(const PrefillAttentionParams& p, const int32_t* positions,
+                                              int max_entries_per_seq) {
+  DecodeAttentionParams d;
+  d.q = p.q;
+  d.k_pool = p.k_pool;
+  d.v_pool = p.v_pool;
+  d.block_ids = p.block_ids;
+  d.block_tokens = p.block_tokens;
+  d.block_deltas = p.block_deltas;
+  d.block_starts = p.block_starts;
+  d.table_offsets = p.table_offsets;
+  d.positions = positions;
+  d.inv_freq = p.inv_freq;
+  d.out = p.out;
+  d.num_seqs = p.num_seqs;
+  d.n_heads = p.n_heads;
+  d.n_kv_heads = p.n_kv_heads;
+  d.head_dim = p.head_dim;
+  d.block_size = p.block_size;
+  d.rope_style = p.rope_style;
+  d.max_entries_per_seq = max_entries_per_seq;
+  return d;
+}
 
 // Splits the launcher will use for these shapes on the current device.
 int ChooseDecodeSplits(const DecodeAttentionParams& p);

@@ -77,21 +77,13 @@ int Serve(int argc, char** argv) {
   GenerationLoop loop(std::move(loaded->engine), metrics);
   GenerationService service(&loop, loaded->tokenizer.get(), flags.service);
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(flags.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(flags.max_message_bytes));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    spdlog::error("cannot listen on {}", flags.listen);
+  auto started = StartGrpcServer(flags.listen, &service, flags.max_message_bytes, /*stream_window_bytes=*/0, &port);
+  if (!started.ok()) {
+    spdlog::error("{}", std::string(started.status().message()));
     return 1;
   }
-  server->GetHealthCheckService()->SetServingStatus(true);
+  std::unique_ptr<grpc::Server> server = *std::move(started);
   const ModelConfig& config = loop.engine().config();
   spdlog::info("model {} ({} layers, dim {}, vocab {}), mode {}, cache tier {}", config.name, config.n_layers,
                config.dim, config.vocab_size, AttentionModeName(loop.engine().default_mode()),

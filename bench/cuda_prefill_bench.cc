@@ -138,9 +138,13 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cuda::LaunchLazyPrefillAttention(p, nullptr));
       CHECK_CUDA(cudaDeviceSynchronize());
       const float lazy_ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });
-      float schedule_ms[cuda::detail::kNumPrefillSchedules];
+      float schedule_ms[cuda::detail::kNumPrefillSchedules], schedule_norot_ms[cuda::detail::kNumPrefillSchedules];
       for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
         schedule_ms[sc] = MedianMs([&] { cuda::detail::LaunchLazyPrefillAttentionVariant(p, sc, nullptr); });
+      }
+      p.block_deltas = d_zero;
+      for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
+        schedule_norot_ms[sc] = MedianMs([&] { cuda::detail::LaunchLazyPrefillAttentionVariant(p, sc, nullptr); });
       }
       p.block_deltas = d_zero;
       const float plain_ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });
@@ -152,8 +156,9 @@ int main(int argc, char** argv) {
                   len, batch, n_q, splits, lazy_ms, plain_ms, flops / lazy_ms / 1e9, flops / plain_ms / 1e9,
                   100.0 * (lazy_ms / plain_ms - 1.0));
       for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
-        std::printf("  (lazy, schedule %d of the main loop: %.3f ms, %.1f TFLOP/s)\n", sc, schedule_ms[sc],
-                    flops / schedule_ms[sc] / 1e9);
+        std::printf("  (schedule %d: lazy %.3f ms, %.1f TFLOP/s; no rotation %.3f ms, %.1f TFLOP/s; rotation %.1f%%)\n",
+                    sc, schedule_ms[sc], flops / schedule_ms[sc] / 1e9, schedule_norot_ms[sc],
+                    flops / schedule_norot_ms[sc] / 1e9, 100.0 * (schedule_ms[sc] / schedule_norot_ms[sc] - 1.0));
       }
       CHECK_CUDA(cudaFree(q));
       CHECK_CUDA(cudaFree(out));

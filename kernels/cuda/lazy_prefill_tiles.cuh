@@ -23,6 +23,11 @@ constexpr int kMaxEntriesPerTile = kBN / 16;         // 16: the smallest block s
 constexpr int kDescSlots = 3;  // tiles j, j + 1 and j + 2 (written during tile j)
 constexpr int kMaxSplits = 16;
 
+// The kernels and schedules of the main loop, timed against each other by the benchmark:
+// kSerial and kStagger run the two-warpgroup kernel (lazy_prefill_kernels.cuh), kSpecialized
+// the kernel with a producer warpgroup (lazy_prefill_specialized.cuh).
+enum Schedule { kSerial = 0, kStagger = 1, kSpecialized = 2 };
+
 // A KV tile: up to kBN slots of consecutive block-table entries that share one delta.
 // With block_size <= kBN the tile is ne whole entries (column c: entry c / block_size,
 // slot c % block_size); with block_size > kBN it is slots [s0, s0 + kBN) of one entry.
@@ -73,6 +78,19 @@ __device__ __forceinline__ void CpAsyncWait() {
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Copies the CTA's raw fp32 query rows into shared memory (rows past the end zero-filled),
+// by kCopyThreads threads (t).
+template <int HD, int kCopyThreads>
+__device__ __forceinline__ void LoadRawQuery(const float* q_tile, size_t row_stride, int rows, uint32_t raw_smem,
+                                             int t) {
+  constexpr int kChunksPerRow = HD / 4;
+  for (int i = t; i < kBM * kChunksPerRow; i += kCopyThreads) {
+    const int r = i / kChunksPerRow, c = i % kChunksPerRow;
+    const bool valid = r < rows;
+    CpAsync16(raw_smem + i * 16, valid ? q_tile + static_cast<size_t>(r) * row_stride + c * 4 : q_tile, valid ? 16 : 0);
+  }
 }
 
 // The tile that starts at entry e, slot s0, built by one warp (all 32 lanes call it): lane
@@ -144,16 +162,17 @@ __device__ void NextTile(const PrefillAttentionParams& p, const TileDesc& cur, i
   }
 }
 
-// Issues the cp.async copies of one KV tile (keys and values, swizzled for wgmma) and
-// writes each column's logical position (INT_MAX for an empty column) for the mask. Each
-// thread copies one 16-byte chunk of kRows consecutive rows, which lie in one block-table
-// entry (blocks hold at least 16 slots), so it reads the tile descriptor once.
-template <int HD>
+// Issues the cp.async copies of one KV tile (keys and values, swizzled for wgmma) and, for
+// a tile that needs the mask, each column's logical position (INT_MAX for an empty column). Each of
+// kCopyThreads threads (t) copies one 16-byte chunk of kRows consecutive rows, which lie in
+// one block-table entry (blocks hold at least 16 slots), so it reads the tile descriptor once.
+template <int HD, int kCopyThreads>
 __device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const TileDesc& d, int log2bs, int kvh,
-                                         uint32_t k_smem, uint32_t v_smem, int* col_pos) {
+                                         uint32_t k_smem, uint32_t v_smem, int* col_pos, int t) {
   constexpr int kChunksPerRow = HD / 8;
-  constexpr int kRows = kBN * kChunksPerRow / kThreads;  // 8 at head dim 128, 4 at 64
-  const int ch = threadIdx.x % kChunksPerRow, r0 = (threadIdx.x / kChunksPerRow) * kRows;
+  constexpr int kRows = kBN * kChunksPerRow / kCopyThreads;  // 256 threads: 8 at head dim 128, 4 at 64
+  static_assert(kRows <= 16, "a thread's rows must lie in one block-table entry (blocks hold >= 16 slots)");
+  const int ch = t % kChunksPerRow, r0 = (t / kChunksPerRow) * kRows;
   const int idx = d.s0 + r0;
   const int k = idx >> log2bs;
   const int slot0 = idx & (p.block_size - 1);
@@ -165,6 +184,15 @@ __device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const 
   const int start = entry ? d.start[k] + slot0 : 0;
   const __nv_bfloat16* k_src = static_cast<const __nv_bfloat16*>(p.k_pool) + base;
   const __nv_bfloat16* v_src = static_cast<const __nv_bfloat16*>(p.v_pool) + base;
+  if (!d.needs_mask) {  // every slot holds a key and every key is visible: no checks, no positions
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const uint32_t so = wgmma::SwizzledOffset<kBN>(r0 + i, ch);
+      CpAsync16(k_smem + so, k_src + i * slot_stride, 16);
+      CpAsync16(v_smem + so, v_src + i * slot_stride, 16);
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const bool valid = slot0 + i < tokens;

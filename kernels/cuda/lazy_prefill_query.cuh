@@ -1,0 +1,124 @@
+// The lazy prefill kernels' query tile: the rotations that turn raw fp32 query rows into the
+// bf16, 128-byte-swizzled tile that wgmma reads for a KV tile of delta d, R(p - d) q, rounded
+// once to bf16. Included only by the prefill kernels.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/lazy_prefill_attention.h"
+#include "kernels/cuda/lazy_prefill_tiles.cuh"
+#include "kernels/cuda/rope_device.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace lazykv::cuda {
+namespace {
+
+// kLaneThreads threads over query rows: thread t owns frequencies f0 and f0 + 1 of rows
+// rsub, rsub + kRowsPerStep, ... Interleaved pairs: columns 2 f0 .. 2 f0 + 3 hold
+// (u0, v0, u1, v1); rotate-half: columns f0, f0 + 1 hold u0, u1 and f0 + half, f0 + half + 1
+// hold v0, v1.
+template <int HD, int kLaneThreads>
+struct QueryLanes {
+  static constexpr int kLanesPerRow = HD / 4;
+  static constexpr int kRowsPerStep = kLaneThreads / kLanesPerRow;
+  int f0, rsub, col_a, col_b;
+  bool interleaved;
+  __device__ QueryLanes(int rope_style, int t) {
+    f0 = 2 * (t % kLanesPerRow);
+    rsub = t / kLanesPerRow;
+    interleaved = rope_style == 0;
+    col_a = interleaved ? 2 * f0 : f0;
+    col_b = f0 + HD / 2;
+  }
+  __device__ float4 Load(const float* row) const {  // (u0, v0, u1, v1)
+    if (interleaved) return *reinterpret_cast<const float4*>(row + col_a);
+    const float2 a = *reinterpret_cast<const float2*>(row + col_a);
+    const float2 b = *reinterpret_cast<const float2*>(row + col_b);
+    return make_float4(a.x, b.x, a.y, b.y);
+  }
+  __device__ void Store(float* row, float4 x) const {
+    if (interleaved) {
+      *reinterpret_cast<float4*>(row + col_a) = x;
+    } else {
+      *reinterpret_cast<float2*>(row + col_a) = make_float2(x.x, x.z);
+      *reinterpret_cast<float2*>(row + col_b) = make_float2(x.y, x.w);
+    }
+  }
+  // Rounds the lane's four values to bf16 into row `tile_row` of the swizzled query tile.
+  __device__ void StoreBf16(unsigned char* q_smem, int tile_row, float4 y) const {
+    if (interleaved) {  // 4 consecutive columns, inside one 16-byte chunk
+      *reinterpret_cast<uint2*>(q_smem + wgmma::SwizzledOffset<kBM>(tile_row, col_a / 8) + (col_a % 8) * 2) =
+          make_uint2(PackBf16(y.x, y.y), PackBf16(y.z, y.w));
+    } else {
+      *reinterpret_cast<uint32_t*>(q_smem + wgmma::SwizzledOffset<kBM>(tile_row, col_a / 8) + (col_a % 8) * 2) =
+          PackBf16(y.x, y.z);
+      *reinterpret_cast<uint32_t*>(q_smem + wgmma::SwizzledOffset<kBM>(tile_row, col_b / 8) + (col_b % 8) * 2) =
+          PackBf16(y.y, y.w);
+    }
+  }
+};
+
+// (u + iv) (c + is) for both frequencies of a lane.
+__device__ __forceinline__ float4 Rotate(float4 x, const float (&c)[2], const float (&s)[2]) {
+  return make_float4(x.x * c[0] - x.y * s[0], x.x * s[0] + x.y * c[0], x.z * c[1] - x.w * s[1],
+                     x.z * s[1] + x.w * c[1]);
+}
+
+// Advances both frequencies' angles by the step (cs, ss) (fp32 complex products).
+__device__ __forceinline__ void AdvanceAngle(float (&c)[2], float (&s)[2], const float (&cs)[2], const float (&ss)[2]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float cn = c[j] * cs[j] - s[j] * ss[j];
+    s[j] = s[j] * cs[j] + c[j] * ss[j];
+    c[j] = cn;
+  }
+}
+
+// Once per CTA: kLaneThreads threads (t) turn raw query rows [row0, row0 + kRows) of the fp32
+// tile (shared memory) into R(position) q in place. The angle of a thread's first row is
+// formed and reduced in double (exact at any position); later rows advance it by a rotation
+// of the row step (error ~1e-6 rad after 32 steps, far under the bf16 rounding that comes
+// later). A thread touches only its own elements, which WriteRowsForDelta reads back with the
+// same (kLaneThreads, row0) split.
+template <int HD, int kLaneThreads, int kRows>
+__device__ __forceinline__ void RotateRowsByPosition(const PrefillAttentionParams& p, float* tile, int row0,
+                                                     long long pos_lo, int t) {
+  using Lanes = QueryLanes<HD, kLaneThreads>;
+  const Lanes lanes(p.rope_style, t);
+  float c[2], s[2], cs[2], ss[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const double th = __ldg(p.inv_freq + lanes.f0 + j);
+    RopeSinCos(th, pos_lo + row0 + lanes.rsub, &s[j], &c[j]);
+    RopeSinCos(th, Lanes::kRowsPerStep, &ss[j], &cs[j]);
+  }
+#pragma unroll 4
+  for (int i = 0; i < kRows / Lanes::kRowsPerStep; ++i) {
+    float* row = tile + (row0 + lanes.rsub + i * Lanes::kRowsPerStep) * HD;
+    lanes.Store(row, Rotate(lanes.Load(row), c, s));
+    AdvanceAngle(c, s, cs, ss);
+  }
+}
+
+// The query rows [row0, row0 + kRows) for a tile of delta d: R(-d) applied to R(position) q
+// (the same angle for every row, so one sine and cosine per frequency), rounded once to
+// bf16 into the swizzled query tile that wgmma reads.
+template <int HD, int kLaneThreads, int kRows>
+__device__ __forceinline__ void WriteRowsForDelta(const PrefillAttentionParams& p, const float* tile, int row0,
+                                                  int delta, int t, unsigned char* q_smem) {
+  using Lanes = QueryLanes<HD, kLaneThreads>;
+  const Lanes lanes(p.rope_style, t);
+  float c[2], s[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) RopeSinCos(__ldg(p.inv_freq + lanes.f0 + j), -static_cast<long long>(delta), &s[j], &c[j]);
+#pragma unroll 4
+  for (int i = 0; i < kRows / Lanes::kRowsPerStep; ++i) {
+    const int r = row0 + lanes.rsub + i * Lanes::kRowsPerStep;
+    lanes.StoreBf16(q_smem, r, Rotate(lanes.Load(tile + r * HD), c, s));
+  }
+}
+
+}  // namespace
+}  // namespace lazykv::cuda

@@ -76,6 +76,21 @@ __device__ __forceinline__ void SplitEntryRange(const PrefillAttentionParams& p,
   *e_lo = *e_lo + min(visible, w.split * per);
 }
 
+// One warp: the split's entry range and its first two tile descriptors (desc[0], desc[1]);
+// returns the end of the range, which the warp needs for the later tiles.
+__device__ __forceinline__ int MakeFirstTiles(const PrefillAttentionParams& p, const CtaWork& w, TileDesc* desc) {
+  int e_lo = 0, e_hi = 0;
+  SplitEntryRange(p, w, &e_lo, &e_hi);
+  MakeTile(p, e_lo, 0, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[0]);
+  __syncwarp();  // lane 0 wrote the descriptor's scalars
+  if (desc[0].valid) {
+    NextTile(p, desc[0], e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[1]);
+  } else {
+    desc[1].valid = 0;
+  }
+  return e_hi;
+}
+
 // No visible key: the reference's output is zero (a split's partial: empty).
 template <int HD>
 __device__ __forceinline__ void WriteEmptyRows(const PrefillAttentionParams& p, const CtaWork& w, int t,

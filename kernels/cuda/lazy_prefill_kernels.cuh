@@ -57,17 +57,8 @@ __global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAt
   const uint32_t v_smem = SmemAddr(smem + L::kV);
 
   // Only warp 0 walks the block table, so only it needs the split's entry range.
-  int e_lo = 0, e_hi = 0;
-  if (warp == 0) {
-    SplitEntryRange(p, w, &e_lo, &e_hi);
-    MakeTile(p, e_lo, 0, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[0]);
-    __syncwarp();  // lane 0 wrote the descriptor's scalars
-    if (desc[0].valid) {
-      NextTile(p, desc[0], e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[1]);
-    } else {
-      desc[1].valid = 0;
-    }
-  }
+  int e_hi = 0;
+  if (warp == 0) e_hi = MakeFirstTiles(p, w, desc);
   __syncthreads();
   if (!desc[0].valid) {
     WriteEmptyRows<HD>(p, w, threadIdx.x, kThreads);

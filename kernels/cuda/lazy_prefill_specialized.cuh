@@ -193,17 +193,8 @@ __global__ void __launch_bounds__(kSpecThreads, 1) LazyPrefillSpecializedKernel(
   const CtaWork w = MakeCtaWork<HD>(p, log2bs, splits);
   if (!w.active) return;
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
-  int e_lo = 0, e_hi = 0;
-  if (threadIdx.x < 32) {  // producer warp 0 walks the block table
-    SplitEntryRange(p, w, &e_lo, &e_hi);
-    MakeTile(p, e_lo, 0, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[0]);
-    __syncwarp();  // lane 0 wrote the descriptor's scalars
-    if (desc[0].valid) {
-      NextTile(p, desc[0], e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[1]);
-    } else {
-      desc[1].valid = 0;
-    }
-  }
+  int e_hi = 0;
+  if (threadIdx.x < 32) e_hi = MakeFirstTiles(p, w, desc);  // producer warp 0 walks the block table
   if (threadIdx.x == 0) {
     SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
     for (int b = 0; b < 2; ++b) {

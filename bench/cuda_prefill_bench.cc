@@ -140,11 +140,11 @@ int main(int argc, char** argv) {
       const float lazy_ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });
       float schedule_ms[cuda::detail::kNumPrefillSchedules], schedule_norot_ms[cuda::detail::kNumPrefillSchedules];
       for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
-        schedule_ms[sc] = MedianMs([&] { cuda::detail::LaunchLazyPrefillAttentionVariant(p, sc, nullptr); });
-      }
-      p.block_deltas = d_zero;
-      for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
-        schedule_norot_ms[sc] = MedianMs([&] { cuda::detail::LaunchLazyPrefillAttentionVariant(p, sc, nullptr); });
+        for (const bool rotated : {true, false}) {
+          p.block_deltas = rotated ? d_lazy : d_zero;
+          (rotated ? schedule_ms : schedule_norot_ms)[sc] =
+              MedianMs([&] { cuda::detail::LaunchLazyPrefillAttentionVariant(p, sc, nullptr); });
+        }
       }
       p.block_deltas = d_zero;
       const float plain_ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });

@@ -35,7 +35,7 @@ constexpr int kSpecThreads = 3 * 128;
 // Registers per thread after the split (setmaxnreg; multiples of 8). The launch gives each
 // thread 65536 / 384 = 168, and a warpgroup's increase is served only from what the CTA's
 // other warps gave back: growing past that pool blocks forever.
-constexpr int kLaunchRegs = 168;
+constexpr int kLaunchRegs = 65536 / kSpecThreads / 8 * 8;  // 168
 constexpr int kProducerRegs = 88;  // less spills
 constexpr int kConsumerRegs = 208;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= kLaunchRegs * kSpecThreads, "over the CTA's registers");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #define CHECK_CUDA(expr)                                                                        \
@@ -48,6 +49,42 @@ float MedianMs(Fn&& fn, int reps = 30, cudaStream_t stream = nullptr) {
   CHECK_CUDA(cudaEventDestroy(b));
   std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
   return times[reps / 2];
+}
+
+// Medians of two workloads timed alternately (a b a b ...), after at least 50 ms of both as
+// warm-up: their ratio is not skewed by clocks that change between two separate loops. An
+// untimed run of b leads each pair, so the GPU is busy while the timed launches are queued
+// and neither time includes the host's launch latency.
+template <typename FnA, typename FnB>
+std::pair<float, float> AlternatedMedianMs(FnA&& fn_a, FnB&& fn_b, int reps = 40, cudaStream_t stream = nullptr) {
+  cudaEvent_t e[3];
+  for (auto& ev : e) CHECK_CUDA(cudaEventCreate(&ev));
+  std::vector<float> times[2];
+  const auto run_pair = [&] {
+    fn_b();
+    cudaEventRecord(e[0], stream);
+    fn_a();
+    cudaEventRecord(e[1], stream);
+    fn_b();
+    cudaEventRecord(e[2], stream);
+    cudaEventSynchronize(e[2]);
+    float a_ms, b_ms;
+    cudaEventElapsedTime(&a_ms, e[0], e[1]);
+    cudaEventElapsedTime(&b_ms, e[1], e[2]);
+    return std::make_pair(a_ms, b_ms);
+  };
+  for (float warm_ms = 0.0f; warm_ms < 50.0f;) {
+    const auto [a_ms, b_ms] = run_pair();
+    warm_ms += a_ms + b_ms;
+  }
+  for (int i = 0; i < reps; ++i) {
+    const auto [a_ms, b_ms] = run_pair();
+    times[0].push_back(a_ms);
+    times[1].push_back(b_ms);
+  }
+  for (auto& ev : e) CHECK_CUDA(cudaEventDestroy(ev));
+  for (auto& t : times) std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
+  return {times[0][reps / 2], times[1][reps / 2]};
 }
 
 }  // namespace lazykv::bench

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench/prefill_bench_device.h"
@@ -31,6 +32,7 @@
 
 namespace {
 
+using lazykv::bench::AlternatedMedianMs;
 using lazykv::bench::MedianMs;
 using lazykv::bench::Upload;
 
@@ -137,17 +139,22 @@ int main(int argc, char** argv) {
       p.block_deltas = d_lazy;
       CHECK_CUDA(cuda::LaunchLazyPrefillAttention(p, nullptr));
       CHECK_CUDA(cudaDeviceSynchronize());
-      const float lazy_ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });
+      // Each kernel with and without the rotation (all deltas 0), timed alternately.
+      const auto launch_with = [&](const int32_t* deltas, int schedule) {
+        p.block_deltas = deltas;
+        if (schedule < 0) {
+          cuda::LaunchLazyPrefillAttention(p, nullptr);
+        } else {
+          cuda::detail::LaunchLazyPrefillAttentionVariant(p, schedule, nullptr);
+        }
+      };
+      const auto [lazy_ms, plain_ms] =
+          AlternatedMedianMs([&] { launch_with(d_lazy, -1); }, [&] { launch_with(d_zero, -1); });
       float schedule_ms[cuda::detail::kNumPrefillSchedules], schedule_norot_ms[cuda::detail::kNumPrefillSchedules];
       for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
-        for (const bool rotated : {true, false}) {
-          p.block_deltas = rotated ? d_lazy : d_zero;
-          (rotated ? schedule_ms : schedule_norot_ms)[sc] =
-              MedianMs([&] { cuda::detail::LaunchLazyPrefillAttentionVariant(p, sc, nullptr); });
-        }
+        std::tie(schedule_ms[sc], schedule_norot_ms[sc]) =
+            AlternatedMedianMs([&] { launch_with(d_lazy, sc); }, [&] { launch_with(d_zero, sc); });
       }
-      p.block_deltas = d_zero;
-      const float plain_ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });
       CHECK_CUDA(cudaGetLastError());
       // Visible pairs per sequence: query at position pos0 + i sees pos0 + i + 1 keys.
       const double pairs = double(n_q) * pos0 + double(n_q) * (n_q + 1) / 2.0;

@@ -2,19 +2,19 @@
 // Included only by lazy_prefill_attention.cu.
 //
 // One CTA: 128 queries of one head, three warpgroups.
-//  - The producer (warpgroup 0, few registers) walks the block table, copies each KV tile
-//    into one of two stages (cp.async), and keeps the query: R(p) q in fp32 in shared memory
-//    (once per CTA), and for the first tile of each new delta d, R(-d) of it rounded once to
-//    bf16 into the query tile, one consumer's half at a time.
+//  - The producer (warpgroup 0, few registers) walks the block table and copies each KV tile
+//    into one of two stages (cp.async). It also makes R(p) q in fp32 in shared memory, once
+//    per CTA.
 //  - Two consumers (warpgroups 1 and 2, 64 query rows each, the registers the producer gave
-//    up) only run the products and the online softmax: they never copy, never rotate and
-//    never wait at a CTA-wide barrier. Their scores take turns on the tensor cores (named
-//    barriers), so one consumer's softmax runs while the other's products do.
-// mbarriers hand over the stages (full: the producer's 128 threads' copies arrive as they
-// land; empty: the consumers' 256 threads) and each consumer's half of the query tile (empty:
-// that consumer's scores of the last tile of a delta are done; full: the producer rewrote the
-// half). A consumer gives its half back right after those scores, and the producer rotates it
-// while that consumer runs its softmax and P V, so the rotation hides behind them.
+//    up) run the products and the online softmax. At the first tile of a delta d each thread
+//    rotates, by R(-d), exactly the query values its own wgmma fragments read, into the
+//    consumer's half of the bf16 query tile: the query is rotated once per delta, never the
+//    keys, and no warpgroup waits for another's rotation. Their scores take turns on the
+//    tensor cores (named barriers): a consumer rotates while it waits for its turn, and one
+//    consumer's softmax runs while the other's products do.
+// mbarriers hand over the stages (full: each producer thread's copies land and its stores of
+// the tile's column positions and StageInfo are released; empty: the consumers' 256 threads)
+// and R(p) q, once (query_ready).
 #pragma once
 
 #include <cfloat>
@@ -42,18 +42,18 @@ static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= kLaunchRegs * kSpecTh
 
 // What the consumers need of a stage beyond its keys and values.
 struct StageInfo {
+  int delta;
   int needs_mask;
-  int first_of_delta;  // the first tile of a delta: wait for the query half
+  int first_of_delta;  // the first tile of a delta: rotate the query rows
   int last;            // no tile follows
-  int next_new_delta;  // the next tile has another delta: give the query half back after the scores
 };
 
 template <int HD>
 struct SpecSmemLayout {
   static constexpr int kRawQBytes = kBM * HD * 4;
-  static constexpr int kQBytes = kBM * HD * 2;
   static constexpr int kKvBytes = kBN * HD * 2;
-  static constexpr int kRawQ = 0;                       // fp32 [kBM][HD]: R(p) q
+  static constexpr int kQBytes = kBM * HD * 2;
+  static constexpr int kRawQ = 0;                       // fp32 [kBM][HD]: R(p) q (RawQueryIndex)
   static constexpr int kQ = kRawQ + kRawQBytes;         // bf16, R(p - d) q, swizzled
   static constexpr int kK = kQ + kQBytes;               // 2 stages
   static constexpr int kV = kK + 2 * kKvBytes;          // 2 stages
@@ -61,20 +61,23 @@ struct SpecSmemLayout {
   static constexpr int kStage = kColPos + 2 * kBN * 4;  // StageInfo [2]
   static constexpr int kDesc = kStage + 2 * static_cast<int>(sizeof(StageInfo));  // TileDesc [kDescSlots]
   static constexpr int kBars = (kDesc + kDescSlots * static_cast<int>(sizeof(TileDesc)) + 7) / 8 * 8;
-  static constexpr int kBytes = kBars + 8 * 8;        // SpecBarriers
+  static constexpr int kBytes = kBars + 5 * 8;        // SpecBarriers
   static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base
   static_assert(kAllocBytes <= 227 * 1024, "over the shared memory of one CTA on Hopper");
 };
 
 struct SpecBarriers {
   uint64_t kv_full[2], kv_empty[2];
-  uint64_t q_full[2], q_empty[2];  // per consumer half of the query tile
+  uint64_t query_ready;
 };
 
-// Named barriers: 1 among the producer's warps; 2 + c, consumer c's turn to issue its scores.
+// Named barriers: 1 among the producer's warps; 2 + c, consumer c's turn to issue its scores;
+// 4 + c, among consumer c's warps; 6, among both consumers' warps.
 __device__ __forceinline__ void ProducerSync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 __device__ __forceinline__ void TurnSync(int c) { asm volatile("bar.sync %0, 256;\n" ::"r"(2 + c) : "memory"); }
 __device__ __forceinline__ void TurnArrive(int c) { asm volatile("bar.arrive %0, 256;\n" ::"r"(2 + c) : "memory"); }
+__device__ __forceinline__ void ConsumerSync(int c) { asm volatile("bar.sync %0, 128;\n" ::"r"(4 + c) : "memory"); }
+__device__ __forceinline__ void ConsumersSync() { asm volatile("bar.sync 6, 256;\n" ::: "memory"); }
 
 template <int kRegs>
 __device__ __forceinline__ void ShrinkRegisters() {
@@ -101,7 +104,7 @@ __device__ void RunProducer(const PrefillAttentionParams& p, const CtaWork& w, i
   const uint32_t k_smem = SmemAddr(smem + L::kK), v_smem = SmemAddr(smem + L::kV);
   LoadRawQuery<HD, 128>(w.q_tile, w.row_stride, w.rows, SmemAddr(raw_q), t);
   CpAsyncCommit();
-  int delta_runs = 0, prev_delta = 0;
+  int prev_delta = 0;
   for (int j = 0;; ++j) {
     const TileDesc& d = desc[j % kDescSlots];
     const TileDesc& dn = desc[(j + 1) % kDescSlots];
@@ -110,25 +113,16 @@ __device__ void RunProducer(const PrefillAttentionParams& p, const CtaWork& w, i
     const bool first_of_delta = j == 0 || d.delta != prev_delta;
     prev_delta = d.delta;
     if (j >= 2) mbarrier::Wait(&bars->kv_empty[stage], ((j >> 1) - 1) & 1);
-    if (t == 0) info[stage] = StageInfo{d.needs_mask, first_of_delta ? 1 : 0, last ? 1 : 0,
-                                        !last && dn.delta != d.delta ? 1 : 0};
+    if (t == 0) info[stage] = StageInfo{d.delta, d.needs_mask, first_of_delta ? 1 : 0, last ? 1 : 0};
     LoadTile<HD, 128>(p, d, log2bs, w.kvh, k_smem + stage * L::kKvBytes, v_smem + stage * L::kKvBytes,
                       col_pos + stage * kBN, t);
-    mbarrier::ArriveOnCopies(&bars->kv_full[stage]);  // also releases info and col_pos
+    mbarrier::ArriveOnCopies(&bars->kv_full[stage]);
+    mbarrier::Arrive(&bars->kv_full[stage]);  // releases this thread's stores of info and col_pos
     if (j == 0) {
-      CpAsyncWait<0>();
-      ProducerSync();  // every thread's raw query rows have landed
+      CpAsyncWait<0>();  // the raw query's group (the tile's copies are not in a group)
+      ProducerSync();    // every thread's raw query rows have landed
       RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t);
-    }
-    if (first_of_delta) {
-      // Each consumer's half once that consumer's scores with the delta before are done.
-      for (int h = 0; h < 2; ++h) {
-        if (delta_runs > 0) mbarrier::Wait(&bars->q_empty[h], (delta_runs - 1) & 1);
-        WriteRowsForDelta<HD, 128, 64>(p, raw_q, 64 * h, d.delta, t, smem + L::kQ);
-        wgmma::FenceProxyAsync();  // the rows, seen by the consumer's wgmma (async proxy)
-        mbarrier::Arrive(&bars->q_full[h]);
-      }
-      ++delta_runs;
+      mbarrier::Arrive(&bars->query_ready);
     }
     if (last) return;
     if (t < 32) NextTile(p, dn, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[(j + 2) % kDescSlots]);
@@ -154,22 +148,35 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
   for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row_pos[2] = {w.pos_lo + my_row0, w.pos_lo + my_row0 + 8};
-  int q_phase = 0;
+  // R(p) q is complete: re-lay it for the rotations (LoadQuerySlots), in place once every
+  // consumer thread has read its values; each thread then reads back only its own slots.
+  mbarrier::Wait(&bars->query_ready, 0);
+  float4* raw_slots = reinterpret_cast<float4*>(smem + L::kRawQ);
+  const int slot_thread = threadIdx.x - 128;
+  {
+    float4 slot[HD / 8];
+    LoadQuerySlots<HD>(reinterpret_cast<const float*>(raw_slots), p.rope_style == 0, my_row0, threadIdx.x % 4,
+                       slot);
+    ConsumersSync();
+#pragma unroll
+    for (int i = 0; i < HD / 8; ++i) raw_slots[i * kConsumerThreads + slot_thread] = slot[i];
+  }
+  const float4* my_slots = raw_slots + slot_thread;
   for (int j = 0;; ++j) {
     const int stage = j & 1;
     mbarrier::Wait(&bars->kv_full[stage], (j >> 1) & 1);
     wgmma::FenceProxyAsync();  // the stage's cp.async copies, read next by wgmma (async proxy)
     const StageInfo in = info[stage];
-    if (in.first_of_delta) {
-      mbarrier::Wait(&bars->q_full[c], q_phase);
-      q_phase ^= 1;
+    if (in.first_of_delta) {  // this consumer's scores with the delta before are done (waited)
+      WriteFragmentsForDelta<HD>(p, my_slots, in.delta, my_row0, SmemAddr(smem + L::kQ));
+      wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
+      ConsumerSync(c);           // every warp's rows are written
     }
     float s[kBN / 2];
     if (c == 1 || j > 0) TurnSync(c);
     IssueScores<HD>(s, q_smem, k_smem + stage * L::kKvBytes);
     wgmma::Wait<0>();
     wgmma::PinRegisters(s);
-    if (in.next_new_delta) mbarrier::Arrive(&bars->q_empty[c]);  // the producer rewrites this half now
     if (c == 0 || !in.last) TurnArrive(1 - c);  // consumer 0 takes no turn after its last tile
 
     uint32_t pa[kBN / 16][4];
@@ -198,11 +205,10 @@ __global__ void __launch_bounds__(kSpecThreads, 1) LazyPrefillSpecializedKernel(
   if (threadIdx.x == 0) {
     SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
     for (int b = 0; b < 2; ++b) {
-      mbarrier::Init(&bars->kv_full[b], 128);
+      mbarrier::Init(&bars->kv_full[b], 2 * 128);  // each producer thread: its copies, its stores
       mbarrier::Init(&bars->kv_empty[b], 256);
-      mbarrier::Init(&bars->q_full[b], 128);
-      mbarrier::Init(&bars->q_empty[b], 128);
     }
+    mbarrier::Init(&bars->query_ready, 128);
   }
   __syncthreads();
   if (!desc[0].valid) {

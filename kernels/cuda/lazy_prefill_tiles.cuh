@@ -80,6 +80,14 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// The fp32 query tile in shared memory is row-major with columns XOR-swizzled in groups of
+// 8 by the row (mod 8): the eight rows of a wgmma fragment then read distinct banks, and
+// aligned groups of 4 columns (16 bytes) stay together.
+template <int HD>
+__device__ __forceinline__ int RawQueryIndex(int row, int col) {
+  return row * HD + (col ^ ((row & 7) << 3));
+}
+
 // Copies the CTA's raw fp32 query rows into shared memory (rows past the end zero-filled),
 // by kCopyThreads threads (t).
 template <int HD, int kCopyThreads>
@@ -89,7 +97,8 @@ __device__ __forceinline__ void LoadRawQuery(const float* q_tile, size_t row_str
   for (int i = t; i < kBM * kChunksPerRow; i += kCopyThreads) {
     const int r = i / kChunksPerRow, c = i % kChunksPerRow;
     const bool valid = r < rows;
-    CpAsync16(raw_smem + i * 16, valid ? q_tile + static_cast<size_t>(r) * row_stride + c * 4 : q_tile, valid ? 16 : 0);
+    CpAsync16(raw_smem + RawQueryIndex<HD>(r, c * 4) * 4,
+              valid ? q_tile + static_cast<size_t>(r) * row_stride + c * 4 : q_tile, valid ? 16 : 0);
   }
 }
 

@@ -140,7 +140,8 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
   const StageInfo* info = reinterpret_cast<const StageInfo*>(smem + L::kStage);
   const int* col_pos = reinterpret_cast<const int*>(smem + L::kColPos);
   SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
-  const uint32_t q_smem = SmemAddr(smem + L::kQ) + c * 64 * 128;
+  const uint32_t q_tile = SmemAddr(smem + L::kQ);
+  const uint32_t q_smem = q_tile + c * 64 * 128;  // this consumer's half
   const uint32_t k_smem = SmemAddr(smem + L::kK), v_smem = SmemAddr(smem + L::kV);
 
   float o[HD / 2];
@@ -168,7 +169,7 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
     wgmma::FenceProxyAsync();  // the stage's cp.async copies, read next by wgmma (async proxy)
     const StageInfo in = info[stage];
     if (in.first_of_delta) {  // this consumer's scores with the delta before are done (waited)
-      WriteFragmentsForDelta<HD>(p, my_slots, in.delta, my_row0, SmemAddr(smem + L::kQ));
+      WriteFragmentsForDelta<HD>(p, my_slots, in.delta, my_row0, q_tile);
       wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
       ConsumerSync(c);           // every warp's rows are written
     }

@@ -72,8 +72,8 @@ cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStre
 namespace detail {
 // For the benchmark and the tests: the launch with a given kernel and schedule of its main
 // loop (lazy_prefill_tiles.cuh: 0 two warpgroups, serial; 1 two warpgroups, staggered; 2 a
-// producer warpgroup and two consumers, the default).
-constexpr int kNumPrefillSchedules = 3;
+// producer warpgroup and two consumers, the default; 3 copy, rotation and two consumer warpgroups).
+constexpr int kNumPrefillSchedules = 4;
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream);
 }  // namespace detail
 

@@ -25,8 +25,9 @@ constexpr int kMaxSplits = 16;
 
 // The kernels and schedules of the main loop, timed against each other by the benchmark:
 // kSerial and kStagger run the two-warpgroup kernel (lazy_prefill_kernels.cuh), kSpecialized
-// the kernel with a producer warpgroup (lazy_prefill_specialized.cuh).
-enum Schedule { kSerial = 0, kStagger = 1, kSpecialized = 2 };
+// the kernel with a producer warpgroup (lazy_prefill_specialized.cuh), kProducerRotation the
+// one whose producer also rotates the query (lazy_prefill_producer_rotation.cuh).
+enum Schedule { kSerial = 0, kStagger = 1, kSpecialized = 2, kProducerRotation = 3 };
 
 // A KV tile: up to kBN slots of consecutive block-table entries that share one delta.
 // With block_size <= kBN the tile is ne whole entries (column c: entry c / block_size,
@@ -171,13 +172,14 @@ __device__ void NextTile(const PrefillAttentionParams& p, const TileDesc& cur, i
   }
 }
 
-// Issues the cp.async copies of one KV tile (keys and values, swizzled for wgmma) and, for
-// a tile that needs the mask, each column's logical position (INT_MAX for an empty column). Each of
-// kCopyThreads threads (t) copies one 16-byte chunk of kRows consecutive rows, which lie in
-// one block-table entry (blocks hold at least 16 slots), so it reads the tile descriptor once.
+// Issues the cp.async copies of one KV tile's keys or values (pool: k_pool or v_pool) into
+// dst, swizzled for wgmma, and, when col_pos is not null and the tile needs the mask, each
+// column's logical position (INT_MAX for an empty column). Each of kCopyThreads threads (t)
+// copies one 16-byte chunk of kRows consecutive rows, which lie in one block-table entry
+// (blocks hold at least 16 slots), so it reads the tile descriptor once.
 template <int HD, int kCopyThreads>
-__device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const TileDesc& d, int log2bs, int kvh,
-                                         uint32_t k_smem, uint32_t v_smem, int* col_pos, int t) {
+__device__ __forceinline__ void LoadTileRows(const PrefillAttentionParams& p, const TileDesc& d, int log2bs, int kvh,
+                                             const void* pool, uint32_t dst, int* col_pos, int t) {
   constexpr int kChunksPerRow = HD / 8;
   constexpr int kRows = kBN * kChunksPerRow / kCopyThreads;  // 256 threads: 8 at head dim 128, 4 at 64
   static_assert(kRows <= 16, "a thread's rows must lie in one block-table entry (blocks hold >= 16 slots)");
@@ -191,26 +193,26 @@ __device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const 
   const long long base =
       entry ? (static_cast<long long>(d.block[k]) * p.block_size + slot0) * slot_stride + kvh * HD + ch * 8 : 0;
   const int start = entry ? d.start[k] + slot0 : 0;
-  const __nv_bfloat16* k_src = static_cast<const __nv_bfloat16*>(p.k_pool) + base;
-  const __nv_bfloat16* v_src = static_cast<const __nv_bfloat16*>(p.v_pool) + base;
+  const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(pool) + base;
   if (!d.needs_mask) {  // every slot holds a key and every key is visible: no checks, no positions
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const uint32_t so = wgmma::SwizzledOffset<kBN>(r0 + i, ch);
-      CpAsync16(k_smem + so, k_src + i * slot_stride, 16);
-      CpAsync16(v_smem + so, v_src + i * slot_stride, 16);
-    }
+    for (int i = 0; i < kRows; ++i) CpAsync16(dst + wgmma::SwizzledOffset<kBN>(r0 + i, ch), src + i * slot_stride, 16);
     return;
   }
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const bool valid = slot0 + i < tokens;
-    const int offset = valid ? i * slot_stride : 0;
-    const uint32_t so = wgmma::SwizzledOffset<kBN>(r0 + i, ch);
-    CpAsync16(k_smem + so, k_src + offset, valid ? 16 : 0);
-    CpAsync16(v_smem + so, v_src + offset, valid ? 16 : 0);
-    if (ch == 0) col_pos[r0 + i] = valid ? start + i : INT_MAX;
+    CpAsync16(dst + wgmma::SwizzledOffset<kBN>(r0 + i, ch), src + (valid ? i * slot_stride : 0), valid ? 16 : 0);
+    if (col_pos != nullptr && ch == 0) col_pos[r0 + i] = valid ? start + i : INT_MAX;
   }
+}
+
+// Both halves of a KV tile: keys (with the column positions), then values.
+template <int HD, int kCopyThreads>
+__device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const TileDesc& d, int log2bs, int kvh,
+                                         uint32_t k_smem, uint32_t v_smem, int* col_pos, int t) {
+  LoadTileRows<HD, kCopyThreads>(p, d, log2bs, kvh, p.k_pool, k_smem, col_pos, t);
+  LoadTileRows<HD, kCopyThreads>(p, d, log2bs, kvh, p.v_pool, v_smem, nullptr, t);
 }
 
 }  // namespace

@@ -1,0 +1,256 @@
+// The lazy prefill kernel with a warpgroup that rotates the query (FlashAttention-3's warp
+// specialization, plus one role). Included only by lazy_prefill_attention.cu.
+//
+// One CTA: 128 queries of one head, four warpgroups.
+//  - Copy (warpgroup 0) walks the block table and copies K and V tiles with cp.async into a
+//    3-slot ring: the keys and values of tile j are loads 2 j and 2 j + 1, and load i goes to
+//    slot i % 3 once load i - 3 is done with (K(j + 1) reuses the slot of V(j - 1), V(j + 1)
+//    that of K(j)): two tiles in flight in 96 KB, which leaves room for two query buffers.
+//  - Rotation (warpgroup 1) makes R(p) q in fp32 once, then, for the k-th run of block-table
+//    entries that share a delta d, writes R(p - d) q rounded once to bf16 into query buffer
+//    k & 1 as soon as the consumers have released delta k - 2: a whole delta ahead of them,
+//    so no rotation sits on the consumers' path. The query is rotated once per delta, never
+//    the keys.
+//  - Two consumers (warpgroups 2 and 3, 64 query rows each) run the products and the online
+//    softmax; their scores take turns on the tensor cores (named barriers), so one consumer's
+//    softmax runs while the other's products do.
+// The roles take the registers they need (setmaxnreg): copy 56, rotation 40, consumers 208.
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/lazy_prefill_attention.h"
+#include "kernels/cuda/lazy_prefill_cta.cuh"
+#include "kernels/cuda/lazy_prefill_math.cuh"
+#include "kernels/cuda/lazy_prefill_query.cuh"
+#include "kernels/cuda/lazy_prefill_specialized.cuh"
+#include "kernels/cuda/lazy_prefill_tiles.cuh"
+#include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace lazykv::cuda {
+namespace {
+
+constexpr int kRingSlots = 3;
+
+struct RingStageInfo {
+  int delta;
+  int needs_mask;
+  int first_of_delta;  // wait for this delta's query buffer
+  int last_of_delta;   // release the query buffer after this tile's scores
+  int last;            // no tile follows
+};
+
+constexpr int kRingThreads = 4 * 128;
+constexpr int kRingLaunchRegs = 65536 / kRingThreads;  // 128
+constexpr int kCopyRegs = 56;
+constexpr int kRotationRegs = 40;
+static_assert((kCopyRegs + kRotationRegs + 2 * kConsumerRegs) * 128 <= kRingLaunchRegs * kRingThreads,
+              "over the CTA's registers");
+
+// The rotation warps: the start of the run of block-table entries after the run
+// that starts at entry e (delta `delta`): the first entry in (e, e_end) with another delta,
+// or e_end. Reads 32 entries a step (all lanes).
+__device__ __forceinline__ int NextRunStart(const PrefillAttentionParams& p, int e, int e_end, int delta) {
+  const int lane = threadIdx.x & 31;
+  for (int base = e + 1; base < e_end; base += 32) {
+    const int idx = base + lane;
+    const unsigned differ = __ballot_sync(0xffffffffu, idx < e_end && __ldg(p.block_deltas + idx) != delta);
+    if (differ != 0) return base + __ffs(differ) - 1;
+  }
+  return e_end;
+}
+
+template <int HD>
+struct RingSmemLayout {
+  static constexpr int kRawQBytes = kBM * HD * 4;
+  static constexpr int kKvBytes = kBN * HD * 2;
+  static constexpr int kQBytes = kBM * HD * 2;
+  static constexpr int kRawQ = 0;                                  // fp32 [kBM][HD]: R(p) q (RawQueryIndex)
+  static constexpr int kQ = kRawQ + kRawQBytes;                    // 2 buffers, bf16 R(p - d) q, swizzled
+  static constexpr int kRing = kQ + 2 * kQBytes;                   // kRingSlots K or V tiles
+  static constexpr int kColPos = kRing + kRingSlots * kKvBytes;    // int [2][kBN]
+  static constexpr int kStage = kColPos + 2 * kBN * 4;             // RingStageInfo [2]
+  static constexpr int kDesc = kStage + 2 * static_cast<int>(sizeof(RingStageInfo));  // TileDesc [kDescSlots]
+  static constexpr int kBars = (kDesc + kDescSlots * static_cast<int>(sizeof(TileDesc)) + 7) / 8 * 8;
+  static constexpr int kBytes = kBars + 10 * 8;      // RingBarriers
+  static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base
+  static_assert(kAllocBytes <= 227 * 1024, "over the shared memory of one CTA on Hopper");
+};
+
+struct RingBarriers {
+  uint64_t full[kRingSlots], empty[kRingSlots];
+  uint64_t q_full[2], q_empty[2];
+};
+
+// Load i of the ring (keys of tile j: i = 2 j; values: 2 j + 1): its slot, and the parity of
+// the slot's phase that it fills.
+__device__ __forceinline__ int RingSlot(int i) { return i % kRingSlots; }
+__device__ __forceinline__ int RingParity(int i) { return (i / kRingSlots) & 1; }
+
+// The copy warpgroup (t: 0 .. 127): each load waits for its slot (the consumers' release of
+// load i - 3), issues its copies, and arrives twice on the slot's full barrier: once its
+// copies land (.noinc), and once to release its stores of the stage info and column
+// positions. desc[0] and desc[1] are made before the split; warp 0 makes desc[j + 2] during
+// iteration j.
+template <int HD>
+__device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, int e_hi, int log2bs,
+                             unsigned char* smem) {
+  using L = RingSmemLayout<HD>;
+  const int t = threadIdx.x;
+  TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
+  RingStageInfo* info = reinterpret_cast<RingStageInfo*>(smem + L::kStage);
+  int* col_pos = reinterpret_cast<int*>(smem + L::kColPos);
+  RingBarriers* bars = reinterpret_cast<RingBarriers*>(smem + L::kBars);
+  const uint32_t ring = SmemAddr(smem + L::kRing);
+  int prev_delta = 0;
+  for (int j = 0;; ++j) {
+    const TileDesc& d = desc[j % kDescSlots];
+    const TileDesc& dn = desc[(j + 1) % kDescSlots];
+    const bool last = !dn.valid;
+    const bool first_of_delta = j == 0 || d.delta != prev_delta;
+    const bool last_of_delta = last || dn.delta != d.delta;
+    prev_delta = d.delta;
+    // Keys. info and col_pos [j & 1] were last read for tile j - 2, before the consumers
+    // released V(j - 2), the load that the keys of tile j wait for.
+    const int ks = RingSlot(2 * j), vs = RingSlot(2 * j + 1);
+    if (j >= 2) mbarrier::Wait(&bars->empty[ks], RingParity(2 * j) ^ 1);
+    if (t == 0) {
+      info[j & 1] = RingStageInfo{d.delta, d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0};
+    }
+    LoadTileRows<HD, 128>(p, d, log2bs, w.kvh, p.k_pool, ring + ks * L::kKvBytes, col_pos + (j & 1) * kBN, t);
+    mbarrier::ArriveOnCopies(&bars->full[ks]);
+    mbarrier::Arrive(&bars->full[ks]);
+    // Values.
+    if (2 * j + 1 >= kRingSlots) mbarrier::Wait(&bars->empty[vs], RingParity(2 * j + 1) ^ 1);
+    LoadTileRows<HD, 128>(p, d, log2bs, w.kvh, p.v_pool, ring + vs * L::kKvBytes, nullptr, t);
+    mbarrier::ArriveOnCopies(&bars->full[vs]);
+    mbarrier::Arrive(&bars->full[vs]);
+    if (last) return;
+    if (t < 32) NextTile(p, dn, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[(j + 2) % kDescSlots]);
+    ProducerSync();  // desc[j + 2] is written; every copy warp is done with desc[j]
+  }
+}
+
+// The rotation warpgroup (t: 0 .. 127): R(p) q once, then for each run of the table's
+// visible entries (delta k: the k-th run) R(p - d) q into buffer k & 1, as soon as the
+// consumers have released delta k - 2 — a whole delta ahead of the consumers. Each thread
+// reads back only the raw elements it rotated by position (the same split), so only the raw
+// copy needs a barrier among them.
+template <int HD>
+__device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork& w, unsigned char* smem) {
+  using L = RingSmemLayout<HD>;
+  const int t = threadIdx.x - 128;
+  RingBarriers* bars = reinterpret_cast<RingBarriers*>(smem + L::kBars);
+  float* raw_q = reinterpret_cast<float*>(smem + L::kRawQ);
+  unsigned char* q_buf = smem + L::kQ;
+  LoadRawQuery<HD, 128>(w.q_tile, w.row_stride, w.rows, SmemAddr(raw_q), t);
+  CpAsyncCommit();
+  int e = 0, e_hi = 0;
+  SplitEntryRange(p, w, &e, &e_hi);
+  CpAsyncWait<0>();
+  asm volatile("bar.sync 7, 128;\n" ::: "memory");  // every raw row has landed
+  RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t);
+  for (int k = 0; e < e_hi && __ldg(p.block_starts + e) <= w.pos_hi; ++k) {
+    const int delta = __ldg(p.block_deltas + e);
+    const int b = k & 1;
+    if (k >= 2) mbarrier::Wait(&bars->q_empty[b], ((k >> 1) - 1) & 1);
+    WriteRowsForDelta<HD, 128, kBM>(p, raw_q, 0, delta, t, q_buf + b * L::kQBytes);
+    wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
+    mbarrier::Arrive(&bars->q_full[b]);
+    e = NextRunStart(p, e, e_hi, delta);
+  }
+}
+
+// Consumer c (0 or 1): query rows 64 c .. 64 c + 63.
+template <int HD>
+__device__ void RunRingConsumer(const PrefillAttentionParams& p, const CtaWork& w, float scale_log2,
+                                unsigned char* smem) {
+  using L = RingSmemLayout<HD>;
+  const int c = threadIdx.x / 128 - 2;
+  const int my_row0 = c * 64 + ((threadIdx.x % 128) / 32) * kRowsPerWarp + (threadIdx.x % 32) / 4;
+  const RingStageInfo* info = reinterpret_cast<const RingStageInfo*>(smem + L::kStage);
+  const int* col_pos = reinterpret_cast<const int*>(smem + L::kColPos);
+  RingBarriers* bars = reinterpret_cast<RingBarriers*>(smem + L::kBars);
+  const uint32_t q_half = SmemAddr(smem + L::kQ) + c * 64 * 128;  // this consumer's half of buffer 0
+  const uint32_t ring = SmemAddr(smem + L::kRing);
+
+  float o[HD / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int row_pos[2] = {w.pos_lo + my_row0, w.pos_lo + my_row0 + 8};
+  int k = -1;  // the delta's index
+  for (int j = 0;; ++j) {
+    const int ks = RingSlot(2 * j), vs = RingSlot(2 * j + 1);
+    mbarrier::Wait(&bars->full[ks], RingParity(2 * j));
+    const RingStageInfo in = info[j & 1];
+    if (in.first_of_delta) {
+      ++k;
+      mbarrier::Wait(&bars->q_full[k & 1], (k >> 1) & 1);
+    }
+    wgmma::FenceProxyAsync();  // the keys' cp.async copies (and the query rows), read next by wgmma
+    float s[kBN / 2];
+    if (c == 1 || j > 0) TurnSync(c);
+    IssueScores<HD>(s, q_half + (k & 1) * L::kQBytes, ring + ks * L::kKvBytes);
+    wgmma::Wait<0>();
+    wgmma::PinRegisters(s);
+    if (c == 0 || !in.last) TurnArrive(1 - c);  // consumer 0 takes no turn after its last tile
+    mbarrier::Arrive(&bars->empty[ks]);
+    if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
+
+    uint32_t pa[kBN / 16][4];
+    SoftmaxTile<HD>(s, o, m, l, pa, col_pos + (j & 1) * kBN, in.needs_mask, row_pos, scale_log2);
+    mbarrier::Wait(&bars->full[vs], RingParity(2 * j + 1));
+    wgmma::FenceProxyAsync();  // the values' copies
+    IssueValues<HD>(o, pa, ring + vs * L::kKvBytes);
+    wgmma::Wait<0>();
+    wgmma::PinRegisters(o);
+    mbarrier::Arrive(&bars->empty[vs]);
+    if (in.last) break;
+  }
+  WriteRows<HD>(p, w, o, m, l, my_row0);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kRingThreads, 1) LazyPrefillRingKernel(const PrefillAttentionParams p, int log2bs,
+                                                                         float scale_log2, int splits) {
+  using L = RingSmemLayout<HD>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  const CtaWork w = MakeCtaWork<HD>(p, log2bs, splits);
+  if (!w.active) return;
+  TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
+  int e_hi = 0;
+  if (threadIdx.x < 32) e_hi = MakeFirstTiles(p, w, desc);  // copy warp 0 walks the block table
+  if (threadIdx.x == 0) {
+    RingBarriers* bars = reinterpret_cast<RingBarriers*>(smem + L::kBars);
+    for (int b = 0; b < kRingSlots; ++b) {
+      mbarrier::Init(&bars->full[b], 2 * 128);  // each copy thread: its copies, its stores
+      mbarrier::Init(&bars->empty[b], 256);
+    }
+    for (int b = 0; b < 2; ++b) {
+      mbarrier::Init(&bars->q_full[b], 128);
+      mbarrier::Init(&bars->q_empty[b], 256);
+    }
+  }
+  __syncthreads();
+  if (!desc[0].valid) {
+    WriteEmptyRows<HD>(p, w, threadIdx.x, kRingThreads);
+    return;
+  }
+  if (threadIdx.x < 128) {
+    ShrinkRegisters<kCopyRegs>();
+    RunCopyWarps<HD>(p, w, e_hi, log2bs, smem);
+  } else if (threadIdx.x < 256) {
+    ShrinkRegisters<kRotationRegs>();
+    RunRotationWarps<HD>(p, w, smem);
+  } else {
+    GrowRegisters<kConsumerRegs>();
+    RunRingConsumer<HD>(p, w, scale_log2, smem);
+  }
+}
+
+}  // namespace
+}  // namespace lazykv::cuda

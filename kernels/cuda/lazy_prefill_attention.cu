@@ -9,7 +9,6 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/lazy_prefill_kernels.cuh"
-#include "kernels/cuda/lazy_prefill_producer_rotation.cuh"
 #include "kernels/cuda/lazy_prefill_specialized.cuh"
 
 namespace lazykv::cuda {
@@ -42,13 +41,7 @@ struct KernelArgs {
 template <int HD, int kSchedule>
 cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStream_t stream) {
   const dim3 grid(p.n_heads, QueryTiles(p), p.num_seqs * a.splits);
-  if constexpr (kSchedule == kProducerRotation) {
-    const auto kernel = LazyPrefillRingKernel<HD>;
-    constexpr int kSmem = RingSmemLayout<HD>::kAllocBytes;
-    const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
-    if (err != cudaSuccess) return err;
-    kernel<<<grid, kRingThreads, kSmem, stream>>>(p, a.log2bs, a.scale_log2, a.splits);
-  } else if constexpr (kSchedule == kSpecialized) {
+  if constexpr (kSchedule == kSpecialized) {
     const auto kernel = LazyPrefillSpecializedKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
@@ -75,10 +68,8 @@ cudaError_t LaunchSchedule(const PrefillAttentionParams& p, const KernelArgs& a,
       return Launch<HD, kSerial>(p, a, stream);
     case kStagger:
       return Launch<HD, kStagger>(p, a, stream);
-    case kSpecialized:
-      return Launch<HD, kSpecialized>(p, a, stream);
     default:
-      return Launch<HD, kProducerRotation>(p, a, stream);
+      return Launch<HD, kSpecialized>(p, a, stream);
   }
 }
 
@@ -131,7 +122,9 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
 }  // namespace detail
 
 cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
-  return detail::LaunchLazyPrefillAttentionVariant(p, kProducerRotation, stream);
+  // The warp-specialized kernel: 1.0-1.15x the two-warpgroup one with the rotation on, its
+  // rotation 1-4% (bench/results/cuda_prefill_2026-11-21e.md).
+  return detail::LaunchLazyPrefillAttentionVariant(p, kSpecialized, stream);
 }
 
 }  // namespace lazykv::cuda

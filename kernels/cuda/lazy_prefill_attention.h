@@ -9,9 +9,9 @@
 // tensor-core instructions (wgmma, bf16 operands, fp32 accumulation). Each CTA holds a
 // tile of 128 queries of one head; its query tile is rotated once per run of KV tiles that share a
 // delta (a KV tile never spans two deltas), in fp32 with a precise angle, then rounded
-// once to bf16 for the tensor cores. Keys are never rotated or copied. By default a producer
-// warpgroup copies the KV tiles and rotates the query while two consumer warpgroups compute
-// (lazy_prefill_specialized.cuh).
+// once to bf16 for the tensor cores. Keys are never rotated or copied. By default one warpgroup
+// copies the KV tiles and another rotates the query, a delta ahead, while two consumer
+// warpgroups compute (lazy_prefill_specialized.cuh).
 //
 // Precision: q is read as fp32 and rotated in fp32; the rotated q and the softmax
 // probabilities enter the tensor cores as bf16 (one rounding each); scores, softmax and
@@ -72,8 +72,8 @@ cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStre
 namespace detail {
 // For the benchmark and the tests: the launch with a given kernel and schedule of its main
 // loop (lazy_prefill_tiles.cuh: 0 two warpgroups, serial; 1 two warpgroups, staggered; 2 a
-// producer warpgroup and two consumers, the default; 3 copy, rotation and two consumer warpgroups).
-constexpr int kNumPrefillSchedules = 4;
+// copy, rotation and two consumer warpgroups, the default).
+constexpr int kNumPrefillSchedules = 3;
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream);
 }  // namespace detail
 

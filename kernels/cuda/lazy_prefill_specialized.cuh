@@ -1,20 +1,20 @@
-// The lazy prefill kernel with a producer warpgroup (FlashAttention-3's warp specialization).
-// Included only by lazy_prefill_attention.cu.
+// The lazy prefill kernel with a warpgroup that rotates the query (FlashAttention-3's warp
+// specialization, plus one role). Included only by lazy_prefill_attention.cu.
 //
-// One CTA: 128 queries of one head, three warpgroups.
-//  - The producer (warpgroup 0, few registers) walks the block table and copies each KV tile
-//    into one of two stages (cp.async). It also makes R(p) q in fp32 in shared memory, once
-//    per CTA.
-//  - Two consumers (warpgroups 1 and 2, 64 query rows each, the registers the producer gave
-//    up) run the products and the online softmax. At the first tile of a delta d each thread
-//    rotates, by R(-d), exactly the query values its own wgmma fragments read, into the
-//    consumer's half of the bf16 query tile: the query is rotated once per delta, never the
-//    keys, and no warpgroup waits for another's rotation. Their scores take turns on the
-//    tensor cores (named barriers): a consumer rotates while it waits for its turn, and one
-//    consumer's softmax runs while the other's products do.
-// mbarriers hand over the stages (full: each producer thread's copies land and its stores of
-// the tile's column positions and StageInfo are released; empty: the consumers' 256 threads)
-// and R(p) q, once (query_ready).
+// One CTA: 128 queries of one head, four warpgroups.
+//  - Copy (warpgroup 0) walks the block table and copies K and V tiles with cp.async into a
+//    3-slot ring: the keys and values of tile j are loads 2 j and 2 j + 1, and load i goes to
+//    slot i % 3 once load i - 3 is done with (K(j + 1) reuses the slot of V(j - 1), V(j + 1)
+//    that of K(j)): two tiles in flight in 96 KB, which leaves room for two query buffers.
+//  - Rotation (warpgroup 1) makes R(p) q in fp32 once, then, for the k-th run of block-table
+//    entries that share a delta d, writes R(p - d) q rounded once to bf16 into query buffer
+//    k & 1 as soon as the consumers have released delta k - 2: a whole delta ahead of them,
+//    so no rotation sits on the consumers' path. The query is rotated once per delta, never
+//    the keys.
+//  - Two consumers (warpgroups 2 and 3, 64 query rows each) run the products and the online
+//    softmax; their scores take turns on the tensor cores (named barriers), so one consumer's
+//    softmax runs while the other's products do.
+// The roles take the registers they need (setmaxnreg): copy 56, rotation 40, consumers 208.
 #pragma once
 
 #include <cfloat>
@@ -31,53 +31,33 @@
 namespace lazykv::cuda {
 namespace {
 
-constexpr int kSpecThreads = 3 * 128;
-// Registers per thread after the split (setmaxnreg; multiples of 8). The launch gives each
-// thread 65536 / 384 = 168, and a warpgroup's increase is served only from what the CTA's
-// other warps gave back: growing past that pool blocks forever.
-constexpr int kLaunchRegs = 65536 / kSpecThreads / 8 * 8;  // 168
-constexpr int kProducerRegs = 88;  // less spills
-constexpr int kConsumerRegs = 208;
-static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= kLaunchRegs * kSpecThreads, "over the CTA's registers");
+constexpr int kRingSlots = 3;
 
-// What the consumers need of a stage beyond its keys and values.
 struct StageInfo {
   int delta;
   int needs_mask;
-  int first_of_delta;  // the first tile of a delta: rotate the query rows
+  int first_of_delta;  // wait for this delta's query buffer
+  int last_of_delta;   // release the query buffer after this tile's scores
   int last;            // no tile follows
 };
 
-template <int HD>
-struct SpecSmemLayout {
-  static constexpr int kRawQBytes = kBM * HD * 4;
-  static constexpr int kKvBytes = kBN * HD * 2;
-  static constexpr int kQBytes = kBM * HD * 2;
-  static constexpr int kRawQ = 0;                       // fp32 [kBM][HD]: R(p) q (RawQueryIndex)
-  static constexpr int kQ = kRawQ + kRawQBytes;         // bf16, R(p - d) q, swizzled
-  static constexpr int kK = kQ + kQBytes;               // 2 stages
-  static constexpr int kV = kK + 2 * kKvBytes;          // 2 stages
-  static constexpr int kColPos = kV + 2 * kKvBytes;     // int [2][kBN]
-  static constexpr int kStage = kColPos + 2 * kBN * 4;  // StageInfo [2]
-  static constexpr int kDesc = kStage + 2 * static_cast<int>(sizeof(StageInfo));  // TileDesc [kDescSlots]
-  static constexpr int kBars = (kDesc + kDescSlots * static_cast<int>(sizeof(TileDesc)) + 7) / 8 * 8;
-  static constexpr int kBytes = kBars + 5 * 8;        // SpecBarriers
-  static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base
-  static_assert(kAllocBytes <= 227 * 1024, "over the shared memory of one CTA on Hopper");
-};
+constexpr int kSpecThreads = 4 * 128;
+// Registers per thread after the split (setmaxnreg; multiples of 8). The launch gives each
+// thread 65536 / 512 = 128, and a warpgroup's increase is served only from what the CTA's
+// other warps gave back: growing past that pool blocks forever.
+constexpr int kLaunchRegs = 65536 / kSpecThreads;  // 128
+constexpr int kCopyRegs = 56;
+constexpr int kRotationRegs = 40;
+constexpr int kConsumerRegs = 208;
+static_assert((kCopyRegs + kRotationRegs + 2 * kConsumerRegs) * 128 <= kLaunchRegs * kSpecThreads,
+              "over the CTA's registers");
 
-struct SpecBarriers {
-  uint64_t kv_full[2], kv_empty[2];
-  uint64_t query_ready;
-};
-
-// Named barriers: 1 among the producer's warps; 2 + c, consumer c's turn to issue its scores;
-// 4 + c, among consumer c's warps; 6, among both consumers' warps.
-__device__ __forceinline__ void ProducerSync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// Named barriers: 1 among the copy warps; 2 + c, consumer c's turn to issue its scores (2 and 3);
+// 4 among the rotation warps.
+__device__ __forceinline__ void CopySync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 __device__ __forceinline__ void TurnSync(int c) { asm volatile("bar.sync %0, 256;\n" ::"r"(2 + c) : "memory"); }
 __device__ __forceinline__ void TurnArrive(int c) { asm volatile("bar.arrive %0, 256;\n" ::"r"(2 + c) : "memory"); }
-__device__ __forceinline__ void ConsumerSync(int c) { asm volatile("bar.sync %0, 128;\n" ::"r"(4 + c) : "memory"); }
-__device__ __forceinline__ void ConsumersSync() { asm volatile("bar.sync 6, 256;\n" ::: "memory"); }
+__device__ __forceinline__ void RotationSync() { asm volatile("bar.sync 4, 128;\n" ::: "memory"); }
 
 template <int kRegs>
 __device__ __forceinline__ void ShrinkRegisters() {
@@ -88,45 +68,117 @@ __device__ __forceinline__ void GrowRegisters() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
-// The producer warpgroup: tile j goes to stage j & 1, and its copies arrive on the stage's
-// full barrier as they land, so the producer goes on at once. desc[0] and desc[1] are made
-// before the split; warp 0 makes desc[j + 2] during iteration j.
+// The rotation warps: the start of the run of block-table entries after the run
+// that starts at entry e (delta `delta`): the first entry in (e, e_end) with another delta,
+// or e_end. Reads 32 entries a step (all lanes).
+__device__ __forceinline__ int NextRunStart(const PrefillAttentionParams& p, int e, int e_end, int delta) {
+  const int lane = threadIdx.x & 31;
+  for (int base = e + 1; base < e_end; base += 32) {
+    const int idx = base + lane;
+    const unsigned differ = __ballot_sync(0xffffffffu, idx < e_end && __ldg(p.block_deltas + idx) != delta);
+    if (differ != 0) return base + __ffs(differ) - 1;
+  }
+  return e_end;
+}
+
 template <int HD>
-__device__ void RunProducer(const PrefillAttentionParams& p, const CtaWork& w, int e_hi, int log2bs,
-                            unsigned char* smem) {
+struct SpecSmemLayout {
+  static constexpr int kRawQBytes = kBM * HD * 4;
+  static constexpr int kKvBytes = kBN * HD * 2;
+  static constexpr int kQBytes = kBM * HD * 2;
+  static constexpr int kRawQ = 0;                                // fp32 [kBM][HD]: R(p) q (RawQueryIndex)
+  static constexpr int kQ = kRawQ + kRawQBytes;                  // 2 buffers, bf16 R(p - d) q, swizzled
+  static constexpr int kRing = kQ + 2 * kQBytes;                 // kRingSlots K or V tiles
+  static constexpr int kColPos = kRing + kRingSlots * kKvBytes;  // int [2][kBN]
+  static constexpr int kStage = kColPos + 2 * kBN * 4;           // StageInfo [2]
+  static constexpr int kDesc = kStage + 2 * static_cast<int>(sizeof(StageInfo));  // TileDesc [kDescSlots]
+  static constexpr int kBars = (kDesc + kDescSlots * static_cast<int>(sizeof(TileDesc)) + 7) / 8 * 8;
+  static constexpr int kBytes = kBars + 10 * 8;      // SpecBarriers
+  static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base
+  static_assert(kAllocBytes <= 227 * 1024, "over the shared memory of one CTA on Hopper");
+};
+
+struct SpecBarriers {
+  uint64_t full[kRingSlots], empty[kRingSlots];
+  uint64_t q_full[2], q_empty[2];
+};
+
+// Load i of the ring (keys of tile j: i = 2 j; values: 2 j + 1): its slot, and the parity of
+// the slot's phase that it fills.
+__device__ __forceinline__ int RingSlot(int i) { return i % kRingSlots; }
+__device__ __forceinline__ int RingParity(int i) { return (i / kRingSlots) & 1; }
+
+// The copy warpgroup (t: 0 .. 127): each load waits for its slot (the consumers' release of
+// load i - 3), issues its copies, and arrives twice on the slot's full barrier: once its
+// copies land (.noinc), and once to release its stores of the stage info and column
+// positions. desc[0] and desc[1] are made before the split; warp 0 makes desc[j + 2] during
+// iteration j.
+template <int HD>
+__device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, int e_hi, int log2bs,
+                             unsigned char* smem) {
   using L = SpecSmemLayout<HD>;
-  const int t = threadIdx.x;  // 0 .. 127
+  const int t = threadIdx.x;
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
   StageInfo* info = reinterpret_cast<StageInfo*>(smem + L::kStage);
   int* col_pos = reinterpret_cast<int*>(smem + L::kColPos);
   SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
-  float* raw_q = reinterpret_cast<float*>(smem + L::kRawQ);
-  const uint32_t k_smem = SmemAddr(smem + L::kK), v_smem = SmemAddr(smem + L::kV);
-  LoadRawQuery<HD, 128>(w.q_tile, w.row_stride, w.rows, SmemAddr(raw_q), t);
-  CpAsyncCommit();
+  const uint32_t ring = SmemAddr(smem + L::kRing);
   int prev_delta = 0;
   for (int j = 0;; ++j) {
     const TileDesc& d = desc[j % kDescSlots];
     const TileDesc& dn = desc[(j + 1) % kDescSlots];
-    const int stage = j & 1;
     const bool last = !dn.valid;
     const bool first_of_delta = j == 0 || d.delta != prev_delta;
+    const bool last_of_delta = last || dn.delta != d.delta;
     prev_delta = d.delta;
-    if (j >= 2) mbarrier::Wait(&bars->kv_empty[stage], ((j >> 1) - 1) & 1);
-    if (t == 0) info[stage] = StageInfo{d.delta, d.needs_mask, first_of_delta ? 1 : 0, last ? 1 : 0};
-    LoadTile<HD, 128>(p, d, log2bs, w.kvh, k_smem + stage * L::kKvBytes, v_smem + stage * L::kKvBytes,
-                      col_pos + stage * kBN, t);
-    mbarrier::ArriveOnCopies(&bars->kv_full[stage]);
-    mbarrier::Arrive(&bars->kv_full[stage]);  // releases this thread's stores of info and col_pos
-    if (j == 0) {
-      CpAsyncWait<0>();  // the raw query's group (the tile's copies are not in a group)
-      ProducerSync();    // every thread's raw query rows have landed
-      RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t);
-      mbarrier::Arrive(&bars->query_ready);
+    // Keys. info and col_pos [j & 1] were last read for tile j - 2, before the consumers
+    // released V(j - 2), the load that the keys of tile j wait for.
+    const int ks = RingSlot(2 * j), vs = RingSlot(2 * j + 1);
+    if (j >= 2) mbarrier::Wait(&bars->empty[ks], RingParity(2 * j) ^ 1);
+    if (t == 0) {
+      info[j & 1] = StageInfo{d.delta, d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0};
     }
+    LoadTileRows<HD, 128>(p, d, log2bs, w.kvh, p.k_pool, ring + ks * L::kKvBytes, col_pos + (j & 1) * kBN, t);
+    mbarrier::ArriveOnCopies(&bars->full[ks]);
+    mbarrier::Arrive(&bars->full[ks]);
+    // Values.
+    if (2 * j + 1 >= kRingSlots) mbarrier::Wait(&bars->empty[vs], RingParity(2 * j + 1) ^ 1);
+    LoadTileRows<HD, 128>(p, d, log2bs, w.kvh, p.v_pool, ring + vs * L::kKvBytes, nullptr, t);
+    mbarrier::ArriveOnCopies(&bars->full[vs]);
+    mbarrier::Arrive(&bars->full[vs]);
     if (last) return;
     if (t < 32) NextTile(p, dn, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[(j + 2) % kDescSlots]);
-    ProducerSync();  // desc[j + 2] is written; every producer warp is done with desc[j]
+    CopySync();  // desc[j + 2] is written; every copy warp is done with desc[j]
+  }
+}
+
+// The rotation warpgroup (t: 0 .. 127): R(p) q once, then for each run of the table's
+// visible entries (delta k: the k-th run) R(p - d) q into buffer k & 1, as soon as the
+// consumers have released delta k - 2 — a whole delta ahead of the consumers. Each thread
+// reads back only the raw elements it rotated by position (the same split), so only the raw
+// copy needs a barrier among them.
+template <int HD>
+__device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork& w, unsigned char* smem) {
+  using L = SpecSmemLayout<HD>;
+  const int t = threadIdx.x - 128;
+  SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
+  float* raw_q = reinterpret_cast<float*>(smem + L::kRawQ);
+  unsigned char* q_buf = smem + L::kQ;
+  LoadRawQuery<HD, 128>(w.q_tile, w.row_stride, w.rows, SmemAddr(raw_q), t);
+  CpAsyncCommit();
+  int e = 0, e_hi = 0;
+  SplitEntryRange(p, w, &e, &e_hi);
+  CpAsyncWait<0>();
+  RotationSync();  // every raw row has landed
+  RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t);
+  for (int k = 0; e < e_hi && __ldg(p.block_starts + e) <= w.pos_hi; ++k) {
+    const int delta = __ldg(p.block_deltas + e);
+    const int b = k & 1;
+    if (k >= 2) mbarrier::Wait(&bars->q_empty[b], ((k >> 1) - 1) & 1);
+    WriteRowsForDelta<HD, 128, kBM>(p, raw_q, 0, delta, t, q_buf + b * L::kQBytes);
+    wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
+    mbarrier::Arrive(&bars->q_full[b]);
+    e = NextRunStart(p, e, e_hi, delta);
   }
 }
 
@@ -135,57 +187,46 @@ template <int HD>
 __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, float scale_log2,
                             unsigned char* smem) {
   using L = SpecSmemLayout<HD>;
-  const int c = threadIdx.x / 128 - 1;
+  const int c = threadIdx.x / 128 - 2;
   const int my_row0 = c * 64 + ((threadIdx.x % 128) / 32) * kRowsPerWarp + (threadIdx.x % 32) / 4;
   const StageInfo* info = reinterpret_cast<const StageInfo*>(smem + L::kStage);
   const int* col_pos = reinterpret_cast<const int*>(smem + L::kColPos);
   SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
-  const uint32_t q_tile = SmemAddr(smem + L::kQ);
-  const uint32_t q_smem = q_tile + c * 64 * 128;  // this consumer's half
-  const uint32_t k_smem = SmemAddr(smem + L::kK), v_smem = SmemAddr(smem + L::kV);
+  const uint32_t q_half = SmemAddr(smem + L::kQ) + c * 64 * 128;  // this consumer's half of buffer 0
+  const uint32_t ring = SmemAddr(smem + L::kRing);
 
   float o[HD / 2];
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row_pos[2] = {w.pos_lo + my_row0, w.pos_lo + my_row0 + 8};
-  // R(p) q is complete: re-lay it for the rotations (LoadQuerySlots), in place once every
-  // consumer thread has read its values; each thread then reads back only its own slots.
-  mbarrier::Wait(&bars->query_ready, 0);
-  float4* raw_slots = reinterpret_cast<float4*>(smem + L::kRawQ);
-  const int slot_thread = threadIdx.x - 128;
-  {
-    float4 slot[HD / 8];
-    LoadQuerySlots<HD>(reinterpret_cast<const float*>(raw_slots), p.rope_style == 0, my_row0, threadIdx.x % 4,
-                       slot);
-    ConsumersSync();
-#pragma unroll
-    for (int i = 0; i < HD / 8; ++i) raw_slots[i * kConsumerThreads + slot_thread] = slot[i];
-  }
-  const float4* my_slots = raw_slots + slot_thread;
+  int k = -1;  // the delta's index
   for (int j = 0;; ++j) {
-    const int stage = j & 1;
-    mbarrier::Wait(&bars->kv_full[stage], (j >> 1) & 1);
-    wgmma::FenceProxyAsync();  // the stage's cp.async copies, read next by wgmma (async proxy)
-    const StageInfo in = info[stage];
-    if (in.first_of_delta) {  // this consumer's scores with the delta before are done (waited)
-      WriteFragmentsForDelta<HD>(p, my_slots, in.delta, my_row0, q_tile);
-      wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
-      ConsumerSync(c);           // every warp's rows are written
+    const int ks = RingSlot(2 * j), vs = RingSlot(2 * j + 1);
+    mbarrier::Wait(&bars->full[ks], RingParity(2 * j));
+    const StageInfo in = info[j & 1];
+    if (in.first_of_delta) {
+      ++k;
+      mbarrier::Wait(&bars->q_full[k & 1], (k >> 1) & 1);
     }
+    wgmma::FenceProxyAsync();  // the keys' cp.async copies (and the query rows), read next by wgmma
     float s[kBN / 2];
     if (c == 1 || j > 0) TurnSync(c);
-    IssueScores<HD>(s, q_smem, k_smem + stage * L::kKvBytes);
+    IssueScores<HD>(s, q_half + (k & 1) * L::kQBytes, ring + ks * L::kKvBytes);
     wgmma::Wait<0>();
     wgmma::PinRegisters(s);
     if (c == 0 || !in.last) TurnArrive(1 - c);  // consumer 0 takes no turn after its last tile
+    mbarrier::Arrive(&bars->empty[ks]);
+    if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
 
     uint32_t pa[kBN / 16][4];
-    SoftmaxTile<HD>(s, o, m, l, pa, col_pos + stage * kBN, in.needs_mask, row_pos, scale_log2);
-    IssueValues<HD>(o, pa, v_smem + stage * L::kKvBytes);
+    SoftmaxTile<HD>(s, o, m, l, pa, col_pos + (j & 1) * kBN, in.needs_mask, row_pos, scale_log2);
+    mbarrier::Wait(&bars->full[vs], RingParity(2 * j + 1));
+    wgmma::FenceProxyAsync();  // the values' copies
+    IssueValues<HD>(o, pa, ring + vs * L::kKvBytes);
     wgmma::Wait<0>();
     wgmma::PinRegisters(o);
-    mbarrier::Arrive(&bars->kv_empty[stage]);
+    mbarrier::Arrive(&bars->empty[vs]);
     if (in.last) break;
   }
   WriteRows<HD>(p, w, o, m, l, my_row0);
@@ -202,14 +243,17 @@ __global__ void __launch_bounds__(kSpecThreads, 1) LazyPrefillSpecializedKernel(
   if (!w.active) return;
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
   int e_hi = 0;
-  if (threadIdx.x < 32) e_hi = MakeFirstTiles(p, w, desc);  // producer warp 0 walks the block table
+  if (threadIdx.x < 32) e_hi = MakeFirstTiles(p, w, desc);  // copy warp 0 walks the block table
   if (threadIdx.x == 0) {
     SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
-    for (int b = 0; b < 2; ++b) {
-      mbarrier::Init(&bars->kv_full[b], 2 * 128);  // each producer thread: its copies, its stores
-      mbarrier::Init(&bars->kv_empty[b], 256);
+    for (int b = 0; b < kRingSlots; ++b) {
+      mbarrier::Init(&bars->full[b], 2 * 128);  // each copy thread: its copies, its stores
+      mbarrier::Init(&bars->empty[b], 256);
     }
-    mbarrier::Init(&bars->query_ready, 128);
+    for (int b = 0; b < 2; ++b) {
+      mbarrier::Init(&bars->q_full[b], 128);
+      mbarrier::Init(&bars->q_empty[b], 256);
+    }
   }
   __syncthreads();
   if (!desc[0].valid) {
@@ -217,8 +261,11 @@ __global__ void __launch_bounds__(kSpecThreads, 1) LazyPrefillSpecializedKernel(
     return;
   }
   if (threadIdx.x < 128) {
-    ShrinkRegisters<kProducerRegs>();
-    RunProducer<HD>(p, w, e_hi, log2bs, smem);
+    ShrinkRegisters<kCopyRegs>();
+    RunCopyWarps<HD>(p, w, e_hi, log2bs, smem);
+  } else if (threadIdx.x < 256) {
+    ShrinkRegisters<kRotationRegs>();
+    RunRotationWarps<HD>(p, w, smem);
   } else {
     GrowRegisters<kConsumerRegs>();
     RunConsumer<HD>(p, w, scale_log2, smem);

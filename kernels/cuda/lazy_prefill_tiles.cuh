@@ -25,9 +25,8 @@ constexpr int kMaxSplits = 16;
 
 // The kernels and schedules of the main loop, timed against each other by the benchmark:
 // kSerial and kStagger run the two-warpgroup kernel (lazy_prefill_kernels.cuh), kSpecialized
-// the kernel with a producer warpgroup (lazy_prefill_specialized.cuh), kProducerRotation the
-// one whose producer also rotates the query (lazy_prefill_producer_rotation.cuh).
-enum Schedule { kSerial = 0, kStagger = 1, kSpecialized = 2, kProducerRotation = 3 };
+// the kernel with copy, rotation and consumer warpgroups (lazy_prefill_specialized.cuh).
+enum Schedule { kSerial = 0, kStagger = 1, kSpecialized = 2 };
 
 // A KV tile: up to kBN slots of consecutive block-table entries that share one delta.
 // With block_size <= kBN the tile is ne whole entries (column c: entry c / block_size,
@@ -81,12 +80,11 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// The fp32 query tile in shared memory is row-major with columns XOR-swizzled in groups of
-// 8 by the row (mod 8): the eight rows of a wgmma fragment then read distinct banks, and
-// aligned groups of 4 columns (16 bytes) stay together.
+// The fp32 query tile in shared memory, row-major: its readers (QueryLanes) take a row per
+// warp, so they read distinct banks as it is.
 template <int HD>
 __device__ __forceinline__ int RawQueryIndex(int row, int col) {
-  return row * HD + (col ^ ((row & 7) << 3));
+  return row * HD + col;
 }
 
 // Copies the CTA's raw fp32 query rows into shared memory (rows past the end zero-filled),

@@ -121,5 +121,63 @@ __device__ __forceinline__ void WriteRowsForDelta(const PrefillAttentionParams& 
   }
 }
 
+// The rotation warpgroup's query for a delta d (128 threads, t): R(-d) applied to the whole
+// fp32 tile of R(position) q, rounded once to bf16 into the swizzled query tile. Each thread
+// owns 8 frequencies (8 g .. 8 g + 7, g = t % (HD / 16)) in rows t / (HD / 16) + 128 i / (HD / 16)
+// of the tile: 16 values per row, read as 16-byte loads and written as 8- or 16-byte stores, with
+// the 8 sines and cosines kept in registers across rows (made two per lane, fetched by
+// shuffles). Rows are a multiple of 8 apart, so each store's swizzle is fixed per thread.
+template <int HD>
+__device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams& p, const float* raw, int delta,
+                                                   int t, uint32_t q_tile) {
+  constexpr int kGroups = HD / 16;          // threads per row
+  constexpr int kRowStep = 128 / kGroups;  // 16 or 32: a multiple of 8
+  const int lane = t % 32, g = lane % kGroups, r0 = t / kGroups;
+  float c2[2], s2[2];  // frequencies 2 lane, 2 lane + 1
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    RopeSinCos(__ldg(p.inv_freq + min(2 * lane + j, HD / 2 - 1)), -static_cast<long long>(delta), &s2[j], &c2[j]);
+  }
+  const bool interleaved = p.rope_style == 0;
+#pragma unroll 1
+  for (int h = 0; h < 2; ++h) {  // frequencies 8 g + 4 h .. 8 g + 4 h + 3, held by lane 4 g + 2 h + j / 2
+    float c[4], s[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      c[j] = __shfl_sync(0xffffffffu, c2[j & 1], 4 * g + 2 * h + j / 2);
+      s[j] = __shfl_sync(0xffffffffu, s2[j & 1], 4 * g + 2 * h + j / 2);
+    }
+#pragma unroll 1
+    for (int i = 0; i < kBM / kRowStep; ++i) {
+      const int r = r0 + i * kRowStep;
+      const float* row = raw + r * HD;
+      if (interleaved) {  // columns 16 g + 8 h .. + 7: one 16-byte chunk of the tile
+        const float4 a = *reinterpret_cast<const float4*>(row + 16 * g + 8 * h);
+        const float4 b = *reinterpret_cast<const float4*>(row + 16 * g + 8 * h + 4);
+        const uint32_t addr = q_tile + wgmma::SwizzledOffset<kBM>(r, 2 * g + h);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                     "r"(PackBf16(a.x * c[0] - a.y * s[0], a.x * s[0] + a.y * c[0])),
+                     "r"(PackBf16(a.z * c[1] - a.w * s[1], a.z * s[1] + a.w * c[1])),
+                     "r"(PackBf16(b.x * c[2] - b.y * s[2], b.x * s[2] + b.y * c[2])),
+                     "r"(PackBf16(b.z * c[3] - b.w * s[3], b.z * s[3] + b.w * c[3]))
+                     : "memory");
+      } else {  // columns 8 g + 4 h .. + 3 and their partners HD / 2 further: half chunks
+        const float4 u = *reinterpret_cast<const float4*>(row + 8 * g + 4 * h);
+        const float4 v = *reinterpret_cast<const float4*>(row + HD / 2 + 8 * g + 4 * h);
+        const uint32_t au = q_tile + wgmma::SwizzledOffset<kBM>(r, g) + 8 * h;
+        const uint32_t av = q_tile + wgmma::SwizzledOffset<kBM>(r, HD / 16 + g) + 8 * h;
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(au),
+                     "r"(PackBf16(u.x * c[0] - v.x * s[0], u.y * c[1] - v.y * s[1])),
+                     "r"(PackBf16(u.z * c[2] - v.z * s[2], u.w * c[3] - v.w * s[3]))
+                     : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(av),
+                     "r"(PackBf16(u.x * s[0] + v.x * c[0], u.y * s[1] + v.y * c[1])),
+                     "r"(PackBf16(u.z * s[2] + v.z * c[2], u.w * s[3] + v.w * c[3]))
+                     : "memory");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lazykv::cuda

@@ -154,9 +154,7 @@ __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, 
 
 // The rotation warpgroup (t: 0 .. 127): R(p) q once, then for each run of the table's
 // visible entries (delta k: the k-th run) R(p - d) q into buffer k & 1, as soon as the
-// consumers have released delta k - 2 — a whole delta ahead of the consumers. Each thread
-// reads back only the raw elements it rotated by position (the same split), so only the raw
-// copy needs a barrier among them.
+// consumers have released delta k - 2 — a whole delta ahead of the consumers.
 template <int HD>
 __device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork& w, unsigned char* smem) {
   using L = SpecSmemLayout<HD>;
@@ -171,11 +169,12 @@ __device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork&
   CpAsyncWait<0>();
   RotationSync();  // every raw row has landed
   RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t);
+  RotationSync();  // the rotations by delta read the tile with another split
   for (int k = 0; e < e_hi && __ldg(p.block_starts + e) <= w.pos_hi; ++k) {
     const int delta = __ldg(p.block_deltas + e);
     const int b = k & 1;
     if (k >= 2) mbarrier::Wait(&bars->q_empty[b], ((k >> 1) - 1) & 1);
-    WriteRowsForDelta<HD, 128, kBM>(p, raw_q, 0, delta, t, q_buf + b * L::kQBytes);
+    WriteQueryForDelta<HD>(p, raw_q, delta, t, SmemAddr(q_buf + b * L::kQBytes));
     wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
     mbarrier::Arrive(&bars->q_full[b]);
     e = NextRunStart(p, e, e_hi, delta);

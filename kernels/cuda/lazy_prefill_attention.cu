@@ -122,7 +122,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
 }  // namespace detail
 
 cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
-  // The warp-specialized kernel: 1.0-1.15x the two-warpgroup one with the rotation on, its
+  // The warp-specialized kernel: 1.03-1.34x the two-warpgroup one with the rotation on, its
   // rotation 1-4% (bench/results/cuda_prefill_2026-11-21e.md).
   return detail::LaunchLazyPrefillAttentionVariant(p, kSpecialized, stream);
 }

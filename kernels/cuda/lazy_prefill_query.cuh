@@ -122,15 +122,16 @@ __device__ __forceinline__ void WriteRowsForDelta(const PrefillAttentionParams& 
 }
 
 // The rotation warpgroup's query for a delta d (128 threads, t): R(-d) applied to the whole
-// fp32 tile of R(position) q, rounded once to bf16 into the swizzled query tile. Each thread
-// owns 8 frequencies (8 g .. 8 g + 7, g = t % (HD / 16)) in rows t / (HD / 16) + 128 i / (HD / 16)
-// of the tile: 16 values per row, read as 16-byte loads and written as 8- or 16-byte stores, with
-// the 8 sines and cosines kept in registers across rows (made two per lane, fetched by
-// shuffles). Rows are a multiple of 8 apart, so each store's swizzle is fixed per thread.
+// fp32 tile of R(position) q, rounded once to bf16 into the swizzled query tile. Thread t
+// owns frequencies 8 g .. 8 g + 7 (g = t % (HD / 16)) of rows t / (HD / 16) + i 128 / (HD / 16):
+// 16 values per row, read with 16-byte loads and written with 8- or 16-byte stores, half the
+// frequencies at a time, their sines and cosines kept in registers across rows (made two per
+// lane, fetched by shuffles). Rows are a multiple of 8 apart, so each store's swizzle is fixed
+// per thread. A different split from RotateRowsByPosition's: a barrier goes between them.
 template <int HD>
 __device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams& p, const float* raw, int delta,
                                                    int t, uint32_t q_tile) {
-  constexpr int kGroups = HD / 16;          // threads per row
+  constexpr int kGroups = HD / 16;         // threads per row
   constexpr int kRowStep = 128 / kGroups;  // 16 or 32: a multiple of 8
   const int lane = t % 32, g = lane % kGroups, r0 = t / kGroups;
   float c2[2], s2[2];  // frequencies 2 lane, 2 lane + 1

@@ -151,7 +151,7 @@ __device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams&
 #pragma unroll 1
     for (int i = 0; i < kBM / kRowStep; ++i) {
       const int r = r0 + i * kRowStep;
-      const float* row = raw + r * HD;
+      const float* row = raw + RawQueryIndex<HD>(r, 0);
       if (interleaved) {  // columns 16 g + 8 h .. + 7: one 16-byte chunk of the tile
         const float4 a = *reinterpret_cast<const float4*>(row + 16 * g + 8 * h);
         const float4 b = *reinterpret_cast<const float4*>(row + 16 * g + 8 * h + 4);

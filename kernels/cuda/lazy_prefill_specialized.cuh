@@ -123,6 +123,15 @@ __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, 
   int* col_pos = reinterpret_cast<int*>(smem + L::kColPos);
   SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
   const uint32_t ring = SmemAddr(smem + L::kRing);
+  const auto acquire = [&](int i) {  // load i's slot, released by the consumers after load i - 3
+    if (i >= kRingSlots) mbarrier::Wait(&bars->empty[RingSlot(i)], RingParity(i) ^ 1);
+  };
+  const auto issue = [&](int i, const TileDesc& d, const void* pool, int* positions) {
+    uint64_t* full = &bars->full[RingSlot(i)];
+    LoadTileRows<HD, 128>(p, d, log2bs, w.kvh, pool, ring + RingSlot(i) * L::kKvBytes, positions, t);
+    mbarrier::ArriveOnCopies(full);
+    mbarrier::Arrive(full);
+  };
   int prev_delta = 0;
   for (int j = 0;; ++j) {
     const TileDesc& d = desc[j % kDescSlots];
@@ -133,19 +142,13 @@ __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, 
     prev_delta = d.delta;
     // Keys. info and col_pos [j & 1] were last read for tile j - 2, before the consumers
     // released V(j - 2), the load that the keys of tile j wait for.
-    const int ks = RingSlot(2 * j), vs = RingSlot(2 * j + 1);
-    if (j >= 2) mbarrier::Wait(&bars->empty[ks], RingParity(2 * j) ^ 1);
+    acquire(2 * j);
     if (t == 0) {
       info[j & 1] = StageInfo{d.delta, d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0};
     }
-    LoadTileRows<HD, 128>(p, d, log2bs, w.kvh, p.k_pool, ring + ks * L::kKvBytes, col_pos + (j & 1) * kBN, t);
-    mbarrier::ArriveOnCopies(&bars->full[ks]);
-    mbarrier::Arrive(&bars->full[ks]);
-    // Values.
-    if (2 * j + 1 >= kRingSlots) mbarrier::Wait(&bars->empty[vs], RingParity(2 * j + 1) ^ 1);
-    LoadTileRows<HD, 128>(p, d, log2bs, w.kvh, p.v_pool, ring + vs * L::kKvBytes, nullptr, t);
-    mbarrier::ArriveOnCopies(&bars->full[vs]);
-    mbarrier::Arrive(&bars->full[vs]);
+    issue(2 * j, d, p.k_pool, col_pos + (j & 1) * kBN);
+    acquire(2 * j + 1);
+    issue(2 * j + 1, d, p.v_pool, nullptr);
     if (last) return;
     if (t < 32) NextTile(p, dn, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[(j + 2) % kDescSlots]);
     CopySync();  // desc[j + 2] is written; every copy warp is done with desc[j]

@@ -80,8 +80,8 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// The fp32 query tile in shared memory, row-major: its readers (QueryLanes) take a row per
-// warp, so they read distinct banks as it is.
+// The fp32 query tile in shared memory, row-major (its readers, QueryLanes and
+// WriteQueryForDelta, take whole rows; no fragment-wise reader is left to need a swizzle).
 template <int HD>
 __device__ __forceinline__ int RawQueryIndex(int row, int col) {
   return row * HD + col;

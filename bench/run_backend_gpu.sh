@@ -13,8 +13,8 @@ source "$bundle/env.sh"
 export LAZYKV_MODELS_DIR=$BUNDLE_DATA
 cd /tmp
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-tests="cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_kernels_test cuda_prefill_test
-  cuda_sampling_test cuda_output_layer_test"
+tests="cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_fp32_backend_test cuda_kernels_test
+  cuda_prefill_test cuda_sampling_test cuda_output_layer_test"
 [[ ${SKIP_TESTS:-0} == 1 ]] && tests=""
 for t in $tests; do
   timeout 150 "$t" > "$out/$t.log" 2>&1
@@ -27,13 +27,19 @@ if [[ ${SANITIZE:-1} == 1 && -n $tests ]]; then
     echo "memcheck $t: $(grep -E 'ERROR SUMMARY' "$out/memcheck_$t.log")"
   done
 fi
-for device in cuda cpu; do
-  timeout 60 lazykv run --device $device --no-cache-tier --model "$BUNDLE_DATA/stories260K.bin" \
+# The CLI on both devices: bf16 on cuda against the CPU (60 tokens), and fp32 on both (120).
+for run in "cuda 60 auto" "cpu 60 auto" "cuda 120 fp32" "cpu 120 fp32"; do
+  read -r device tokens dtype <<< "$run"
+  timeout 60 lazykv run --device $device --dtype $dtype --no-cache-tier --model "$BUNDLE_DATA/stories260K.bin" \
     --tokenizer "$BUNDLE_DATA/tok512.bin" --doc "Lily had a red ball." --doc "Tom liked to run fast." \
-    --prompt "One day" --max-tokens 60 > "$out/cli_$device.txt" 2>&1
+    --prompt "One day" --max-tokens $tokens > "$out/cli_${device}_$dtype.txt" 2>&1
 done
-cmp -s <(grep -v '^\[20' "$out/cli_cuda.txt" | sed 's/ttft=.*//') <(grep -v '^\[20' "$out/cli_cpu.txt" | sed 's/ttft=.*//') \
-  && echo "lazykv run: same text on cuda and cpu" || echo "lazykv run: texts differ (see cli_*.txt)"
+for dtype in auto fp32; do
+  cmp -s <(grep -v '^\[20' "$out/cli_cuda_$dtype.txt" | sed 's/ttft=.*//') \
+    <(grep -v '^\[20' "$out/cli_cpu_$dtype.txt" | sed 's/ttft=.*//') \
+    && echo "lazykv run --dtype $dtype: same text on cuda and cpu" \
+    || echo "lazykv run --dtype $dtype: texts differ (see cli_*_$dtype.txt)"
+done
 if [[ ${PREFILL:-1} == 1 ]] && command -v cuda_prefill_bench > /dev/null; then
   timeout 150 cuda_prefill_bench > "$out/prefill.log" 2>&1
   PYTHONUNBUFFERED=1 timeout 200 python3 "$BUNDLE_DATA/sdpa_prefill_reference.py" --prefill-log "$out/prefill.log" \

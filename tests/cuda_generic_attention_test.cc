@@ -1,8 +1,8 @@
 // The generic lazy paged attention (any head dim) against the CPU reference
 // (LazyPagedAttention): several sequences, each with chunks at random deltas up to 128k,
 // own tokens already cached, then a run of new queries (one query: decode), partly filled
-// blocks, odd block sizes, GQA groups 1 to 8, both RoPE styles. Output poisoned first.
-// Skips without a GPU.
+// blocks, odd block sizes, GQA groups 1 to 8, both RoPE styles; on a bf16 pool and on an
+// fp32 one (the CUDA backend's fp32 mode). Output poisoned first. Skips without a GPU.
 #include <cuda_runtime.h>
 
 #include <random>
@@ -41,18 +41,32 @@ TEST_P(GenericAttentionGpuTest, MatchesCpuReference) {
     problem.EndSequence(queries);
   }
   problem.Draw(rng);
-  const std::vector<float> expected = problem.Reference();
+  std::vector<float> expected = problem.Reference();
 
   DeviceArena arena;
-  const cuda::PrefillAttentionParams p = problem.PrefillParams(problem.Upload(arena));
-  CUDA_OK(cudaMemset(p.out, 0xff, expected.size() * sizeof(float)));  // NaN: an unwritten element fails
-  CUDA_OK(cuda::LaunchGenericPagedAttention(p, problem.total_queries(), nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  const auto got = ToHost(p.out, expected.size());
-  // fp32 arithmetic on both sides (bf16 K/V are exact in fp32): only summation order and
-  // the fast exp differ.
-  for (int seq = 0; seq < s.num_seqs; ++seq) {
-    EXPECT_LT(RelativeError(problem.Rows(got, seq), problem.Rows(expected, seq)), 1e-4) << "sequence " << seq;
+  cuda::PrefillAttentionParams p = problem.PrefillParams(problem.Upload(arena));
+  for (const cuda::Element element : {cuda::Element::kBf16, cuda::Element::kFp32}) {
+    SCOPED_TRACE(cuda::ElementName(element));
+    if (element == cuda::Element::kFp32) {
+      // Values off the bf16 grid (a kernel that dropped their low bits would err by ~1e-3).
+      std::uniform_real_distribution<float> nudge(-1e-2f, 1e-2f);
+      for (std::vector<float>* pool : {&problem.k_fp, &problem.v_fp}) {
+        for (float& x : *pool) x *= 1.0f + nudge(rng);
+      }
+      expected = problem.Reference();
+      p.k_pool = arena.Copy(problem.k_fp);
+      p.v_pool = arena.Copy(problem.v_fp);
+      p.kv_element = element;
+    }
+    CUDA_OK(cudaMemset(p.out, 0xff, expected.size() * sizeof(float)));  // NaN: an unwritten element fails
+    CUDA_OK(cuda::LaunchGenericPagedAttention(p, problem.total_queries(), nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = ToHost(p.out, expected.size());
+    // fp32 arithmetic on both sides (bf16 K/V are exact in fp32): only summation order and
+    // the fast exp differ.
+    for (int seq = 0; seq < s.num_seqs; ++seq) {
+      EXPECT_LT(RelativeError(problem.Rows(got, seq), problem.Rows(expected, seq)), 1e-4) << "sequence " << seq;
+    }
   }
 }
 

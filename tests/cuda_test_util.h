@@ -77,4 +77,24 @@ inline void RandomBf16(std::mt19937_64& rng, size_t n, std::vector<__nv_bfloat16
   }
 }
 
+// Random values of a storage element type (bf16 or fp32) and their exact fp32 twins.
+inline void RandomElements(std::mt19937_64& rng, size_t n, std::vector<__nv_bfloat16>& stored,
+                           std::vector<float>& fp) {
+  RandomBf16(rng, n, stored, fp);
+}
+inline void RandomElements(std::mt19937_64& rng, size_t n, std::vector<float>& stored, std::vector<float>& fp) {
+  std::normal_distribution<float> dist;
+  stored.resize(n);
+  for (float& x : stored) x = dist(rng);
+  fp = stored;
+}
+
+// Stored elements as fp32 (exact).
+inline std::vector<float> AsFloat(const std::vector<__nv_bfloat16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = __bfloat162float(v[i]);
+  return out;
+}
+inline std::vector<float> AsFloat(std::vector<float> v) { return v; }
+
 }  // namespace lazykv::testing

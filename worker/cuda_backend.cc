@@ -23,19 +23,23 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "copy stream"));
   RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "event"));
   ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create(stream_));
-  const size_t pool_bytes = PoolElems() * c_.n_layers * sizeof(bf16);
+  const size_t pool_bytes = LayerPoolBytes() * c_.n_layers;
   RETURN_IF_ERROR(Cuda(cudaMalloc(&k_pool_, pool_bytes), "KV pool (K)"));
   RETURN_IF_ERROR(Cuda(cudaMalloc(&v_pool_, pool_bytes), "KV pool (V)"));
   const std::vector<double> inv = RopeInverseFrequencies(c_.rope, c_.head_dim);
   RETURN_IF_ERROR(Cuda(cudaMalloc(&inv_freq_, inv.size() * sizeof(double)), "RoPE table"));
   RETURN_IF_ERROR(Cuda(cudaMemcpy(inv_freq_, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice),
                        "RoPE table"));
-  spdlog::info("CUDA backend: {:.2f} GiB of bf16 weights, KV pool {:.2f} GiB ({} blocks of {} tokens)",
-               w_->bytes() / 1073741824.0, 2.0 * pool_bytes / 1073741824.0, num_blocks_, block_size_);
+  spdlog::info("CUDA backend: {:.2f} GiB of {} weights, KV pool {:.2f} GiB ({} blocks of {} tokens)",
+               w_->bytes() / 1073741824.0, cuda::ElementName(element_), 2.0 * pool_bytes / 1073741824.0, num_blocks_,
+               block_size_);
   return absl::OkStatus();
 }
 
-uint64_t CudaBackend::kv_bytes_per_block() const { return CudaKvBytesPerBlock(c_, block_size_); }
+uint64_t CudaBackend::kv_bytes_per_block() const {
+  return CudaKvBytesPerBlock(c_, block_size_,
+                             element_ == cuda::Element::kFp32 ? CudaPrecision::kFp32 : CudaPrecision::kBf16);
+}
 
 absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
   RETURN_IF_ERROR(ValidateBlockCopies(copies, block_size_, num_blocks_));
@@ -52,6 +56,7 @@ absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
   RETURN_IF_ERROR(pack.Upload(meta_host_, meta_, stream_));
   auto meta = [&](size_t offset) { return meta_.as<int32_t>(offset * sizeof(int32_t)); };
   cuda::MaterializeParams m;
+  m.kv_element = element_;
   m.src_blocks = meta(o_src);
   m.dst_blocks = meta(o_dst);
   m.num_tokens = meta(o_counts);
@@ -85,7 +90,8 @@ absl::StatusOr<cuda::KvTransferParams> CudaBackend::TransferParams(const ChunkLa
   RETURN_IF_ERROR(pack.Upload(meta_host_, meta_, stream_));
   RETURN_IF_ERROR(staging_.Reserve(std::max<size_t>(16, layout.payload_bytes())));
   cuda::KvTransferParams p;
-  p.payload = staging_.as<bf16>();
+  p.payload = staging_.as<char>();
+  p.element = element_;
   p.k_pool = k_pool_;
   p.v_pool = v_pool_;
   p.block_ids = meta_.as<int32_t>(o_ids * sizeof(int32_t));
@@ -103,7 +109,7 @@ absl::StatusOr<cuda::KvTransferParams> CudaBackend::TransferParams(const ChunkLa
 absl::Status CudaBackend::ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload) {
   int tokens = 0;
   for (const KvBlockRef& ref : blocks) tokens += ref.num_tokens;
-  const ChunkLayout layout = MakeChunkLayout(c_, KvDtype::kBf16, tokens, 0);
+  const ChunkLayout layout = MakeChunkLayout(c_, ChunkDtype(), tokens, 0);
   payload->resize(layout.payload_bytes());
   RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload->size(), blocks, block_size_, num_blocks_));
   ASSIGN_OR_RETURN(cuda::KvTransferParams p, TransferParams(layout, blocks));
@@ -127,7 +133,7 @@ absl::Status CudaBackend::ExportChunk(std::span<const KvBlockRef> blocks, std::s
 absl::Status CudaBackend::ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) {
   int tokens = 0;
   for (const KvBlockRef& ref : blocks) tokens += ref.num_tokens;
-  const ChunkLayout layout = MakeChunkLayout(c_, KvDtype::kBf16, tokens, 0);
+  const ChunkLayout layout = MakeChunkLayout(c_, ChunkDtype(), tokens, 0);
   RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload.size(), blocks, block_size_, num_blocks_));
   ASSIGN_OR_RETURN(cuda::KvTransferParams p, TransferParams(layout, blocks));
   const char* source = payload.data();
@@ -145,7 +151,7 @@ absl::Status CudaBackend::ImportChunk(std::string_view payload, std::span<const 
   p.to_pool = true;
   for (int l = 0; l < c_.n_layers; ++l) {
     const size_t offset = layout.plane_offset(l, 0);
-    RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(p.payload + offset / sizeof(bf16), source + offset, layer_bytes,
+    RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(static_cast<char*>(p.payload) + offset, source + offset, layer_bytes,
                                          cudaMemcpyHostToDevice, copy_stream_),
                          "chunk import copy"));
     RETURN_IF_ERROR(Cuda(cudaEventRecord(event_, copy_stream_), "event"));
@@ -169,6 +175,10 @@ absl::StatusOr<std::unique_ptr<Backend>> Finish(std::unique_ptr<DeviceWeights> w
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
+cuda::Element ElementOf(CudaPrecision precision) {
+  return precision == CudaPrecision::kFp32 ? cuda::Element::kFp32 : cuda::Element::kBf16;
+}
+
 absl::Status CheckPoolShape(int block_size, int num_blocks) {
   if (block_size <= 0 || block_size > 4096) {
     return absl::InvalidArgumentError(absl::StrFormat("block_size %d out of range [1, 4096]", block_size));
@@ -185,22 +195,23 @@ bool CudaDeviceAvailable() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-uint64_t CudaKvBytesPerBlock(const ModelConfig& config, int block_size) {
-  return 2ull * config.n_layers * block_size * config.kv_dim() * sizeof(__nv_bfloat16);
+uint64_t CudaKvBytesPerBlock(const ModelConfig& config, int block_size, CudaPrecision precision) {
+  return 2ull * config.n_layers * block_size * config.kv_dim() * cuda::ElementBytes(ElementOf(precision));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const ModelWeights& weights, int block_size,
-                                                           int num_blocks) {
+                                                           int num_blocks, CudaBackendOptions options) {
   RETURN_IF_ERROR(CheckPoolShape(block_size, num_blocks));
   RETURN_IF_ERROR(weights.config.Validate());
-  ASSIGN_OR_RETURN(auto device_weights, DeviceWeights::Upload(weights));
+  ASSIGN_OR_RETURN(auto device_weights, DeviceWeights::Upload(weights, ElementOf(options.precision)));
   return Finish(std::move(device_weights), block_size, num_blocks);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelConfig& config, uint64_t seed,
-                                                                    int block_size, int num_blocks) {
+                                                                    int block_size, int num_blocks,
+                                                                    CudaBackendOptions options) {
   RETURN_IF_ERROR(CheckPoolShape(block_size, num_blocks));
-  ASSIGN_OR_RETURN(auto device_weights, DeviceWeights::Synthetic(config, seed));
+  ASSIGN_OR_RETURN(auto device_weights, DeviceWeights::Synthetic(config, seed, ElementOf(options.precision)));
   return Finish(std::move(device_weights), block_size, num_blocks);
 }
 

@@ -83,6 +83,20 @@ class MetaPack {
   std::vector<int32_t> data_;
 };
 
+// One forward pass as RunModel lays it out: the new tokens' rows and, on the device, their
+// metadata and the kernels' parameters over it.
+struct PassPlan {
+  int rows = 0;
+  bool all_single = true;  // every sequence brings one token: decode attention applies
+  int max_entries = 0;     // the longest block table
+  const int32_t* tokens = nullptr;
+  const int32_t* last_pos = nullptr;  // per sequence: the position of its last token
+  const int32_t* out_rows = nullptr;  // the rows that want logits
+  int n_out = 0;
+  cuda::PrefillAttentionParams attention;
+  cuda::KvWriteParams kv_write;
+};
+
 // The rows of logits a forward pass computed: per step that wants logits, a contiguous run
 // of the logits matrix (rows in step order).
 struct LogitsRows {
@@ -94,12 +108,16 @@ struct LogitsRows {
 class CudaBackend : public Backend {
  public:
   CudaBackend(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks)
-      : w_(std::move(weights)), c_(w_->config()), block_size_(block_size), num_blocks_(num_blocks) {}
+      : w_(std::move(weights)),
+        c_(w_->config()),
+        element_(w_->element()),
+        block_size_(block_size),
+        num_blocks_(num_blocks) {}
   ~CudaBackend() override;
   absl::Status Init();
 
   const ModelConfig& config() const override { return c_; }
-  std::string kv_dtype() const override { return "bf16"; }
+  std::string kv_dtype() const override { return cuda::ElementName(element_); }
   Hash128 model_fingerprint() const override { return MakeModelFingerprint(w_->content_hash(), kv_dtype()); }
   int block_size() const override { return block_size_; }
   int num_blocks() const override { return num_blocks_; }
@@ -114,8 +132,10 @@ class CudaBackend : public Backend {
 
  private:
   size_t PoolElems() const { return static_cast<size_t>(num_blocks_) * block_size_ * c_.kv_dim(); }
-  bf16* KPool(int layer) const { return k_pool_ + layer * PoolElems(); }
-  bf16* VPool(int layer) const { return v_pool_ + layer * PoolElems(); }
+  size_t LayerPoolBytes() const { return PoolElems() * cuda::ElementBytes(element_); }
+  void* KPool(int layer) const { return static_cast<char*>(k_pool_) + layer * LayerPoolBytes(); }
+  void* VPool(int layer) const { return static_cast<char*>(v_pool_) + layer * LayerPoolBytes(); }
+  KvDtype ChunkDtype() const { return element_ == cuda::Element::kFp32 ? KvDtype::kFp32 : KvDtype::kBf16; }
   int RopeStyleIndex() const { return c_.rope.style == RopeStyle::kInterleaved ? 0 : 1; }
   absl::Status ReserveActivations(int rows);
   absl::Status Attention(cuda::PrefillAttentionParams& p, int rows, bool all_single, const int32_t* positions,
@@ -123,6 +143,9 @@ class CudaBackend : public Backend {
   // The layers over every step's new tokens, then the output layer over every row that
   // wants logits at once (one classifier GEMM into logits_). Enqueued, not synchronized.
   absl::Status RunModel(std::span<const SequenceStep> steps, std::vector<LogitsRows>* wanted);
+  // RunModel's kernels and GEMMs, with T the element type of the weights, GEMM inputs and pool.
+  template <typename T>
+  absl::Status RunLayers(PassPlan& plan);
   // Copies back the logits rows of the steps in `wanted` for which keep(step) holds (into
   // logits[step]); synchronizes the stream.
   template <typename Keep>
@@ -133,18 +156,20 @@ class CudaBackend : public Backend {
 
   std::unique_ptr<DeviceWeights> w_;
   const ModelConfig& c_;
+  const cuda::Element element_;
   int block_size_;
   int num_blocks_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // host -> device copies that overlap the scatter
   cudaEvent_t event_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;
-  bf16* k_pool_ = nullptr;
-  bf16* v_pool_ = nullptr;
+  void* k_pool_ = nullptr;  // [n_layers][num_blocks][block_size][kv_dim] of element_
+  void* v_pool_ = nullptr;
   double* inv_freq_ = nullptr;
   int activation_rows_ = 0;
-  DeviceBuffer x_, y_, xb_, qkv_, q_, attn_, attn_bf_, gu_, h_, attn_ws_, meta_, staging_;
-  DeviceBuffer out_rows_, logits_;  // the output layer's gathered rows (bf16) and its logits
+  // Activations: x_, y_, qkv_, q_, attn_, gu_ fp32; xb_, attn_in_, h_ (GEMM inputs) of element_.
+  DeviceBuffer x_, y_, xb_, qkv_, q_, attn_, attn_in_, gu_, h_, attn_ws_, meta_, staging_;
+  DeviceBuffer out_rows_, logits_;  // the output layer's gathered rows (element_) and its logits
   DeviceBuffer sample_rows_, sample_out_, sample_ws_;
   PinnedBuffer meta_host_, logits_host_, payload_host_, sample_rows_host_, sample_out_host_;
 };

@@ -1,7 +1,10 @@
 // The CUDA backend's forward pass: embedding, the layers (cuBLASLt GEMMs, the attention
 // kernels, fused norms), then the output layer over every row that wants logits as one
 // classifier GEMM (the 1 GiB classifier of an 8B model streamed once per step, not once
-// per sequence).
+// per sequence). The layers are one template over the element type of the weights, GEMM
+// inputs and pool (bf16, or fp32 in the backend's fp32 mode).
+#include <type_traits>
+
 #include "kernels/cuda/generic_attention.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "worker/cuda_backend_internal.h"
@@ -11,24 +14,26 @@ namespace lazykv::cuda_backend {
 absl::Status CudaBackend::ReserveActivations(int rows) {
   if (rows <= activation_rows_) return absl::OkStatus();
   const size_t r = rows, dim = c_.dim, q = c_.q_dim(), kv = c_.kv_dim(), hidden = c_.hidden_dim;
+  const size_t m = cuda::ElementBytes(element_);
   RETURN_IF_ERROR(x_.Reserve(r * dim * sizeof(float)));
   RETURN_IF_ERROR(y_.Reserve(r * dim * sizeof(float)));
-  RETURN_IF_ERROR(xb_.Reserve(r * dim * sizeof(bf16)));
+  RETURN_IF_ERROR(xb_.Reserve(r * dim * m));
   RETURN_IF_ERROR(qkv_.Reserve(r * (q + 2 * kv) * sizeof(float)));
   RETURN_IF_ERROR(q_.Reserve(r * q * sizeof(float)));
   RETURN_IF_ERROR(attn_.Reserve(r * q * sizeof(float)));
-  RETURN_IF_ERROR(attn_bf_.Reserve(r * q * sizeof(bf16)));
+  if (element_ == cuda::Element::kBf16) RETURN_IF_ERROR(attn_in_.Reserve(r * q * m));  // fp32 reads attn_
   RETURN_IF_ERROR(gu_.Reserve(r * 2 * hidden * sizeof(float)));
-  RETURN_IF_ERROR(h_.Reserve(r * hidden * sizeof(bf16)));
+  RETURN_IF_ERROR(h_.Reserve(r * hidden * m));
   activation_rows_ = rows;
   return absl::OkStatus();
 }
 
-// The tensor-core kernels where they apply (head dims 64 and 128; decode when every step
-// has one token, prefill for power-of-two blocks of at least 16), the generic kernel else.
+// The tensor-core kernels where they apply (a bf16 pool, head dims 64 and 128; decode when
+// every step has one token, prefill for power-of-two blocks of at least 16), the generic
+// kernel else.
 absl::Status CudaBackend::Attention(cuda::PrefillAttentionParams& p, int rows, bool all_single,
                                     const int32_t* positions, int max_entries) {
-  const bool fast_dim = p.head_dim == 64 || p.head_dim == 128;
+  const bool fast_dim = p.kv_element == cuda::Element::kBf16 && (p.head_dim == 64 || p.head_dim == 128);
   const bool pow2_block = p.block_size >= 16 && (p.block_size & (p.block_size - 1)) == 0;
   if (fast_dim && all_single) {
     cuda::DecodeAttentionParams d = cuda::DecodeParamsFrom(p, positions, max_entries);
@@ -107,13 +112,17 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   RETURN_IF_ERROR(pack.Upload(meta_host_, meta_, stream_));
   auto meta = [&](size_t offset) { return meta_.as<int32_t>(offset * sizeof(int32_t)); };
 
-  const int dim = c_.dim, q_dim = c_.q_dim(), kv_dim = c_.kv_dim(), hidden = c_.hidden_dim;
-  float* x = x_.as<float>();
-  float* y = y_.as<float>();
-  bf16* xb = xb_.as<bf16>();
-  RETURN_IF_ERROR(Cuda(cuda::LaunchEmbeddingGather(w_->embedding(), meta(o_tokens), rows, dim, x, stream_), "embed"));
-  cuda::PrefillAttentionParams ap;
+  PassPlan plan;
+  plan.rows = rows;
+  plan.all_single = all_single;
+  plan.max_entries = max_entries;
+  plan.tokens = meta(o_tokens);
+  plan.last_pos = meta(o_last);
+  plan.out_rows = meta(o_out);
+  plan.n_out = static_cast<int>(out_rows.size());
+  cuda::PrefillAttentionParams& ap = plan.attention;
   ap.q = q_.as<float>();
+  ap.kv_element = element_;
   ap.block_ids = meta(o_ids);
   ap.block_tokens = meta(o_counts);
   ap.block_deltas = meta(o_deltas);
@@ -130,9 +139,10 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   ap.block_size = block_size_;
   ap.rope_style = RopeStyleIndex();
   ap.max_queries_per_seq = max_queries;
-  cuda::KvWriteParams kw;
+  cuda::KvWriteParams& kw = plan.kv_write;
   kw.qkv = qkv_.as<float>();
   kw.q_out = q_.as<float>();
+  kw.kv_element = element_;
   kw.slot_blocks = meta(o_sb);
   kw.slot_index = meta(o_si);
   kw.rope_positions = meta(o_rp);
@@ -143,45 +153,64 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   kw.head_dim = c_.head_dim;
   kw.block_size = block_size_;
   kw.rope_style = RopeStyleIndex();
+  return element_ == cuda::Element::kFp32 ? RunLayers<float>(plan) : RunLayers<bf16>(plan);
+}
 
+template <typename T>
+absl::Status CudaBackend::RunLayers(PassPlan& plan) {
+  const int rows = plan.rows, dim = c_.dim, q_dim = c_.q_dim(), kv_dim = c_.kv_dim(), hidden = c_.hidden_dim;
+  float* x = x_.as<float>();
+  float* y = y_.as<float>();
+  T* xb = xb_.as<T>();
+  auto matrix = [](const void* w) { return static_cast<const T*>(w); };
+  RETURN_IF_ERROR(
+      Cuda(cuda::LaunchEmbeddingGather(matrix(w_->embedding()), plan.tokens, rows, dim, x, stream_), "embed"));
+  cuda::PrefillAttentionParams& ap = plan.attention;
+  cuda::KvWriteParams& kw = plan.kv_write;
   for (int l = 0; l < c_.n_layers; ++l) {
     const DeviceLayer& lw = w_->layer(l);
     RETURN_IF_ERROR(Cuda(cuda::LaunchResidualRmsNorm(x, l == 0 ? nullptr : y, lw.attn_norm, rows, dim, c_.norm_eps,
                                                      xb, stream_),
                          "attention norm"));
-    RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, lw.wqkv, q_dim + 2 * kv_dim, qkv_.as<float>()));
+    RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.wqkv), q_dim + 2 * kv_dim, qkv_.as<float>()));
     kw.k_pool = KPool(l);
     kw.v_pool = VPool(l);
     RETURN_IF_ERROR(Cuda(cuda::LaunchKvWrite(kw, stream_), "KV write"));
     ap.k_pool = KPool(l);
     ap.v_pool = VPool(l);
-    RETURN_IF_ERROR(Attention(ap, rows, all_single, meta(o_last), max_entries));
-    RETURN_IF_ERROR(Cuda(cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(rows) * q_dim, attn_bf_.as<bf16>(),
-                                            stream_),
-                         "attention output"));
-    RETURN_IF_ERROR(gemm_->Run(attn_bf_.as<bf16>(), rows, q_dim, lw.wo, dim, y));
+    RETURN_IF_ERROR(Attention(ap, rows, plan.all_single, plan.last_pos, plan.max_entries));
+    const T* attention_out;
+    if constexpr (std::is_same_v<T, float>) {
+      attention_out = attn_.as<float>();
+    } else {
+      RETURN_IF_ERROR(Cuda(cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(rows) * q_dim, attn_in_.as<T>(),
+                                              stream_),
+                           "attention output"));
+      attention_out = attn_in_.as<T>();
+    }
+    RETURN_IF_ERROR(gemm_->Run(attention_out, rows, q_dim, matrix(lw.wo), dim, y));
     RETURN_IF_ERROR(
         Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.ffn_norm, rows, dim, c_.norm_eps, xb, stream_), "ffn norm"));
-    RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, lw.w_gate_up, 2 * hidden, gu_.as<float>()));
-    RETURN_IF_ERROR(Cuda(cuda::LaunchSwiGlu(gu_.as<float>(), rows, hidden, h_.as<bf16>(), stream_), "SwiGLU"));
-    RETURN_IF_ERROR(gemm_->Run(h_.as<bf16>(), rows, hidden, lw.w_down, dim, y));
+    RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.w_gate_up), 2 * hidden, gu_.as<float>()));
+    RETURN_IF_ERROR(Cuda(cuda::LaunchSwiGlu(gu_.as<float>(), rows, hidden, h_.as<T>(), stream_), "SwiGLU"));
+    RETURN_IF_ERROR(gemm_->Run(h_.as<T>(), rows, hidden, matrix(lw.w_down), dim, y));
   }
 
-  if (out_rows.empty()) return absl::OkStatus();
+  if (plan.n_out == 0) return absl::OkStatus();
   // The output layer: the final norm, then the wanted rows gathered into one matrix (unless
   // they are every row already) for one classifier GEMM.
-  const int n_out = static_cast<int>(out_rows.size());
+  const int n_out = plan.n_out;
   RETURN_IF_ERROR(
       Cuda(cuda::LaunchResidualRmsNorm(x, y, w_->final_norm(), rows, dim, c_.norm_eps, xb, stream_), "final norm"));
-  const bf16* classifier_in = xb;
+  const T* classifier_in = xb;
   if (n_out != rows) {
-    RETURN_IF_ERROR(out_rows_.Reserve(static_cast<size_t>(n_out) * dim * sizeof(bf16)));
+    RETURN_IF_ERROR(out_rows_.Reserve(static_cast<size_t>(n_out) * dim * sizeof(T)));
     RETURN_IF_ERROR(
-        Cuda(cuda::LaunchGatherRows(xb, meta(o_out), n_out, dim, out_rows_.as<bf16>(), stream_), "output rows"));
-    classifier_in = out_rows_.as<bf16>();
+        Cuda(cuda::LaunchGatherRows(xb, plan.out_rows, n_out, dim, out_rows_.as<T>(), stream_), "output rows"));
+    classifier_in = out_rows_.as<T>();
   }
   RETURN_IF_ERROR(logits_.Reserve(static_cast<size_t>(n_out) * c_.vocab_size * sizeof(float)));
-  return gemm_->Run(classifier_in, n_out, dim, w_->output_matrix(), c_.vocab_size, logits_.as<float>());
+  return gemm_->Run(classifier_in, n_out, dim, matrix(w_->output_matrix()), c_.vocab_size, logits_.as<float>());
 }
 
 }  // namespace lazykv::cuda_backend

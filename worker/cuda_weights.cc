@@ -1,5 +1,6 @@
 #include "worker/cuda_weights.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "absl/strings/numbers.h"
@@ -39,13 +40,13 @@ DeviceWeights::~DeviceWeights() {
 absl::Status DeviceWeights::Allocate() {
   const ModelConfig& c = config_;
   const size_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), hidden = c.hidden_dim, vocab = c.vocab_size;
-  const size_t bf = sizeof(__nv_bfloat16), fp = sizeof(float);
-  const size_t per_layer = 2 * Align(dim * fp) + Align((q + 2 * kv) * dim * bf) + Align(dim * q * bf) +
-                           Align(2 * hidden * dim * bf) + Align(dim * hidden * bf);
-  bytes_ = Align(vocab * dim * bf) * (c.shared_classifier ? 1 : 2) + Align(dim * fp) + per_layer * c.n_layers;
+  const size_t m = cuda::ElementBytes(element_), fp = sizeof(float);
+  const size_t per_layer = 2 * Align(dim * fp) + Align((q + 2 * kv) * dim * m) + Align(dim * q * m) +
+                           Align(2 * hidden * dim * m) + Align(dim * hidden * m);
+  bytes_ = Align(vocab * dim * m) * (c.shared_classifier ? 1 : 2) + Align(dim * fp) + per_layer * c.n_layers;
   if (cudaError_t e = cudaMalloc(&base_, bytes_); e != cudaSuccess) {
-    return absl::ResourceExhaustedError(absl::StrFormat("%.2f GiB of bf16 weights on the GPU: %s",
-                                                        bytes_ / 1073741824.0, cudaGetErrorString(e)));
+    return absl::ResourceExhaustedError(absl::StrFormat("%.2f GiB of %s weights on the GPU: %s", bytes_ / 1073741824.0,
+                                                        cuda::ElementName(element_), cudaGetErrorString(e)));
   }
   char* next = static_cast<char*>(base_);
   auto take = [&](size_t bytes) {
@@ -53,91 +54,100 @@ absl::Status DeviceWeights::Allocate() {
     next += Align(bytes);
     return p;
   };
-  embedding_ = reinterpret_cast<__nv_bfloat16*>(take(vocab * dim * bf));
-  if (!c.shared_classifier) classifier_ = reinterpret_cast<__nv_bfloat16*>(take(vocab * dim * bf));
+  embedding_ = take(vocab * dim * m);
+  if (!c.shared_classifier) classifier_ = take(vocab * dim * m);
   final_norm_ = reinterpret_cast<float*>(take(dim * fp));
   layers_.resize(c.n_layers);
   for (DeviceLayer& l : layers_) {
     l.attn_norm = reinterpret_cast<float*>(take(dim * fp));
     l.ffn_norm = reinterpret_cast<float*>(take(dim * fp));
-    l.wqkv = reinterpret_cast<__nv_bfloat16*>(take((q + 2 * kv) * dim * bf));
-    l.wo = reinterpret_cast<__nv_bfloat16*>(take(dim * q * bf));
-    l.w_gate_up = reinterpret_cast<__nv_bfloat16*>(take(2 * hidden * dim * bf));
-    l.w_down = reinterpret_cast<__nv_bfloat16*>(take(dim * hidden * bf));
+    l.wqkv = take((q + 2 * kv) * dim * m);
+    l.wo = take(dim * q * m);
+    l.w_gate_up = take(2 * hidden * dim * m);
+    l.w_down = take(dim * hidden * m);
   }
   return absl::OkStatus();
 }
 
-void DeviceWeights::Destination(const std::string& name, __nv_bfloat16** bf16, float** fp32) {
-  *bf16 = nullptr;
-  *fp32 = nullptr;
+void* DeviceWeights::Destination(const std::string& name, bool* is_matrix) {
   const size_t dim = config_.dim, q = config_.q_dim(), kv = config_.kv_dim(), hidden = config_.hidden_dim;
-  if (name == "embedding") { *bf16 = embedding_; return; }
-  if (name == "classifier") { *bf16 = classifier_; return; }
-  if (name == "final_norm") { *fp32 = final_norm_; return; }
+  const size_t m = cuda::ElementBytes(element_);
+  auto at = [m](void* matrix, size_t elements) { return static_cast<char*>(matrix) + elements * m; };
+  *is_matrix = true;
+  if (name == "embedding") return embedding_;
+  if (name == "classifier") return classifier_;
+  *is_matrix = false;
+  if (name == "final_norm") return final_norm_;
   // "layers.L.NAME"
   std::vector<std::string> parts = absl::StrSplit(name, '.');
   int l = 0;
-  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &l)) return;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &l) || l < 0 || l >= config_.n_layers) return nullptr;
   DeviceLayer& layer = layers_[l];
   const std::string& t = parts[2];
-  if (t == "attn_norm") *fp32 = layer.attn_norm;
-  if (t == "ffn_norm") *fp32 = layer.ffn_norm;
-  if (t == "wq") *bf16 = layer.wqkv;
-  if (t == "wk") *bf16 = layer.wqkv + q * dim;
-  if (t == "wv") *bf16 = layer.wqkv + (q + kv) * dim;
-  if (t == "wo") *bf16 = layer.wo;
-  if (t == "w_gate") *bf16 = layer.w_gate_up;
-  if (t == "w_up") *bf16 = layer.w_gate_up + hidden * dim;
-  if (t == "w_down") *bf16 = layer.w_down;
+  if (t == "attn_norm") return layer.attn_norm;
+  if (t == "ffn_norm") return layer.ffn_norm;
+  *is_matrix = true;
+  if (t == "wq") return layer.wqkv;
+  if (t == "wk") return at(layer.wqkv, q * dim);
+  if (t == "wv") return at(layer.wqkv, (q + kv) * dim);
+  if (t == "wo") return layer.wo;
+  if (t == "w_gate") return layer.w_gate_up;
+  if (t == "w_up") return at(layer.w_gate_up, hidden * dim);
+  if (t == "w_down") return layer.w_down;
+  return nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const ModelWeights& weights) {
-  std::unique_ptr<DeviceWeights> d(new DeviceWeights(weights.config));
+absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const ModelWeights& weights,
+                                                                      cuda::Element element) {
+  std::unique_ptr<DeviceWeights> d(new DeviceWeights(weights.config, element));
   if (absl::Status s = d->Allocate(); !s.ok()) return s;
   d->content_hash_ = weights.content_hash;
   absl::Status status;
   std::vector<__nv_bfloat16> staging;
   ForEachTensor(weights, [&](const std::string& name, const std::vector<float>& t, size_t) {
     if (!status.ok()) return;
-    __nv_bfloat16* bf = nullptr;
-    float* fp = nullptr;
-    d->Destination(name, &bf, &fp);
-    if (fp != nullptr) {
-      status = CudaStatus(cudaMemcpy(fp, t.data(), t.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
-    } else if (bf != nullptr) {
+    bool is_matrix = false;
+    void* dst = d->Destination(name, &is_matrix);
+    if (dst == nullptr) {
+      status = absl::InternalError(absl::StrFormat("no device place for tensor %s", name));
+    } else if (!is_matrix || element == cuda::Element::kFp32) {
+      status = CudaStatus(cudaMemcpy(dst, t.data(), t.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
+    } else {
       staging.resize(t.size());
       for (size_t i = 0; i < t.size(); ++i) staging[i] = __float2bfloat16(t[i]);
-      status = CudaStatus(cudaMemcpy(bf, staging.data(), t.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice),
+      status = CudaStatus(cudaMemcpy(dst, staging.data(), t.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice),
                           "upload");
-    } else {
-      status = absl::InternalError(absl::StrFormat("no device place for tensor %s", name));
     }
   });
   if (!status.ok()) return status;
   return d;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Synthetic(const ModelConfig& config, uint64_t seed) {
+absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Synthetic(const ModelConfig& config, uint64_t seed,
+                                                                         cuda::Element element) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
-  std::unique_ptr<DeviceWeights> d(new DeviceWeights(config));
+  std::unique_ptr<DeviceWeights> d(new DeviceWeights(config, element));
   if (absl::Status s = d->Allocate(); !s.ok()) return s;
   d->content_hash_ = SyntheticContentHash(config, seed);
   uint64_t index = 0;
   for (const auto& [name, n] : TensorList(config)) {
     const SyntheticTensorDraw draw = SyntheticDrawFor(config, seed, name, ++index);
-    __nv_bfloat16* bf = nullptr;
-    float* fp = nullptr;
-    d->Destination(name, &bf, &fp);
-    if (bf == nullptr && fp == nullptr) return absl::InternalError(absl::StrFormat("no device place for %s", name));
-    if (absl::Status s = CudaStatus(cuda::LaunchSyntheticFill(draw.state, n, draw.scale, draw.is_norm, bf, fp, nullptr),
-                                    "synthetic fill");
+    bool is_matrix = false;
+    void* dst = d->Destination(name, &is_matrix);
+    if (dst == nullptr) return absl::InternalError(absl::StrFormat("no device place for %s", name));
+    const bool bf16 = is_matrix && element == cuda::Element::kBf16;
+    __nv_bfloat16* out_bf16 = bf16 ? static_cast<__nv_bfloat16*>(dst) : nullptr;
+    float* out_fp32 = bf16 ? nullptr : static_cast<float*>(dst);
+    if (absl::Status s = CudaStatus(
+            cuda::LaunchSyntheticFill(draw.state, n, draw.scale, draw.is_norm, out_bf16, out_fp32, nullptr),
+            "synthetic fill");
         !s.ok()) {
       return s;
     }
   }
   if (absl::Status s = CudaStatus(cudaDeviceSynchronize(), "synthetic weights"); !s.ok()) return s;
-  spdlog::info("synthetic weights drawn on the GPU: {:.2f} GiB bf16", d->bytes_ / 1073741824.0);
+  spdlog::info("synthetic weights drawn on the GPU: {:.2f} GiB {}", d->bytes_ / 1073741824.0,
+               cuda::ElementName(element));
   return d;
 }
 

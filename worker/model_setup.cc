@@ -41,6 +41,13 @@ absl::StatusOr<Device> ParseDevice(std::string_view name) {
   return absl::InvalidArgumentError(absl::StrFormat("unknown device '%s'; expected cpu, cuda or auto", name));
 }
 
+absl::StatusOr<ModelDtype> ParseModelDtype(std::string_view name) {
+  if (name == "auto") return ModelDtype::kAuto;
+  if (name == "bf16" || name == "bfloat16") return ModelDtype::kBf16;
+  if (name == "fp32" || name == "float32") return ModelDtype::kFp32;
+  return absl::InvalidArgumentError(absl::StrFormat("unknown --dtype '%s'; expected bf16, fp32 or auto", name));
+}
+
 std::string DefaultCacheDir() {
   if (const char* dir = std::getenv("LAZYKV_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
@@ -105,23 +112,29 @@ absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& o
   ASSIGN_OR_RETURN(const bool cuda, UseCuda(options.device));
 #ifdef LAZYKV_WITH_CUDA
   if (cuda) {
+    const CudaBackendOptions cuda_options{
+        .precision = options.dtype == ModelDtype::kFp32 ? CudaPrecision::kFp32 : CudaPrecision::kBf16};
     if (options.model.starts_with("synthetic:")) {
       // Drawn on the GPU: no host copy of (say) Llama-3-8B's weights.
       ASSIGN_OR_RETURN(const SyntheticSpec spec, ParseSyntheticSpec(options.model));
       *config = spec.config;
-      ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CudaKvBytesPerBlock(spec.config, options.block_size)));
-      return CreateSyntheticCudaBackend(spec.config, spec.seed, options.block_size, blocks);
+      ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CudaKvBytesPerBlock(spec.config, options.block_size,
+                                                                                 cuda_options.precision)));
+      return CreateSyntheticCudaBackend(spec.config, spec.seed, options.block_size, blocks, cuda_options);
     }
     ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
     *config = weights.config;
-    ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CudaKvBytesPerBlock(weights.config, options.block_size)));
-    return CreateCudaBackend(weights, options.block_size, blocks);
+    ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CudaKvBytesPerBlock(weights.config, options.block_size,
+                                                                               cuda_options.precision)));
+    return CreateCudaBackend(weights, options.block_size, blocks, cuda_options);
   }
 #endif
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
   *config = weights.config;
   ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CpuKvBytesPerBlock(weights.config, options.block_size)));
-  return CreateCpuBackend(std::move(weights), options.block_size, blocks);
+  const CpuBackendOptions cpu_options{
+      .numerics = options.dtype == ModelDtype::kBf16 ? CpuNumerics::kBf16LikeCuda : CpuNumerics::kFp32};
+  return CreateCpuBackend(std::move(weights), options.block_size, blocks, cpu_options);
 }
 
 absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {

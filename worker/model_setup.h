@@ -29,15 +29,22 @@ std::string DefaultCacheDir();
 
 absl::StatusOr<std::shared_ptr<ChunkResolver>> SetUpCacheTier(const CacheTierSetup& setup);
 
-// Where the model runs: the fp32 CPU backend, the bf16 CUDA backend, or CUDA when this
-// build has it and a GPU is present.
+// Where the model runs: the CPU backend, the CUDA backend, or CUDA when this build has it
+// and a GPU is present.
 enum class Device { kCpu, kCuda, kAuto };
 absl::StatusOr<Device> ParseDevice(std::string_view name);  // "cpu", "cuda", "auto"
+
+// The precision the model runs in. kAuto: bf16 on the GPU (the serving precision), fp32 on
+// the CPU. kBf16 on the CPU is its GPU-like numerics (CpuNumerics::kBf16LikeCuda); kFp32
+// on the GPU is CudaPrecision::kFp32. The KV dtype, and so the chunk keys, follow it.
+enum class ModelDtype { kAuto, kBf16, kFp32 };
+absl::StatusOr<ModelDtype> ParseModelDtype(std::string_view name);  // "auto", "bf16", "fp32"
 
 struct ModelSetupOptions {
   std::string model;      // path, HF directory, or synthetic:NAME[:SEED]
   std::string tokenizer;  // empty: next to the model, or bytes for synthetic models
   Device device = Device::kAuto;
+  ModelDtype dtype = ModelDtype::kAuto;
   int block_size = 16;
   uint64_t kv_pool_bytes = 256ull << 20;
   EngineOptions engine;

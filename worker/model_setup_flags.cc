@@ -9,6 +9,8 @@ const char kModelSetupUsage[] = R"(  --model PATH|synthetic:NAME  llama2.c .bin,
   --tokenizer PATH       llama2.c tokenizer.bin or SentencePiece .model (default: next to the model)
   --mode MODE            none | prefix | block | lazy (default lazy)
   --device D             cpu | cuda | auto (default auto: cuda when this build has it and a GPU is present)
+  --dtype T              bf16 | fp32 | auto: the precision of weights, activations between GEMMs and KV
+                         (default auto: bf16 on cuda, fp32 on cpu; bf16 on cpu rounds where cuda does)
   --block-size N         KV block size in tokens (default 16)
   --kv-pool BYTES        KV pool size (default 256MiB)
   --max-prefill-tokens N prefill tokens per scheduling step (default 512)
@@ -30,6 +32,10 @@ void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
   });
   parser.Add("--device", [&s](const std::string& v) -> absl::Status {
     ASSIGN_OR_RETURN(s.device, ParseDevice(v));
+    return absl::OkStatus();
+  });
+  parser.Add("--dtype", [&s](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(s.dtype, ParseModelDtype(v));
     return absl::OkStatus();
   });
   parser.AddInt("--block-size", &s.block_size);

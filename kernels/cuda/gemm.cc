@@ -57,8 +57,8 @@ Gemm::~Gemm() {
   if (workspace_) cudaFree(workspace_);
 }
 
-absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(int rows, int in, int out, float beta) {
-  const auto key = std::make_tuple(rows, in, out, beta != 0.0f);
+absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(int rows, int in, int out, float beta, bool fp32_inputs) {
+  const auto key = std::make_tuple(rows, in, out, beta != 0.0f, fp32_inputs);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   auto plan = std::make_unique<Plan>();
   plan->api = api_;
@@ -67,8 +67,9 @@ absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(int rows, int in, int out, float beta)
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   api_->LtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a));
   api_->LtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b));
-  api_->LtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, in, out, in);
-  api_->LtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, in, rows, in);
+  const cudaDataType input_type = fp32_inputs ? CUDA_R_32F : CUDA_R_16BF;
+  api_->LtMatrixLayoutCreate(&plan->a, input_type, in, out, in);
+  api_->LtMatrixLayoutCreate(&plan->b, input_type, in, rows, in);
   api_->LtMatrixLayoutCreate(&plan->c, CUDA_R_32F, out, rows, out);
   cublasLtMatmulPreference_t pref;
   api_->LtMatmulPreferenceCreate(&pref);
@@ -86,11 +87,11 @@ absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(int rows, int in, int out, float beta)
   return raw;
 }
 
-absl::Status Gemm::Run(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
-                       float beta) {
+absl::Status Gemm::RunTyped(const void* x, int rows, int in, const void* w, int out, float* y, float beta,
+                            bool fp32_inputs) {
   if (rows < 0 || in <= 0 || out <= 0) return absl::InvalidArgumentError("GEMM shape");
   if (rows == 0) return absl::OkStatus();
-  auto plan = PlanFor(rows, in, out, beta);
+  auto plan = PlanFor(rows, in, out, beta, fp32_inputs);
   if (!plan.ok()) return plan.status();
   const float alpha = 1.0f;
   if ((*plan)->use_lt) {
@@ -100,8 +101,9 @@ absl::Status Gemm::Run(const __nv_bfloat16* x, int rows, int in, const __nv_bflo
     if (s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasLtMatmul");
     return absl::OkStatus();
   }
+  const cudaDataType input_type = fp32_inputs ? CUDA_R_32F : CUDA_R_16BF;
   const cublasStatus_t s = api_->GemmEx(static_cast<cublasHandle_t>(blas_), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in,
-                                        &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in, &beta, y, CUDA_R_32F, out,
+                                        &alpha, w, input_type, in, x, input_type, in, &beta, y, CUDA_R_32F, out,
                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasGemmEx");
   return absl::OkStatus();

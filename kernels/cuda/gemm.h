@@ -1,5 +1,6 @@
-// Y = X W^T on the GPU through cuBLASLt: X bf16 [rows][in], W bf16 [out][in] (PyTorch
-// layout), Y fp32 [rows][out], fp32 accumulation (CPU twin: cpu::MatmulTransposed).
+// Y = X W^T on the GPU through cuBLASLt: X [rows][in] and W [out][in] (PyTorch layout)
+// both bf16 or both fp32, Y fp32 [rows][out], fp32 accumulation (CPU twin:
+// cpu::MatmulTransposed). fp32 inputs run in true fp32 (CUBLAS_COMPUTE_32F, never TF32).
 // cuBLASLt picks the kernel by heuristic once per shape; where it offers none (odd
 // leading dimensions), plain cuBLAS (cublasGemmEx) runs the product instead. Both are
 // opened at Create (cublas_api.h), not linked.
@@ -29,12 +30,19 @@ class Gemm {
 
   // y = x w^T (beta = 0) or y += x w^T (beta = 1).
   absl::Status Run(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
-                   float beta = 0.0f);
+                   float beta = 0.0f) {
+    return RunTyped(x, rows, in, w, out, y, beta, /*fp32_inputs=*/false);
+  }
+  absl::Status Run(const float* x, int rows, int in, const float* w, int out, float* y, float beta = 0.0f) {
+    return RunTyped(x, rows, in, w, out, y, beta, /*fp32_inputs=*/true);
+  }
 
  private:
   struct Plan;
   Gemm() = default;
-  absl::StatusOr<Plan*> PlanFor(int rows, int in, int out, float beta);
+  absl::Status RunTyped(const void* x, int rows, int in, const void* w, int out, float* y, float beta,
+                        bool fp32_inputs);
+  absl::StatusOr<Plan*> PlanFor(int rows, int in, int out, float beta, bool fp32_inputs);
 
   const CublasApi* api_ = nullptr;  // cuBLAS opened on first use (cublas_api.h)
   cudaStream_t stream_ = nullptr;
@@ -42,7 +50,7 @@ class Gemm {
   void* blas_ = nullptr;    // cublasHandle_t (fallback)
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  std::map<std::tuple<int, int, int, bool>, std::unique_ptr<Plan>> plans_;
+  std::map<std::tuple<int, int, int, bool, bool>, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace lazykv::cuda

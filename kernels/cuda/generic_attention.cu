@@ -6,6 +6,7 @@
 
 #include <cfloat>
 
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/generic_attention.h"
 #include "kernels/cuda/rope_device.cuh"
 
@@ -36,6 +37,7 @@ __device__ float BlockSum(float v, float* scratch) {
   return s;
 }
 
+template <typename T>
 __global__ void GenericAttentionKernel(PrefillAttentionParams p, float scale) {
   const int row = blockIdx.x, head = blockIdx.y;
   const int hd = p.head_dim, half = hd / 2;
@@ -50,8 +52,8 @@ __global__ void GenericAttentionKernel(PrefillAttentionParams p, float scale) {
   const int kv_head = head / (p.n_heads / p.n_kv_heads);
   const size_t kv_width = static_cast<size_t>(p.n_kv_heads) * hd;
   const float* q_raw = p.q + (static_cast<size_t>(row) * p.n_heads + head) * hd;
-  const __nv_bfloat16* k_pool = static_cast<const __nv_bfloat16*>(p.k_pool);
-  const __nv_bfloat16* v_pool = static_cast<const __nv_bfloat16*>(p.v_pool);
+  const T* k_pool = static_cast<const T*>(p.k_pool);
+  const T* v_pool = static_cast<const T*>(p.v_pool);
 
   __shared__ float q_rot[kMaxHeadDim];
   __shared__ float probs[kThreads];
@@ -86,9 +88,9 @@ __global__ void GenericAttentionKernel(PrefillAttentionParams p, float scale) {
       const int t = t0 + threadIdx.x;
       float score = -FLT_MAX;
       if (t < visible) {
-        const __nv_bfloat16* k = k_pool + block_base + static_cast<size_t>(t) * kv_width;
+        const T* k = k_pool + block_base + static_cast<size_t>(t) * kv_width;
         float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot += q_rot[d] * __bfloat162float(k[d]);
+        for (int d = 0; d < hd; ++d) dot += q_rot[d] * ToFloat(k[d]);
         score = dot * scale;
       }
       const float tile_max = BlockMax(score, scratch);
@@ -104,8 +106,8 @@ __global__ void GenericAttentionKernel(PrefillAttentionParams p, float scale) {
         const int d = threadIdx.x + j * kThreads;
         if (d >= hd) break;
         float a = acc[j] * correction;
-        const __nv_bfloat16* v = v_pool + block_base + static_cast<size_t>(t0) * kv_width + d;
-        for (int u = 0; u < tile; ++u) a += probs[u] * __bfloat162float(v[static_cast<size_t>(u) * kv_width]);
+        const T* v = v_pool + block_base + static_cast<size_t>(t0) * kv_width + d;
+        for (int u = 0; u < tile; ++u) a += probs[u] * ToFloat(v[static_cast<size_t>(u) * kv_width]);
         acc[j] = a;
       }
       __syncthreads();  // probs is rewritten by the next tile
@@ -129,7 +131,12 @@ cudaError_t LaunchGenericPagedAttention(const PrefillAttentionParams& p, int tot
   }
   if (total_queries == 0) return cudaSuccess;
   const float scale = 1.0f / sqrtf(static_cast<float>(p.head_dim));
-  GenericAttentionKernel<<<dim3(total_queries, p.n_heads), kThreads, 0, stream>>>(p, scale);
+  const dim3 grid(total_queries, p.n_heads);
+  if (p.kv_element == Element::kFp32) {
+    GenericAttentionKernel<float><<<grid, kThreads, 0, stream>>>(p, scale);
+  } else {
+    GenericAttentionKernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p, scale);
+  }
   return cudaGetLastError();
 }
 

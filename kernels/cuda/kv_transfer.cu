@@ -1,27 +1,40 @@
 // Chunk payload <-> pool blocks on the GPU (CPU twin: CpuBackend's ForEachBlockRun
 // memcpys). One CTA per (block, K|V, layer) copies the block's rows, which are contiguous
-// on both sides: in 16-byte vectors when a row is a multiple of 8 bf16 values, else by
-// element.
+// on both sides: in 16-byte vectors when a row is a whole number of them, else by element.
 #include "kernels/cuda/model_ops.h"
 
 namespace lazykv::cuda {
 namespace {
 
-template <typename T>
+// E: the element type; T: the unit each thread copies (E itself, or a 16-byte vector).
+template <typename E, typename T>
 __global__ void KvTransferKernel(KvTransferParams p) {
   const int i = blockIdx.x, kind = blockIdx.y, layer = p.first_layer + blockIdx.z;
   const size_t kv_dim = p.kv_dim;
   const size_t plane = static_cast<size_t>(p.chunk_tokens) * kv_dim;
-  __nv_bfloat16* payload = p.payload + (2 * static_cast<size_t>(layer) + kind) * plane +
-                           static_cast<size_t>(p.token_offsets[i]) * kv_dim;
+  E* payload = static_cast<E*>(p.payload) + (2 * static_cast<size_t>(layer) + kind) * plane +
+               static_cast<size_t>(p.token_offsets[i]) * kv_dim;
   const size_t layer_elems = static_cast<size_t>(p.pool_blocks) * p.block_size * kv_dim;
-  __nv_bfloat16* pool = (kind == 0 ? p.k_pool : p.v_pool) + layer * layer_elems +
-                        static_cast<size_t>(p.block_ids[i]) * p.block_size * kv_dim;
-  constexpr size_t kPer = sizeof(T) / sizeof(__nv_bfloat16);
+  E* pool = static_cast<E*>(kind == 0 ? p.k_pool : p.v_pool) + layer * layer_elems +
+            static_cast<size_t>(p.block_ids[i]) * p.block_size * kv_dim;
+  constexpr size_t kPer = sizeof(T) / sizeof(E);
   const size_t n = static_cast<size_t>(p.block_tokens[i]) * kv_dim / kPer;
   T* src = reinterpret_cast<T*>(p.to_pool ? payload : pool);
   T* dst = reinterpret_cast<T*>(p.to_pool ? pool : payload);
   for (size_t e = threadIdx.x; e < n; e += blockDim.x) dst[e] = src[e];
+}
+
+template <typename E>
+void Launch(const KvTransferParams& p, cudaStream_t stream) {
+  const dim3 grid(p.num_blocks_in_chunk, 2, p.num_layers);
+  constexpr int kPerVector = 16 / sizeof(E);
+  const bool aligned = p.kv_dim % kPerVector == 0 && reinterpret_cast<uintptr_t>(p.payload) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.k_pool) % 16 == 0 && reinterpret_cast<uintptr_t>(p.v_pool) % 16 == 0;
+  if (aligned) {
+    KvTransferKernel<E, int4><<<grid, 256, 0, stream>>>(p);
+  } else {
+    KvTransferKernel<E, E><<<grid, 256, 0, stream>>>(p);
+  }
 }
 
 }  // namespace
@@ -32,13 +45,10 @@ cudaError_t LaunchKvTransfer(const KvTransferParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.num_blocks_in_chunk == 0 || p.num_layers == 0) return cudaSuccess;
-  const dim3 grid(p.num_blocks_in_chunk, 2, p.num_layers);
-  const bool aligned = p.kv_dim % 8 == 0 && reinterpret_cast<uintptr_t>(p.payload) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.k_pool) % 16 == 0 && reinterpret_cast<uintptr_t>(p.v_pool) % 16 == 0;
-  if (aligned) {
-    KvTransferKernel<int4><<<grid, 256, 0, stream>>>(p);
+  if (p.element == Element::kFp32) {
+    Launch<float>(p, stream);
   } else {
-    KvTransferKernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(p);
+    Launch<__nv_bfloat16>(p, stream);
   }
   return cudaGetLastError();
 }

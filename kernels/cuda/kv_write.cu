@@ -1,13 +1,17 @@
 // The new tokens' K/V into the paged pool, keys rotated at their stored position, and
 // their raw q split out of the fused QKV output (CPU twin: the RotateHeads + memcpy in the
 // CPU backend's ForwardOne).
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/rope_device.cuh"
 
 namespace lazykv::cuda {
 namespace {
 
+template <typename T>
 __global__ void KvWriteKernel(KvWriteParams p) {
+  T* k_pool = static_cast<T*>(p.k_pool);
+  T* v_pool = static_cast<T*>(p.v_pool);
   const int r = blockIdx.x;
   const int hd = p.head_dim, half = hd / 2;
   const int q_dim = p.n_heads * hd, kv_dim = p.n_kv_heads * hd;
@@ -16,7 +20,7 @@ __global__ void KvWriteKernel(KvWriteParams p) {
   for (int i = threadIdx.x; i < q_dim; i += blockDim.x) p.q_out[static_cast<size_t>(r) * q_dim + i] = row[i];
   const float* k = row + q_dim;
   const float* v = row + q_dim + kv_dim;
-  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) p.v_pool[slot + i] = __float2bfloat16(v[i]);
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) v_pool[slot + i] = FromFloat<T>(v[i]);
   const long long position = p.rope_positions[r];
   for (int idx = threadIdx.x; idx < p.n_kv_heads * half; idx += blockDim.x) {
     const int head = idx / half, i = idx % half;
@@ -25,8 +29,8 @@ __global__ void KvWriteKernel(KvWriteParams p) {
     float s, c;
     RopeSinCos(p.inv_freq[i], position, &s, &c);
     const float x0 = k[head * hd + a], x1 = k[head * hd + b];
-    p.k_pool[slot + head * hd + a] = __float2bfloat16(x0 * c - x1 * s);
-    p.k_pool[slot + head * hd + b] = __float2bfloat16(x0 * s + x1 * c);
+    k_pool[slot + head * hd + a] = FromFloat<T>(x0 * c - x1 * s);
+    k_pool[slot + head * hd + b] = FromFloat<T>(x0 * s + x1 * c);
   }
 }
 
@@ -38,7 +42,11 @@ cudaError_t LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.rows == 0) return cudaSuccess;
-  KvWriteKernel<<<p.rows, 128, 0, stream>>>(p);
+  if (p.kv_element == Element::kFp32) {
+    KvWriteKernel<float><<<p.rows, 128, 0, stream>>>(p);
+  } else {
+    KvWriteKernel<__nv_bfloat16><<<p.rows, 128, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 

@@ -97,7 +97,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
   if (p.num_seqs <= 0 || p.num_seqs > 65535 || p.n_heads <= 0 || p.n_heads > 65535 || p.n_kv_heads <= 0 ||
       p.n_heads % p.n_kv_heads != 0 || (p.head_dim != 64 && p.head_dim != 128) || !pow2_block ||
       (p.rope_style != 0 && p.rope_style != 1) || p.max_queries_per_seq < 0 || QueryTiles(p) > 65535 ||
-      p.num_splits < 0) {
+      p.num_splits < 0 || p.kv_element != Element::kBf16) {
     return cudaErrorInvalidValue;
   }
   if (p.max_queries_per_seq == 0) return cudaSuccess;

@@ -23,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/element_type.h"
+
 namespace lazykv::cuda {
 
 // Device pointers. Block tables of all sequences are concatenated; sequence s owns
@@ -34,8 +36,9 @@ struct PrefillAttentionParams {
   // [total_queries][n_heads][head_dim] fp32, raw (unrotated). Sequence s owns rows
   // [query_offsets[s], query_offsets[s + 1]); its row i sits at position query_pos0[s] + i.
   const float* q = nullptr;
-  const void* k_pool = nullptr;  // bf16 [num_blocks][block_size][n_kv_heads][head_dim], one layer
+  const void* k_pool = nullptr;  // [num_blocks][block_size][n_kv_heads][head_dim], one layer
   const void* v_pool = nullptr;
+  Element kv_element = Element::kBf16;  // this kernel's pools are bf16; the generic one takes fp32 too
   const int32_t* block_ids = nullptr;
   const int32_t* block_tokens = nullptr;  // valid slots per entry
   const int32_t* block_deltas = nullptr;

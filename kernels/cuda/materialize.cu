@@ -1,18 +1,20 @@
 // The block baseline's materialize on the GPU (the CPU twin is cpu::CopyBlockRotated).
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/materialize.h"
 #include "kernels/cuda/rope_device.cuh"
 
 namespace lazykv::cuda {
 namespace {
 
+template <typename T>
 __global__ void MaterializeKernel(MaterializeParams p) {
   const int copy = blockIdx.x;
   const int src = p.src_blocks[copy], dst = p.dst_blocks[copy], n = p.num_tokens[copy], delta = p.deltas[copy];
   const int hd = p.head_dim, half = hd / 2;
-  __nv_bfloat16* k = static_cast<__nv_bfloat16*>(p.k_pool);
-  __nv_bfloat16* v = static_cast<__nv_bfloat16*>(p.v_pool);
+  T* k = static_cast<T*>(p.k_pool);
+  T* v = static_cast<T*>(p.v_pool);
   const size_t slot_width = static_cast<size_t>(p.n_kv_heads) * hd;
   const size_t src_base = static_cast<size_t>(src) * p.block_size * slot_width;
   const size_t dst_base = static_cast<size_t>(dst) * p.block_size * slot_width;
@@ -23,9 +25,9 @@ __global__ void MaterializeKernel(MaterializeParams p) {
     float s, c;
     RopeSinCos(p.inv_freq[i], delta, &s, &c);
     const size_t r = static_cast<size_t>(row) * hd;
-    const float x0 = __bfloat162float(k[src_base + r + a]), x1 = __bfloat162float(k[src_base + r + b]);
-    k[dst_base + r + a] = __float2bfloat16(x0 * c - x1 * s);
-    k[dst_base + r + b] = __float2bfloat16(x0 * s + x1 * c);
+    const float x0 = ToFloat(k[src_base + r + a]), x1 = ToFloat(k[src_base + r + b]);
+    k[dst_base + r + a] = FromFloat<T>(x0 * c - x1 * s);
+    k[dst_base + r + b] = FromFloat<T>(x0 * s + x1 * c);
   }
   for (size_t idx = threadIdx.x; idx < static_cast<size_t>(n) * slot_width; idx += blockDim.x) {
     v[dst_base + idx] = v[src_base + idx];
@@ -37,7 +39,11 @@ __global__ void MaterializeKernel(MaterializeParams p) {
 cudaError_t LaunchMaterialize(const MaterializeParams& p, cudaStream_t stream) {
   if (p.num_copies == 0) return cudaSuccess;
   if (p.num_copies < 0 || p.head_dim % 2 != 0 || p.block_size <= 0) return cudaErrorInvalidValue;
-  MaterializeKernel<<<p.num_copies, 256, 0, stream>>>(p);
+  if (p.kv_element == Element::kFp32) {
+    MaterializeKernel<float><<<p.num_copies, 256, 0, stream>>>(p);
+  } else {
+    MaterializeKernel<__nv_bfloat16><<<p.num_copies, 256, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/element_type.h"
+
 namespace lazykv::cuda {
 
 // The block baseline's materialize on the GPU: for each copy i, the first num_tokens[i]
@@ -12,6 +14,7 @@ namespace lazykv::cuda {
 struct MaterializeParams {
   void* k_pool = nullptr;
   void* v_pool = nullptr;
+  Element kv_element = Element::kBf16;
   const int32_t* src_blocks = nullptr;
   const int32_t* dst_blocks = nullptr;
   const int32_t* num_tokens = nullptr;

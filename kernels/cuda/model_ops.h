@@ -1,7 +1,9 @@
 // The small kernels of the Llama forward pass on the GPU (the attention kernels and the
 // GEMMs have their own headers). Activations between GEMMs are fp32 (the residual stream,
-// GEMM outputs); GEMM inputs are bf16. Each launcher checks its shapes and returns the
-// launch's cudaError_t. CPU twins: kernels/cpu/dense_ops.h, rope.h and the CPU backend.
+// GEMM outputs); GEMM inputs, weight matrices and the KV pool are bf16, or fp32 in the
+// backend's fp32 mode (element_type.h): the launchers that touch them come in both. Each
+// launcher checks its shapes and returns the launch's cudaError_t. CPU twins:
+// kernels/cpu/dense_ops.h, rope.h and the CPU backend.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,25 +12,34 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/element_type.h"
+
 namespace lazykv::cuda {
 
-// x[r] = table[tokens[r]] for `rows` rows of `dim` (bf16 table, fp32 rows). embedding.cu
+// x[r] = table[tokens[r]] for `rows` rows of `dim` (fp32 rows). embedding.cu
 cudaError_t LaunchEmbeddingGather(const __nv_bfloat16* table, const int32_t* tokens, int rows, int dim, float* x,
                                   cudaStream_t stream);
+cudaError_t LaunchEmbeddingGather(const float* table, const int32_t* tokens, int rows, int dim, float* x,
+                                  cudaStream_t stream);
 
-// dst[i] = src[rows[i]] for n rows of `dim` bf16 values (the output layer's rows, gathered
+// dst[i] = src[rows[i]] for n rows of `dim` values (the output layer's rows, gathered
 // into one matrix for one classifier GEMM). embedding.cu
 cudaError_t LaunchGatherRows(const __nv_bfloat16* src, const int32_t* rows, int n, int dim, __nv_bfloat16* dst,
                              cudaStream_t stream);
+cudaError_t LaunchGatherRows(const float* src, const int32_t* rows, int n, int dim, float* dst, cudaStream_t stream);
 
-// With `residual`: x[r] += residual[r] first (written back). Then out[r] = bf16(x[r] /
-// rms(x[r]) * weight). One pass over x for the add and the norm. rms_norm.cu
+// With `residual`: x[r] += residual[r] first (written back). Then out[r] = x[r] /
+// rms(x[r]) * weight (rounded to bf16 for a bf16 out). One pass over x for the add and
+// the norm. rms_norm.cu
 cudaError_t LaunchResidualRmsNorm(float* x, const float* residual, const float* weight, int rows, int dim, float eps,
                                   __nv_bfloat16* out, cudaStream_t stream);
+cudaError_t LaunchResidualRmsNorm(float* x, const float* residual, const float* weight, int rows, int dim, float eps,
+                                  float* out, cudaStream_t stream);
 
-// out[r][i] = bf16(silu(gu[r][i]) * gu[r][hidden + i]): gate and up side by side in one
-// row of 2 * hidden (the fused gate/up GEMM's output). swiglu.cu
+// out[r][i] = silu(gu[r][i]) * gu[r][hidden + i] (rounded for a bf16 out): gate and up
+// side by side in one row of 2 * hidden (the fused gate/up GEMM's output). swiglu.cu
 cudaError_t LaunchSwiGlu(const float* gu, int rows, int hidden, __nv_bfloat16* out, cudaStream_t stream);
+cudaError_t LaunchSwiGlu(const float* gu, int rows, int hidden, float* out, cudaStream_t stream);
 
 // out = bf16(in), n elements. swiglu.cu
 cudaError_t LaunchToBf16(const float* in, size_t n, __nv_bfloat16* out, cudaStream_t stream);
@@ -41,8 +52,9 @@ cudaError_t LaunchToBf16(const float* in, size_t n, __nv_bfloat16* out, cudaStre
 struct KvWriteParams {
   const float* qkv = nullptr;
   float* q_out = nullptr;
-  __nv_bfloat16* k_pool = nullptr;
-  __nv_bfloat16* v_pool = nullptr;
+  void* k_pool = nullptr;
+  void* v_pool = nullptr;
+  Element kv_element = Element::kBf16;
   const int32_t* slot_blocks = nullptr;
   const int32_t* slot_index = nullptr;
   const int32_t* rope_positions = nullptr;  // the position the key is stored at (position - delta)
@@ -61,9 +73,10 @@ cudaError_t LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
 // [first_layer, first_layer + num_layers). Block i of the chunk holds block_tokens[i]
 // tokens from slot 0, its first token is token_offsets[i] of the chunk. kv_transfer.cu
 struct KvTransferParams {
-  __nv_bfloat16* payload = nullptr;  // the whole chunk's payload
-  __nv_bfloat16* k_pool = nullptr;   // all layers: [n_layers][num_blocks][block_size][kv_dim]
-  __nv_bfloat16* v_pool = nullptr;
+  void* payload = nullptr;  // the whole chunk's payload
+  void* k_pool = nullptr;   // all layers: [n_layers][num_blocks][block_size][kv_dim]
+  void* v_pool = nullptr;
+  Element element = Element::kBf16;  // of the payload and the pool alike
   const int32_t* block_ids = nullptr;
   const int32_t* block_tokens = nullptr;
   const int32_t* token_offsets = nullptr;

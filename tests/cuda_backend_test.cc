@@ -214,8 +214,7 @@ TEST_P(SyntheticModelTest, LogitsWithinBf16ToleranceOfCpu) {
   std::mt19937_64 rng(seed);
   const ModelConfig config = *SyntheticConfig(GetParam());
   const ModelWeights weights = MakeSyntheticWeights(config, seed);
-  std::vector<std::vector<int32_t>> corpus;
-  for (int d = 0; d < 4; ++d) corpus.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(5, 70)(rng), config.vocab_size));
+  std::vector<std::vector<int32_t>> corpus = RandomDocuments(rng, config.vocab_size);
   double worst_cpu = 0, worst_like = 0, worst_block = 0;
   for (AttentionMode mode : {AttentionMode::kLazy, AttentionMode::kBlock, AttentionMode::kNone}) {
     auto gpu = EngineOn(CreateSyntheticCudaBackend(config, seed, 16, 1024), mode);
@@ -224,12 +223,7 @@ TEST_P(SyntheticModelTest, LogitsWithinBf16ToleranceOfCpu) {
     auto cpu_like = EngineOn(GpuLikeCpu(weights, 1024), mode);
     ASSERT_TRUE(gpu && gpu_block && cpu_like);
     for (int r = 0; r < 3; ++r) {
-      std::shuffle(corpus.begin(), corpus.end(), rng);
-      GenerateRequest request;
-      request.docs.assign(corpus.begin(), corpus.begin() + 3);
-      request.prompt = RandomTokens(rng, std::uniform_int_distribution<int>(1, 9)(rng), config.vocab_size);
-      request.sampling.max_tokens = 6;
-      request.record_logits = true;
+      const GenerateRequest request = RandomRagRequest(rng, corpus, config.vocab_size);
       auto g = gpu->Generate(request);
       auto c = cpu->Generate(request);
       auto b = gpu_block->Generate(request);

@@ -36,32 +36,32 @@ constexpr CudaBackendOptions kFp32{.precision = CudaPrecision::kFp32};
 constexpr double kFp32Tie = 1e-5;
 constexpr double kFp32Logits = 1e-4;
 
-struct Stories {
-  ModelWeights weights;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::vector<std::vector<int32_t>> corpus;
+// stories260K with its tokenizer, the story documents encoded, and a fresh seed.
+class CudaFp32StoriesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+    if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no ../shared/models";
+    auto weights = LoadLlama2cCheckpoint(ModelPath("stories260K.bin"));
+    auto tokenizer = LoadTokenizer(ModelPath("tok512.bin"));
+    ASSERT_TRUE(weights.ok() && tokenizer.ok()) << weights.status() << tokenizer.status();
+    weights_ = *std::move(weights);
+    tokenizer_ = *std::move(tokenizer);
+    for (const auto& text : StoryTexts()) corpus_.push_back(tokenizer_->Encode(text));
+    const uint64_t seed = FreshSeed();
+    std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+    rng_.seed(seed);
+  }
+
+  ModelWeights weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::vector<int32_t>> corpus_;
+  std::mt19937_64 rng_;
 };
 
-std::unique_ptr<Stories> LoadStories() {
-  auto weights = LoadLlama2cCheckpoint(ModelPath("stories260K.bin"));
-  auto tokenizer = LoadTokenizer(ModelPath("tok512.bin"));
-  EXPECT_TRUE(weights.ok() && tokenizer.ok());
-  if (!weights.ok() || !tokenizer.ok()) return nullptr;
-  auto s = std::make_unique<Stories>(Stories{*std::move(weights), *std::move(tokenizer), {}});
-  for (const auto& text : StoryTexts()) s->corpus.push_back(s->tokenizer->Encode(text));
-  return s;
-}
-
-TEST(CudaFp32BackendTest, StoriesGreedyEqualsCpu) {
-  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
-  if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no ../shared/models";
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
-  auto stories = LoadStories();
-  ASSERT_TRUE(stories);
-  auto gpu = EngineOn(CreateCudaBackend(stories->weights, 16, 1024, kFp32), AttentionMode::kLazy);
-  auto cpu = MakeEngine(stories->weights, AttentionMode::kLazy, 16, 1024);
+TEST_F(CudaFp32StoriesTest, GreedyEqualsCpu) {
+  auto gpu = EngineOn(CreateCudaBackend(weights_, 16, 1024, kFp32), AttentionMode::kLazy);
+  auto cpu = MakeEngine(weights_, AttentionMode::kLazy, 16, 1024);
   ASSERT_TRUE(gpu);
   // The bf16 test's four requests (three documents each, then the prompt), then four fresh
   // ones: random documents in a random order before a random prompt.
@@ -72,14 +72,14 @@ TEST(CudaFp32BackendTest, StoriesGreedyEqualsCpu) {
     const bool fixed = r < prompts.size();
     GenerateRequest request;
     if (fixed) {
-      for (size_t d = 0; d < 3; ++d) request.docs.push_back(stories->corpus[(r + d) % stories->corpus.size()]);
-      request.prompt = stories->tokenizer->Encode(prompts[r]);
+      for (size_t d = 0; d < 3; ++d) request.docs.push_back(corpus_[(r + d) % corpus_.size()]);
+      request.prompt = tokenizer_->Encode(prompts[r]);
     } else {
-      std::vector<std::vector<int32_t>> docs = stories->corpus;
-      std::shuffle(docs.begin(), docs.end(), rng);
-      docs.resize(std::uniform_int_distribution<size_t>(1, docs.size())(rng));
+      std::vector<std::vector<int32_t>> docs = corpus_;
+      std::shuffle(docs.begin(), docs.end(), rng_);
+      docs.resize(std::uniform_int_distribution<size_t>(1, docs.size())(rng_));
       request.docs = docs;
-      request.prompt = RandomTokens(rng, std::uniform_int_distribution<int>(1, 8)(rng), 512);
+      request.prompt = RandomTokens(rng_, std::uniform_int_distribution<int>(1, 8)(rng_), 512);
     }
     request.sampling.max_tokens = 120;
     request.record_logits = true;
@@ -107,25 +107,18 @@ TEST(CudaFp32BackendTest, StoriesGreedyEqualsCpu) {
   ExpectNoLeakedBlocks(*gpu);
 }
 
-TEST(CudaFp32BackendTest, LazyEqualsBlockOnStories) {
-  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
-  if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no ../shared/models";
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
-  auto stories = LoadStories();
-  ASSERT_TRUE(stories);
-  auto lazy = EngineOn(CreateCudaBackend(stories->weights, 16, 2048, kFp32), AttentionMode::kLazy);
-  auto block = EngineOn(CreateCudaBackend(stories->weights, 16, 2048, kFp32), AttentionMode::kBlock);
+TEST_F(CudaFp32StoriesTest, LazyEqualsBlock) {
+  auto lazy = EngineOn(CreateCudaBackend(weights_, 16, 2048, kFp32), AttentionMode::kLazy);
+  auto block = EngineOn(CreateCudaBackend(weights_, 16, 2048, kFp32), AttentionMode::kBlock);
   ASSERT_TRUE(lazy && block);
   size_t tokens = 0, agreed = 0;
   double worst_error = 0;
   for (int r = 0; r < 6; ++r) {
-    std::shuffle(stories->corpus.begin(), stories->corpus.end(), rng);
+    std::shuffle(corpus_.begin(), corpus_.end(), rng_);
     GenerateRequest request;
-    const int docs = std::uniform_int_distribution<int>(2, 5)(rng);
-    request.docs.assign(stories->corpus.begin(), stories->corpus.begin() + docs);
-    request.prompt = stories->tokenizer->Encode("One day");
+    const int docs = std::uniform_int_distribution<int>(2, 5)(rng_);
+    request.docs.assign(corpus_.begin(), corpus_.begin() + docs);
+    request.prompt = tokenizer_->Encode("One day");
     request.sampling.max_tokens = 60;
     request.record_logits = true;
     auto a = lazy->Generate(request);
@@ -158,22 +151,14 @@ TEST_P(Fp32SyntheticModelTest, LogitsWithinFp32NoiseOfCpu) {
   std::mt19937_64 rng(seed);
   const ModelConfig config = *SyntheticConfig(GetParam());
   const ModelWeights weights = MakeSyntheticWeights(config, seed);
-  std::vector<std::vector<int32_t>> corpus;
-  for (int d = 0; d < 4; ++d) {
-    corpus.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(5, 70)(rng), config.vocab_size));
-  }
+  std::vector<std::vector<int32_t>> corpus = RandomDocuments(rng, config.vocab_size);
   double worst = 0;
   for (AttentionMode mode : {AttentionMode::kLazy, AttentionMode::kBlock, AttentionMode::kNone}) {
     auto gpu = EngineOn(CreateSyntheticCudaBackend(config, seed, 16, 1024, kFp32), mode);
     auto cpu = MakeEngine(weights, mode, 16, 1024);
     ASSERT_TRUE(gpu);
     for (int r = 0; r < 3; ++r) {
-      std::shuffle(corpus.begin(), corpus.end(), rng);
-      GenerateRequest request;
-      request.docs.assign(corpus.begin(), corpus.begin() + 3);
-      request.prompt = RandomTokens(rng, std::uniform_int_distribution<int>(1, 9)(rng), config.vocab_size);
-      request.sampling.max_tokens = 6;
-      request.record_logits = true;
+      const GenerateRequest request = RandomRagRequest(rng, corpus, config.vocab_size);
       auto g = gpu->Generate(request);
       auto c = cpu->Generate(request);
       ASSERT_TRUE(g.ok() && c.ok()) << g.status() << c.status();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,28 @@ inline const std::vector<std::string>& StoryTexts() {
       "Anna found a shiny key under a tree. She wondered what it could open.",
   };
   return texts;
+}
+
+// `count` random documents of 5 to 70 tokens (the random-model tests' corpus).
+inline std::vector<std::vector<int32_t>> RandomDocuments(std::mt19937_64& rng, int vocab_size, int count = 4) {
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < count; ++d) {
+    docs.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(5, 70)(rng), vocab_size));
+  }
+  return docs;
+}
+
+// Three of `corpus` in a fresh order, then a random prompt of 1 to 9 tokens; 6 new tokens
+// with their logits recorded.
+inline GenerateRequest RandomRagRequest(std::mt19937_64& rng, std::vector<std::vector<int32_t>>& corpus,
+                                        int vocab_size) {
+  std::shuffle(corpus.begin(), corpus.end(), rng);
+  GenerateRequest request;
+  request.docs.assign(corpus.begin(), corpus.begin() + 3);
+  request.prompt = RandomTokens(rng, std::uniform_int_distribution<int>(1, 9)(rng), vocab_size);
+  request.sampling.max_tokens = 6;
+  request.record_logits = true;
+  return request;
 }
 
 inline size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {

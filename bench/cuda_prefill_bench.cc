@@ -1,6 +1,6 @@
 // Lazy paged prefill attention on the GPU against baselines measured in the same run:
-// the tensor-core ceiling of the instruction the kernel uses (a pure mma.sync m16n8k16
-// bf16 loop) and the same kernel with every delta 0 (rotation off: one query rotation per
+// a tensor-core ceiling (a pure mma.sync m16n8k16 bf16 loop; the kernel itself issues
+// wgmma, whose ceiling is higher: the cuBLAS GEMM's below) and the same kernel with every delta 0 (rotation off: one query rotation per
 // CTA instead of one per document). PyTorch SDPA on the same shapes is measured by
 // bench/sdpa_prefill_reference.py (which also measures the cuBLAS GEMM ceiling).
 //
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, sms);
 
-  // Ceiling of the kernel's instruction: mma.sync bf16, every SM busy.
+  // The mma.sync bf16 ceiling, every SM busy (a lower bound on wgmma's).
   {
     double gflop = 0;
     const float ms = MedianMs([&] { CHECK_CUDA(bench::MmaPeak(sms, &gflop)); }, 10);

@@ -5,7 +5,6 @@
 
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "absl/strings/str_split.h"
 #include "bench/load_compare.h"
@@ -13,6 +12,8 @@
 #include "bench/load_report.h"
 #include "bench/rag_trace.h"
 #include "common/flag_parser.h"
+#include "common/mapped_file.h"
+#include "common/status_macros.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -98,11 +99,8 @@ throughput per mode; needs python3-matplotlib).
 )";
 
 absl::StatusOr<RagTrace> ReadTrace(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError("cannot read trace " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseTraceJsonLines(text.str());
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  return ParseTraceJsonLines(text);
 }
 
 absl::Status CheckMode(const std::string& mode) {

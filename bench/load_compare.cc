@@ -20,9 +20,31 @@ namespace {
 
 namespace fs = std::filesystem;
 
+ReplayOptions ReplayOptionsFor(const CompareOptions& o, const std::string& target, const std::string& mode) {
+  ReplayOptions replay;
+  replay.target = target;
+  replay.mode = mode;
+  replay.deadline_ms = o.deadline_ms;
+  replay.progress = o.progress;
+  return replay;
+}
+
+// The trace replayed with `replay`, summarized as `mode`'s run.
+absl::StatusOr<ModeRun> ReplayMode(const RagTrace& trace, const ReplayOptions& replay, const std::string& mode,
+                                   int64_t distinct_tokens) {
+  auto run = ReplayTrace(trace, replay);
+  if (!run.ok()) return run.status();
+  ModeRun result;
+  result.mode = mode;
+  result.summary = SummarizeRun(run->results, run->wall_s, distinct_tokens);
+  result.results = std::move(run->results);
+  return result;
+}
+
 // Replays the trace against a fresh worker in `mode`: its own empty cache directory, so
 // no mode inherits another's chunks.
-absl::StatusOr<ModeRun> RunFreshWorker(const RagTrace& trace, const CompareOptions& o, const std::string& mode) {
+absl::StatusOr<ModeRun> RunFreshWorker(const RagTrace& trace, const CompareOptions& o, const std::string& mode,
+                                       int64_t distinct_tokens) {
   const fs::path cache_dir = fs::path(o.out_dir) / ("cache-" + mode);
   const fs::path log = fs::path(o.out_dir) / ("worker-" + mode + ".log");
   std::error_code ec;
@@ -41,35 +63,11 @@ absl::StatusOr<ModeRun> RunFreshWorker(const RagTrace& trace, const CompareOptio
                                                   worker.first_line(), log.string()));
   }
   // The worker's --mode decides; the request carries no override, as in a deployment.
-  ReplayOptions replay;
-  replay.target = worker.address();
-  replay.deadline_ms = o.deadline_ms;
-  replay.progress = o.progress;
-  auto run = ReplayTrace(trace, replay);
-  ModeRun result;
-  result.mode = mode;
-  result.worker_exit_code = worker.Stop(SIGTERM);
-  if (!run.ok()) return run.status();
-  result.summary = SummarizeRun(run->results, run->wall_s, DistinctDocumentTokens(trace));
-  result.results = std::move(run->results);
-  if (result.worker_exit_code != 0) {
-    spdlog::error("{}: the worker exited {} on SIGTERM (see {})", mode, result.worker_exit_code, log.string());
-  }
-  return result;
-}
-
-absl::StatusOr<ModeRun> RunOnTarget(const RagTrace& trace, const CompareOptions& o, const std::string& mode) {
-  ReplayOptions replay;
-  replay.target = o.target;
-  replay.mode = mode;
-  replay.deadline_ms = o.deadline_ms;
-  replay.progress = o.progress;
-  auto run = ReplayTrace(trace, replay);
-  if (!run.ok()) return run.status();
-  ModeRun result;
-  result.mode = mode;
-  result.summary = SummarizeRun(run->results, run->wall_s, DistinctDocumentTokens(trace));
-  result.results = std::move(run->results);
+  auto result = ReplayMode(trace, ReplayOptionsFor(o, worker.address(), ""), mode, distinct_tokens);
+  const int exit_code = worker.Stop(SIGTERM);
+  if (!result.ok()) return result.status();
+  result->worker_exit_code = exit_code;
+  if (exit_code != 0) spdlog::error("{}: the worker exited {} on SIGTERM (see {})", mode, exit_code, log.string());
   return result;
 }
 
@@ -100,9 +98,11 @@ absl::Status RunCompare(const RagTrace& trace, const CompareOptions& o) {
   fs::create_directories(o.out_dir, ec);
   if (ec) return absl::InternalError(absl::StrFormat("creating %s: %s", o.out_dir, ec.message()));
 
+  const int64_t distinct_tokens = DistinctDocumentTokens(trace);
   std::vector<ModeRun> runs;
   for (const std::string& mode : o.modes) {
-    auto run = o.worker.empty() ? RunOnTarget(trace, o, mode) : RunFreshWorker(trace, o, mode);
+    auto run = o.worker.empty() ? ReplayMode(trace, ReplayOptionsFor(o, o.target, mode), mode, distinct_tokens)
+                                : RunFreshWorker(trace, o, mode, distinct_tokens);
     if (!run.ok()) return run.status();
     runs.push_back(std::move(*run));
   }

@@ -20,15 +20,8 @@ double SortedPercentile(const std::vector<double>& sorted, double q) {
 }  // namespace
 
 double Percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  // Selection instead of a sort: one percentile of a long series in linear time.
-  const double rank = (values.size() - 1) * std::clamp(q, 0.0, 100.0) / 100;
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  std::nth_element(values.begin(), values.begin() + lo, values.end());
-  const double at_lo = values[lo];
-  if (lo + 1 >= values.size()) return at_lo;
-  const double at_hi = *std::min_element(values.begin() + lo + 1, values.end());
-  return at_lo + (rank - lo) * (at_hi - at_lo);
+  std::sort(values.begin(), values.end());
+  return SortedPercentile(values, q);
 }
 
 Distribution Summarize(const std::vector<double>& values) {

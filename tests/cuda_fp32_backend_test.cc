@@ -172,11 +172,7 @@ TEST_P(Fp32SyntheticModelTest, LogitsWithinFp32NoiseOfCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Fp32SyntheticModelTest, ::testing::Values("tiny-llama3", "small"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         SyntheticModelParamName);
 
 // A chunk computed on the GPU in fp32 has the fp32 CPU's fingerprint and layout: its
 // payload equals the CPU's to fp32 noise, and each backend's payload imports into the

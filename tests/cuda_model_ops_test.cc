@@ -46,8 +46,11 @@ template <typename T>
 constexpr double kStoreTolerance = std::is_same_v<T, float> ? 1e-5 : 8e-3;
 
 template <typename T>
+constexpr cuda::Element kElementOf = std::is_same_v<T, float> ? cuda::Element::kFp32 : cuda::Element::kBf16;
+
+template <typename T>
 const char* Name() {
-  return std::is_same_v<T, float> ? "fp32" : "bf16";
+  return cuda::ElementName(kElementOf<T>);
 }
 
 std::vector<float> Normal(std::mt19937_64& rng, size_t n) {
@@ -144,10 +147,7 @@ void CheckKvWrite(std::mt19937_64& rng) {
   };
   for (const Case& c : {Case{8, 4, 8, 16, RopeStyle::kInterleaved}, Case{32, 8, 128, 16, RopeStyle::kRotateHalf},
                         Case{6, 2, 96, 7, RopeStyle::kRotateHalf}}) {
-    RopeConfig rope;
-    rope.style = c.style;
-    rope.theta = c.style == RopeStyle::kInterleaved ? 10000.0 : 500000.0;
-    rope.llama3_scaling = c.style == RopeStyle::kRotateHalf;
+    const RopeConfig rope = TestRope(c.style);
     const int rows = 19, num_blocks = 9, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     const std::vector<float> qkv = Normal(rng, static_cast<size_t>(rows) * (q_dim + 2 * kv_dim));
     std::vector<int32_t> blocks(rows), slots(rows), positions(rows);
@@ -164,7 +164,7 @@ void CheckKvWrite(std::mt19937_64& rng) {
     T* v_pool = Poisoned<T>(pool);
     p.k_pool = k_pool;
     p.v_pool = v_pool;
-    p.kv_element = std::is_same_v<T, float> ? cuda::Element::kFp32 : cuda::Element::kBf16;
+    p.kv_element = kElementOf<T>;
     p.slot_blocks = ToDevice(blocks);
     p.slot_index = ToDevice(slots);
     p.rope_positions = ToDevice(positions);
@@ -239,7 +239,7 @@ void CheckChunkScatterAndGather(std::mt19937_64& rng) {
     p.payload = payload_d;
     p.k_pool = k_pool;
     p.v_pool = v_pool;
-    p.element = std::is_same_v<T, float> ? cuda::Element::kFp32 : cuda::Element::kBf16;
+    p.element = kElementOf<T>;
     p.block_ids = ToDevice(ids);
     p.block_tokens = ToDevice(counts);
     p.token_offsets = ToDevice(offsets);
@@ -319,7 +319,7 @@ void CheckMaterialize(std::mt19937_64& rng) {
     T* v_d = arena.Copy(v_stored);
     m.k_pool = k_d;
     m.v_pool = v_d;
-    m.kv_element = std::is_same_v<T, float> ? cuda::Element::kFp32 : cuda::Element::kBf16;
+    m.kv_element = kElementOf<T>;
     m.src_blocks = arena.Copy(src);
     m.dst_blocks = arena.Copy(dst);
     m.num_tokens = arena.Copy(counts);

@@ -61,6 +61,13 @@ inline GenerateRequest RandomRagRequest(std::mt19937_64& rng, std::vector<std::v
   return request;
 }
 
+// A synthetic model's name as a test-parameter name ("tiny-llama3" -> "tiny_llama3").
+inline std::string SyntheticModelParamName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
 inline size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/engine_compare_util.h"
 #include "tests/engine_test_util.h"
 #include "tests/test_util.h"
 #include "worker/llama2c_loader.h"
@@ -123,15 +124,8 @@ TEST(LazyModeTest, MatchesBlockOnTrainedStoriesModel) {
   auto weights = LoadLlama2cCheckpoint(ModelPath("stories260K.bin"));
   auto tokenizer = LoadTokenizer(ModelPath("tok512.bin"));
   ASSERT_TRUE(weights.ok() && tokenizer.ok());
-  const std::vector<std::string> texts = {
-      "Lily had a big red ball. She liked to throw it high in the sky.",
-      "Tom was a little dog who lived in a small house near the park.",
-      "The sun was hot, so Sam and his mom went to the beach to swim.",
-      "Once there was a cat named Max. Max loved to eat fish and sleep.",
-      "Anna found a shiny key under a tree. She wondered what it could open.",
-  };
   std::vector<std::vector<int32_t>> corpus;
-  for (const auto& text : texts) corpus.push_back((*tokenizer)->Encode(text));
+  for (const auto& text : StoryTexts()) corpus.push_back((*tokenizer)->Encode(text));
   ExpectLazyEqualsBlock(*weights, corpus, rng, /*requests=*/5, /*block_size=*/16);
 }
 

@@ -61,6 +61,14 @@ absl::Status ValidateChunkBlocks(const ChunkLayout& layout, size_t payload_bytes
   return absl::OkStatus();
 }
 
+absl::Status ValidatePoolShape(int block_size, int num_blocks) {
+  if (block_size <= 0 || block_size > 4096) {
+    return absl::InvalidArgumentError(absl::StrFormat("block_size %d out of range [1, 4096]", block_size));
+  }
+  if (num_blocks <= 0) return absl::InvalidArgumentError(absl::StrFormat("num_blocks %d must be positive", num_blocks));
+  return absl::OkStatus();
+}
+
 absl::Status ValidateBlockCopies(std::span<const BlockCopy> copies, int block_size, int num_blocks) {
   for (const BlockCopy& copy : copies) {
     for (int32_t b : {copy.src_block, copy.dst_block}) {

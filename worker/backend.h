@@ -92,4 +92,7 @@ absl::Status ValidateStep(const SequenceStep& step, const ModelConfig& config, i
 // Checks CopyBlocksRotated's copies against the pool's geometry (shared by every backend).
 absl::Status ValidateBlockCopies(std::span<const BlockCopy> copies, int block_size, int num_blocks);
 
+// A backend's pool shape: block_size in [1, 4096], num_blocks positive.
+absl::Status ValidatePoolShape(int block_size, int num_blocks);
+
 }  // namespace lazykv

@@ -227,10 +227,7 @@ uint64_t CpuKvBytesPerBlock(const ModelConfig& config, int block_size) {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(ModelWeights weights, int block_size, int num_blocks,
                                                           CpuBackendOptions options) {
-  if (block_size <= 0 || block_size > 4096) {
-    return absl::InvalidArgumentError(absl::StrFormat("block_size %d out of range [1, 4096]", block_size));
-  }
-  if (num_blocks <= 0) return absl::InvalidArgumentError(absl::StrFormat("num_blocks %d must be positive", num_blocks));
+  RETURN_IF_ERROR(ValidatePoolShape(block_size, num_blocks));
   RETURN_IF_ERROR(weights.config.Validate());
   return std::unique_ptr<Backend>(new CpuBackend(std::move(weights), block_size, num_blocks, options));
 }

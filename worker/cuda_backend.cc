@@ -7,6 +7,10 @@
 namespace lazykv {
 namespace cuda_backend {
 
+uint64_t KvBytesPerBlock(const ModelConfig& config, int block_size, cuda::Element element) {
+  return 2ull * config.n_layers * block_size * config.kv_dim() * cuda::ElementBytes(element);
+}
+
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   for (void* p : {static_cast<void*>(k_pool_), static_cast<void*>(v_pool_), static_cast<void*>(inv_freq_)}) {
@@ -36,10 +40,7 @@ absl::Status CudaBackend::Init() {
   return absl::OkStatus();
 }
 
-uint64_t CudaBackend::kv_bytes_per_block() const {
-  return CudaKvBytesPerBlock(c_, block_size_,
-                             element_ == cuda::Element::kFp32 ? CudaPrecision::kFp32 : CudaPrecision::kBf16);
-}
+uint64_t CudaBackend::kv_bytes_per_block() const { return KvBytesPerBlock(c_, block_size_, element_); }
 
 absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
   RETURN_IF_ERROR(ValidateBlockCopies(copies, block_size_, num_blocks_));
@@ -180,10 +181,7 @@ cuda::Element ElementOf(CudaPrecision precision) {
 }
 
 absl::Status CheckPoolShape(int block_size, int num_blocks) {
-  if (block_size <= 0 || block_size > 4096) {
-    return absl::InvalidArgumentError(absl::StrFormat("block_size %d out of range [1, 4096]", block_size));
-  }
-  if (num_blocks <= 0) return absl::InvalidArgumentError(absl::StrFormat("num_blocks %d must be positive", num_blocks));
+  RETURN_IF_ERROR(ValidatePoolShape(block_size, num_blocks));
   if (!CudaDeviceAvailable()) return absl::FailedPreconditionError("the CUDA backend needs a GPU; none was found");
   return absl::OkStatus();
 }
@@ -196,7 +194,7 @@ bool CudaDeviceAvailable() {
 }
 
 uint64_t CudaKvBytesPerBlock(const ModelConfig& config, int block_size, CudaPrecision precision) {
-  return 2ull * config.n_layers * block_size * config.kv_dim() * cuda::ElementBytes(ElementOf(precision));
+  return cuda_backend::KvBytesPerBlock(config, block_size, ElementOf(precision));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const ModelWeights& weights, int block_size,

@@ -105,6 +105,9 @@ struct LogitsRows {
   int count;
 };
 
+// Bytes of K and V one pool block holds across all layers.
+uint64_t KvBytesPerBlock(const ModelConfig& config, int block_size, cuda::Element element);
+
 class CudaBackend : public Backend {
  public:
   CudaBackend(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks)

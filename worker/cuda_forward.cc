@@ -74,13 +74,14 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
       counts.push_back(ref.num_tokens);
       deltas.push_back(ref.delta);
       starts.push_back(static_cast<int32_t>(logical));
-      for (int32_t slot = 0; slot < ref.num_tokens; ++slot, ++logical) {
-        if (logical >= first) {
-          slot_blocks.push_back(ref.block);
-          slot_index.push_back(slot);
-          rope_pos.push_back(static_cast<int32_t>(logical - ref.delta));
-        }
+      // Only the last n slots are new: start at the first of them (decode at a long context
+      // would otherwise walk every cached slot on the host, every step).
+      for (int64_t slot = std::max<int64_t>(0, first - logical); slot < ref.num_tokens; ++slot) {
+        slot_blocks.push_back(ref.block);
+        slot_index.push_back(static_cast<int32_t>(slot));
+        rope_pos.push_back(static_cast<int32_t>(logical + slot - ref.delta));
       }
+      logical += ref.num_tokens;
     }
     tokens.insert(tokens.end(), step.tokens.begin(), step.tokens.end());
     table_offsets.push_back(static_cast<int32_t>(ids.size()));

@@ -8,16 +8,13 @@
 #include "absl/strings/str_split.h"
 #include "kernels/cuda/model_ops.h"
 #include "spdlog/spdlog.h"
+#include "worker/cuda_backend_internal.h"
 #include "worker/synthetic_model.h"
 
 namespace lazykv {
 namespace {
 
-absl::Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  const auto code = e == cudaErrorMemoryAllocation ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInternal;
-  return absl::Status(code, absl::StrFormat("%s: %s", what, cudaGetErrorString(e)));
-}
+using cuda_backend::Cuda;
 
 size_t Align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -111,11 +108,11 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
     if (dst == nullptr) {
       status = absl::InternalError(absl::StrFormat("no device place for tensor %s", name));
     } else if (!is_matrix || element == cuda::Element::kFp32) {
-      status = CudaStatus(cudaMemcpy(dst, t.data(), t.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
+      status = Cuda(cudaMemcpy(dst, t.data(), t.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
     } else {
       staging.resize(t.size());
       for (size_t i = 0; i < t.size(); ++i) staging[i] = __float2bfloat16(t[i]);
-      status = CudaStatus(cudaMemcpy(dst, staging.data(), t.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice),
+      status = Cuda(cudaMemcpy(dst, staging.data(), t.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice),
                           "upload");
     }
   });
@@ -138,14 +135,14 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Synthetic(const Mo
     const bool bf16 = is_matrix && element == cuda::Element::kBf16;
     __nv_bfloat16* out_bf16 = bf16 ? static_cast<__nv_bfloat16*>(dst) : nullptr;
     float* out_fp32 = bf16 ? nullptr : static_cast<float*>(dst);
-    if (absl::Status s = CudaStatus(
+    if (absl::Status s = Cuda(
             cuda::LaunchSyntheticFill(draw.state, n, draw.scale, draw.is_norm, out_bf16, out_fp32, nullptr),
             "synthetic fill");
         !s.ok()) {
       return s;
     }
   }
-  if (absl::Status s = CudaStatus(cudaDeviceSynchronize(), "synthetic weights"); !s.ok()) return s;
+  if (absl::Status s = Cuda(cudaDeviceSynchronize(), "synthetic weights"); !s.ok()) return s;
   spdlog::info("synthetic weights drawn on the GPU: {:.2f} GiB {}", d->bytes_ / 1073741824.0,
                cuda::ElementName(element));
   return d;

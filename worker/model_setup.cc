@@ -108,7 +108,7 @@ absl::StatusOr<bool> UseCuda(Device device) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& options, ModelConfig* config) {
+absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& options) {
   ASSIGN_OR_RETURN(const bool cuda, UseCuda(options.device));
 #ifdef LAZYKV_WITH_CUDA
   if (cuda) {
@@ -117,20 +117,17 @@ absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& o
     if (options.model.starts_with("synthetic:")) {
       // Drawn on the GPU: no host copy of (say) Llama-3-8B's weights.
       ASSIGN_OR_RETURN(const SyntheticSpec spec, ParseSyntheticSpec(options.model));
-      *config = spec.config;
       ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CudaKvBytesPerBlock(spec.config, options.block_size,
                                                                                  cuda_options.precision)));
       return CreateSyntheticCudaBackend(spec.config, spec.seed, options.block_size, blocks, cuda_options);
     }
     ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
-    *config = weights.config;
     ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CudaKvBytesPerBlock(weights.config, options.block_size,
                                                                                cuda_options.precision)));
     return CreateCudaBackend(weights, options.block_size, blocks, cuda_options);
   }
 #endif
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
-  *config = weights.config;
   ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CpuKvBytesPerBlock(weights.config, options.block_size)));
   const CpuBackendOptions cpu_options{
       .numerics = options.dtype == ModelDtype::kBf16 ? CpuNumerics::kBf16LikeCuda : CpuNumerics::kFp32};
@@ -138,8 +135,8 @@ absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& o
 }
 
 absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
-  ModelConfig config;
-  ASSIGN_OR_RETURN(auto backend, SetUpBackend(options, &config));
+  ASSIGN_OR_RETURN(auto backend, SetUpBackend(options));
+  const ModelConfig config = backend->config();
   ASSIGN_OR_RETURN(auto tokenizer, ChooseTokenizer(options, config.vocab_size));
   if (tokenizer->vocab_size() > config.vocab_size) {
     return absl::InvalidArgumentError(absl::StrFormat("tokenizer has %d tokens but model %s has a vocabulary of %d",

@@ -56,9 +56,8 @@ struct LoadedEngine {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
-// The backend alone (used by SetUpEngine and by benchmarks that drive a backend directly).
-// `config` receives the model's architecture.
-absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& options, ModelConfig* config);
+// The backend alone (SetUpEngine's first step); its config() is the model's architecture.
+absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& options);
 
 absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options);
 

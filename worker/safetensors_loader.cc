@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/bf16.h"
 #include "absl/strings/str_format.h"
 #include "common/mapped_file.h"
 #include "common/status_macros.h"
@@ -111,7 +112,7 @@ absl::Status CopyTensor(const TensorView& t, const std::string& name, std::vecto
 
 }  // namespace
 
-float Bfloat16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+float Bfloat16ToFloat(uint16_t b) { return cpu::Bf16BitsToFloat(b); }
 
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = (h >> 15) & 1, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;

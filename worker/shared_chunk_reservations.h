@@ -26,7 +26,6 @@ class SharedChunkReservations {
   void Remove(std::span<const Chunk> chunks);
 
   int reserved_blocks() const { return reserved_blocks_; }
-  int num_chunks() const { return static_cast<int>(entries_.size()); }
 
  private:
   struct Entry {

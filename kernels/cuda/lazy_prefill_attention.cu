@@ -2,8 +2,6 @@
 // lazy_prefill_kernels.cuh and lazy_prefill_specialized.cuh).
 #include <algorithm>
 #include <atomic>
-#include <cfloat>
-#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/device_info.h"

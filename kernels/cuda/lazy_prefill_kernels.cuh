@@ -9,10 +9,8 @@
 // rows) while the tensor cores compute this tile's P V (which reads no query).
 #pragma once
 
-#include <cuda_bf16.h>
 
 #include <cfloat>
-#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/lazy_prefill_attention.h"

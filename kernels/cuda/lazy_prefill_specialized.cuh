@@ -34,11 +34,15 @@ namespace {
 constexpr int kRingSlots = 3;
 
 struct StageInfo {
-  int delta;
   int needs_mask;
   int first_of_delta;  // wait for this delta's query buffer
   int last_of_delta;   // release the query buffer after this tile's scores
   int last;            // no tile follows
+};
+
+struct SpecBarriers {
+  uint64_t full[kRingSlots], empty[kRingSlots];
+  uint64_t q_full[2], q_empty[2];
 };
 
 constexpr int kSpecThreads = 4 * 128;
@@ -93,14 +97,9 @@ struct SpecSmemLayout {
   static constexpr int kStage = kColPos + 2 * kBN * 4;           // StageInfo [2]
   static constexpr int kDesc = kStage + 2 * static_cast<int>(sizeof(StageInfo));  // TileDesc [kDescSlots]
   static constexpr int kBars = (kDesc + kDescSlots * static_cast<int>(sizeof(TileDesc)) + 7) / 8 * 8;
-  static constexpr int kBytes = kBars + 10 * 8;      // SpecBarriers
+  static constexpr int kBytes = kBars + static_cast<int>(sizeof(SpecBarriers));
   static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base
   static_assert(kAllocBytes <= 227 * 1024, "over the shared memory of one CTA on Hopper");
-};
-
-struct SpecBarriers {
-  uint64_t full[kRingSlots], empty[kRingSlots];
-  uint64_t q_full[2], q_empty[2];
 };
 
 // Load i of the ring (keys of tile j: i = 2 j; values: 2 j + 1): its slot, and the parity of
@@ -144,7 +143,7 @@ __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, 
     // released V(j - 2), the load that the keys of tile j wait for.
     acquire(2 * j);
     if (t == 0) {
-      info[j & 1] = StageInfo{d.delta, d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0};
+      info[j & 1] = StageInfo{d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0};
     }
     issue(2 * j, d, p.k_pool, col_pos + (j & 1) * kBN);
     acquire(2 * j + 1);

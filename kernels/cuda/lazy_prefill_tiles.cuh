@@ -1,6 +1,6 @@
 // The lazy prefill kernel's tiles: the CTA shape, the KV tile descriptor and the walk of the
 // block table that builds it, the shared-memory layout, and the cp.async copy of a KV tile
-// into wgmma's swizzled layout. Included only by lazy_prefill_kernels.cuh.
+// into wgmma's swizzled layout. Included only by the prefill kernel headers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -80,8 +80,9 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// The fp32 query tile in shared memory, row-major (its readers, QueryLanes and
-// WriteQueryForDelta, take whole rows; no fragment-wise reader is left to need a swizzle).
+// The fp32 query tile in shared memory, row-major [kBM][HD]. Its readers, QueryLanes and
+// WriteQueryForDelta, take whole rows (WriteQueryForDelta offsets columns from a row's
+// RawQueryIndex(r, 0), so it assumes the row-major layout too).
 template <int HD>
 __device__ __forceinline__ int RawQueryIndex(int row, int col) {
   return row * HD + col;

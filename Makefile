@@ -6,7 +6,7 @@ MODELS ?= $(abspath ../shared/models)
 # ccache hits across clones (CI builds a fresh clone each time).
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup configure build run test clean
+.PHONY: all setup configure build run test check-threads clean
 
 all: build
 
@@ -26,5 +26,9 @@ run: build
 test: build
 	@cd $(BUILD_DIR) && LAZYKV_MODELS_DIR="$(MODELS)" ctest --output-on-failure -j $(JOBS)
 
+# clang -Wthread-safety as errors, and the concurrent tests under ThreadSanitizer.
+check-threads: setup
+	@LAZYKV_MODELS_DIR="$(MODELS)" JOBS=$(JOBS) ./scripts/check_threads.sh $(BUILD_DIR)-tsan
+
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(BUILD_DIR)-tsan

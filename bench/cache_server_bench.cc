@@ -21,7 +21,7 @@
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
 #include "common/splitmix64.h"
-#include "worker/remote_chunk_tier.h"
+#include "worker/tier/remote_chunk_tier.h"
 
 namespace lazykv {
 namespace {

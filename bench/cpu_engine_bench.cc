@@ -10,9 +10,9 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
-#include "worker/cpu_backend.h"
-#include "worker/engine.h"
-#include "worker/model_loader.h"
+#include "worker/backend/cpu_backend.h"
+#include "worker/engine/engine.h"
+#include "worker/model/model_loader.h"
 
 namespace lazykv {
 namespace {

@@ -29,9 +29,9 @@
 #include "common/flag_parser.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/model_ops.h"
-#include "worker/cuda_backend.h"
-#include "worker/engine.h"
-#include "worker/synthetic_model.h"
+#include "worker/backend/cuda_backend.h"
+#include "worker/engine/engine.h"
+#include "worker/model/synthetic_model.h"
 
 namespace lazykv {
 namespace {

@@ -16,8 +16,8 @@
 #include "absl/status/statusor.h"
 #include "bench/load_stats.h"
 #include "bench/rag_trace.h"
-#include "worker/backend.h"
-#include "worker/engine.h"
+#include "worker/backend/backend.h"
+#include "worker/engine/engine.h"
 
 namespace lazykv {
 

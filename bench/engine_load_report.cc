@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/load_report.h"
-#include "worker/sampler.h"
+#include "worker/backend/sampler.h"
 
 namespace lazykv {
 namespace {

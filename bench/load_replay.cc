@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
+#include "common/mutex.h"
 #include "proto/generate.grpc.pb.h"
 #include "spdlog/spdlog.h"
 
@@ -23,21 +22,21 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// "[#####-----] 12/200" redrawn in place on stderr.
+// "[#####-----] 12/200" redrawn in place on stderr. Thread-safe: every client ticks it.
 class ProgressBar {
  public:
   ProgressBar(size_t total, bool enabled) : total_(total), enabled_(enabled) { Draw(); }
   ~ProgressBar() {
     if (enabled_) std::fputs("\n", stderr);
   }
-  void Tick() {
-    std::lock_guard lock(mu_);
+  void Tick() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     ++done_;
     Draw();
   }
 
  private:
-  void Draw() {
+  void Draw() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!enabled_ || total_ == 0) return;
     constexpr size_t kWidth = 40;
     const size_t filled = kWidth * done_ / total_;
@@ -46,8 +45,8 @@ class ProgressBar {
     std::fflush(stderr);
   }
 
-  std::mutex mu_;
-  size_t done_ = 0;
+  Mutex mu_;
+  size_t done_ ABSL_GUARDED_BY(mu_) = 0;
   const size_t total_;
   const bool enabled_;
 };
@@ -106,9 +105,9 @@ class Replayer {
     if (trace_.options.rate > 0) {
       // Open loop: each request starts at its arrival offset, whatever is in flight, on a
       // detached thread (a long trace would otherwise hold every finished thread's stack).
-      std::mutex mu;
-      std::condition_variable all_done;
-      size_t finished = 0;
+      Mutex mu;
+      CondVar all_done;
+      size_t finished = 0;  // guarded by mu
       for (size_t k = 0; k < n; ++k) {
         const Clock::time_point intended =
             start_ + std::chrono::duration_cast<Clock::duration>(
@@ -117,12 +116,12 @@ class Replayer {
         std::thread([this, k, intended, n, &run, &progress, &mu, &all_done, &finished] {
           run.results[k] = RunOne(trace_.requests[k], intended);
           progress.Tick();
-          std::lock_guard lock(mu);
-          if (++finished == n) all_done.notify_one();
+          MutexLock lock(&mu);
+          if (++finished == n) all_done.Signal();
         }).detach();
       }
-      std::unique_lock lock(mu);
-      all_done.wait(lock, [&] { return finished == n; });
+      MutexLock lock(&mu);
+      while (finished != n) all_done.Wait(&mu);
     } else {
       // Closed loop: `concurrency` clients, each sends its next request when one ends.
       std::atomic<size_t> next{0};

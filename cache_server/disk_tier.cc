@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
   std::unique_ptr<DiskTier> tier(new DiskTier(std::unique_ptr<rocksdb::DB>(raw), options.capacity_bytes));
   RETURN_IF_ERROR(tier->LoadIndex());
   // A restart with a smaller cap trims the oldest chunks.
-  std::lock_guard lock(tier->mu_);
+  MutexLock lock(&tier->mu_);
   while (tier->used_ > tier->capacity_ && !tier->lru_.empty()) RETURN_IF_ERROR(tier->DeleteLocked(tier->lru_.back()));
   return tier;
 }
@@ -95,7 +95,7 @@ absl::Status DiskTier::LoadIndex() {
     by_seq[meta.seq] = {KeyOfRecord(it->key().ToStringView()), meta.size};
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "scan"));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [seq, entry] : by_seq) {  // oldest first, so the newest ends at the front
     lru_.push_front(entry.first);
     index_[entry.first] = Entry{entry.second, lru_.begin()};
@@ -111,7 +111,7 @@ absl::StatusOr<std::vector<Hash128>> DiskTier::Put(const Hash128& key, const std
     return absl::ResourceExhaustedError(
         absl::StrFormat("chunk of %d bytes exceeds the disk tier's capacity of %d bytes", size, capacity_));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<Hash128> evicted;
   if (index_.contains(key)) RETURN_IF_ERROR(DeleteLocked(key));
   while (used_ + size > capacity_ && !lru_.empty()) {
@@ -137,7 +137,7 @@ absl::StatusOr<std::vector<Hash128>> DiskTier::Put(const Hash128& key, const std
 
 absl::StatusOr<std::string> DiskTier::Get(const Hash128& key) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = index_.find(key);
     if (it == index_.end()) return absl::NotFoundError(absl::StrFormat("chunk %s is not on disk", key.ToHex()));
     lru_.splice(lru_.begin(), lru_, it->second.pos);
@@ -157,7 +157,7 @@ absl::StatusOr<std::string> DiskTier::Get(const Hash128& key) {
                                                   chunk->header.key.ToHex()));
   }
   if (!problem.ok()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (index_.contains(key)) (void)DeleteLocked(key);  // dropped, never served
     return problem;
   }
@@ -165,14 +165,14 @@ absl::StatusOr<std::string> DiskTier::Get(const Hash128& key) {
 }
 
 std::optional<uint64_t> DiskTier::SizeOf(const Hash128& key) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end()) return std::nullopt;
   return it->second.size;
 }
 
 bool DiskTier::Delete(const Hash128& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!index_.contains(key)) return false;
   return DeleteLocked(key).ok();
 }
@@ -192,12 +192,12 @@ absl::Status DiskTier::DeleteLocked(const Hash128& key) {
 absl::Status DiskTier::Flush() { return FromRocks(db_->FlushWAL(/*sync=*/true), "flush"); }
 
 uint64_t DiskTier::used_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return used_;
 }
 
 uint64_t DiskTier::entries() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return index_.size();
 }
 

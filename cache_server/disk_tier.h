@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -17,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/chunk_key.h"
+#include "common/mutex.h"
 
 namespace rocksdb {
 class DB;
@@ -29,6 +29,8 @@ struct DiskTierOptions {
   uint64_t capacity_bytes = 0;
 };
 
+// Thread-safe: every method may be called from any thread. RocksDB calls are made under
+// the tier's lock, so the index and the stored records never disagree.
 class DiskTier {
  public:
   static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
@@ -54,16 +56,16 @@ class DiskTier {
     std::list<Hash128>::iterator pos;
   };
   DiskTier(std::unique_ptr<rocksdb::DB> db, uint64_t capacity);
-  absl::Status LoadIndex();
-  absl::Status DeleteLocked(const Hash128& key);
+  absl::Status LoadIndex() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeleteLocked(const Hash128& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::unique_ptr<rocksdb::DB> db_;
-  uint64_t capacity_;
-  mutable std::mutex mu_;
-  uint64_t used_ = 0;
-  uint64_t next_seq_ = 0;
-  std::list<Hash128> lru_;  // front: most recent
-  std::unordered_map<Hash128, Entry, Hash128Hasher> index_;
+  const std::unique_ptr<rocksdb::DB> db_;
+  const uint64_t capacity_;
+  mutable Mutex mu_;
+  uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  std::list<Hash128> lru_ ABSL_GUARDED_BY(mu_);  // front: most recent
+  std::unordered_map<Hash128, Entry, Hash128Hasher> index_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lazykv::cache

@@ -43,7 +43,7 @@ HostArena::~HostArena() {
 }
 
 bool HostArena::TryAllocate(uint64_t n, std::vector<uint32_t>* pages) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (free_.size() < n) return false;
   pages->insert(pages->end(), free_.end() - static_cast<ptrdiff_t>(n), free_.end());
   free_.resize(free_.size() - n);
@@ -53,20 +53,23 @@ bool HostArena::TryAllocate(uint64_t n, std::vector<uint32_t>* pages) {
 void HostArena::Free(std::span<const uint32_t> pages) {
   if (pages.empty()) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     free_.insert(free_.end(), pages.begin(), pages.end());
   }
-  freed_.notify_all();
+  freed_.SignalAll();
 }
 
 uint64_t HostArena::free_pages() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return free_.size();
 }
 
 bool HostArena::WaitForFreePages(uint64_t n, std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock lock(mu_);
-  return freed_.wait_until(lock, deadline, [&] { return free_.size() >= n; });
+  MutexLock lock(&mu_);
+  while (free_.size() < n) {
+    if (!freed_.WaitUntil(&mu_, deadline)) return free_.size() >= n;
+  }
+  return true;
 }
 
 void HostValue::Write(uint64_t offset, std::string_view bytes) {

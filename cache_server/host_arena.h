@@ -4,19 +4,20 @@
 // GPU copies when a CUDA device is present (pinned_memory.h).
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace lazykv::cache {
 
+// Thread-safe: pages are allocated and freed from any thread. The bytes of a page belong
+// to whoever holds it (a HostValue); the arena never touches them.
 class HostArena {
  public:
   // capacity is rounded down to whole pages.
@@ -44,17 +45,18 @@ class HostArena {
  private:
   HostArena(char* base, uint64_t page_bytes, uint64_t num_pages, bool pinned);
 
-  char* base_;
-  uint64_t page_bytes_;
-  uint64_t num_pages_;
-  bool pinned_;
-  mutable std::mutex mu_;
-  std::condition_variable freed_;
-  std::vector<uint32_t> free_;  // LIFO: recently freed pages are still warm in cache
+  char* const base_;
+  const uint64_t page_bytes_;
+  const uint64_t num_pages_;
+  const bool pinned_;
+  mutable Mutex mu_;
+  CondVar freed_;  // free_ grew
+  std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);  // LIFO: recently freed pages are still warm in cache
 };
 
 // One value in the arena. Pages go back to the arena when the last holder lets go, so a
-// reader keeps an evicted value's bytes alive until it has sent them.
+// reader keeps an evicted value's bytes alive until it has sent them. Not synchronized:
+// one writer fills it before it is shared; afterwards any number of threads read it.
 class HostValue {
  public:
   HostValue(HostArena* arena, std::vector<uint32_t> pages, uint64_t size)

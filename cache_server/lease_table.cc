@@ -7,7 +7,7 @@ LeaseTable::LeaseTable(std::function<bool(const Hash128&)> is_stored, CacheMetri
 
 LeaseTable::Result LeaseTable::Acquire(const Hash128& key, const std::string& holder, std::chrono::milliseconds ttl,
                                        Clock::time_point wait_until) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   bool counted_wait = false;
   while (true) {
     if (shutting_down_) return {Outcome::kShuttingDown};
@@ -34,42 +34,42 @@ LeaseTable::Result LeaseTable::Acquire(const Hash128& key, const std::string& ho
       metrics_->lease_waits->Increment();
       counted_wait = true;
     }
-    changed_.wait_until(lock, std::min(wait_until, it->second.expiry));
+    changed_.WaitUntil(&mu_, std::min(wait_until, it->second.expiry));
   }
 }
 
 void LeaseTable::Published(const Hash128& key) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     leases_.erase(key);
   }
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 bool LeaseTable::Release(const Hash128& key, uint64_t lease_id) {
   bool released = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = leases_.find(key);
     if (it != leases_.end() && it->second.id == lease_id) {
       leases_.erase(it);
       released = true;
     }
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   return released;
 }
 
 void LeaseTable::Shutdown() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     shutting_down_ = true;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 size_t LeaseTable::active() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return leases_.size();
 }
 

@@ -5,18 +5,19 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "cache_server/cache_metrics.h"
 #include "common/chunk_key.h"
+#include "common/mutex.h"
 
 namespace lazykv::cache {
 
+// Thread-safe: every method may be called from any thread; Acquire blocks its caller
+// (never the others) while it waits.
 class LeaseTable {
  public:
   using Clock = std::chrono::steady_clock;
@@ -29,7 +30,8 @@ class LeaseTable {
   };
 
   // `is_stored` reports whether the chunk is stored; it is asked under the table's lock
-  // so that a publication cannot slip between the check and a grant.
+  // so that a publication cannot slip between the check and a grant (so it must not call
+  // back into the table). `metrics` outlives the table.
   LeaseTable(std::function<bool(const Hash128&)> is_stored, CacheMetrics* metrics);
 
   // Grants the lease, reports the chunk stored, or (when another caller holds it) waits
@@ -51,13 +53,13 @@ class LeaseTable {
     Clock::time_point expiry;
   };
 
-  std::function<bool(const Hash128&)> is_stored_;
-  CacheMetrics* metrics_;
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::unordered_map<Hash128, Lease, Hash128Hasher> leases_;
-  uint64_t next_id_ = 1;
-  bool shutting_down_ = false;
+  const std::function<bool(const Hash128&)> is_stored_;
+  CacheMetrics* const metrics_;
+  mutable Mutex mu_;
+  CondVar changed_;  // a lease ended, or shutting_down_
+  std::unordered_map<Hash128, Lease, Hash128Hasher> leases_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace lazykv::cache

@@ -92,7 +92,7 @@ TieredStore::TieredStore(TieredStoreOptions options, std::unique_ptr<HostArena> 
     metrics_->disk.capacity->Set(static_cast<double>(disk_->capacity_bytes()));
     disk_writer_ = std::thread([this] { DiskWriterLoop(); });
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   UpdateGaugesLocked();
 }
 
@@ -100,18 +100,18 @@ TieredStore::~TieredStore() {
   if (disk_) {
     (void)Flush();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
-    disk_work_.notify_all();
+    disk_work_.SignalAll();
     disk_writer_.join();
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   host_.clear();  // return every page before the arena goes
 }
 
 std::optional<ChunkLocation> TieredStore::Locate(const Hash128& key) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = host_.find(key); it != host_.end()) return ChunkLocation{StoreTier::kHost, it->second.value->size()};
   if (disk_) {
     if (auto size = disk_->SizeOf(key)) return ChunkLocation{StoreTier::kDisk, *size};
@@ -133,7 +133,7 @@ std::optional<ChunkLocation> TieredStore::Lookup(const Hash128& key) {
 absl::StatusOr<ChunkReader> TieredStore::Read(const Hash128& key) {
   std::shared_ptr<HostValue> value;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = host_.find(key); it != host_.end()) {
       value = it->second.value;
       policy_->Touch(key);
@@ -147,7 +147,7 @@ absl::StatusOr<ChunkReader> TieredStore::Read(const Hash128& key) {
     }
     metrics_->host.corrupt->Increment();
     spdlog::error("dropping chunk {} from host RAM: {}", key.ToHex(), std::string(check.message()));
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = host_.find(key); it != host_.end() && it->second.value == value) EraseHostLocked(key);
     // The disk copy, if any, is checked on its own below.
   }
@@ -163,7 +163,7 @@ absl::StatusOr<ChunkReader> TieredStore::Read(const Hash128& key) {
     if (bytes.status().code() == absl::StatusCode::kDataLoss) {
       metrics_->disk.corrupt->Increment();
       spdlog::error("{}", std::string(bytes.status().message()));
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       UpdateGaugesLocked();
     }
     return bytes.status();
@@ -173,7 +173,7 @@ absl::StatusOr<ChunkReader> TieredStore::Read(const Hash128& key) {
   auto promoted = AllocateHostValue(bytes->size());
   if (promoted.ok()) {
     (*promoted)->Write(0, *bytes);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!host_.contains(key)) {
       InsertHostLocked(key, *promoted, /*on_disk=*/true);
       metrics_->promotions->Increment();
@@ -192,7 +192,7 @@ absl::StatusOr<std::shared_ptr<HostValue>> TieredStore::AllocateHostValue(uint64
   std::vector<uint32_t> taken;
   while (true) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       // Evict until the free pages suffice; evicted values still being read or written
       // to disk free their pages a little later.
       while (!arena_->TryAllocate(pages, &taken)) {
@@ -257,7 +257,7 @@ absl::StatusOr<bool> TieredStore::Commit(const Hash128& key, std::unique_ptr<Chu
         "payload is shorter than header.payload_bytes: got %d of %d bytes", writer->written(), writer->size()));
   }
   RETURN_IF_ERROR(CheckHostValue(*writer->value_, key));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (host_.contains(key) || (disk_ && disk_->SizeOf(key))) return true;
   metrics_->bytes_in->Increment(static_cast<double>(writer->size()));
   InsertHostLocked(key, writer->value_, /*on_disk=*/false);
@@ -274,14 +274,14 @@ absl::StatusOr<bool> TieredStore::Put(const Hash128& key, std::string_view store
 bool TieredStore::Delete(const Hash128& key) {
   bool deleted = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (host_.contains(key)) {
       EraseHostLocked(key);
       deleted = true;
     }
   }
   if (disk_ && disk_->Delete(key)) deleted = true;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   UpdateGaugesLocked();
   return deleted;
 }
@@ -290,23 +290,23 @@ void TieredStore::EnqueueDiskWriteLocked(const Hash128& key, std::shared_ptr<Hos
   if (auto it = host_.find(key); it != host_.end()) it->second.disk_pending = true;
   disk_queue_.push_back(DiskWrite{key, std::move(value)});
   metrics_->pending_disk_writes->Set(static_cast<double>(disk_queue_.size() + disk_in_flight_));
-  disk_work_.notify_one();
+  disk_work_.Signal();
 }
 
 void TieredStore::DiskWriterLoop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    disk_work_.wait(lock, [&] { return stopping_ || !disk_queue_.empty(); });
+    while (!stopping_ && disk_queue_.empty()) disk_work_.Wait(&mu_);
     if (disk_queue_.empty()) return;  // stopping, and nothing left to write
     DiskWrite write = std::move(disk_queue_.front());
     disk_queue_.pop_front();
     ++disk_in_flight_;
-    lock.unlock();
+    lock.Unlock();
     auto evicted = disk_->Put(write.key, write.value->Pieces(0, write.value->size()), write.value->size());
     if (!evicted.ok()) spdlog::error("disk write of chunk {} failed: {}", write.key.ToHex(),
                                      std::string(evicted.status().message()));
     write.value.reset();  // the pages of an already-evicted value go back now
-    lock.lock();
+    lock.Lock();
     --disk_in_flight_;
     if (auto it = host_.find(write.key); it != host_.end()) {
       it->second.disk_pending = false;
@@ -319,15 +319,15 @@ void TieredStore::DiskWriterLoop() {
       }
     }
     UpdateGaugesLocked();
-    if (disk_queue_.empty() && disk_in_flight_ == 0) disk_idle_.notify_all();
+    if (disk_queue_.empty() && disk_in_flight_ == 0) disk_idle_.SignalAll();
   }
 }
 
 absl::Status TieredStore::Flush() {
   if (!disk_) return absl::OkStatus();
   {
-    std::unique_lock lock(mu_);
-    disk_idle_.wait(lock, [&] { return disk_queue_.empty() && disk_in_flight_ == 0; });
+    MutexLock lock(&mu_);
+    while (!disk_queue_.empty() || disk_in_flight_ != 0) disk_idle_.Wait(&mu_);
   }
   return disk_->Flush();
 }
@@ -343,7 +343,7 @@ void TieredStore::UpdateGaugesLocked() {
 }
 
 TieredStoreStats TieredStore::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   TieredStoreStats s;
   s.host_capacity = arena_->capacity_bytes();
   s.host_used = host_used_;

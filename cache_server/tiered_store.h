@@ -9,11 +9,9 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -26,6 +24,7 @@
 #include "cache_server/eviction_policy.h"
 #include "cache_server/host_arena.h"
 #include "common/chunk_codec.h"
+#include "common/mutex.h"
 
 namespace lazykv::cache {
 
@@ -48,7 +47,8 @@ struct ChunkLocation {
   uint64_t bytes = 0;  // header + payload
 };
 
-// A stored chunk being read: its bytes stay valid while the reader lives.
+// A stored chunk being read: its bytes stay valid while the reader lives. Immutable:
+// safe to read from several threads.
 class ChunkReader {
  public:
   ChunkReader(StoreTier tier, std::shared_ptr<const HostValue> host) : tier_(tier), host_(std::move(host)) {}
@@ -67,6 +67,7 @@ class ChunkReader {
 };
 
 // A chunk being received into host pages; handed to TieredStore::Commit when complete.
+// Not thread-safe: one stream writes it.
 class ChunkWriter {
  public:
   explicit ChunkWriter(std::shared_ptr<HostValue> value) : value_(std::move(value)) {}
@@ -88,6 +89,10 @@ struct TieredStoreStats {
   bool host_pinned = false;
 };
 
+// Thread-safe: every method may be called from any thread (the service's handlers, the
+// embedded tier's resolver threads). One lock guards the host index and the disk-write
+// queue; it is never held across RocksDB calls or page copies, which run on the
+// caller's thread or the store's disk writer.
 class TieredStore {
  public:
   static absl::StatusOr<std::unique_ptr<TieredStore>> Open(const TieredStoreOptions& options,
@@ -132,30 +137,32 @@ class TieredStore {
 
   TieredStore(TieredStoreOptions options, std::unique_ptr<HostArena> arena, std::unique_ptr<EvictionPolicy> policy,
               std::unique_ptr<DiskTier> disk, std::shared_ptr<CacheMetrics> metrics);
-  absl::StatusOr<std::shared_ptr<HostValue>> AllocateHostValue(uint64_t size);
-  // Drops one host entry chosen by the policy (mu_ held); false when none is left.
-  bool EvictOneLocked();
-  void InsertHostLocked(const Hash128& key, std::shared_ptr<HostValue> value, bool on_disk);
-  void EraseHostLocked(const Hash128& key);
-  void EnqueueDiskWriteLocked(const Hash128& key, std::shared_ptr<HostValue> value);
-  void DiskWriterLoop();
-  void UpdateGaugesLocked();
+  absl::StatusOr<std::shared_ptr<HostValue>> AllocateHostValue(uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops one host entry chosen by the policy; false when none is left.
+  bool EvictOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void InsertHostLocked(const Hash128& key, std::shared_ptr<HostValue> value, bool on_disk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseHostLocked(const Hash128& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueueDiskWriteLocked(const Hash128& key, std::shared_ptr<HostValue> value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DiskWriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const TieredStoreOptions options_;
-  std::unique_ptr<HostArena> arena_;
-  std::shared_ptr<CacheMetrics> metrics_;
+  const std::unique_ptr<HostArena> arena_;  // thread-safe itself
+  const std::shared_ptr<CacheMetrics> metrics_;
 
-  mutable std::mutex mu_;
-  std::unique_ptr<EvictionPolicy> policy_;
-  std::unordered_map<Hash128, HostEntry, Hash128Hasher> host_;
-  uint64_t host_used_ = 0;
+  mutable Mutex mu_;
+  const std::unique_ptr<EvictionPolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
+  std::unordered_map<Hash128, HostEntry, Hash128Hasher> host_ ABSL_GUARDED_BY(mu_);
+  uint64_t host_used_ ABSL_GUARDED_BY(mu_) = 0;
 
-  std::unique_ptr<DiskTier> disk_;
-  std::deque<DiskWrite> disk_queue_;
-  uint64_t disk_in_flight_ = 0;  // taken off the queue, not yet written
-  std::condition_variable disk_work_;
-  std::condition_variable disk_idle_;
-  bool stopping_ = false;
+  const std::unique_ptr<DiskTier> disk_;  // null without a disk tier; thread-safe itself
+  std::deque<DiskWrite> disk_queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t disk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // taken off the queue, not yet written
+  CondVar disk_work_;  // disk_queue_ gained a write, or stopping_
+  CondVar disk_idle_;  // disk_queue_ drained and nothing in flight
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread disk_writer_;
 };
 

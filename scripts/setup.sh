@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev
   libspdlog-dev
   python3-matplotlib
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

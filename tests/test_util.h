@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/model_weights.h"
+#include "worker/model/model_weights.h"
 
 namespace lazykv::testing {
 

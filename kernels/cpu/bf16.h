@@ -1,7 +1,7 @@
 // bfloat16 on the CPU: the rounding the CUDA backend applies wherever it stores a value in
 // bf16 (__float2bfloat16: round to nearest, ties to even; NaN to the canonical 0x7fff),
 // bit for bit, and the exact conversion back. Used by the CPU backend's GPU-like numerics
-// (worker/cpu_backend.h) and its bf16 chunk payloads.
+// (worker/backend/cpu_backend.h) and its bf16 chunk payloads.
 #pragma once
 
 #include <bit>

@@ -1,5 +1,5 @@
 // Token sampling on the GPU, one CTA per row of logits, choosing what the host's SampleRow
-// (worker/sampler.h) chooses for the same uniform:
+// (worker/backend/sampler.h) chooses for the same uniform:
 // - greedy (temperature 0): the first maximal logit (lowest id);
 // - else the probabilities p = fp32(exp((l - max) / temperature)) taken in decreasing order,
 //   ties by id, cut to the smallest prefix holding top_p of the mass, and the first token

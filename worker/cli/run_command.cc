@@ -12,8 +12,8 @@
 #include "common/flag_parser.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "worker/model_setup_flags.h"
-#include "worker/request_json.h"
+#include "worker/setup/model_setup_flags.h"
+#include "worker/cli/request_json.h"
 
 namespace lazykv {
 namespace {

@@ -5,8 +5,11 @@
 namespace lazykv {
 
 std::optional<EngineEvent> RequestStream::Next(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(&mu_);
+  while (events_.empty()) {
+    if (!ready_.WaitUntil(&mu_, deadline) && events_.empty()) return std::nullopt;
+  }
   EngineEvent event = std::move(events_.front());
   events_.pop_front();
   return event;
@@ -14,10 +17,10 @@ std::optional<EngineEvent> RequestStream::Next(std::chrono::milliseconds timeout
 
 void RequestStream::Push(EngineEvent event) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     events_.push_back(std::move(event));
   }
-  ready_.notify_one();
+  ready_.Signal();
 }
 
 GenerationLoop::GenerationLoop(std::unique_ptr<Engine> engine, std::shared_ptr<WorkerMetrics> metrics)
@@ -28,41 +31,41 @@ GenerationLoop::~GenerationLoop() { Stop(); }
 std::shared_ptr<RequestStream> GenerationLoop::Submit(GenerateRequest request) {
   auto stream = std::make_shared<RequestStream>();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) {
       stream->Push(FailedEvent(0, absl::UnavailableError("the worker is shutting down")));
       return stream;
     }
     inbox_.emplace_back(stream, std::move(request));
   }
-  wake_.notify_one();
+  wake_.Signal();
   return stream;
 }
 
 void GenerationLoop::Cancel(const std::shared_ptr<RequestStream>& stream, absl::Status reason) {
   if (reason.ok()) reason = absl::CancelledError("cancelled");
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     controls_.push_back(Control{stream, std::move(reason)});
   }
-  wake_.notify_one();
+  wake_.Signal();
 }
 
 void GenerationLoop::StopEarly(const std::shared_ptr<RequestStream>& stream) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     controls_.push_back(Control{stream, absl::OkStatus()});
   }
-  wake_.notify_one();
+  wake_.Signal();
 }
 
 void GenerationLoop::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
   }
-  wake_.notify_one();
+  wake_.Signal();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -73,8 +76,8 @@ void GenerationLoop::Run() {
     std::vector<Control> controls;
     bool stopping = false;
     {
-      std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !controls_.empty() || engine_->HasWork(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && inbox_.empty() && controls_.empty() && !engine_->HasWork()) wake_.Wait(&mu_);
       inbox.swap(inbox_);
       controls.swap(controls_);
       stopping = stopping_;

@@ -4,21 +4,21 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include "worker/engine.h"
+#include "common/mutex.h"
+#include "worker/engine/engine.h"
 #include "worker/serve/worker_metrics.h"
 
 namespace lazykv {
 
-// One request's events, in order: kToken..., then kFinished or kFailed.
+// One request's events, in order: kToken..., then kFinished or kFailed. Thread-safe:
+// the loop thread pushes, one gRPC handler thread reads.
 class RequestStream {
  public:
   // The next event, or nullopt if none came within `timeout`.
@@ -26,17 +26,19 @@ class RequestStream {
 
  private:
   friend class GenerationLoop;
-  void Push(EngineEvent event);
+  void Push(EngineEvent event) ABSL_LOCKS_EXCLUDED(mu_);
 
-  std::mutex mu_;
-  std::condition_variable ready_;
-  std::deque<EngineEvent> events_;
+  Mutex mu_;
+  CondVar ready_;  // events_ gained an event
+  std::deque<EngineEvent> events_ ABSL_GUARDED_BY(mu_);
   // Owned by the loop thread.
   RequestId id_ = 0;
   bool cancelled_before_start_ = false;
   std::optional<std::chrono::steady_clock::time_point> last_token_;
 };
 
+// Thread-safe: Submit, Cancel, StopEarly and Stop may be called from any thread; the
+// engine itself is touched only by the loop's own thread.
 class GenerationLoop {
  public:
   GenerationLoop(std::unique_ptr<Engine> engine, std::shared_ptr<WorkerMetrics> metrics);
@@ -66,11 +68,11 @@ class GenerationLoop {
 
   std::unique_ptr<Engine> engine_;
   std::shared_ptr<WorkerMetrics> metrics_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::vector<std::pair<std::shared_ptr<RequestStream>, GenerateRequest>> inbox_;
-  std::vector<Control> controls_;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar wake_;  // inbox_, controls_ or stopping_ changed
+  std::vector<std::pair<std::shared_ptr<RequestStream>, GenerateRequest>> inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<Control> controls_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::unordered_map<RequestId, std::shared_ptr<RequestStream>> streams_;  // loop thread only
   std::thread thread_;
 };

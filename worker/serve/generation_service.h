@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "proto/generate.grpc.pb.h"
 #include "worker/serve/generation_loop.h"
-#include "worker/tokenizer.h"
+#include "worker/tokenizer/tokenizer.h"
 
 namespace lazykv {
 

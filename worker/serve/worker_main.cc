@@ -14,7 +14,7 @@
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
 #include "common/server_runtime.h"
-#include "worker/model_setup_flags.h"
+#include "worker/setup/model_setup_flags.h"
 #include "worker/serve/generation_loop.h"
 #include "worker/serve/generation_service.h"
 

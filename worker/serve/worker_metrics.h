@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "worker/engine.h"
+#include "worker/engine/engine.h"
 
 namespace lazykv {
 

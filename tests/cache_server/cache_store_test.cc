@@ -1,0 +1,134 @@
+// The cache tier's parts without the network: eviction policies, the host page arena
+// under churn, and single flight in the lease table.
+#include <future>
+#include <set>
+#include <random>
+#include <thread>
+
+#include "cache_server/eviction_policy.h"
+#include "cache_server/lease_table.h"
+#include "cache_server/tiered_store.h"
+#include "gtest/gtest.h"
+#include "tests/cache_server/cache_test_util.h"
+#include "tests/test_util.h"
+
+namespace lazykv::testing {
+namespace {
+
+// Hit ratio of the hot keys after a scan of one-time keys, simulated over `policy`.
+double HotSurvivors(const std::string& name) {
+  const uint64_t capacity = 100;  // 100 entries of 1 byte
+  auto policy = *cache::MakeEvictionPolicy(name, capacity);
+  std::set<uint64_t> resident;
+  auto access = [&](uint64_t id) {
+    const Hash128 key{0, id};
+    if (resident.contains(id)) {
+      policy->Touch(key);
+      return;
+    }
+    while (resident.size() >= capacity) resident.erase(policy->PopVictim()->low);
+    policy->Insert(key, 1);
+    resident.insert(id);
+  };
+  for (int round = 0; round < 5; ++round) {
+    for (uint64_t hot = 0; hot < 50; ++hot) access(hot);  // documents asked again and again
+  }
+  for (uint64_t cold = 1000; cold < 1200; ++cold) access(cold);  // a burst of one-time documents
+  int survivors = 0;
+  for (uint64_t hot = 0; hot < 50; ++hot) survivors += resident.contains(hot);
+  return survivors / 50.0;
+}
+
+TEST(EvictionPolicyTest, S3FifoKeepsHotDocumentsThroughABurstThatLruLoses) {
+  EXPECT_EQ(HotSurvivors("lru"), 0.0);
+  EXPECT_GE(HotSurvivors("s3fifo"), 0.9);
+}
+
+TEST(EvictionPolicyTest, EveryInsertedKeyLeavesExactlyOnce) {
+  std::mt19937_64 rng(FreshSeed());
+  for (const char* name : {"lru", "s3fifo"}) {
+    auto policy = *cache::MakeEvictionPolicy(name, 1000);
+    std::set<uint64_t> inserted;
+    for (int i = 0; i < 500; ++i) {
+      const uint64_t id = rng() % 200;
+      if (rng() % 3 == 0 && inserted.contains(id)) {
+        policy->Touch(Hash128{0, id});
+      } else if (rng() % 5 == 0) {
+        policy->Remove(Hash128{0, id});
+        inserted.erase(id);
+      } else {
+        policy->Insert(Hash128{0, id}, 1 + rng() % 20);
+        inserted.insert(id);
+      }
+    }
+    EXPECT_EQ(policy->size(), inserted.size()) << name;
+    std::set<uint64_t> popped;
+    while (auto victim = policy->PopVictim()) EXPECT_TRUE(popped.insert(victim->low).second) << name;
+    EXPECT_EQ(popped, inserted) << name;
+  }
+}
+
+TEST(TieredStoreTest, HostTierChurnNeverFragmentsAndStaysUnderCapacity) {
+  std::mt19937_64 rng(FreshSeed());
+  cache::TieredStoreOptions options;
+  options.host_capacity_bytes = 8 << 20;
+  options.page_bytes = 64 << 10;
+  options.pin_host_memory = false;
+  auto store = *cache::TieredStore::Open(options, nullptr);
+  std::vector<TestChunk> live;
+  std::vector<cache::ChunkReader> held;  // readers keep evicted values alive for a while
+  for (int i = 0; i < 600; ++i) {
+    TestChunk c = RandomTestChunk(rng, 50000 + rng() % (2 << 20));
+    auto put = store->Put(c.key, c.stored());
+    ASSERT_TRUE(put.ok()) << "put " << i << ": " << put.status();
+    live.push_back(std::move(c));
+    if (rng() % 4 == 0) {
+      const TestChunk& probe = live[rng() % live.size()];
+      if (auto r = store->Read(probe.key); r.ok()) {
+        EXPECT_TRUE(r->ReadAll() == probe.stored());
+        held.push_back(*std::move(r));
+      }
+    }
+    if (held.size() > 3) held.erase(held.begin());
+    if (rng() % 7 == 0) store->Delete(live[rng() % live.size()].key);
+    EXPECT_LE(store->stats().host_used, options.host_capacity_bytes);
+  }
+  // The newest chunk is always there, byte for byte.
+  auto last = store->Read(live.back().key);
+  ASSERT_TRUE(last.ok());
+  EXPECT_TRUE(last->ReadAll() == live.back().stored());
+}
+
+TEST(LeaseTableTest, ManyWaitersOneComputes) {
+  std::atomic<bool> stored = false;
+  cache::CacheMetrics metrics;
+  cache::LeaseTable leases([&](const Hash128&) { return stored.load(); }, &metrics);
+  const Hash128 key{1, 2};
+  using Outcome = cache::LeaseTable::Outcome;
+  std::vector<std::future<Outcome>> callers;
+  for (int i = 0; i < 8; ++i) {
+    callers.push_back(std::async(std::launch::async, [&] {
+      const auto result = leases.Acquire(key, "t", std::chrono::seconds(10),
+                                         cache::LeaseTable::Clock::now() + std::chrono::seconds(10));
+      if (result.outcome == Outcome::kGranted) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // computing
+        stored = true;
+        leases.Published(key);
+      }
+      return result.outcome;
+    }));
+  }
+  int granted = 0, woke_stored = 0;
+  for (auto& c : callers) {
+    const Outcome o = c.get();
+    granted += o == Outcome::kGranted;
+    woke_stored += o == Outcome::kStored;
+  }
+  EXPECT_EQ(granted, 1);
+  EXPECT_EQ(woke_stored, 7);
+  EXPECT_EQ(metrics.lease_grants->Value(), 1);
+  EXPECT_EQ(leases.active(), 0u);
+}
+
+}  // namespace
+}  // namespace lazykv::testing

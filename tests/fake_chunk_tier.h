@@ -1,0 +1,162 @@
+// A ChunkTier in memory for resolver and engine tests, with single-flight leases and
+// faults on demand: slow (delays on fetch and publish), hung (a lease held by a holder
+// that never publishes), full (publications refused), corrupt (fetches fail DATA_LOSS).
+// Thread-safe, as every ChunkTier must be. It records what it was asked.
+#pragma once
+
+#include <chrono>
+#include <unordered_map>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/mutex.h"
+#include "worker/tier/chunk_tier.h"
+
+namespace lazykv::testing {
+
+class FakeChunkTier final : public ChunkTier {
+ public:
+  struct Faults {
+    std::chrono::milliseconds fetch_delay{0};
+    std::chrono::milliseconds publish_delay{0};
+    bool full = false;     // Publish: RESOURCE_EXHAUSTED
+    bool corrupt = false;  // Fetch: DATA_LOSS
+  };
+  struct Published {
+    Hash128 key;
+    std::string stored;
+    uint64_t lease_id = 0;
+  };
+
+  void SetFaults(const Faults& faults) {
+    MutexLock lock(&mu_);
+    faults_ = faults;
+  }
+  void Store(const Hash128& key, std::string stored) {
+    MutexLock lock(&mu_);
+    stored_[key] = std::move(stored);
+    leases_.erase(key);
+    changed_.SignalAll();
+  }
+  // Another worker holds the lease on `key` and never publishes (its TTL is `ttl`).
+  void HoldForever(const Hash128& key, std::chrono::milliseconds ttl) {
+    MutexLock lock(&mu_);
+    leases_[key] = HeldLease{next_lease_++, /*foreign=*/true, ttl};
+  }
+
+  std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) override {
+    MutexLock lock(&mu_);
+    ++lookups_;
+    std::vector<std::optional<TierHit>> hits;
+    for (const Hash128& key : keys) {
+      auto it = stored_.find(key);
+      if (it == stored_.end()) {
+        hits.emplace_back();
+      } else {
+        hits.push_back(TierHit{ChunkSource::kHost, it->second.size()});
+      }
+    }
+    return hits;
+  }
+
+  absl::StatusOr<FetchedChunk> Fetch(const Hash128& key) override {
+    const Faults faults = GetFaults();
+    std::this_thread::sleep_for(faults.fetch_delay);
+    MutexLock lock(&mu_);
+    ++fetches_;
+    if (faults.corrupt) return absl::DataLossError(absl::StrCat("chunk ", key.ToHex(), " failed its checksum"));
+    auto it = stored_.find(key);
+    if (it == stored_.end()) return absl::NotFoundError("not stored");
+    return FetchedChunk{it->second, ChunkSource::kHost};
+  }
+
+  // Single flight: stored, granted, or (held by another) waits up to `wait` for a
+  // publication or release, as the cache server does.
+  LeaseAnswer Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) override {
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    MutexLock lock(&mu_);
+    ++lease_calls_;
+    while (true) {
+      if (stored_.contains(key)) return LeaseAnswer{LeaseAnswer::State::kStored, 0, {}};
+      auto it = leases_.find(key);
+      if (it == leases_.end()) {
+        const uint64_t id = next_lease_++;
+        leases_[key] = HeldLease{id, false, ttl};
+        ++grants_;
+        return LeaseAnswer{LeaseAnswer::State::kGranted, id, ttl};
+      }
+      if (!changed_.WaitUntil(&mu_, deadline) && std::chrono::steady_clock::now() >= deadline) {
+        it = leases_.find(key);
+        if (it == leases_.end() || stored_.contains(key)) continue;  // changed right at the deadline
+        return LeaseAnswer{LeaseAnswer::State::kHeld, it->second.id, it->second.ttl};
+      }
+    }
+  }
+
+  void ReleaseLease(const Hash128& key, uint64_t lease_id) override {
+    MutexLock lock(&mu_);
+    released_.push_back(lease_id);
+    if (auto it = leases_.find(key); it != leases_.end() && it->second.id == lease_id) leases_.erase(it);
+    changed_.SignalAll();
+  }
+
+  absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, const std::string& stored,
+                       uint64_t lease_id) override {
+    const Faults faults = GetFaults();
+    std::this_thread::sleep_for(faults.publish_delay);
+    MutexLock lock(&mu_);
+    if (faults.full) return absl::ResourceExhaustedError("host tier full");
+    published_.push_back(Published{key, stored, lease_id});
+    stored_[key] = stored;
+    leases_.erase(key);
+    changed_.SignalAll();
+    return absl::OkStatus();
+  }
+
+  std::string Describe() const override { return "fake"; }
+
+  std::vector<Published> published() const {
+    MutexLock lock(&mu_);
+    return published_;
+  }
+  std::vector<uint64_t> released() const {
+    MutexLock lock(&mu_);
+    return released_;
+  }
+  int grants() const {
+    MutexLock lock(&mu_);
+    return grants_;
+  }
+  int fetches() const {
+    MutexLock lock(&mu_);
+    return fetches_;
+  }
+
+ private:
+  struct HeldLease {
+    uint64_t id = 0;
+    bool foreign = false;
+    std::chrono::milliseconds ttl{0};
+  };
+  Faults GetFaults() const {
+    MutexLock lock(&mu_);
+    return faults_;
+  }
+
+  mutable Mutex mu_;
+  CondVar changed_;  // a chunk was stored or a lease released
+  Faults faults_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<Hash128, std::string, Hash128Hasher> stored_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<Hash128, HeldLease, Hash128Hasher> leases_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<Published> published_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> released_ ABSL_GUARDED_BY(mu_);
+  int lookups_ ABSL_GUARDED_BY(mu_) = 0;
+  int fetches_ ABSL_GUARDED_BY(mu_) = 0;
+  int lease_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int grants_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace lazykv::testing

@@ -1,0 +1,161 @@
+// The lazy prefill attention kernel against the CPU reference (LazyPagedAttention), on
+// fresh random inputs at several shapes: odd query counts, partly filled blocks (at the
+// end of every chunk and of the request), many chunks with deltas up to 128k, both RoPE
+// styles, head dims 64 and 128, GQA groups 1, 4 and 8, block sizes 16 to 256, chunked
+// prefill (pos0 > 0) and whole-sequence prefill. The GPU tests skip without a GPU; the
+// shape validation runs everywhere (it returns before any CUDA call).
+//
+// Tolerance: the kernel feeds the tensor cores bf16 operands (the rotated query, the
+// keys, the softmax probabilities, the values); keys and values are bf16 on both sides,
+// so the difference comes from rounding the rotated query and the probabilities to bf16
+// (relative 2^-9 = 2e-3 each) with fp32 accumulation. We allow 1e-2 of the output's
+// largest magnitude (max |gpu - cpu| / max |cpu|, per sequence), about 5x the expected
+// rounding; a wrong rotation, mask or index gives errors of order 1.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/lazy_prefill_attention.h"
+#include "tests/kernels/cuda_paged_problem.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/test_util.h"
+
+namespace lazykv::testing {
+namespace {
+
+struct PrefillShape {
+  std::string name;
+  int head_dim, n_heads, n_kv_heads, block_size, num_seqs;
+  int chunks, max_chunk_tokens;  // documents before the request's own tokens
+  int max_prior_own;             // own tokens already cached before the query run (chunked prefill)
+  int max_queries;               // new query tokens per sequence
+  bool queries_from_start;       // every token of the sequence is a query (pos0 = 0)
+  bool first_chunk_delta_zero;   // the first chunk shares delta 0 with what precedes it
+  RopeStyle style;
+  int max_delta;
+};
+
+class PrefillAttentionGpuTest : public ::testing::TestWithParam<PrefillShape> {};
+
+TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const PrefillShape s = GetParam();
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+
+  // Per sequence: chunks at random deltas, then the own tokens (delta 0): `prior` already
+  // cached, then the query run, whose keys the caller has written before attention.
+  PagedProblem problem(s.n_heads, s.n_kv_heads, s.head_dim, s.block_size, s.style);
+  auto rand_int = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int seq = 0; seq < s.num_seqs; ++seq) {
+    for (int c = 0; c < s.chunks; ++c) {
+      const int32_t delta = c == 0 && s.first_chunk_delta_zero ? 0 : rand_int(1, s.max_delta);
+      problem.AddSegment(rand_int(1, s.max_chunk_tokens), delta);
+    }
+    int n_queries = rand_int(1, s.max_queries);
+    if (seq == 0 && n_queries > 1) n_queries |= 1;  // an odd count
+    const int prior = s.max_prior_own > 0 ? rand_int(0, s.max_prior_own) : 0;
+    problem.AddSegment(prior + n_queries, 0);
+    if (s.queries_from_start) n_queries = problem.length();
+    problem.EndSequence(n_queries);
+  }
+  problem.Draw(rng);
+  const std::vector<float> expected = problem.Reference();
+
+  // GPU, output poisoned first so that an unwritten element fails.
+  DeviceArena arena;
+  cuda::PrefillAttentionParams p = problem.PrefillParams(problem.Upload(arena));
+  float* out = p.out;
+  const std::vector<int32_t>& q_offsets = problem.query_offsets;
+  const std::vector<int32_t>& pos0 = problem.query_pos0;
+  // As the launcher chooses (split-KV where the launch is small) and unsplit, with the
+  // default schedule of the kernel's main loop; unsplit with each of the others.
+  std::vector<std::pair<int, int>> runs = {{0, -1}, {1, -1}};
+  for (int schedule = 0; schedule < cuda::detail::kNumPrefillSchedules; ++schedule) runs.push_back({1, schedule});
+  for (const auto& [forced_splits, schedule] : runs) {
+    p.num_splits = forced_splits;
+    const int splits = cuda::ChoosePrefillSplits(p);
+    const size_t ws_bytes = cuda::PrefillWorkspaceBytes(p, splits);
+    p.workspace = nullptr;
+    if (ws_bytes > 0) {
+      CUDA_OK(cudaMalloc(&p.workspace, ws_bytes));
+    }
+    CUDA_OK(cudaMemset(out, 0xff, expected.size() * sizeof(float)));  // NaN: an unwritten element fails
+    CUDA_OK(schedule < 0 ? cuda::LaunchLazyPrefillAttention(p, nullptr)
+                         : cuda::detail::LaunchLazyPrefillAttentionVariant(p, schedule, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = ToHost(out, expected.size());
+    cudaFree(p.workspace);
+    for (int seq = 0; seq < s.num_seqs; ++seq) {
+      const std::vector<float> g = problem.Rows(got, seq), e = problem.Rows(expected, seq);
+      const size_t unwritten = std::count_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
+      EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
+      const double error = RelativeError(g, e);
+      EXPECT_LT(error, 1e-2) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits << ", schedule "
+                             << schedule << ", "
+                             << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
+      std::printf("[          ] %s seq %d, splits %d, schedule %d: %d queries from %d, %zu entries, rel error %.2e\n",
+                  s.name.c_str(), seq, splits, schedule, q_offsets[seq + 1] - q_offsets[seq], pos0[seq],
+                  problem.tables[seq].size(), error);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, PrefillAttentionGpuTest,
+    ::testing::Values(
+        // Llama-3-8B attention, RAG request: 8 documents, then a chunked-prefill query run.
+        PrefillShape{"llama3_rag", 128, 32, 8, 16, 2, 8, 512, 40, 300, false, false, RopeStyle::kRotateHalf, 131072},
+        // llama2.c style, MHA, the first chunk at delta 0 behind a partly filled block.
+        PrefillShape{"llama2c_mha", 64, 8, 8, 16, 3, 4, 77, 20, 200, false, true, RopeStyle::kInterleaved, 100000},
+        // Group of 8, many chunks, blocks of 32.
+        PrefillShape{"group8_long", 128, 8, 1, 32, 1, 30, 600, 100, 257, false, false, RopeStyle::kRotateHalf,
+                     131072},
+        // Blocks of 128: a KV tile is part of a block.
+        PrefillShape{"group8_block128", 64, 16, 2, 128, 2, 5, 300, 200, 300, false, false, RopeStyle::kInterleaved,
+                     50000},
+        // Blocks of 256, rotate-half at head dim 64.
+        PrefillShape{"gqa4_block256", 64, 32, 8, 256, 1, 6, 400, 300, 150, false, true, RopeStyle::kRotateHalf, 131072},
+        // Ordinary causal prefill of a whole sequence (no chunks, pos0 = 0).
+        PrefillShape{"causal_only", 128, 32, 8, 16, 1, 0, 1, 0, 1000, false, false, RopeStyle::kRotateHalf, 0},
+        // Every token a query, chunks included: query tiles see delta changes mid-tile.
+        PrefillShape{"all_tokens_queries", 128, 16, 4, 64, 2, 3, 200, 10, 100, true, false, RopeStyle::kInterleaved,
+                     131072}),
+    [](const ::testing::TestParamInfo<PrefillShape>& info) { return info.param.name; });
+
+// Unsupported shapes come back as cudaErrorInvalidValue before any CUDA call (no GPU needed).
+TEST(PrefillAttentionShapes, RejectsUnsupported) {
+  cuda::PrefillAttentionParams good;
+  good.num_seqs = 1;
+  good.n_heads = 32;
+  good.n_kv_heads = 8;
+  good.head_dim = 128;
+  good.block_size = 16;
+  good.rope_style = 1;
+  good.max_queries_per_seq = 0;  // nothing to do: succeeds without touching the device
+  EXPECT_EQ(cuda::LaunchLazyPrefillAttention(good, nullptr), cudaSuccess);
+  auto expect_invalid = [&](auto mutate, const char* what) {
+    cuda::PrefillAttentionParams p = good;
+    mutate(p);
+    EXPECT_EQ(cuda::LaunchLazyPrefillAttention(p, nullptr), cudaErrorInvalidValue) << what;
+  };
+  expect_invalid([](auto& p) { p.head_dim = 96; }, "head dim 96");
+  expect_invalid([](auto& p) { p.block_size = 24; }, "block size 24");
+  expect_invalid([](auto& p) { p.block_size = 8; }, "block size 8");
+  expect_invalid([](auto& p) { p.n_kv_heads = 6; }, "32 heads over 6 KV heads");
+  expect_invalid([](auto& p) { p.rope_style = 2; }, "rope style 2");
+  expect_invalid([](auto& p) { p.num_seqs = 0; }, "no sequences");
+  expect_invalid([](auto& p) { p.num_splits = -1; }, "negative splits");
+  expect_invalid([](auto& p) { p.max_queries_per_seq = 5; }, "null pointers");
+}
+
+}  // namespace
+}  // namespace lazykv::testing

@@ -1,0 +1,46 @@
+// The CUDA backend: weights and a paged KV pool in GPU memory, the forward pass as cuBLASLt
+// GEMMs plus the kernels of kernels/cuda/, the output layer as one classifier GEMM per
+// pass. ForwardAndSample samples on the GPU and copies back only the logits someone reads;
+// Forward copies every wanted row back in fp32.
+// Built only with LAZYKV_WITH_CUDA; the CPU backend (cpu_backend.h) is its reference.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "worker/backend/backend.h"
+#include "worker/model/model_weights.h"
+
+namespace lazykv {
+
+// True when the CUDA runtime sees a GPU (always false in a build without CUDA).
+bool CudaDeviceAvailable();
+
+enum class CudaPrecision {
+  // bf16 weight matrices, GEMM inputs and KV pool, fp32 accumulation and residual stream;
+  // kv_dtype "bf16". Attention on the tensor-core kernels (head dims 64 and 128). The
+  // serving precision, and the one the benchmarks measure.
+  kBf16,
+  // fp32 throughout (GEMMs in true fp32, not TF32); kv_dtype "fp32", the same model
+  // fingerprint and chunk payloads as the fp32 CPU backend. Attention on the generic
+  // kernel. For small models and for checking the GPU against the CPU: greedy decoding
+  // then follows the CPU's to fp32 noise, where bf16 rounding parts the two at near-ties.
+  kFp32,
+};
+
+struct CudaBackendOptions {
+  CudaPrecision precision = CudaPrecision::kBf16;
+};
+
+// Bytes of K and V one block holds across all layers.
+uint64_t CudaKvBytesPerBlock(const ModelConfig& config, int block_size, CudaPrecision precision = CudaPrecision::kBf16);
+
+// Uploads host fp32 weights (matrices rounded to bf16 at kBf16).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const ModelWeights& weights, int block_size,
+                                                           int num_blocks, CudaBackendOptions options = {});
+// Synthetic weights drawn on the GPU (the same values as MakeSyntheticWeights).
+absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelConfig& config, uint64_t seed,
+                                                                    int block_size, int num_blocks,
+                                                                    CudaBackendOptions options = {});
+
+}  // namespace lazykv

@@ -1,0 +1,180 @@
+// The CUDA backend's class, shared by its source files: cuda_backend.cc (setup, block
+// copies, chunk transfer), cuda_forward.cc (the forward pass and the batched output layer)
+// and cuda_sampling.cc (logits back to the host, sampling on the GPU). Private to them.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/lazy_prefill_attention.h"
+#include "kernels/cuda/model_ops.h"
+#include "worker/backend/backend.h"
+#include "worker/backend/cuda_weights.h"
+
+namespace lazykv::cuda_backend {
+
+using bf16 = __nv_bfloat16;
+
+inline absl::Status Cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  const auto code = e == cudaErrorMemoryAllocation ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInternal;
+  return absl::Status(code, absl::StrFormat("%s: %s", what, cudaGetErrorString(e)));
+}
+
+// A device (or pinned host) allocation that grows to the largest size asked of it.
+template <bool kPinnedHost>
+class Buffer {
+ public:
+  ~Buffer() { Free(); }
+  absl::Status Reserve(size_t bytes) {
+    if (bytes <= capacity_) return absl::OkStatus();
+    Free();
+    const size_t grown = std::max(bytes, capacity_ + capacity_ / 2);
+    RETURN_IF_ERROR(Cuda(kPinnedHost ? cudaMallocHost(&ptr_, grown) : cudaMalloc(&ptr_, grown),
+                         kPinnedHost ? "pinned staging" : "device buffer"));
+    capacity_ = grown;
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as(size_t byte_offset = 0) const {
+    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + byte_offset);
+  }
+
+ private:
+  void Free() {
+    if (ptr_ != nullptr) kPinnedHost ? cudaFreeHost(ptr_) : cudaFree(ptr_);
+    ptr_ = nullptr;
+    capacity_ = 0;
+  }
+  void* ptr_ = nullptr;
+  size_t capacity_ = 0;
+};
+using DeviceBuffer = Buffer<false>;
+using PinnedBuffer = Buffer<true>;
+
+// Int32 arrays packed into one pinned buffer and uploaded with one copy.
+class MetaPack {
+ public:
+  size_t Add(const std::vector<int32_t>& v) {
+    const size_t at = data_.size();
+    data_.insert(data_.end(), v.begin(), v.end());
+    data_.resize((data_.size() + 3) / 4 * 4);  // 16-byte aligned arrays
+    return at;
+  }
+  absl::Status Upload(PinnedBuffer& host, DeviceBuffer& device, cudaStream_t stream) {
+    const size_t bytes = std::max<size_t>(1, data_.size()) * sizeof(int32_t);
+    RETURN_IF_ERROR(host.Reserve(bytes));
+    RETURN_IF_ERROR(device.Reserve(bytes));
+    std::memcpy(host.as<int32_t>(), data_.data(), data_.size() * sizeof(int32_t));
+    return Cuda(cudaMemcpyAsync(device.as<int32_t>(), host.as<int32_t>(), bytes, cudaMemcpyHostToDevice, stream),
+                "metadata upload");
+  }
+
+ private:
+  std::vector<int32_t> data_;
+};
+
+// One forward pass as RunModel lays it out: the new tokens' rows and, on the device, their
+// metadata and the kernels' parameters over it.
+struct PassPlan {
+  int rows = 0;
+  bool all_single = true;  // every sequence brings one token: decode attention applies
+  int max_entries = 0;     // the longest block table
+  const int32_t* tokens = nullptr;
+  const int32_t* last_pos = nullptr;  // per sequence: the position of its last token
+  const int32_t* out_rows = nullptr;  // the rows that want logits
+  int n_out = 0;
+  cuda::PrefillAttentionParams attention;
+  cuda::KvWriteParams kv_write;
+};
+
+// The rows of logits a forward pass computed: per step that wants logits, a contiguous run
+// of the logits matrix (rows in step order).
+struct LogitsRows {
+  size_t step;
+  int first;  // row of the logits matrix
+  int count;
+};
+
+// Bytes of K and V one pool block holds across all layers.
+uint64_t KvBytesPerBlock(const ModelConfig& config, int block_size, cuda::Element element);
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks)
+      : w_(std::move(weights)),
+        c_(w_->config()),
+        element_(w_->element()),
+        block_size_(block_size),
+        num_blocks_(num_blocks) {}
+  ~CudaBackend() override;
+  absl::Status Init();
+
+  const ModelConfig& config() const override { return c_; }
+  std::string kv_dtype() const override { return cuda::ElementName(element_); }
+  Hash128 model_fingerprint() const override { return MakeModelFingerprint(w_->content_hash(), kv_dtype()); }
+  int block_size() const override { return block_size_; }
+  int num_blocks() const override { return num_blocks_; }
+  uint64_t kv_bytes_per_block() const override;
+
+  absl::Status Forward(std::span<const SequenceStep> steps, std::vector<std::vector<float>>* logits) override;
+  absl::Status ForwardAndSample(std::span<const SequenceStep> steps, std::span<const StepSampling> sampling,
+                                std::vector<SampledToken>* tokens, std::vector<std::vector<float>>* logits) override;
+  absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) override;
+  absl::Status ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload) override;
+  absl::Status ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) override;
+
+ private:
+  size_t PoolElems() const { return static_cast<size_t>(num_blocks_) * block_size_ * c_.kv_dim(); }
+  size_t LayerPoolBytes() const { return PoolElems() * cuda::ElementBytes(element_); }
+  void* KPool(int layer) const { return static_cast<char*>(k_pool_) + layer * LayerPoolBytes(); }
+  void* VPool(int layer) const { return static_cast<char*>(v_pool_) + layer * LayerPoolBytes(); }
+  KvDtype ChunkDtype() const { return element_ == cuda::Element::kFp32 ? KvDtype::kFp32 : KvDtype::kBf16; }
+  int RopeStyleIndex() const { return c_.rope.style == RopeStyle::kInterleaved ? 0 : 1; }
+  absl::Status ReserveActivations(int rows);
+  absl::Status Attention(cuda::PrefillAttentionParams& p, int rows, bool all_single, const int32_t* positions,
+                         int max_entries);
+  // The layers over every step's new tokens, then the output layer over every row that
+  // wants logits at once (one classifier GEMM into logits_). Enqueued, not synchronized.
+  absl::Status RunModel(std::span<const SequenceStep> steps, std::vector<LogitsRows>* wanted);
+  // RunModel's kernels and GEMMs, with T the element type of the weights, GEMM inputs and pool.
+  template <typename T>
+  absl::Status RunLayers(PassPlan& plan);
+  // Copies back the logits rows of the steps in `wanted` for which keep(step) holds (into
+  // logits[step]); synchronizes the stream.
+  template <typename Keep>
+  absl::Status CopyLogitsBack(const std::vector<LogitsRows>& wanted, Keep keep,
+                              std::vector<std::vector<float>>* logits);
+  // Chunk payload <-> blocks: the block ids, token counts and offsets on the device.
+  absl::StatusOr<cuda::KvTransferParams> TransferParams(const ChunkLayout& layout, std::span<const KvBlockRef> blocks);
+
+  std::unique_ptr<DeviceWeights> w_;
+  const ModelConfig& c_;
+  const cuda::Element element_;
+  int block_size_;
+  int num_blocks_;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // host -> device copies that overlap the scatter
+  cudaEvent_t event_ = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  void* k_pool_ = nullptr;  // [n_layers][num_blocks][block_size][kv_dim] of element_
+  void* v_pool_ = nullptr;
+  double* inv_freq_ = nullptr;
+  int activation_rows_ = 0;
+  // Activations: x_, y_, qkv_, q_, attn_, gu_ fp32; xb_, attn_in_, h_ (GEMM inputs) of element_.
+  DeviceBuffer x_, y_, xb_, qkv_, q_, attn_, attn_in_, gu_, h_, attn_ws_, meta_, staging_;
+  DeviceBuffer out_rows_, logits_;  // the output layer's gathered rows (element_) and its logits
+  DeviceBuffer sample_rows_, sample_out_, sample_ws_;
+  PinnedBuffer meta_host_, logits_host_, payload_host_, sample_rows_host_, sample_out_host_;
+};
+
+}  // namespace lazykv::cuda_backend

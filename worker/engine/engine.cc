@@ -1,0 +1,325 @@
+#include "worker/engine/engine.h"
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/engine/engine_state.h"
+
+namespace lazykv {
+namespace {
+
+int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+bool UsesChunks(AttentionMode mode) { return mode == AttentionMode::kLazy || mode == AttentionMode::kBlock; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend, EngineOptions options) {
+  if (backend == nullptr) return absl::InvalidArgumentError("engine needs a backend");
+  const ModelConfig& config = backend->config();
+  if (options.anchor.empty()) options.anchor = {config.bos_id};
+  for (int32_t token : options.anchor) {
+    if (token < 0 || token >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat("anchor token %d outside the vocabulary of %d", token,
+                                                        config.vocab_size));
+    }
+  }
+  if (options.max_prefill_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("max_prefill_tokens %d must be positive",
+                                                      options.max_prefill_tokens));
+  }
+  if (options.max_queued_requests < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("max_queued_requests %d must not be negative",
+                                                      options.max_queued_requests));
+  }
+  const Hash128 fingerprint = backend->model_fingerprint();
+  ASSIGN_OR_RETURN(const KvDtype kv_dtype, ParseKvDtype(backend->kv_dtype()));
+  return std::unique_ptr<Engine>(new Engine(std::move(backend), std::move(options), fingerprint, kv_dtype));
+}
+
+Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 fingerprint, KvDtype kv_dtype)
+    : backend_(std::move(backend)),
+      options_(std::move(options)),
+      fingerprint_(fingerprint),
+      kv_dtype_(kv_dtype),
+      allocator_(backend_->num_blocks()),
+      index_(&allocator_) {}
+
+// Requests and jobs give their blocks back before the index and the allocator go.
+Engine::~Engine() {
+  queued_.clear();
+  running_.clear();
+  jobs_.clear();  // waits for tier calls still running
+}
+
+EngineStats Engine::stats() const {
+  int decoding = 0;
+  for (const auto& [id, request] : running_) decoding += request->phase == Request::Phase::kDecode;
+  return EngineStats{.num_blocks = allocator_.num_blocks(),
+                     .free_blocks = allocator_.num_free(),
+                     .cached_entries = index_.size(),
+                     .cached_blocks = index_.num_blocks(),
+                     .evictions = index_.evictions(),
+                     .queued_requests = static_cast<int>(queued_.size()),
+                     .running_requests = static_cast<int>(running_.size()),
+                     .decoding_requests = decoding,
+                     .reserved_blocks = reserved_blocks_ + shared_reservations_.reserved_blocks()};
+}
+
+absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
+  const ModelConfig& c = config();
+  RETURN_IF_ERROR(request.sampling.Validate());
+  auto check_tokens = [&](std::span<const int32_t> tokens, const std::string& field) -> absl::Status {
+    for (size_t j = 0; j < tokens.size(); ++j) {
+      if (tokens[j] < 0 || tokens[j] >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrFormat("%s[%d]: token id %d outside the vocabulary of %d", field,
+                                                          j, tokens[j], c.vocab_size));
+      }
+    }
+    return absl::OkStatus();
+  };
+  int64_t total = options_.anchor.size() + request.prompt.size();
+  for (size_t d = 0; d < request.docs.size(); ++d) {
+    RETURN_IF_ERROR(check_tokens(request.docs[d], absl::StrFormat("documents[%d]", d)));
+    total += request.docs[d].size();
+  }
+  RETURN_IF_ERROR(check_tokens(request.prompt, "prompt"));
+  if (total + request.sampling.max_tokens > c.max_seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("request needs %d positions (%d prompt tokens + max_tokens %d); the model's context is %d",
+                        total + request.sampling.max_tokens, total, request.sampling.max_tokens, c.max_seq_len));
+  }
+  const int needed = WorstCaseBlocks(request, request.mode.value_or(options_.mode));
+  if (needed > backend_->num_blocks()) {
+    return absl::InvalidArgumentError(absl::StrFormat("request may need %d KV blocks of %d tokens; the pool holds %d",
+                                                      needed, backend_->block_size(), backend_->num_blocks()));
+  }
+  return absl::OkStatus();
+}
+
+int SharedDocumentCount(const GenerateRequest& request) {
+  if (!request.prompt.empty()) return static_cast<int>(request.docs.size());
+  return request.docs.empty() ? -1 : static_cast<int>(request.docs.size()) - 1;
+}
+
+int Engine::WorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const {
+  int64_t needed = PrivateWorstCaseBlocks(request, mode);
+  const int shared_docs = UsesChunks(mode) ? SharedDocumentCount(request) : -1;
+  if (shared_docs >= 0) {  // the blocks of SharedChunksOf, without hashing the documents
+    const int bs = backend_->block_size();
+    needed += CeilDiv(options_.anchor.size(), bs);
+    for (int d = 0; d < shared_docs; ++d) needed += CeilDiv(request.docs[d].size(), bs);
+  }
+  return static_cast<int>(std::min<int64_t>(needed, INT32_MAX));
+}
+
+// Every segment may start a block. In lazy and block modes the shared chunks are counted
+// apart (SharedChunksOf); the block baseline also holds the re-rotated copies it makes.
+int Engine::PrivateWorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const {
+  const int bs = backend_->block_size();
+  int64_t needed;
+  if (!UsesChunks(mode) || SharedDocumentCount(request) < 0) {
+    int64_t total = options_.anchor.size() + request.prompt.size() + request.sampling.max_tokens;
+    for (const auto& doc : request.docs) total += doc.size();
+    needed = CeilDiv(total, bs) + 2 + static_cast<int64_t>(request.docs.size());
+  } else {  // only the request's own tokens (each shared chunk's blocks are whole, counted apart)
+    const size_t own = request.prompt.empty() ? request.docs.back().size() : request.prompt.size();
+    needed = CeilDiv(own + request.sampling.max_tokens, bs) + 2;
+  }
+  if (mode == AttentionMode::kBlock) {
+    for (const auto& doc : request.docs) needed += CeilDiv(doc.size(), bs);
+  }
+  return static_cast<int>(std::min<int64_t>(needed, INT32_MAX));
+}
+
+std::vector<SharedChunkReservations::Chunk> Engine::SharedChunksOf(const GenerateRequest& request,
+                                                                   AttentionMode mode) const {
+  std::vector<SharedChunkReservations::Chunk> chunks;
+  const int shared_docs = UsesChunks(mode) ? SharedDocumentCount(request) : -1;
+  if (shared_docs < 0) return chunks;
+  const int bs = backend_->block_size();
+  const std::vector<int32_t>& anchor = options_.anchor;
+  chunks.push_back({MakeAnchorKey(fingerprint_, anchor), CeilDiv(anchor.size(), bs)});
+  for (int d = 0; d < shared_docs; ++d) {
+    if (request.docs[d].empty()) continue;
+    chunks.push_back({MakeChunkKey(fingerprint_, anchor, request.docs[d]), CeilDiv(request.docs[d].size(), bs)});
+  }
+  return chunks;
+}
+
+absl::StatusOr<int32_t> Engine::AllocateBlock() {
+  if (allocator_.num_free() == 0 && !index_.EvictUntilFree(1)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "KV pool exhausted: all %d blocks are held by running sequences", allocator_.num_blocks()));
+  }
+  return *allocator_.Allocate();
+}
+
+absl::Status Engine::GrowOwnTail(KvSequence& seq, size_t count) {
+  const int bs = backend_->block_size();
+  for (size_t i = 0; i < count; ++i) {
+    if (!seq.TailHasRoom(bs)) {
+      ASSIGN_OR_RETURN(int32_t block, AllocateBlock());
+      seq.AdoptEmptyOwnBlock(block);
+    }
+    seq.FillTailSlot();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RequestId> Engine::Submit(GenerateRequest input) {
+  RETURN_IF_ERROR(ValidateRequest(input));
+  auto request = std::make_unique<Request>(&allocator_);
+  request->id = next_id_++;
+  request->submitted = SteadyClock::now();
+  request->result.mode = input.mode.value_or(options_.mode);
+  request->reserved_blocks = PrivateWorstCaseBlocks(input, request->result.mode);
+  request->shared_chunks = SharedChunksOf(input, request->result.mode);
+  request->input = std::move(input);
+  const RequestId id = request->id;
+  queued_.push_back(std::move(request));
+  Admit();
+  if (static_cast<int>(queued_.size()) > options_.max_queued_requests) {
+    queued_.pop_back();  // the new request: admission is first come, first served
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the KV pool is busy and %d requests already wait for room (max_queued_requests=%d)",
+        options_.max_queued_requests, options_.max_queued_requests));
+  }
+  return id;
+}
+
+void Engine::Cancel(RequestId id, absl::Status reason) {
+  for (auto it = queued_.begin(); it != queued_.end(); ++it) {
+    if ((*it)->id == id) {
+      queued_.erase(it);
+      pending_events_.push_back(FailedEvent(id, reason));
+      return;
+    }
+  }
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  Release(*it->second);
+  running_.erase(it);
+  pending_events_.push_back(FailedEvent(id, reason));
+}
+
+void Engine::StopEarly(RequestId id) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  it->second->result.finish_reason = "stop";
+  Finish(*it->second, &pending_events_);
+}
+
+// Oldest first, while the pool can hold each one's worst case next to the running ones
+// (shared chunks that running requests already use are reserved once, for all of them).
+void Engine::Admit() {
+  while (!queued_.empty()) {
+    const Request& next = *queued_.front();
+    const int needed = next.reserved_blocks + shared_reservations_.ExtraBlocks(next.shared_chunks);
+    if (reserved_blocks_ + shared_reservations_.reserved_blocks() + needed > allocator_.num_blocks()) break;
+    std::unique_ptr<Request> request = std::move(queued_.front());
+    queued_.pop_front();
+    reserved_blocks_ += request->reserved_blocks;
+    shared_reservations_.Add(request->shared_chunks);
+    request->result.queue_seconds = SecondsBetween(request->submitted, SteadyClock::now());
+    Request& r = *request;
+    running_.emplace(r.id, std::move(request));
+    StartRequest(r);
+  }
+}
+
+void Engine::StartRequest(Request& r) {
+  const GenerateRequest& in = r.input;
+  const std::vector<int32_t>& anchor = options_.anchor;
+  auto& all = r.result.prompt_token_ids;
+  all = anchor;
+  for (const auto& doc : in.docs) {
+    all.insert(all.end(), doc.begin(), doc.end());
+    r.result.usage.document_tokens += static_cast<int>(doc.size());
+  }
+  all.insert(all.end(), in.prompt.begin(), in.prompt.end());
+  r.result.usage.prompt_tokens = static_cast<int>(all.size());
+  r.rng.emplace(in.sampling.seed);
+  r.phase = Request::Phase::kPrefill;
+  switch (r.result.mode) {
+    case AttentionMode::kNone:
+      r.own = all;
+      r.result.usage.document_computed_tokens = r.result.usage.document_tokens;
+      break;
+    case AttentionMode::kPrefix:
+      AttachCachedPrefix(r);
+      break;
+    case AttentionMode::kBlock:
+    case AttentionMode::kLazy:
+      PlanChunks(r);
+      break;
+  }
+}
+
+void Engine::Release(Request& r) {
+  for (ChunkSegment& segment : r.segments) {
+    if (segment.ready && !r.segments_attached) {
+      for (const KvBlockRef& ref : segment.blocks) allocator_.Unref(ref.block);
+    }
+    segment.blocks.clear();
+  }
+  DropWaiter(r);
+  r.seq.Clear();
+  reserved_blocks_ -= r.reserved_blocks;
+  r.reserved_blocks = 0;
+  shared_reservations_.Remove(r.shared_chunks);
+  r.shared_chunks.clear();
+}
+
+void Engine::Finish(Request& r, std::vector<EngineEvent>* events) {
+  r.result.total_seconds = SecondsBetween(r.submitted, SteadyClock::now());
+  if (r.result.tokens.empty() && r.result.finish_reason == "length") r.result.ttft_seconds = r.result.total_seconds;
+  Release(r);
+  events->push_back(EngineEvent{.id = r.id,
+                                .kind = EngineEvent::Kind::kFinished,
+                                .token = {},
+                                .result = std::make_shared<const GenerateResult>(std::move(r.result)),
+                                .status = absl::OkStatus()});
+  running_.erase(r.id);  // destroys r
+}
+
+void Engine::Fail(Request& r, absl::Status status, std::vector<EngineEvent>* events) {
+  spdlog::warn("request {} failed: {}", r.id, status.ToString());
+  Release(r);
+  events->push_back(FailedEvent(r.id, std::move(status)));
+  running_.erase(r.id);  // destroys r
+}
+
+bool Engine::HasWork() const {
+  return !queued_.empty() || !running_.empty() || !pending_events_.empty() || !jobs_.empty();
+}
+
+void Engine::WaitForTier(std::chrono::milliseconds timeout) {
+  for (const auto& [key, job] : jobs_) {
+    if (job->state == ChunkJob::State::kLookup && !job->lookup->done) {
+      job->lookup->pending.wait_for(timeout);
+      return;
+    }
+    if (job->state == ChunkJob::State::kResolve) {
+      job->decision.wait_for(timeout);
+      return;
+    }
+  }
+}
+
+absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request) {
+  ASSIGN_OR_RETURN(const RequestId id, Submit(request));
+  std::vector<EngineEvent> events;
+  while (true) {
+    events.clear();
+    const int ran = Step(&events);
+    for (EngineEvent& event : events) {
+      if (event.id != id) continue;
+      if (event.kind == EngineEvent::Kind::kFinished) return *event.result;
+      if (event.kind == EngineEvent::Kind::kFailed) return event.status;
+    }
+    if (ran == 0) WaitForTier(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace lazykv

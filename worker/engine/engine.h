@@ -1,0 +1,226 @@
+// The generation engine: resolves each request's documents to KV according to the
+// attention mode, prefills the rest, and decodes, for many requests at once. It plans
+// block tables over the paged pool and drives a Backend; it does not know which device
+// runs.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/chunk_key.h"
+#include "worker/engine/attention_mode.h"
+#include "worker/backend/backend.h"
+#include "worker/tier/chunk_resolver.h"
+#include "worker/engine/kv_block_allocator.h"
+#include "worker/engine/kv_cache_index.h"
+#include "worker/engine/kv_sequence.h"
+#include "worker/backend/sampler.h"
+#include "worker/engine/shared_chunk_reservations.h"
+
+namespace lazykv {
+
+// A request inside the engine.
+using RequestId = uint64_t;
+
+struct EngineOptions {
+  AttentionMode mode = AttentionMode::kLazy;
+  // Tokens every sequence starts with and every chunk is encoded after (DESIGN.md
+  // section 2). Empty: the model's BOS token.
+  std::vector<int32_t> anchor;
+  // Prefill tokens (documents being encoded and requests' own tokens) per scheduling
+  // step, on top of one token per decoding request: long prefills are cut into pieces
+  // so decoding requests keep making progress (chunked prefill).
+  int max_prefill_tokens = 512;
+  // Requests waiting for KV pool room past this bound are refused (RESOURCE_EXHAUSTED).
+  int max_queued_requests = 64;
+  // The cache tier behind the local pool (null: the local pool only). Shared chunks and
+  // the anchor are looked up there, computed under its lease, and published to it.
+  std::shared_ptr<ChunkResolver> resolver;
+};
+
+struct GenerateRequest {
+  std::vector<std::vector<int32_t>> docs;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  std::optional<AttentionMode> mode;  // overrides EngineOptions::mode
+  bool record_logits = false;         // keep each decoding step's logits (tests)
+};
+
+struct Usage {
+  int prompt_tokens = 0;    // the whole logical prompt: anchor, documents, prompt
+  int cached_tokens = 0;    // of those, tokens whose KV was reused (pool + host + disk)
+  int computed_tokens = 0;  // of those, tokens whose KV this request computed
+  int pool_tokens = 0;      // reused tokens found in the local KV pool
+  int host_tokens = 0;      // reused tokens fetched from the cache tier's host RAM
+  int disk_tokens = 0;      // reused tokens fetched from the cache tier's disk
+  int document_tokens = 0;           // the documents' tokens
+  int document_cached_tokens = 0;    // of those, reused (any source)
+  int document_computed_tokens = 0;  // of those, computed by this request
+  int chunk_hits = 0;       // documents (and the anchor) reused, from any source
+  int chunk_misses = 0;     // documents (and the anchor) encoded by this request
+  uint64_t kv_bytes_copied = 0;   // KV bytes written to reuse chunks (the block baseline's copies)
+  uint64_t kv_bytes_fetched = 0;  // chunk bytes fetched from the cache tier
+};
+
+struct GenerateResult {
+  AttentionMode mode = AttentionMode::kLazy;
+  std::vector<int32_t> prompt_token_ids;  // anchor, documents, prompt
+  std::vector<int32_t> tokens;            // generated, EOS excluded
+  std::vector<float> logprobs;
+  std::string finish_reason;  // "stop" (EOS) or "length" (max_tokens)
+  Usage usage;
+  std::vector<std::vector<float>> step_logits;  // when record_logits
+  double queue_seconds = 0;  // submission to admission (KV blocks reserved)
+  double ttft_seconds = 0;   // submission to the first sampled token
+  double total_seconds = 0;  // submission to the end of decoding
+};
+
+// What one scheduling step did to a request.
+struct EngineEvent {
+  enum class Kind { kToken, kFinished, kFailed };
+  RequestId id = 0;
+  Kind kind = Kind::kToken;
+  SampledToken token{};                          // kToken
+  std::shared_ptr<const GenerateResult> result;  // kFinished: the whole request
+  absl::Status status;                           // kFailed
+};
+
+inline EngineEvent FailedEvent(RequestId id, absl::Status status) {
+  EngineEvent event;
+  event.id = id;
+  event.kind = EngineEvent::Kind::kFailed;
+  event.status = std::move(status);
+  return event;
+}
+
+struct EngineStats {
+  int num_blocks = 0;
+  int free_blocks = 0;
+  size_t cached_entries = 0;
+  size_t cached_blocks = 0;
+  uint64_t evictions = 0;
+  int queued_requests = 0;   // waiting for pool room
+  int running_requests = 0;  // admitted, not finished
+  int decoding_requests = 0;  // of the running, those past prefill: the next step's decode batch
+  int reserved_blocks = 0;   // worst-case blocks the running requests may need
+};
+
+// Continuous batching over one backend. Requests are submitted, admitted when the pool
+// can hold their worst case, and advanced by Step(): every step runs one forward pass
+// over every decoding request plus up to max_prefill_tokens of prefill work (documents
+// being encoded, requests' own tokens), so requests join and leave the batch at every
+// step. A document missing from the pool is looked up in the cache tier off the
+// scheduling thread; one encoding serves every request that waits for it.
+// Not thread-safe: one thread drives an engine (worker/generation_loop.h).
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Backend> backend, EngineOptions options);
+  ~Engine();
+
+  // Validates and queues a request. INVALID_ARGUMENT names the offending field;
+  // RESOURCE_EXHAUSTED when max_queued_requests are already waiting.
+  absl::StatusOr<RequestId> Submit(GenerateRequest request);
+  // Drops a queued or running request and frees its blocks at once; the request gets a
+  // kFailed event with `reason` at the next Step. Unknown ids are ignored.
+  void Cancel(RequestId id, absl::Status reason);
+  // Ends a running request now, as if it had sampled end-of-sequence (a stop string
+  // matched); it gets kFinished at the next Step.
+  void StopEarly(RequestId id);
+  // One scheduling step; appends what happened to `events`. Returns the tokens run (0:
+  // nothing was runnable, e.g. every request waits on the cache tier).
+  int Step(std::vector<EngineEvent>* events);
+  bool HasWork() const;
+  // With work waiting only on the cache tier: blocks until some arrives or `timeout`.
+  void WaitForTier(std::chrono::milliseconds timeout);
+
+  // Runs one request to completion on the calling thread (the offline CLI and tests).
+  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request);
+
+  const ModelConfig& config() const { return backend_->config(); }
+  const Hash128& model_fingerprint() const { return fingerprint_; }
+  const std::vector<int32_t>& anchor() const { return options_.anchor; }
+  AttentionMode default_mode() const { return options_.mode; }
+  ChunkResolver* resolver() const { return options_.resolver.get(); }
+  EngineStats stats() const;
+  // The KV blocks admission reserves for `request` alone (its worst case, its shared
+  // chunks included): what decides how many requests run at once when they share nothing.
+  int ReservedBlocks(const GenerateRequest& request) const {
+    return WorstCaseBlocks(request, request.mode.value_or(options_.mode));
+  }
+
+ private:
+  struct Request;
+  struct ChunkJob;
+  struct TierLookup;
+  struct PrefillWork;
+  Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 fingerprint, KvDtype kv_dtype);
+
+  absl::Status ValidateRequest(const GenerateRequest& request) const;
+  // Worst case of one request: its private blocks plus its shared chunks' blocks.
+  int WorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const;
+  int PrivateWorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const;
+  // Lazy and block modes: the anchor and the documents the request shares with others (the
+  // chunks PlanChunks lays out), with their blocks.
+  std::vector<SharedChunkReservations::Chunk> SharedChunksOf(const GenerateRequest& request,
+                                                             AttentionMode mode) const;
+  absl::StatusOr<int32_t> AllocateBlock();
+  // Appends `count` own-token slots to `seq` (new blocks as needed).
+  absl::Status GrowOwnTail(KvSequence& seq, size_t count);
+
+  // Admission (engine.cc).
+  void Admit();
+  void StartRequest(Request& request);
+  void Finish(Request& request, std::vector<EngineEvent>* events);
+  void Fail(Request& request, absl::Status status, std::vector<EngineEvent>* events);
+  void Release(Request& request);
+
+  // Shared chunks (engine_chunks.cc).
+  void PlanChunks(Request& request);
+  void AdvanceChunkJobs(std::vector<EngineEvent>* events);
+  // Hands a job's chunk to every waiter and ends the job.
+  void CompleteJob(ChunkJob& job, std::span<const KvBlockRef> blocks, ChunkSource source, uint64_t fetched_bytes,
+                   std::vector<EngineEvent>* events);
+  void FailJob(ChunkJob& job, const absl::Status& status, std::vector<EngineEvent>* events);
+  void DropWaiter(Request& request);
+  void TakeChunk(Request& request, size_t segment, std::span<const KvBlockRef> blocks, ChunkSource source,
+                 uint64_t fetched_bytes);
+  absl::Status AttachSegments(Request& request);
+  absl::Status AttachChunk(KvSequence& seq, AttentionMode mode, std::span<const KvBlockRef> chunk, int32_t delta,
+                           Usage& usage);
+  absl::StatusOr<std::vector<KvBlockRef>> ImportChunk(const Hash128& key, int num_tokens, int anchor_tokens,
+                                                      const std::string& stored);
+  void PublishChunk(const Hash128& key, std::span<const KvBlockRef> blocks, int anchor_tokens, uint64_t lease_id);
+  void AttachCachedPrefix(Request& request);
+
+  // One forward pass (engine_step.cc).
+  std::vector<PrefillWork> PlanPrefill();
+  int RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>* events);
+  void FinishEncoding(ChunkJob& job, std::vector<EngineEvent>* events);
+  // Takes the token the backend sampled for the request (and its logits, when recorded).
+  void SampleNext(Request& request, const SampledToken& next, std::span<const float> logits,
+                  std::vector<EngineEvent>* events);
+
+  std::unique_ptr<Backend> backend_;
+  EngineOptions options_;
+  Hash128 fingerprint_;
+  KvDtype kv_dtype_;
+  KvBlockAllocator allocator_;
+  KvCacheIndex index_;
+  RequestId next_id_ = 1;
+  std::deque<std::unique_ptr<Request>> queued_;
+  std::map<RequestId, std::unique_ptr<Request>> running_;  // ordered: oldest first
+  std::vector<EngineEvent> pending_events_;  // cancellations, reported at the next Step
+  std::unordered_map<Hash128, std::unique_ptr<ChunkJob>, Hash128Hasher> jobs_;
+  std::vector<std::shared_ptr<TierLookup>> lookups_;
+  int reserved_blocks_ = 0;  // running requests' private worst cases
+  SharedChunkReservations shared_reservations_;
+};
+
+}  // namespace lazykv

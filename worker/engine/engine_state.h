@@ -1,0 +1,116 @@
+// The engine's per-request and per-chunk state (worker/engine/engine.h's private types),
+// shared by engine.cc (admission), engine_chunks.cc (shared chunks) and engine_step.cc
+// (batches).
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "worker/engine/engine.h"
+
+namespace lazykv {
+
+using SteadyClock = std::chrono::steady_clock;
+
+inline double SecondsBetween(SteadyClock::time_point from, SteadyClock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+template <typename T>
+bool IsReady(const std::future<T>& future) {
+  return future.valid() && future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+// One shared chunk of a request (the anchor or a document), in logical order.
+struct ChunkSegment {
+  Hash128 key;
+  std::span<const int32_t> tokens;  // into the request's documents, or the engine's anchor
+  bool is_anchor = false;  // else a document
+  int32_t delta = 0;  // logical position minus the position it was encoded at
+  bool ready = false;
+  // Once ready: the chunk's blocks, one reference each held by the request until the
+  // segments are attached to its sequence.
+  std::vector<KvBlockRef> blocks;
+};
+
+// Lazy and block modes: the request's first SharedDocumentCount() documents are shared
+// chunks (with an empty prompt the last document is its own tokens); -1 when it has no
+// chunks at all (no prompt, no documents: its own tokens are the anchor).
+int SharedDocumentCount(const GenerateRequest& request);
+
+struct Engine::Request {
+  explicit Request(KvBlockAllocator* allocator) : seq(allocator) {}
+
+  enum class Phase { kQueued, kChunks, kPrefill, kDecode };
+
+  RequestId id = 0;
+  GenerateRequest input;
+  GenerateResult result;  // filled as the request runs
+  SteadyClock::time_point submitted;
+  int reserved_blocks = 0;  // private worst case (admission)
+  std::vector<SharedChunkReservations::Chunk> shared_chunks;  // reserved once per chunk while running
+  Phase phase = Phase::kQueued;
+
+  std::vector<ChunkSegment> segments;  // lazy and block modes
+  size_t segments_pending = 0;
+  bool segments_attached = false;
+
+  KvSequence seq;
+  std::vector<int32_t> own;  // tokens this request prefills itself
+  size_t own_done = 0;
+  std::vector<Hash128> prefix_keys;  // prefix mode: the chain of full-block keys
+  size_t prefix_reused_blocks = 0;
+
+  std::optional<SamplerRng> rng;
+  int32_t next_input = 0;  // decoding: the token fed at the next step
+};
+
+// The cache tier's answers for one request's missing keys (one batched lookup, run off
+// the scheduling thread).
+struct Engine::TierLookup {
+  std::vector<Hash128> keys;
+  std::future<std::vector<std::optional<TierHit>>> pending;
+  std::vector<std::optional<TierHit>> answers;
+  bool done = false;
+};
+
+// A chunk missing from the pool: looked up in the tier, fetched or leased there, and
+// otherwise encoded here once for every request that waits for it.
+struct Engine::ChunkJob {
+  explicit ChunkJob(KvBlockAllocator* allocator) : encoder(allocator) {}
+
+  enum class State { kLookup, kResolve, kEncode };
+
+  Hash128 key;
+  std::vector<int32_t> tokens;
+  bool is_anchor = false;
+  State state = State::kEncode;
+  std::shared_ptr<TierLookup> lookup;
+  size_t lookup_index = 0;
+  std::future<ChunkResolver::Decision> decision;
+  uint64_t lease_id = 0;  // publish under this lease once encoded
+
+  KvSequence encoder;  // the anchor's blocks (context), then the chunk's own
+  bool context_set = false;
+  size_t context_entries = 0;
+  size_t encoded = 0;  // tokens run so far
+
+  // The request whose usage counts the computation or fetch (0: none left); the other
+  // waiters reuse the result from the pool.
+  RequestId owner = 0;
+  std::vector<std::pair<RequestId, size_t>> waiters;  // request, segment index
+};
+
+// Prefill tokens for one forward pass: a piece of a chunk being encoded or of a
+// request's own tokens.
+struct Engine::PrefillWork {
+  Request* request = nullptr;
+  ChunkJob* job = nullptr;
+  size_t count = 0;
+};
+
+}  // namespace lazykv

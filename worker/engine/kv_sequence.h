@@ -1,0 +1,75 @@
+// A sequence's block table over the paged pool and the block references it holds
+// (released on destruction, so every error and cancellation path gives its blocks back).
+// Not thread-safe: owned by the engine's scheduling thread, as its allocator is.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <span>
+#include <vector>
+
+#include "spdlog/spdlog.h"
+
+#include "kernels/kv_block_ref.h"
+#include "worker/engine/kv_block_allocator.h"
+
+namespace lazykv {
+
+class KvSequence {
+ public:
+  explicit KvSequence(KvBlockAllocator* allocator) : allocator_(allocator) {}
+  ~KvSequence() { Clear(); }
+  KvSequence(const KvSequence&) = delete;
+  KvSequence& operator=(const KvSequence&) = delete;
+
+  // REQUIRES: the allocator outlives the sequence.
+
+  // Appends blocks whose references the caller hands over; each entry gets `delta` (the
+  // rotation delta of DESIGN.md section 2). The next own token starts a new block.
+  void AdoptBlocks(std::span<const KvBlockRef> refs, int32_t delta) {
+    for (const KvBlockRef& ref : refs) {
+      table_.push_back(KvBlockRef{ref.block, ref.num_tokens, delta});
+      held_.push_back(ref.block);
+    }
+    tail_is_own_ = false;  // the next own token starts a new block
+  }
+  // Appends blocks the caller keeps holding too (takes a reference of its own), delta 0.
+  // REQUIRES: every block is allocated.
+  void ShareBlocks(std::span<const KvBlockRef> refs) {
+    for (const KvBlockRef& ref : refs) allocator_->Ref(ref.block);
+    AdoptBlocks(refs, 0);
+  }
+  void AdoptEmptyOwnBlock(int32_t block) {
+    table_.push_back(KvBlockRef{block, 0, 0});
+    held_.push_back(block);
+    tail_is_own_ = true;
+  }
+  // Whether the next own token fits in the last block (an own block with a free slot).
+  bool TailHasRoom(int block_size) const { return tail_is_own_ && table_.back().num_tokens < block_size; }
+  // Counts one more token in the own tail block.
+  // REQUIRES: TailHasRoom(block_size); aborts when the tail is not an own block (writing
+  // into a shared chunk block would corrupt every request that uses it).
+  void FillTailSlot() {
+    if (!tail_is_own_) {
+      spdlog::critical("KvSequence::FillTailSlot with no own tail block");
+      std::abort();
+    }
+    ++table_.back().num_tokens;
+  }
+  const std::vector<KvBlockRef>& table() const { return table_; }
+  size_t num_held() const { return held_.size(); }
+  void Clear() {
+    for (int32_t block : held_) allocator_->Unref(block);
+    held_.clear();
+    table_.clear();
+    tail_is_own_ = false;
+  }
+
+ private:
+  KvBlockAllocator* allocator_;
+  std::vector<KvBlockRef> table_;
+  std::vector<int32_t> held_;
+  bool tail_is_own_ = false;
+};
+
+}  // namespace lazykv

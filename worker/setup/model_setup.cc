@@ -1,0 +1,158 @@
+#include "worker/setup/model_setup.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/backend/cpu_backend.h"
+#include "worker/model/synthetic_model.h"
+#ifdef LAZYKV_WITH_CUDA
+#include "worker/backend/cuda_backend.h"
+#endif
+#include "worker/tier/embedded_chunk_tier.h"
+#include "worker/tier/remote_chunk_tier.h"
+#include "worker/model/model_loader.h"
+
+namespace lazykv {
+namespace {
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> ChooseTokenizer(const ModelSetupOptions& options, int vocab_size) {
+  namespace fs = std::filesystem;
+  if (!options.tokenizer.empty()) return LoadTokenizer(options.tokenizer);
+  if (options.model.starts_with("synthetic:")) return MakeByteTokenizer(vocab_size);
+  std::error_code ec;
+  const fs::path model(options.model);
+  const fs::path dir = fs::is_directory(model, ec) ? model : model.parent_path();
+  for (const char* name : {"tokenizer.model", "tokenizer.bin"}) {
+    if (fs::exists(dir / name, ec)) return LoadTokenizer((dir / name).string());
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "no tokenizer for %s: pass --tokenizer PATH (llama2.c tokenizer.bin or SentencePiece .model)", options.model));
+}
+
+}  // namespace
+
+absl::StatusOr<Device> ParseDevice(std::string_view name) {
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  if (name == "auto") return Device::kAuto;
+  return absl::InvalidArgumentError(absl::StrFormat("unknown device '%s'; expected cpu, cuda or auto", name));
+}
+
+absl::StatusOr<ModelDtype> ParseModelDtype(std::string_view name) {
+  if (name == "auto") return ModelDtype::kAuto;
+  if (name == "bf16" || name == "bfloat16") return ModelDtype::kBf16;
+  if (name == "fp32" || name == "float32") return ModelDtype::kFp32;
+  return absl::InvalidArgumentError(absl::StrFormat("unknown --dtype '%s'; expected bf16, fp32 or auto", name));
+}
+
+std::string DefaultCacheDir() {
+  if (const char* dir = std::getenv("LAZYKV_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return (std::filesystem::path(xdg) / "lazykv").string();
+  }
+  const char* home = std::getenv("HOME");
+  return (std::filesystem::path(home != nullptr ? home : "/tmp") / ".cache" / "lazykv").string();
+}
+
+absl::StatusOr<std::shared_ptr<ChunkResolver>> SetUpCacheTier(const CacheTierSetup& setup) {
+  if (!setup.enabled) return nullptr;
+  std::unique_ptr<ChunkTier> tier;
+  if (!setup.servers.empty()) {
+    ASSIGN_OR_RETURN(auto servers, ParseServerList(setup.servers));
+    ASSIGN_OR_RETURN(tier, RemoteChunkTier::Create(RemoteTierOptions{.servers = servers, .holder = setup.holder}));
+  } else {
+    cache::TieredStoreOptions store;
+    store.host_capacity_bytes = setup.host_bytes;
+    store.disk_capacity_bytes = setup.disk_bytes;
+    store.data_dir = setup.dir.empty() ? DefaultCacheDir() : setup.dir;
+    auto embedded = EmbeddedChunkTier::Open(store);
+    if (!embedded.ok()) {
+      return absl::Status(embedded.status().code(),
+                          absl::StrFormat("embedded cache tier: %s (--cache-dir, --cache-servers, or --no-cache-tier)",
+                                          std::string(embedded.status().message())));
+    }
+    tier = *std::move(embedded);
+  }
+  spdlog::info("{}", tier->Describe());
+  return std::make_shared<ChunkResolver>(std::move(tier), ResolverOptions{});
+}
+
+namespace {
+
+// The pool's block count from its byte budget.
+absl::StatusOr<int> PoolBlocks(const ModelSetupOptions& options, uint64_t block_bytes) {
+  if (options.block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("--block-size %d must be positive", options.block_size));
+  }
+  const uint64_t num_blocks = options.kv_pool_bytes / block_bytes;
+  if (num_blocks < 2 || num_blocks > (1u << 30)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--kv-pool of %d bytes gives %d blocks of %d bytes; need at least 2", options.kv_pool_bytes, num_blocks,
+        block_bytes));
+  }
+  return static_cast<int>(num_blocks);
+}
+
+absl::StatusOr<bool> UseCuda(Device device) {
+#ifdef LAZYKV_WITH_CUDA
+  if (device == Device::kAuto) return CudaDeviceAvailable();
+  return device == Device::kCuda;
+#else
+  if (device == Device::kCuda) return absl::FailedPreconditionError("this build has no CUDA backend (--device cpu)");
+  return false;
+#endif
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& options) {
+  ASSIGN_OR_RETURN(const bool cuda, UseCuda(options.device));
+#ifdef LAZYKV_WITH_CUDA
+  if (cuda) {
+    const CudaBackendOptions cuda_options{
+        .precision = options.dtype == ModelDtype::kFp32 ? CudaPrecision::kFp32 : CudaPrecision::kBf16};
+    if (options.model.starts_with("synthetic:")) {
+      // Drawn on the GPU: no host copy of (say) Llama-3-8B's weights.
+      ASSIGN_OR_RETURN(const SyntheticSpec spec, ParseSyntheticSpec(options.model));
+      ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CudaKvBytesPerBlock(spec.config, options.block_size,
+                                                                                 cuda_options.precision)));
+      return CreateSyntheticCudaBackend(spec.config, spec.seed, options.block_size, blocks, cuda_options);
+    }
+    ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
+    ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CudaKvBytesPerBlock(weights.config, options.block_size,
+                                                                               cuda_options.precision)));
+    return CreateCudaBackend(weights, options.block_size, blocks, cuda_options);
+  }
+#endif
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
+  ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CpuKvBytesPerBlock(weights.config, options.block_size)));
+  const CpuBackendOptions cpu_options{
+      .numerics = options.dtype == ModelDtype::kBf16 ? CpuNumerics::kBf16LikeCuda : CpuNumerics::kFp32};
+  return CreateCpuBackend(std::move(weights), options.block_size, blocks, cpu_options);
+}
+
+absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
+  ASSIGN_OR_RETURN(auto backend, SetUpBackend(options));
+  const ModelConfig config = backend->config();
+  ASSIGN_OR_RETURN(auto tokenizer, ChooseTokenizer(options, config.vocab_size));
+  if (tokenizer->vocab_size() > config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrFormat("tokenizer has %d tokens but model %s has a vocabulary of %d",
+                                                      tokenizer->vocab_size(), options.model, config.vocab_size));
+  }
+  const int num_blocks = backend->num_blocks();
+  const std::string kv_dtype = backend->kv_dtype();
+  EngineOptions engine_options = options.engine;
+  if (engine_options.resolver == nullptr) {
+    ASSIGN_OR_RETURN(engine_options.resolver, SetUpCacheTier(options.cache_tier));
+  }
+  ASSIGN_OR_RETURN(auto engine, Engine::Create(std::move(backend), std::move(engine_options)));
+  spdlog::info("model {}: dim {}, {} layers, {} heads ({} kv), vocab {}; KV pool {} blocks of {} tokens ({})",
+               config.name, config.dim, config.n_layers, config.n_heads, config.n_kv_heads, config.vocab_size,
+               num_blocks, options.block_size, kv_dtype);
+  return LoadedEngine{std::move(engine), std::move(tokenizer)};
+}
+
+}  // namespace lazykv

@@ -1,0 +1,64 @@
+// Builds what every entry point needs from command-line choices: the model, its
+// tokenizer, a backend and an engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "worker/engine/engine.h"
+#include "worker/tokenizer/tokenizer.h"
+
+namespace lazykv {
+
+// The cache tier behind the engine's local pool: cache servers when `servers` is set,
+// else the same store embedded in this process (host RAM + RocksDB under `dir`).
+struct CacheTierSetup {
+  bool enabled = true;
+  std::string servers;  // HOST:PORT,...
+  std::string dir;      // embedded disk tier; empty: DefaultCacheDir()
+  uint64_t host_bytes = 256ull << 20;
+  uint64_t disk_bytes = 2ull << 30;
+  std::string holder;  // this process's name in lease logs
+};
+
+// $LAZYKV_CACHE_DIR, else $XDG_CACHE_HOME/lazykv, else ~/.cache/lazykv.
+std::string DefaultCacheDir();
+
+absl::StatusOr<std::shared_ptr<ChunkResolver>> SetUpCacheTier(const CacheTierSetup& setup);
+
+// Where the model runs: the CPU backend, the CUDA backend, or CUDA when this build has it
+// and a GPU is present.
+enum class Device { kCpu, kCuda, kAuto };
+absl::StatusOr<Device> ParseDevice(std::string_view name);  // "cpu", "cuda", "auto"
+
+// The precision the model runs in. kAuto: bf16 on the GPU (the serving precision), fp32 on
+// the CPU. kBf16 on the CPU is its GPU-like numerics (CpuNumerics::kBf16LikeCuda); kFp32
+// on the GPU is CudaPrecision::kFp32. The KV dtype, and so the chunk keys, follow it.
+enum class ModelDtype { kAuto, kBf16, kFp32 };
+absl::StatusOr<ModelDtype> ParseModelDtype(std::string_view name);  // "auto", "bf16", "fp32"
+
+struct ModelSetupOptions {
+  std::string model;      // path, HF directory, or synthetic:NAME[:SEED]
+  std::string tokenizer;  // empty: next to the model, or bytes for synthetic models
+  Device device = Device::kAuto;
+  ModelDtype dtype = ModelDtype::kAuto;
+  int block_size = 16;
+  uint64_t kv_pool_bytes = 256ull << 20;
+  EngineOptions engine;
+  CacheTierSetup cache_tier;
+};
+
+struct LoadedEngine {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+// The backend alone (SetUpEngine's first step); its config() is the model's architecture.
+absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& options);
+
+absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options);
+
+}  // namespace lazykv

@@ -1,0 +1,58 @@
+#include "worker/setup/model_setup_flags.h"
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace lazykv {
+
+const char kModelSetupUsage[] = R"(  --model PATH|synthetic:NAME  llama2.c .bin, Hugging Face directory, or synthetic weights
+  --tokenizer PATH       llama2.c tokenizer.bin or SentencePiece .model (default: next to the model)
+  --mode MODE            none | prefix | block | lazy (default lazy)
+  --device D             cpu | cuda | auto (default auto: cuda when this build has it and a GPU is present)
+  --dtype T              bf16 | fp32 | auto: the precision of weights, activations between GEMMs and KV
+                         (default auto: bf16 on cuda, fp32 on cpu; bf16 on cpu rounds where cuda does)
+  --block-size N         KV block size in tokens (default 16)
+  --kv-pool BYTES        KV pool size (default 256MiB)
+  --max-prefill-tokens N prefill tokens per scheduling step (default 512)
+  --cache-servers LIST   share chunk KV through cache servers HOST:PORT,... (lazykv-cache-server)
+  --cache-dir DIR        without --cache-servers: the embedded cache tier's RocksDB directory
+                         (default $LAZYKV_CACHE_DIR, $XDG_CACHE_HOME/lazykv or ~/.cache/lazykv)
+  --cache-host-capacity B  embedded tier's host RAM (default 256MiB)
+  --cache-disk-capacity B  embedded tier's disk (default 2GiB)
+  --no-cache-tier        the local KV pool only
+)";
+
+void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
+  ModelSetupOptions& s = flags.setup;
+  parser.AddString("--model", &s.model);
+  parser.AddString("--tokenizer", &s.tokenizer);
+  parser.Add("--mode", [&s](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(s.engine.mode, ParseAttentionMode(v));
+    return absl::OkStatus();
+  });
+  parser.Add("--device", [&s](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(s.device, ParseDevice(v));
+    return absl::OkStatus();
+  });
+  parser.Add("--dtype", [&s](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(s.dtype, ParseModelDtype(v));
+    return absl::OkStatus();
+  });
+  parser.AddInt("--block-size", &s.block_size);
+  parser.AddByteSize("--kv-pool", &s.kv_pool_bytes);
+  parser.AddInt("--max-prefill-tokens", &s.engine.max_prefill_tokens);
+  parser.AddString("--cache-servers", &s.cache_tier.servers);
+  parser.AddString("--cache-dir", &s.cache_tier.dir);
+  parser.AddByteSize("--cache-host-capacity", &s.cache_tier.host_bytes);
+  parser.AddByteSize("--cache-disk-capacity", &s.cache_tier.disk_bytes);
+  parser.AddSwitch("--no-cache-tier", &flags.no_cache_tier);
+}
+
+absl::Status FinishModelSetupFlags(ModelSetupFlags& flags, const std::string& holder) {
+  if (flags.setup.model.empty()) return absl::InvalidArgumentError("--model is required");
+  flags.setup.cache_tier.enabled = !flags.no_cache_tier;
+  flags.setup.cache_tier.holder = holder;
+  return absl::OkStatus();
+}
+
+}  // namespace lazykv

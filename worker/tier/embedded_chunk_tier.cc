@@ -1,0 +1,70 @@
+#include "worker/tier/embedded_chunk_tier.h"
+
+#include "absl/strings/str_format.h"
+#include "common/byte_size.h"
+#include "common/status_macros.h"
+
+namespace lazykv {
+namespace {
+
+ChunkSource SourceOf(cache::StoreTier tier) {
+  return tier == cache::StoreTier::kHost ? ChunkSource::kHost : ChunkSource::kDisk;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EmbeddedChunkTier>> EmbeddedChunkTier::Open(const cache::TieredStoreOptions& options) {
+  ASSIGN_OR_RETURN(auto store, cache::TieredStore::Open(options, nullptr));
+  return std::unique_ptr<EmbeddedChunkTier>(new EmbeddedChunkTier(std::move(store)));
+}
+
+EmbeddedChunkTier::EmbeddedChunkTier(std::unique_ptr<cache::TieredStore> store)
+    : store_(std::move(store)),
+      leases_([this](const Hash128& key) { return store_->Locate(key).has_value(); }, &store_->metrics()) {}
+
+std::vector<std::optional<TierHit>> EmbeddedChunkTier::Lookup(std::span<const Hash128> keys) {
+  std::vector<std::optional<TierHit>> out;
+  for (const Hash128& key : keys) {
+    if (const auto where = store_->Lookup(key)) {
+      out.push_back(TierHit{SourceOf(where->tier), where->bytes});
+    } else {
+      out.push_back(std::nullopt);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<FetchedChunk> EmbeddedChunkTier::Fetch(const Hash128& key) {
+  ASSIGN_OR_RETURN(const cache::ChunkReader reader, store_->Read(key));
+  return FetchedChunk{reader.ReadAll(), SourceOf(reader.tier())};
+}
+
+LeaseAnswer EmbeddedChunkTier::Lease(const Hash128& key, std::chrono::milliseconds ttl,
+                                     std::chrono::milliseconds wait) {
+  const auto result = leases_.Acquire(key, "embedded", ttl, cache::LeaseTable::Clock::now() + wait);
+  using Outcome = cache::LeaseTable::Outcome;
+  switch (result.outcome) {
+    case Outcome::kGranted: return {LeaseAnswer::State::kGranted, result.lease_id, result.remaining};
+    case Outcome::kStored: return {LeaseAnswer::State::kStored};
+    case Outcome::kHeld: return {LeaseAnswer::State::kHeld, result.lease_id, result.remaining};
+    case Outcome::kShuttingDown: break;
+  }
+  return {LeaseAnswer::State::kUnavailable};
+}
+
+void EmbeddedChunkTier::ReleaseLease(const Hash128& key, uint64_t lease_id) { leases_.Release(key, lease_id); }
+
+absl::Status EmbeddedChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint,
+                                        const std::string& stored, uint64_t lease_id) {
+  auto status = store_->Put(key, stored);
+  leases_.Published(key);
+  return status.status();
+}
+
+std::string EmbeddedChunkTier::Describe() const {
+  const auto s = store_->stats();
+  return absl::StrFormat("embedded cache tier: host %s, disk %s at %s", FormatByteSize(s.host_capacity),
+                         FormatByteSize(s.disk_capacity), store_->options().data_dir);
+}
+
+}  // namespace lazykv

@@ -1,0 +1,33 @@
+// The cache tier inside the worker's process (host RAM + RocksDB in a local directory):
+// the default on one machine, when no --cache-servers are given.
+#pragma once
+
+#include <memory>
+
+#include "cache_server/lease_table.h"
+#include "cache_server/tiered_store.h"
+#include "worker/tier/chunk_tier.h"
+
+namespace lazykv {
+
+class EmbeddedChunkTier final : public ChunkTier {
+ public:
+  static absl::StatusOr<std::unique_ptr<EmbeddedChunkTier>> Open(const cache::TieredStoreOptions& options);
+
+  std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) override;
+  absl::StatusOr<FetchedChunk> Fetch(const Hash128& key) override;
+  LeaseAnswer Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) override;
+  void ReleaseLease(const Hash128& key, uint64_t lease_id) override;
+  absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, const std::string& stored,
+                       uint64_t lease_id) override;
+  std::string Describe() const override;
+
+  cache::TieredStore& store() { return *store_; }
+
+ private:
+  explicit EmbeddedChunkTier(std::unique_ptr<cache::TieredStore> store);
+  std::unique_ptr<cache::TieredStore> store_;
+  cache::LeaseTable leases_;
+};
+
+}  // namespace lazykv

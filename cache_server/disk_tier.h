@@ -56,7 +56,7 @@ class DiskTier {
     std::list<Hash128>::iterator pos;
   };
   DiskTier(std::unique_ptr<rocksdb::DB> db, uint64_t capacity);
-  absl::Status LoadIndex() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadIndex() ABSL_LOCKS_EXCLUDED(mu_);  // at Open, before the tier is shared
   absl::Status DeleteLocked(const Hash128& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::unique_ptr<rocksdb::DB> db_;

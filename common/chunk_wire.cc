@@ -1,5 +1,7 @@
 #include "common/chunk_wire.h"
 
+#include <atomic>
+
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/sync_stream.h>
@@ -68,7 +70,24 @@ class SliceReader {
   size_t index_ = 0, offset_ = 0;
 };
 
-void ReleaseOwner(void* owner) { delete static_cast<std::shared_ptr<const void>*>(owner); }
+// What keeps a zero-copy slice's bytes alive, freed by whichever gRPC thread drops the
+// slice last. gRPC hands slices between its threads with synchronization that
+// ThreadSanitizer cannot see (Debian's gRPC is not instrumented), so the handoff is
+// stated here: a release store when the owner is made, an acquire load before it is
+// freed (free on x86: plain moves).
+struct SliceOwner {
+  explicit SliceOwner(std::shared_ptr<const void> bytes) : bytes(std::move(bytes)) {
+    handed_off.store(true, std::memory_order_release);
+  }
+  std::shared_ptr<const void> bytes;
+  std::atomic<bool> handed_off{false};
+};
+
+void ReleaseOwner(void* owner) {
+  auto* slice_owner = static_cast<SliceOwner*>(owner);
+  (void)slice_owner->handed_off.load(std::memory_order_acquire);
+  delete slice_owner;
+}
 
 }  // namespace
 
@@ -132,7 +151,7 @@ Status SerializationTraits<lazykv::OutgoingGetResponse, void>::Serialize(const l
   for (std::string_view piece : message.data) {
     if (piece.empty()) continue;
     slices.emplace_back(const_cast<char*>(piece.data()), piece.size(), lazykv::ReleaseOwner,
-                        new std::shared_ptr<const void>(message.owner));
+                        new lazykv::SliceOwner(message.owner));
   }
   *buffer = ByteBuffer(slices.data(), slices.size());
   *own_buffer = true;

@@ -23,7 +23,12 @@ cmake --build "$build_dir" -j "$jobs" --target "${tests[@]}" lazykv_bench_load
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
-export TSAN_OPTIONS="log_path=$logs/tsan second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp ${TSAN_OPTIONS:-}"
+# Debian's gRPC, protobuf and Abseil are not instrumented: what they do inside, with
+# synchronization TSAN cannot see, is left out (ignore_noninstrumented_modules); every
+# access made by the project's own code is checked. Where the project hands memory to
+# gRPC, it states the ordering itself (common/chunk_wire.cc, SliceOwner).
+export LAZYKV_TEST_SLOWDOWN=${LAZYKV_TEST_SLOWDOWN:-10}  # TSAN runs 5-15x slower (tests/test_util.h)
+export TSAN_OPTIONS="log_path=$logs/tsan ignore_noninstrumented_modules=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 failed=0
 passed_cases=0
 failed_cases=0
@@ -38,7 +43,7 @@ for t in "${tests[@]}"; do
   failed_cases=$((failed_cases + failed_here))
   echo "check-threads: $t ($(( $(date +%s) - start )) s): ${passed:-0} passed, $failed_here failed"
 done
-reports=$(find "$logs" -name 'tsan.*' | sort)
+reports=$(find "$logs" -name 'tsan.[0-9]*' | sort)
 if [[ -n $reports ]]; then
   echo "check-threads: ThreadSanitizer reports:"
   for r in $reports; do cat "$r"; done

@@ -16,6 +16,12 @@ std::string ModelPath(const std::string& file) { return ModelsDir() + "/" + file
 
 bool HaveModel(const std::string& file) { return std::filesystem::exists(ModelPath(file)); }
 
+int SlowdownFactor() {
+  const char* value = std::getenv("LAZYKV_TEST_SLOWDOWN");
+  const int factor = value ? std::atoi(value) : 1;
+  return factor > 1 ? factor : 1;
+}
+
 uint64_t FreshSeed() {
   std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) ^ device();

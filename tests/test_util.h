@@ -16,6 +16,11 @@ std::string ModelsDir();
 bool HaveModel(const std::string& file);
 std::string ModelPath(const std::string& file);
 
+// How much slower than a plain build this run is: LAZYKV_TEST_SLOWDOWN (the
+// ThreadSanitizer run sets it), default 1. Tests that race a deadline or a grace period
+// against real work multiply their times by it.
+int SlowdownFactor();
+
 // A fresh seed per call (printed by the caller's SCOPED_TRACE for reproduction).
 uint64_t FreshSeed();
 

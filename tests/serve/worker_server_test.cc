@@ -23,7 +23,7 @@ namespace {
 
 std::unique_ptr<ServerProcess> StartWorker(const std::string& dir, std::vector<std::string> flags) {
   std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                                   "--shutdown-grace-ms", "2000"};
+                                   "--shutdown-grace-ms", std::to_string(2000 * SlowdownFactor())};
   args.insert(args.end(), flags.begin(), flags.end());
   auto worker = std::make_unique<ServerProcess>(LAZYKV_WORKER, args, dir + "/worker.log");
   EXPECT_TRUE(worker->started()) << "see " << dir << "/worker.log";
@@ -253,7 +253,7 @@ TEST(WorkerServerTest, CancellationAndDeadlinesFreeBlocksAtOnce) {
   ExpectNoBlocksHeldByRequests(page);
   EXPECT_EQ(Metric(page, "lazykv_worker_requests_total{outcome=\"CANCELLED\"}"), 1);
 
-  const Reply expired = Call(*stub, request, /*deadline_ms=*/300);
+  const Reply expired = Call(*stub, request, /*deadline_ms=*/300 * SlowdownFactor());
   EXPECT_EQ(expired.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   page = MetricsWhenIdle(*worker);
   ExpectNoBlocksHeldByRequests(page);
@@ -372,7 +372,9 @@ TEST(WorkerServerTest, TwoWorkersSharingACacheServerComputeEachDocumentOnce) {
 
 TEST(WorkerServerTest, SigtermLetsInFlightCallsFinish) {
   const std::string dir = TempDir("worker_sigterm");
-  auto worker = StartWorker(dir, {"--model", "synthetic:small", "--cache-dir", dir + "/cache"});
+  // A grace period that any build finishes 40 tokens in: the call in flight must end well.
+  auto worker = StartWorker(dir, {"--model", "synthetic:small", "--cache-dir", dir + "/cache", "--shutdown-grace-ms",
+                                  std::to_string(10000 * SlowdownFactor())});
   auto stub = Stub(worker->address());
   v1::GenerateRequest request;
   request.set_prompt_text("a question");

@@ -109,7 +109,7 @@ absl::StatusOr<bool> UseCuda(Device device) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& options) {
-  ASSIGN_OR_RETURN(const bool cuda, UseCuda(options.device));
+  ASSIGN_OR_RETURN([[maybe_unused]] const bool cuda, UseCuda(options.device));  // unused without CUDA
 #ifdef LAZYKV_WITH_CUDA
   if (cuda) {
     const CudaBackendOptions cuda_options{

@@ -23,6 +23,7 @@ namespace lazykv {
 
 // Lets a fresh engine (fresh allocator and chunk index) run on a backend that outlives it,
 // so the modes share the weights and differ only in their engine.
+// Not thread-safe, as every Backend.
 class BorrowedBackend : public Backend {
  public:
   explicit BorrowedBackend(Backend* backend) : backend_(backend) {}

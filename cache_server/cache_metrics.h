@@ -24,6 +24,8 @@ struct TierMetrics {
   prometheus::Gauge* entries;
 };
 
+// Thread-safe: prometheus-cpp counters, gauges and histograms are; the pointers are set
+// once at construction.
 class CacheMetrics {
  public:
   CacheMetrics();

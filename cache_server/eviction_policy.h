@@ -19,6 +19,7 @@
 
 namespace lazykv::cache {
 
+// Not thread-safe: the TieredStore calls it under its own lock.
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;

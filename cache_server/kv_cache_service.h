@@ -24,6 +24,8 @@ struct ServiceLimits {
   std::chrono::milliseconds max_lease_wait{60000};
 };
 
+// Thread-safe: gRPC runs its handlers on many threads at once; the store and the lease
+// table it uses are thread-safe, and its stream count is atomic.
 class KvCacheService final : public v1::KvCache::Service {
  public:
   KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits);

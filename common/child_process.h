@@ -9,6 +9,8 @@
 
 namespace lazykv {
 
+// Not thread-safe, except that Stop may run on another thread than the one that
+// started the process (one Stop at a time).
 class ServerProcess {
  public:
   // Starts `binary args...`; its stderr goes to `log_path` (empty: inherited).

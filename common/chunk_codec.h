@@ -60,6 +60,7 @@ struct ChunkHeader {
 uint64_t ChunkPayloadChecksum(std::string_view payload);
 
 // Streaming twin of ChunkPayloadChecksum, for payloads that arrive in slices.
+// Not thread-safe: one stream feeds it.
 class PayloadChecksummer {
  public:
   PayloadChecksummer();

@@ -26,6 +26,7 @@ inline constexpr uint32_t kChunkFormatVersion = 1;
 
 // Incremental XXH3-128 over little-endian fields; each variable-length field is
 // length-prefixed so that no two different field sequences hash the same bytes.
+// Not thread-safe: one hasher per hash being computed.
 class Hasher128 {
  public:
   Hasher128();

@@ -11,6 +11,7 @@
 
 namespace lazykv {
 
+// Not thread-safe: used once, at startup.
 class FlagParser {
  public:
   explicit FlagParser(std::string usage) : usage_(std::move(usage)) {}

@@ -10,6 +10,7 @@
 
 namespace lazykv {
 
+// Read-only after Open: bytes() may be read from any number of threads.
 class MappedFile {
  public:
   static absl::StatusOr<MappedFile> Open(const std::string& path);

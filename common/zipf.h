@@ -12,6 +12,8 @@
 
 namespace lazykv {
 
+// Immutable after construction; Sample draws from the caller's generator, so it is
+// thread-safe as long as each thread brings its own.
 class ZipfSampler {
  public:
   ZipfSampler(size_t n, double s) : cdf_(n) {

@@ -42,6 +42,8 @@ struct StepSampling {
   bool keep_logits = false;  // return a sampled step's logits too (unsampled steps' always come back)
 };
 
+// Not thread-safe: one engine's scheduling thread drives a backend (a GPU stream and
+// its buffers, or the CPU pool).
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -18,6 +18,7 @@ struct SamplingParams {
 };
 
 // A portable generator (splitmix64): the same seed gives the same tokens everywhere.
+// Not thread-safe: one request's generator, used by the engine's thread.
 class SamplerRng {
  public:
   explicit SamplerRng(uint64_t seed) : state_(seed) {}

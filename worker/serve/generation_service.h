@@ -24,6 +24,8 @@ struct GenerationServiceOptions {
 absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call, const Tokenizer& tokenizer,
                                                 const GenerationServiceOptions& options);
 
+// Thread-safe: gRPC handler threads call it at once; it reaches the engine only through
+// the GenerationLoop's queues, and the tokenizer is read-only.
 class GenerationService final : public v1::Generation::Service {
  public:
   GenerationService(GenerationLoop* loop, const Tokenizer* tokenizer, GenerationServiceOptions options)

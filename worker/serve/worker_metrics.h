@@ -16,6 +16,7 @@
 
 namespace lazykv {
 
+// Thread-safe: prometheus-cpp metrics are; handlers and the loop thread update it.
 class WorkerMetrics {
  public:
   WorkerMetrics();

@@ -10,6 +10,7 @@
 
 namespace lazykv {
 
+// Thread-safe, as every ChunkTier: the store and the lease table are.
 class EmbeddedChunkTier final : public ChunkTier {
  public:
   static absl::StatusOr<std::unique_ptr<EmbeddedChunkTier>> Open(const cache::TieredStoreOptions& options);

@@ -14,6 +14,7 @@
 
 namespace lazykv {
 
+// Encode and Decode are const and thread-safe (SentencePieceProcessor's are).
 class SentencePieceModel {
  public:
   virtual ~SentencePieceModel() = default;

@@ -12,6 +12,8 @@
 
 namespace lazykv {
 
+// Implementations are immutable after loading: Encode and Decode may be called from
+// any number of threads (the worker's gRPC handlers do).
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;

@@ -11,7 +11,8 @@
 
 namespace lazykv::testing {
 
-// ../shared/models (LAZYKV_MODELS_DIR overrides); tests needing it skip when absent.
+// ../shared/models (LAZYKV_MODELS_DIR overrides), or "" when that folder is absent: the
+// tests that need it skip then.
 std::string ModelsDir();
 bool HaveModel(const std::string& file);
 std::string ModelPath(const std::string& file);

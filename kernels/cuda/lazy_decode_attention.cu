@@ -45,7 +45,7 @@ struct DecodeKernel {
   }
   static void Launch(const DecodeAttentionParams& p, int splits, int entries_per_split, cudaStream_t stream) {
     Occupancy();  // raises the shared-memory limit on this device if not done yet
-    const unsigned ctas = static_cast<unsigned>(p.num_seqs) * splits * p.n_kv_heads;
+    const unsigned ctas = static_cast<unsigned>(p.num_seqs) * splits * p.kv.n_kv_heads;
     DecodeSplitKernel<HD, GP, WARPS, STAGES>
         <<<ctas, WARPS * 32, Shape::kSmemBytes, stream>>>(p, splits, entries_per_split);
   }
@@ -88,9 +88,9 @@ int ConfigIndex(detail::DecodeKernelConfig c) {
 }
 
 KernelEntry SelectKernel(const DecodeAttentionParams& p, detail::DecodeKernelConfig config) {
-  const int group = p.n_kv_heads > 0 ? p.n_heads / p.n_kv_heads : 1;
+  const int group = p.kv.n_kv_heads > 0 ? p.n_heads / p.kv.n_kv_heads : 1;
   const int padded = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-  if (p.head_dim == 64) return EntryForGroup<64, 4, 3>(padded);
+  if (p.kv.head_dim == 64) return EntryForGroup<64, 4, 3>(padded);
   if (padded == 4) {
     switch (ConfigIndex(config)) {
       case 1:
@@ -119,7 +119,7 @@ int PickSplits(const DecodeAttentionParams& p, int ctas_per_sm) {
   if (p.num_splits > 0) return std::min({p.num_splits, std::max(1, p.max_entries_per_seq), kMaxSplits});
   const long long sms = MultiprocessorCount();
   const long long slots = sms * std::max(1, ctas_per_sm);
-  const long long base = std::max(1, p.num_seqs * p.n_kv_heads);
+  const long long base = std::max(1, p.num_seqs * p.kv.n_kv_heads);
   const int entries = std::max(1, p.max_entries_per_seq);
   const int max_splits = std::max(1, std::min(256, (entries + 3) / 4));
   constexpr double kFixed = 6.0, kCombine = 6.0, kPerSplit = 0.25;
@@ -139,9 +139,9 @@ int PickSplits(const DecodeAttentionParams& p, int ctas_per_sm) {
 }
 
 bool ValidShapes(const DecodeAttentionParams& p) {
-  return p.num_seqs > 0 && p.n_kv_heads > 0 && p.n_heads > 0 && p.n_heads % p.n_kv_heads == 0 &&
-         p.n_heads / p.n_kv_heads <= kMaxGroup && (p.head_dim == 64 || p.head_dim == 128) && p.block_size > 0 &&
-         p.max_entries_per_seq >= 0;
+  return p.num_seqs > 0 && p.kv.n_kv_heads > 0 && p.n_heads > 0 && p.n_heads % p.kv.n_kv_heads == 0 &&
+         p.n_heads / p.kv.n_kv_heads <= kMaxGroup && (p.kv.head_dim == 64 || p.kv.head_dim == 128) &&
+         p.kv.block_size > 0 && p.kv.element == Element::kBf16 && p.max_entries_per_seq >= 0;
 }
 
 }  // namespace
@@ -178,7 +178,7 @@ int ChooseDecodeSplits(const DecodeAttentionParams& p) {
 }
 
 size_t DecodeWorkspaceBytes(const DecodeAttentionParams& p, int num_splits) {
-  return static_cast<size_t>(p.num_seqs) * p.n_heads * num_splits * (p.head_dim + 2) * sizeof(float);
+  return static_cast<size_t>(p.num_seqs) * p.n_heads * num_splits * (p.kv.head_dim + 2) * sizeof(float);
 }
 
 cudaError_t LaunchLazyDecodeAttention(DecodeAttentionParams p, cudaStream_t stream) {

@@ -166,11 +166,11 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
   double* freq = reinterpret_cast<double*>(stage_meta + WARPS * STAGES);     // [HD / 2]
 
   int cta = blockIdx.x;
-  const int kvh = cta % p.n_kv_heads;
-  cta /= p.n_kv_heads;
+  const int kvh = cta % p.kv.n_kv_heads;
+  cta /= p.kv.n_kv_heads;
   const int split = cta % splits;
   const int seq = cta / splits;
-  const int group = p.n_heads / p.n_kv_heads;
+  const int group = p.n_heads / p.kv.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int piece = lane % kLanesPerRow;     // which 16 bytes (8 dimensions) of a row
   const int row_lane = lane / kLanesPerRow;  // which row of each load
@@ -184,9 +184,9 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
     const int i = threadIdx.x + r * WARPS * 32;
     q_load[r] = i < group * HD ? p.q[(static_cast<size_t>(seq) * p.n_heads + kvh * group) * HD + i] : 0.0f;
   }
-  const double freq_load = threadIdx.x < HD / 2 ? p.inv_freq[threadIdx.x] : 0.0;
-  const int seq_last = p.table_offsets[seq + 1];
-  const int first = min(seq_last, p.table_offsets[seq] + split * entries_per_split);
+  const double freq_load = threadIdx.x < HD / 2 ? p.kv.inv_freq[threadIdx.x] : 0.0;
+  const int seq_last = p.kv.table_offsets[seq + 1];
+  const int first = min(seq_last, p.kv.table_offsets[seq] + split * entries_per_split);
   const int last = min(seq_last, first + entries_per_split);
   const int position = p.positions[seq];
 
@@ -204,9 +204,9 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
     w_vis = 0;
     w_delta = 0;
     if (e < warp_last) {
-      w_id = p.block_ids[e];
-      w_delta = p.block_deltas[e];
-      w_vis = min(p.block_tokens[e], position - p.block_starts[e] + 1);
+      w_id = p.kv.block_ids[e];
+      w_delta = p.kv.block_deltas[e];
+      w_vis = min(p.kv.block_tokens[e], position - p.kv.block_starts[e] + 1);
     }
   };
   int cursor = -1, offset = 0;  // window slot of the next tile to load, and its first token
@@ -241,9 +241,9 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
     seek(0);
   }
 
-  const __nv_bfloat16* k_pool = static_cast<const __nv_bfloat16*>(p.k_pool);
-  const __nv_bfloat16* v_pool = static_cast<const __nv_bfloat16*>(p.v_pool);
-  const size_t row_stride = static_cast<size_t>(p.n_kv_heads) * HD;
+  const __nv_bfloat16* k_pool = static_cast<const __nv_bfloat16*>(p.kv.k_pool);
+  const __nv_bfloat16* v_pool = static_cast<const __nv_bfloat16*>(p.kv.v_pool);
+  const size_t row_stride = static_cast<size_t>(p.kv.n_kv_heads) * HD;
   __nv_bfloat16* warp_stages = stage_base + static_cast<size_t>(warp) * STAGES * Shape::kStageElems;
   auto issue = [&](int stage) {
     const int id = __shfl_sync(kAll, w_id, cursor);
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
     const int rows = min(kTile, vis - offset);
     __nv_bfloat16* sk = warp_stages + stage * Shape::kStageElems;
     __nv_bfloat16* sv = sk + kTile * HD;
-    const size_t base = ((static_cast<size_t>(id) * p.block_size + offset) * p.n_kv_heads + kvh) * HD + piece * 8;
+    const size_t base = ((static_cast<size_t>(id) * p.kv.block_size + offset) * p.kv.n_kv_heads + kvh) * HD + piece * 8;
 #pragma unroll
     for (int j = 0; j < kRowsPerLane; ++j) {
       const int row = j * kRowsPerLoad + row_lane;
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
     // Each warp rotates its own registers from the raw query in shared memory.
     const long long pos = static_cast<long long>(position) - delta;
     float sn[8], cs[8];
-    if (p.rope_style == 0) {  // interleaved pairs (2i, 2i + 1)
+    if (p.kv.rope_style == RopeStyle::kInterleaved) {  // interleaved pairs (2i, 2i + 1)
 #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         RopeSinCos(freq[piece * 4 + e / 2], pos, &sn[e], &cs[e]);
@@ -539,19 +539,19 @@ __global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(DecodeAtt
     l_local += w * l;
   }
   const float l_all = BlockReduce(l_local, scratch, false);  // its barriers publish weight[]
-  for (int d = threadIdx.x; d < p.head_dim; d += kCombineThreads) {
-    const float* acc = part.acc + base * p.head_dim + d;
+  for (int d = threadIdx.x; d < p.kv.head_dim; d += kCombineThreads) {
+    const float* acc = part.acc + base * p.kv.head_dim + d;
     float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     int s = 0;
     for (; s + 4 <= splits; s += 4) {
-      a0 += weight[s] * acc[static_cast<size_t>(s) * p.head_dim];
-      a1 += weight[s + 1] * acc[static_cast<size_t>(s + 1) * p.head_dim];
-      a2 += weight[s + 2] * acc[static_cast<size_t>(s + 2) * p.head_dim];
-      a3 += weight[s + 3] * acc[static_cast<size_t>(s + 3) * p.head_dim];
+      a0 += weight[s] * acc[static_cast<size_t>(s) * p.kv.head_dim];
+      a1 += weight[s + 1] * acc[static_cast<size_t>(s + 1) * p.kv.head_dim];
+      a2 += weight[s + 2] * acc[static_cast<size_t>(s + 2) * p.kv.head_dim];
+      a3 += weight[s + 3] * acc[static_cast<size_t>(s + 3) * p.kv.head_dim];
     }
-    for (; s < splits; ++s) a0 += weight[s] * acc[static_cast<size_t>(s) * p.head_dim];
+    for (; s < splits; ++s) a0 += weight[s] * acc[static_cast<size_t>(s) * p.kv.head_dim];
     const float a_all = (a0 + a1) + (a2 + a3);
-    p.out[(static_cast<size_t>(seq) * p.n_heads + head) * p.head_dim + d] = l_all > 0.0f ? a_all / l_all : 0.0f;
+    p.out[(static_cast<size_t>(seq) * p.n_heads + head) * p.kv.head_dim + d] = l_all > 0.0f ? a_all / l_all : 0.0f;
   }
 }
 

@@ -84,35 +84,35 @@ int ChoosePrefillSplits(const PrefillAttentionParams& p) {
 
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {
   if (num_splits <= 1) return 0;
-  return static_cast<size_t>(num_splits) * p.num_seqs * p.max_queries_per_seq * p.n_heads * (p.head_dim + 2) *
+  return static_cast<size_t>(num_splits) * p.num_seqs * p.max_queries_per_seq * p.n_heads * (p.kv.head_dim + 2) *
          sizeof(float);
 }
 
 namespace detail {
 
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream) {
-  const bool pow2_block = p.block_size >= 16 && (p.block_size & (p.block_size - 1)) == 0;
-  if (p.num_seqs <= 0 || p.num_seqs > 65535 || p.n_heads <= 0 || p.n_heads > 65535 || p.n_kv_heads <= 0 ||
-      p.n_heads % p.n_kv_heads != 0 || (p.head_dim != 64 && p.head_dim != 128) || !pow2_block ||
-      (p.rope_style != 0 && p.rope_style != 1) || p.max_queries_per_seq < 0 || QueryTiles(p) > 65535 ||
-      p.num_splits < 0 || p.kv_element != Element::kBf16) {
+  const bool pow2_block = p.kv.block_size >= 16 && (p.kv.block_size & (p.kv.block_size - 1)) == 0;
+  if (p.num_seqs <= 0 || p.num_seqs > 65535 || p.n_heads <= 0 || p.n_heads > 65535 || p.kv.n_kv_heads <= 0 ||
+      p.n_heads % p.kv.n_kv_heads != 0 || (p.kv.head_dim != 64 && p.kv.head_dim != 128) || !pow2_block ||
+      (p.kv.rope_style != RopeStyle::kInterleaved && p.kv.rope_style != RopeStyle::kRotateHalf) ||
+      p.max_queries_per_seq < 0 || QueryTiles(p) > 65535 || p.num_splits < 0 || p.kv.element != Element::kBf16) {
     return cudaErrorInvalidValue;
   }
   if (p.max_queries_per_seq == 0) return cudaSuccess;
-  if (p.q == nullptr || p.k_pool == nullptr || p.v_pool == nullptr || p.block_ids == nullptr ||
-      p.block_tokens == nullptr || p.block_deltas == nullptr || p.block_starts == nullptr ||
-      p.table_offsets == nullptr || p.query_offsets == nullptr || p.query_pos0 == nullptr ||
-      p.inv_freq == nullptr || p.out == nullptr) {
+  if (p.q == nullptr || p.kv.k_pool == nullptr || p.kv.v_pool == nullptr || p.kv.block_ids == nullptr ||
+      p.kv.block_tokens == nullptr || p.kv.block_deltas == nullptr || p.kv.block_starts == nullptr ||
+      p.kv.table_offsets == nullptr || p.query_offsets == nullptr || p.query_pos0 == nullptr ||
+      p.kv.inv_freq == nullptr || p.out == nullptr) {
     return cudaErrorInvalidValue;
   }
   int splits = p.workspace == nullptr ? 1 : ChoosePrefillSplits(p);
   while (splits > 1 && static_cast<long long>(p.num_seqs) * splits > 65535) --splits;
   int log2bs = 0;
-  while ((1 << log2bs) < p.block_size) ++log2bs;
-  const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(p.head_dim));
+  while ((1 << log2bs) < p.kv.block_size) ++log2bs;
+  const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(p.kv.head_dim));
   const KernelArgs args{log2bs, scale_log2, splits};
-  const cudaError_t err =
-      p.head_dim == 64 ? LaunchSchedule<64>(p, args, schedule, stream) : LaunchSchedule<128>(p, args, schedule, stream);
+  const cudaError_t err = p.kv.head_dim == 64 ? LaunchSchedule<64>(p, args, schedule, stream)
+                                               : LaunchSchedule<128>(p, args, schedule, stream);
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }

@@ -42,8 +42,8 @@ __device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, 
   w.rows = min(kBM, n_q - row0);
   w.pos_lo = p.query_pos0[w.seq] + row0;
   w.pos_hi = w.pos_lo + w.rows - 1;
-  w.kvh = w.head / (p.n_heads / p.n_kv_heads);
-  w.entries_per_tile = p.block_size >= kBN ? 1 : (kBN >> log2bs);
+  w.kvh = w.head / (p.n_heads / p.kv.n_kv_heads);
+  w.entries_per_tile = p.kv.block_size >= kBN ? 1 : (kBN >> log2bs);
   w.row_stride = static_cast<size_t>(p.n_heads) * HD;
   const size_t out_index = static_cast<size_t>(q_begin + row0) * p.n_heads + w.head;  // (query row, head)
   w.q_tile = p.q + out_index * HD;
@@ -59,13 +59,13 @@ __device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, 
 // (start <= pos_hi, found by binary search) cut into `splits` parts.
 __device__ __forceinline__ void SplitEntryRange(const PrefillAttentionParams& p, const CtaWork& w, int* e_lo,
                                                 int* e_hi) {
-  *e_lo = p.table_offsets[w.seq];
-  *e_hi = p.table_offsets[w.seq + 1];
+  *e_lo = p.kv.table_offsets[w.seq];
+  *e_hi = p.kv.table_offsets[w.seq + 1];
   if (w.splits == 1) return;
   int lo = *e_lo, hi = *e_hi;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (__ldg(p.block_starts + mid) <= w.pos_hi) {
+    if (__ldg(p.kv.block_starts + mid) <= w.pos_hi) {
       lo = mid + 1;
     } else {
       hi = mid;

@@ -136,10 +136,10 @@ TEST(PrefillAttentionShapes, RejectsUnsupported) {
   cuda::PrefillAttentionParams good;
   good.num_seqs = 1;
   good.n_heads = 32;
-  good.n_kv_heads = 8;
-  good.head_dim = 128;
-  good.block_size = 16;
-  good.rope_style = 1;
+  good.kv.n_kv_heads = 8;
+  good.kv.head_dim = 128;
+  good.kv.block_size = 16;
+  good.kv.rope_style = cuda::RopeStyle::kRotateHalf;
   good.max_queries_per_seq = 0;  // nothing to do: succeeds without touching the device
   EXPECT_EQ(cuda::LaunchLazyPrefillAttention(good, nullptr), cudaSuccess);
   auto expect_invalid = [&](auto mutate, const char* what) {
@@ -147,11 +147,12 @@ TEST(PrefillAttentionShapes, RejectsUnsupported) {
     mutate(p);
     EXPECT_EQ(cuda::LaunchLazyPrefillAttention(p, nullptr), cudaErrorInvalidValue) << what;
   };
-  expect_invalid([](auto& p) { p.head_dim = 96; }, "head dim 96");
-  expect_invalid([](auto& p) { p.block_size = 24; }, "block size 24");
-  expect_invalid([](auto& p) { p.block_size = 8; }, "block size 8");
-  expect_invalid([](auto& p) { p.n_kv_heads = 6; }, "32 heads over 6 KV heads");
-  expect_invalid([](auto& p) { p.rope_style = 2; }, "rope style 2");
+  expect_invalid([](auto& p) { p.kv.head_dim = 96; }, "head dim 96");
+  expect_invalid([](auto& p) { p.kv.block_size = 24; }, "block size 24");
+  expect_invalid([](auto& p) { p.kv.block_size = 8; }, "block size 8");
+  expect_invalid([](auto& p) { p.kv.n_kv_heads = 6; }, "32 heads over 6 KV heads");
+  expect_invalid([](auto& p) { p.kv.rope_style = static_cast<cuda::RopeStyle>(2); }, "rope style 2");
+  expect_invalid([](auto& p) { p.kv.element = cuda::Element::kFp32; }, "fp32 pool");
   expect_invalid([](auto& p) { p.num_seqs = 0; }, "no sequences");
   expect_invalid([](auto& p) { p.num_splits = -1; }, "negative splits");
   expect_invalid([](auto& p) { p.max_queries_per_seq = 5; }, "null pointers");

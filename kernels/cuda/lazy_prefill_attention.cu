@@ -1,5 +1,6 @@
 // Lazy paged prefill attention: split choice and launch (the kernels are in
-// lazy_prefill_kernels.cuh and lazy_prefill_specialized.cuh).
+// lazy_prefill_kernels.cuh and lazy_prefill_specialized.cuh, the combine of splits in
+// split_combine.cu).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/lazy_prefill_kernels.cuh"
 #include "kernels/cuda/lazy_prefill_specialized.cuh"
+#include "kernels/cuda/split_combine.h"
 
 namespace lazykv::cuda {
 namespace {
@@ -29,6 +31,21 @@ cudaError_t PrepareKernel(Kernel kernel, int smem_bytes) {
 }
 
 int QueryTiles(const PrefillAttentionParams& p) { return (p.max_queries_per_seq + kBM - 1) / kBM; }
+
+// The combine of a launch's splits: per sequence (grid y) its query rows, a warp per (row, head).
+SplitCombineParams CombineParams(const PrefillAttentionParams& p, int splits) {
+  SplitCombineParams c;
+  c.workspace = p.workspace;
+  c.out = p.out;
+  c.row_offsets = p.query_offsets;
+  c.pairs = PrefillWorkspacePairs(p);
+  c.splits = splits;
+  c.n_heads = p.n_heads;
+  c.head_dim = p.kv.head_dim;
+  c.max_rows = p.max_queries_per_seq;
+  c.groups = p.num_seqs;
+  return c;
+}
 
 struct KernelArgs {
   int log2bs;
@@ -52,10 +69,7 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     if (err != cudaSuccess) return err;
     kernel<<<grid, kThreads, kSmem, stream>>>(p, a.log2bs, a.scale_log2, a.splits);
   }
-  if (a.splits > 1) {
-    const dim3 combine_grid((p.max_queries_per_seq * p.n_heads + 3) / 4, p.num_seqs);
-    CombineSplitsKernel<HD><<<combine_grid, 128, 0, stream>>>(p, a.splits, a.scale_log2);
-  }
+  if (a.splits > 1) return LaunchSplitCombine(CombineParams(p, a.splits), SplitCombineShape::kWarpPerPair, stream);
   return cudaSuccess;
 }
 
@@ -84,8 +98,7 @@ int ChoosePrefillSplits(const PrefillAttentionParams& p) {
 
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {
   if (num_splits <= 1) return 0;
-  return static_cast<size_t>(num_splits) * p.num_seqs * p.max_queries_per_seq * p.n_heads * (p.kv.head_dim + 2) *
-         sizeof(float);
+  return SplitWorkspaceBytes(PrefillWorkspacePairs(p), num_splits, p.kv.head_dim);
 }
 
 namespace detail {

@@ -230,7 +230,7 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
     mbarrier::Arrive(&bars->empty[vs]);
     if (in.last) break;
   }
-  WriteRows<HD>(p, w, o, m, l, my_row0);
+  WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);
 }
 
 template <int HD>

@@ -134,11 +134,8 @@ cudaError_t LaunchGenericPagedAttention(const PrefillAttentionParams& p, int tot
   if (total_queries == 0) return cudaSuccess;
   const float scale = 1.0f / sqrtf(static_cast<float>(kv.head_dim));
   const dim3 grid(total_queries, p.n_heads);
-  if (kv.element == Element::kFp32) {
-    GenericAttentionKernel<float><<<grid, kThreads, 0, stream>>>(p, scale);
-  } else {
-    GenericAttentionKernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p, scale);
-  }
+  WithElementType(kv.element,
+                  [&](auto t) { GenericAttentionKernel<decltype(t)><<<grid, kThreads, 0, stream>>>(p, scale); });
   return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 // Chunk payload <-> pool blocks on the GPU (CPU twin: CpuBackend's ForEachBlockRun
 // memcpys). One CTA per (block, K|V, layer) copies the block's rows, which are contiguous
 // on both sides: in 16-byte vectors when a row is a whole number of them, else by element.
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/model_ops.h"
 
 namespace lazykv::cuda {
@@ -47,11 +48,7 @@ cudaError_t LaunchKvTransfer(const KvTransferParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.num_blocks_in_chunk == 0 || p.num_layers == 0) return cudaSuccess;
-  if (p.kv.element == Element::kFp32) {
-    Launch<float>(p, stream);
-  } else {
-    Launch<__nv_bfloat16>(p, stream);
-  }
+  WithElementType(p.kv.element, [&](auto t) { Launch<decltype(t)>(p, stream); });
   return cudaGetLastError();
 }
 

@@ -42,11 +42,7 @@ cudaError_t LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.rows == 0) return cudaSuccess;
-  if (p.kv.element == Element::kFp32) {
-    KvWriteKernel<float><<<p.rows, 128, 0, stream>>>(p);
-  } else {
-    KvWriteKernel<__nv_bfloat16><<<p.rows, 128, 0, stream>>>(p);
-  }
+  WithElementType(p.kv.element, [&](auto t) { KvWriteKernel<decltype(t)><<<p.rows, 128, 0, stream>>>(p); });
   return cudaGetLastError();
 }
 

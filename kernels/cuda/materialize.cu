@@ -39,11 +39,7 @@ __global__ void MaterializeKernel(MaterializeParams p) {
 cudaError_t LaunchMaterialize(const MaterializeParams& p, cudaStream_t stream) {
   if (p.num_copies == 0) return cudaSuccess;
   if (p.num_copies < 0 || p.kv.head_dim % 2 != 0 || p.kv.block_size <= 0) return cudaErrorInvalidValue;
-  if (p.kv.element == Element::kFp32) {
-    MaterializeKernel<float><<<p.num_copies, 256, 0, stream>>>(p);
-  } else {
-    MaterializeKernel<__nv_bfloat16><<<p.num_copies, 256, 0, stream>>>(p);
-  }
+  WithElementType(p.kv.element, [&](auto t) { MaterializeKernel<decltype(t)><<<p.num_copies, 256, 0, stream>>>(p); });
   return cudaGetLastError();
 }
 

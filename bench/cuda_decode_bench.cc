@@ -24,6 +24,7 @@
 #include "common/model_config.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_decode_attention_config.h"
+#include "kernels/cuda/rope_style.h"
 
 namespace {
 
@@ -149,20 +150,20 @@ int main(int argc, char** argv) {
     for (float& x : q) x = dist(rng);
     cuda::DecodeAttentionParams p;
     p.q = Upload(q);
-    p.k_pool = k;
-    p.v_pool = v;
-    p.block_ids = Upload(ids);
-    p.block_tokens = Upload(tokens);
-    p.block_starts = Upload(starts);
-    p.table_offsets = Upload(offsets);
+    p.kv.k_pool = k;
+    p.kv.v_pool = v;
+    p.kv.block_ids = Upload(ids);
+    p.kv.block_tokens = Upload(tokens);
+    p.kv.block_starts = Upload(starts);
+    p.kv.table_offsets = Upload(offsets);
     p.positions = Upload(positions);
-    p.inv_freq = inv_freq;
+    p.kv.inv_freq = inv_freq;
     p.num_seqs = batch;
     p.n_heads = kHeads;
-    p.n_kv_heads = kKvHeads;
-    p.head_dim = kHd;
-    p.block_size = kBlock;
-    p.rope_style = 1;
+    p.kv.n_kv_heads = kKvHeads;
+    p.kv.head_dim = kHd;
+    p.kv.block_size = kBlock;
+    p.kv.rope_style = cuda::KernelRopeStyle(rope.style);
     p.max_entries_per_seq = blocks_per_seq;
     // Workspace for the most splits any configuration (or the split sweep) picks.
     const std::vector<int> forced_splits = {8, 16, 24, 48, 64};
@@ -177,18 +178,18 @@ int main(int argc, char** argv) {
     int32_t* d_zero = Upload(zero_deltas);
     const double kv_bytes = 2.0 * pool_elems * 2;
     if (profiling) {
-      p.block_deltas = d_lazy;
+      p.kv.block_deltas = d_lazy;
       for (int i = 0; i < 2; ++i) CHECK_CUDA(cuda::LaunchLazyDecodeAttention(p, nullptr));
-      p.block_deltas = d_zero;
+      p.kv.block_deltas = d_zero;
       for (int i = 0; i < 2; ++i) CHECK_CUDA(cuda::LaunchLazyDecodeAttention(p, nullptr));
       CHECK_CUDA(cudaDeviceSynchronize());
       std::printf("profiled batch %d context %d, splits %d\n", batch, context, splits);
     } else {
-      p.block_deltas = d_lazy;
+      p.kv.block_deltas = d_lazy;
       CHECK_CUDA(cuda::LaunchLazyDecodeAttention(p, nullptr));
       const float lazy_ms = MedianMs([&] { cuda::LaunchLazyDecodeAttention(p, nullptr); });
       const float graph_ms = GraphMedianMs([&](cudaStream_t s) { cuda::LaunchLazyDecodeAttention(p, s); });
-      p.block_deltas = d_zero;
+      p.kv.block_deltas = d_zero;
       const float plain_ms = MedianMs([&] { cuda::LaunchLazyDecodeAttention(p, nullptr); });
       CHECK_CUDA(cudaGetLastError());
       const double gbs = kv_bytes / lazy_ms / 1e6;
@@ -198,10 +199,10 @@ int main(int argc, char** argv) {
       if (sweep) {
         for (int c = 0; c < cuda::detail::NumDecodeConfigs(); ++c) {
           const cuda::detail::DecodeKernelConfig config = cuda::detail::DecodeConfigAt(c);
-          p.block_deltas = d_lazy;
+          p.kv.block_deltas = d_lazy;
           CHECK_CUDA(cuda::detail::LaunchLazyDecodeAttentionWith(p, config, nullptr));
           const float ms = MedianMs([&] { cuda::detail::LaunchLazyDecodeAttentionWith(p, config, nullptr); });
-          p.block_deltas = d_zero;
+          p.kv.block_deltas = d_zero;
           const float plain = MedianMs([&] { cuda::detail::LaunchLazyDecodeAttentionWith(p, config, nullptr); });
           CHECK_CUDA(cudaGetLastError());
           char line[200];
@@ -212,7 +213,7 @@ int main(int argc, char** argv) {
           sweep_rows.push_back(line);
         }
         if (batch == 1) {  // the default configuration at other split counts
-          p.block_deltas = d_lazy;
+          p.kv.block_deltas = d_lazy;
           for (int forced : forced_splits) {
             p.num_splits = forced;
             const float ms = MedianMs([&] { cuda::LaunchLazyDecodeAttention(p, nullptr); });
@@ -228,8 +229,8 @@ int main(int argc, char** argv) {
         }
       }
     }
-    for (const void* ptr : {(const void*)p.q, (const void*)p.block_ids, (const void*)p.block_tokens,
-                            (const void*)p.block_starts, (const void*)p.table_offsets, (const void*)p.positions,
+    for (const void* ptr : {(const void*)p.q, (const void*)p.kv.block_ids, (const void*)p.kv.block_tokens,
+                            (const void*)p.kv.block_starts, (const void*)p.kv.table_offsets, (const void*)p.positions,
                             (const void*)p.workspace, (const void*)p.out, (const void*)d_lazy, (const void*)d_zero,
                             (const void*)k, (const void*)v}) {
       cudaFree(const_cast<void*>(ptr));

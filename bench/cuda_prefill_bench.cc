@@ -29,6 +29,7 @@
 #include "bench/cuda_bench_util.h"
 #include "common/model_config.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
+#include "kernels/cuda/rope_style.h"
 
 namespace {
 
@@ -117,31 +118,31 @@ int main(int argc, char** argv) {
       CHECK_CUDA(bench::FillRandomF32(q, q_elems, 33 + len + scenario));
       cuda::PrefillAttentionParams p;
       p.q = q;
-      p.k_pool = k;
-      p.v_pool = v;
-      p.block_ids = d_ids;
-      p.block_tokens = d_tokens;
-      p.block_starts = d_starts;
-      p.table_offsets = d_offsets;
+      p.kv.k_pool = k;
+      p.kv.v_pool = v;
+      p.kv.block_ids = d_ids;
+      p.kv.block_tokens = d_tokens;
+      p.kv.block_starts = d_starts;
+      p.kv.table_offsets = d_offsets;
       p.query_offsets = Upload(q_offsets);
       p.query_pos0 = Upload(q_pos0);
-      p.inv_freq = inv_freq;
+      p.kv.inv_freq = inv_freq;
       p.out = out;
       p.num_seqs = batch;
       p.n_heads = kHeads;
-      p.n_kv_heads = kKvHeads;
-      p.head_dim = kHd;
-      p.block_size = kBlock;
-      p.rope_style = 1;
+      p.kv.n_kv_heads = kKvHeads;
+      p.kv.head_dim = kHd;
+      p.kv.block_size = kBlock;
+      p.kv.rope_style = cuda::KernelRopeStyle(rope.style);
       p.max_queries_per_seq = n_q;
       const int splits = cuda::ChoosePrefillSplits(p);
       if (splits > 1) CHECK_CUDA(cudaMalloc(&p.workspace, cuda::PrefillWorkspaceBytes(p, splits)));
-      p.block_deltas = d_lazy;
+      p.kv.block_deltas = d_lazy;
       CHECK_CUDA(cuda::LaunchLazyPrefillAttention(p, nullptr));
       CHECK_CUDA(cudaDeviceSynchronize());
       // Each kernel with and without the rotation (all deltas 0), timed alternately.
       const auto launch_with = [&](const int32_t* deltas, int schedule) {
-        p.block_deltas = deltas;
+        p.kv.block_deltas = deltas;
         if (schedule < 0) {
           cuda::LaunchLazyPrefillAttention(p, nullptr);
         } else {

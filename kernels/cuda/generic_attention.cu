@@ -40,7 +40,8 @@ __device__ float BlockSum(float v, float* scratch) {
 template <typename T>
 __global__ void GenericAttentionKernel(PrefillAttentionParams p, float scale) {
   const int row = blockIdx.x, head = blockIdx.y;
-  const int hd = p.head_dim, half = hd / 2;
+  const PagedKv& kv = p.kv;
+  const int hd = kv.head_dim, half = hd / 2;
   // The query's sequence: the last s with query_offsets[s] <= row.
   int lo = 0, hi = p.num_seqs - 1;
   while (lo < hi) {
@@ -49,11 +50,11 @@ __global__ void GenericAttentionKernel(PrefillAttentionParams p, float scale) {
   }
   const int seq = lo;
   const long long position = static_cast<long long>(p.query_pos0[seq]) + (row - p.query_offsets[seq]);
-  const int kv_head = head / (p.n_heads / p.n_kv_heads);
-  const size_t kv_width = static_cast<size_t>(p.n_kv_heads) * hd;
+  const int kv_head = head / (p.n_heads / kv.n_kv_heads);
+  const size_t kv_width = static_cast<size_t>(kv.n_kv_heads) * hd;
   const float* q_raw = p.q + (static_cast<size_t>(row) * p.n_heads + head) * hd;
-  const T* k_pool = static_cast<const T*>(p.k_pool);
-  const T* v_pool = static_cast<const T*>(p.v_pool);
+  const T* k_pool = static_cast<const T*>(kv.k_pool);
+  const T* v_pool = static_cast<const T*>(kv.v_pool);
 
   __shared__ float q_rot[kMaxHeadDim];
   __shared__ float probs[kThreads];
@@ -64,17 +65,17 @@ __global__ void GenericAttentionKernel(PrefillAttentionParams p, float scale) {
   bool have_rotation = false;
   int rotated_delta = 0;
 
-  for (int e = p.table_offsets[seq]; e < p.table_offsets[seq + 1]; ++e) {
-    const int start = p.block_starts[e];
+  for (int e = kv.table_offsets[seq]; e < kv.table_offsets[seq + 1]; ++e) {
+    const int start = kv.block_starts[e];
     if (start > position) break;
-    const int delta = p.block_deltas[e];
+    const int delta = kv.block_deltas[e];
     if (!have_rotation || delta != rotated_delta) {
       __syncthreads();  // every thread is done with the previous rotation
       for (int i = threadIdx.x; i < half; i += kThreads) {
         int a, b;
-        RopePair(p.rope_style, hd, i, &a, &b);
+        RopePair(kv.rope_style, hd, i, &a, &b);
         float s, c;
-        RopeSinCos(p.inv_freq[i], position - delta, &s, &c);
+        RopeSinCos(kv.inv_freq[i], position - delta, &s, &c);
         q_rot[a] = q_raw[a] * c - q_raw[b] * s;
         q_rot[b] = q_raw[a] * s + q_raw[b] * c;
       }
@@ -82,8 +83,8 @@ __global__ void GenericAttentionKernel(PrefillAttentionParams p, float scale) {
       have_rotation = true;
       rotated_delta = delta;
     }
-    const int visible = static_cast<int>(min(static_cast<long long>(p.block_tokens[e]), position - start + 1));
-    const size_t block_base = static_cast<size_t>(p.block_ids[e]) * p.block_size * kv_width + kv_head * hd;
+    const int visible = static_cast<int>(min(static_cast<long long>(kv.block_tokens[e]), position - start + 1));
+    const size_t block_base = static_cast<size_t>(kv.block_ids[e]) * kv.block_size * kv_width + kv_head * hd;
     for (int t0 = 0; t0 < visible; t0 += kThreads) {
       const int t = t0 + threadIdx.x;
       float score = -FLT_MAX;
@@ -124,19 +125,17 @@ __global__ void GenericAttentionKernel(PrefillAttentionParams p, float scale) {
 }  // namespace
 
 cudaError_t LaunchGenericPagedAttention(const PrefillAttentionParams& p, int total_queries, cudaStream_t stream) {
-  if (p.num_seqs <= 0 || p.n_heads <= 0 || p.n_heads > 65535 || p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 ||
-      p.head_dim <= 0 || p.head_dim % 2 != 0 || p.head_dim > kMaxHeadDim || p.block_size <= 0 ||
-      (p.rope_style != 0 && p.rope_style != 1) || total_queries < 0) {
+  const PagedKv& kv = p.kv;
+  if (p.num_seqs <= 0 || p.n_heads <= 0 || p.n_heads > 65535 || kv.n_kv_heads <= 0 || p.n_heads % kv.n_kv_heads != 0 ||
+      kv.head_dim <= 0 || kv.head_dim % 2 != 0 || kv.head_dim > kMaxHeadDim || kv.block_size <= 0 ||
+      (kv.rope_style != RopeStyle::kInterleaved && kv.rope_style != RopeStyle::kRotateHalf) || total_queries < 0) {
     return cudaErrorInvalidValue;
   }
   if (total_queries == 0) return cudaSuccess;
-  const float scale = 1.0f / sqrtf(static_cast<float>(p.head_dim));
+  const float scale = 1.0f / sqrtf(static_cast<float>(kv.head_dim));
   const dim3 grid(total_queries, p.n_heads);
-  if (p.kv_element == Element::kFp32) {
-    GenericAttentionKernel<float><<<grid, kThreads, 0, stream>>>(p, scale);
-  } else {
-    GenericAttentionKernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p, scale);
-  }
+  WithElementType(kv.element,
+                  [&](auto t) { GenericAttentionKernel<decltype(t)><<<grid, kThreads, 0, stream>>>(p, scale); });
   return cudaGetLastError();
 }
 

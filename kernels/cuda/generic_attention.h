@@ -3,7 +3,7 @@
 // e.g. stories260K's head dim 8. One CTA per (query, head) streams the query's visible keys
 // with an online softmax; the query is rotated by R(p - delta) in fp32 whenever the block
 // table's delta changes. fp32 arithmetic throughout, on a bf16 or an fp32 pool
-// (p.kv_element): the CUDA backend's fp32 mode runs all its attention here. The CPU twin
+// (p.kv.element): the CUDA backend's fp32 mode runs all its attention here. The CPU twin
 // is cpu::LazyPagedAttention.
 #pragma once
 

@@ -1,5 +1,5 @@
-// Lazy paged decode attention: kernel configurations, split choice and launch (the kernels
-// are in lazy_decode_kernels.cuh).
+// Lazy paged decode attention: kernel configurations, split choice and launch (the kernel is
+// in lazy_decode_kernels.cuh, the combine of splits in split_combine.cu).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -9,6 +9,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/lazy_decode_attention_config.h"
 #include "kernels/cuda/lazy_decode_kernels.cuh"
+#include "kernels/cuda/split_combine.h"
 
 namespace lazykv::cuda {
 namespace {
@@ -45,7 +46,7 @@ struct DecodeKernel {
   }
   static void Launch(const DecodeAttentionParams& p, int splits, int entries_per_split, cudaStream_t stream) {
     Occupancy();  // raises the shared-memory limit on this device if not done yet
-    const unsigned ctas = static_cast<unsigned>(p.num_seqs) * splits * p.n_kv_heads;
+    const unsigned ctas = static_cast<unsigned>(p.num_seqs) * splits * p.kv.n_kv_heads;
     DecodeSplitKernel<HD, GP, WARPS, STAGES>
         <<<ctas, WARPS * 32, Shape::kSmemBytes, stream>>>(p, splits, entries_per_split);
   }
@@ -88,9 +89,9 @@ int ConfigIndex(detail::DecodeKernelConfig c) {
 }
 
 KernelEntry SelectKernel(const DecodeAttentionParams& p, detail::DecodeKernelConfig config) {
-  const int group = p.n_kv_heads > 0 ? p.n_heads / p.n_kv_heads : 1;
+  const int group = p.kv.n_kv_heads > 0 ? p.n_heads / p.kv.n_kv_heads : 1;
   const int padded = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-  if (p.head_dim == 64) return EntryForGroup<64, 4, 3>(padded);
+  if (p.kv.head_dim == 64) return EntryForGroup<64, 4, 3>(padded);
   if (padded == 4) {
     switch (ConfigIndex(config)) {
       case 1:
@@ -119,7 +120,7 @@ int PickSplits(const DecodeAttentionParams& p, int ctas_per_sm) {
   if (p.num_splits > 0) return std::min({p.num_splits, std::max(1, p.max_entries_per_seq), kMaxSplits});
   const long long sms = MultiprocessorCount();
   const long long slots = sms * std::max(1, ctas_per_sm);
-  const long long base = std::max(1, p.num_seqs * p.n_kv_heads);
+  const long long base = std::max(1, p.num_seqs * p.kv.n_kv_heads);
   const int entries = std::max(1, p.max_entries_per_seq);
   const int max_splits = std::max(1, std::min(256, (entries + 3) / 4));
   constexpr double kFixed = 6.0, kCombine = 6.0, kPerSplit = 0.25;
@@ -138,10 +139,23 @@ int PickSplits(const DecodeAttentionParams& p, int ctas_per_sm) {
   return best;
 }
 
+// The combine of a launch's splits: one row per sequence, one CTA per (sequence, head).
+SplitCombineParams CombineParams(const DecodeAttentionParams& p, int splits) {
+  SplitCombineParams c;
+  c.workspace = p.workspace;
+  c.out = p.out;
+  c.pairs = static_cast<size_t>(p.num_seqs) * p.n_heads;
+  c.splits = splits;
+  c.n_heads = p.n_heads;
+  c.head_dim = p.kv.head_dim;
+  c.max_rows = p.num_seqs;
+  return c;
+}
+
 bool ValidShapes(const DecodeAttentionParams& p) {
-  return p.num_seqs > 0 && p.n_kv_heads > 0 && p.n_heads > 0 && p.n_heads % p.n_kv_heads == 0 &&
-         p.n_heads / p.n_kv_heads <= kMaxGroup && (p.head_dim == 64 || p.head_dim == 128) && p.block_size > 0 &&
-         p.max_entries_per_seq >= 0;
+  return p.num_seqs > 0 && p.kv.n_kv_heads > 0 && p.n_heads > 0 && p.n_heads % p.kv.n_kv_heads == 0 &&
+         p.n_heads / p.kv.n_kv_heads <= kMaxGroup && (p.kv.head_dim == 64 || p.kv.head_dim == 128) &&
+         p.kv.block_size > 0 && p.kv.element == Element::kBf16 && p.max_entries_per_seq >= 0;
 }
 
 }  // namespace
@@ -162,12 +176,7 @@ cudaError_t LaunchLazyDecodeAttentionWith(DecodeAttentionParams p, DecodeKernelC
   const int splits = PickSplits(p, kernel.occupancy());
   const int entries_per_split = std::max(1, (p.max_entries_per_seq + splits - 1) / splits);
   kernel.launch(p, splits, entries_per_split, stream);
-  if (splits > 1) {
-    // Weights padded to a multiple of 4: the compiler may read the tail of the unrolled
-    // loop as one vector.
-    const size_t weight_bytes = static_cast<size_t>((splits + 3) / 4) * 4 * sizeof(float);
-    CombineSplitsKernel<<<p.num_seqs * p.n_heads, kCombineThreads, weight_bytes, stream>>>(p, splits);
-  }
+  if (splits > 1) return LaunchSplitCombine(CombineParams(p, splits), SplitCombineShape::kCtaPerPair, stream);
   return cudaGetLastError();
 }
 
@@ -178,7 +187,7 @@ int ChooseDecodeSplits(const DecodeAttentionParams& p) {
 }
 
 size_t DecodeWorkspaceBytes(const DecodeAttentionParams& p, int num_splits) {
-  return static_cast<size_t>(p.num_seqs) * p.n_heads * num_splits * (p.head_dim + 2) * sizeof(float);
+  return SplitWorkspaceBytes(static_cast<size_t>(p.num_seqs) * p.n_heads, num_splits, p.kv.head_dim);
 }
 
 cudaError_t LaunchLazyDecodeAttention(DecodeAttentionParams p, cudaStream_t stream) {

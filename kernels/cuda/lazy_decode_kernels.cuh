@@ -1,5 +1,6 @@
-// The lazy paged decode kernels (the split kernel and the combine of splits), included
-// only by lazy_decode_attention.cu, which chooses configurations and launches them.
+// The lazy paged decode kernel (one split of the block table per CTA; the combine of splits is
+// split_combine.h's), included only by lazy_decode_attention.cu, which chooses configurations
+// and launches it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,7 @@
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_decode_attention_config.h"
 #include "kernels/cuda/rope_device.cuh"
+#include "kernels/cuda/softmax_merge.cuh"
 
 namespace lazykv::cuda {
 namespace {
@@ -27,27 +29,11 @@ namespace {
 //   the query), and the probabilities go through shared memory to the lanes holding V.
 // - The query is re-rotated by (position - delta) when a warp meets a new delta, which in a
 //   contiguous range happens about once per document.
-// - Warps merge through shared memory at the end; with one split the CTA writes the output,
-//   otherwise a partial (running max in log2 units, sum, unnormalized output) for the
-//   combine kernel.
+// - Warps merge through shared memory at the end (softmax_merge.cuh); with one split the CTA
+//   writes the output, otherwise its partial state (split_combine.h's layout) for the combine.
 constexpr int kMaxGroup = 8;  // query heads per KV head handled by one CTA
 constexpr int kTile = 16;     // tokens per warp step (at most one entry's)
 constexpr float kLog2e = 1.4426950408889634f;
-
-// Partial results of one split: running max (log2 units), running sum, unnormalized output.
-struct PartialView {
-  float* m;
-  float* l;
-  float* acc;
-  __device__ size_t index(int seq, int head, int split, int n_heads, int splits) const {
-    return (static_cast<size_t>(seq) * n_heads + head) * splits + split;
-  }
-};
-
-__device__ PartialView Partials(float* workspace, int num_seqs, int n_heads, int splits) {
-  const size_t n = static_cast<size_t>(num_seqs) * n_heads * splits;
-  return PartialView{workspace, workspace + n, workspace + 2 * n};
-}
 
 // 16 bytes global -> shared; src_bytes 0 fills zeros (masked rows must not feed NaN).
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, int src_bytes) {
@@ -166,11 +152,11 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
   double* freq = reinterpret_cast<double*>(stage_meta + WARPS * STAGES);     // [HD / 2]
 
   int cta = blockIdx.x;
-  const int kvh = cta % p.n_kv_heads;
-  cta /= p.n_kv_heads;
+  const int kvh = cta % p.kv.n_kv_heads;
+  cta /= p.kv.n_kv_heads;
   const int split = cta % splits;
   const int seq = cta / splits;
-  const int group = p.n_heads / p.n_kv_heads;
+  const int group = p.n_heads / p.kv.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int piece = lane % kLanesPerRow;     // which 16 bytes (8 dimensions) of a row
   const int row_lane = lane / kLanesPerRow;  // which row of each load
@@ -184,9 +170,9 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
     const int i = threadIdx.x + r * WARPS * 32;
     q_load[r] = i < group * HD ? p.q[(static_cast<size_t>(seq) * p.n_heads + kvh * group) * HD + i] : 0.0f;
   }
-  const double freq_load = threadIdx.x < HD / 2 ? p.inv_freq[threadIdx.x] : 0.0;
-  const int seq_last = p.table_offsets[seq + 1];
-  const int first = min(seq_last, p.table_offsets[seq] + split * entries_per_split);
+  const double freq_load = threadIdx.x < HD / 2 ? p.kv.inv_freq[threadIdx.x] : 0.0;
+  const int seq_last = p.kv.table_offsets[seq + 1];
+  const int first = min(seq_last, p.kv.table_offsets[seq] + split * entries_per_split);
   const int last = min(seq_last, first + entries_per_split);
   const int position = p.positions[seq];
 
@@ -204,9 +190,9 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
     w_vis = 0;
     w_delta = 0;
     if (e < warp_last) {
-      w_id = p.block_ids[e];
-      w_delta = p.block_deltas[e];
-      w_vis = min(p.block_tokens[e], position - p.block_starts[e] + 1);
+      w_id = p.kv.block_ids[e];
+      w_delta = p.kv.block_deltas[e];
+      w_vis = min(p.kv.block_tokens[e], position - p.kv.block_starts[e] + 1);
     }
   };
   int cursor = -1, offset = 0;  // window slot of the next tile to load, and its first token
@@ -241,9 +227,9 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
     seek(0);
   }
 
-  const __nv_bfloat16* k_pool = static_cast<const __nv_bfloat16*>(p.k_pool);
-  const __nv_bfloat16* v_pool = static_cast<const __nv_bfloat16*>(p.v_pool);
-  const size_t row_stride = static_cast<size_t>(p.n_kv_heads) * HD;
+  const __nv_bfloat16* k_pool = static_cast<const __nv_bfloat16*>(p.kv.k_pool);
+  const __nv_bfloat16* v_pool = static_cast<const __nv_bfloat16*>(p.kv.v_pool);
+  const size_t row_stride = static_cast<size_t>(p.kv.n_kv_heads) * HD;
   __nv_bfloat16* warp_stages = stage_base + static_cast<size_t>(warp) * STAGES * Shape::kStageElems;
   auto issue = [&](int stage) {
     const int id = __shfl_sync(kAll, w_id, cursor);
@@ -252,7 +238,7 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
     const int rows = min(kTile, vis - offset);
     __nv_bfloat16* sk = warp_stages + stage * Shape::kStageElems;
     __nv_bfloat16* sv = sk + kTile * HD;
-    const size_t base = ((static_cast<size_t>(id) * p.block_size + offset) * p.n_kv_heads + kvh) * HD + piece * 8;
+    const size_t base = ((static_cast<size_t>(id) * p.kv.block_size + offset) * p.kv.n_kv_heads + kvh) * HD + piece * 8;
 #pragma unroll
     for (int j = 0; j < kRowsPerLane; ++j) {
       const int row = j * kRowsPerLoad + row_lane;
@@ -284,7 +270,7 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
     // Each warp rotates its own registers from the raw query in shared memory.
     const long long pos = static_cast<long long>(position) - delta;
     float sn[8], cs[8];
-    if (p.rope_style == 0) {  // interleaved pairs (2i, 2i + 1)
+    if (p.kv.rope_style == RopeStyle::kInterleaved) {  // interleaved pairs (2i, 2i + 1)
 #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         RopeSinCos(freq[piece * 4 + e / 2], pos, &sn[e], &cs[e]);
@@ -467,91 +453,22 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
   if (lane < (GP > 1 ? 2 : 1)) StoreFloats<kOwned>(red_l + warp * GP + lane * kOwned, l_own);
   __syncthreads();
 
-  const PartialView part = Partials(p.workspace, p.num_seqs, p.n_heads, splits);
+  // The pairs are (sequence, head): the workspace holds num_seqs * n_heads of them.
+  const SplitPartials<float> part = SplitPartialsIn(p.workspace, static_cast<size_t>(p.num_seqs) * p.n_heads, splits);
   for (int idx = threadIdx.x; idx < group * HD; idx += WARPS * 32) {
     const int g = idx / HD, d = idx % HD;
-    float m_all = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      if (red_l[w * GP + g] > 0.0f) m_all = fmaxf(m_all, red_m[w * GP + g]);
-    }
-    float l_all = 0.0f, a_all = 0.0f;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      if (red_l[w * GP + g] > 0.0f) {
-        const float f = exp2f(red_m[w * GP + g] - m_all);
-        l_all += f * red_l[w * GP + g];
-        a_all += f * red_acc[(w * GP + g) * HD + d];
-      }
-    }
-    const int head = kvh * group + g;
+    const MergedState merged = MergeStates<WARPS>(red_m + g, red_l + g, red_acc + g * HD + d, GP, GP * HD);
+    const size_t pair = static_cast<size_t>(seq) * p.n_heads + kvh * group + g;
     if (splits == 1) {
-      p.out[(static_cast<size_t>(seq) * p.n_heads + head) * HD + d] = l_all > 0.0f ? a_all / l_all : 0.0f;
+      p.out[pair * HD + d] = MergedOutput(merged.acc, merged.l);
     } else {
-      const size_t i = part.index(seq, head, split, p.n_heads, splits);
-      part.acc[i * HD + d] = a_all;
+      const size_t i = SplitStateIndex(pair, split, splits);
+      part.acc[i * HD + d] = merged.acc;
       if (d == 0) {
-        part.m[i] = m_all;
-        part.l[i] = l_all;
+        part.m[i] = merged.m;
+        part.l[i] = merged.l;
       }
     }
-  }
-}
-
-// One CTA per (sequence, query head): merges the splits. The split weights are formed once,
-// in parallel, in shared memory (splits floats of dynamic shared memory); then each thread
-// sums one dimension over the splits with independent loads.
-constexpr int kCombineThreads = 128;
-
-__device__ __forceinline__ float BlockReduce(float v, float* scratch, bool is_max) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int mask = 16; mask > 0; mask /= 2) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, mask);
-    v = is_max ? fmaxf(v, o) : v + o;
-  }
-  __syncthreads();  // scratch may still be read from a previous reduction
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = scratch[0];
-  for (int w = 1; w < kCombineThreads / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
-  return v;
-}
-
-__global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(DecodeAttentionParams p, int splits) {
-  extern __shared__ float weight[];  // [splits rounded up to a multiple of 4]
-  __shared__ float scratch[kCombineThreads / 32];
-  const int seq = blockIdx.x / p.n_heads, head = blockIdx.x % p.n_heads;
-  const PartialView part = Partials(p.workspace, p.num_seqs, p.n_heads, splits);
-  const size_t base = part.index(seq, head, 0, p.n_heads, splits);
-  float m_local = -INFINITY;
-  for (int s = threadIdx.x; s < splits; s += kCombineThreads) {
-    const float l = part.l[base + s];
-    weight[s] = l;
-    if (l > 0.0f) m_local = fmaxf(m_local, part.m[base + s]);
-  }
-  const float m_all = BlockReduce(m_local, scratch, true);
-  float l_local = 0.0f;
-  for (int s = threadIdx.x; s < splits; s += kCombineThreads) {
-    const float l = weight[s];
-    const float w = l > 0.0f ? exp2f(part.m[base + s] - m_all) : 0.0f;
-    weight[s] = w;
-    l_local += w * l;
-  }
-  const float l_all = BlockReduce(l_local, scratch, false);  // its barriers publish weight[]
-  for (int d = threadIdx.x; d < p.head_dim; d += kCombineThreads) {
-    const float* acc = part.acc + base * p.head_dim + d;
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    int s = 0;
-    for (; s + 4 <= splits; s += 4) {
-      a0 += weight[s] * acc[static_cast<size_t>(s) * p.head_dim];
-      a1 += weight[s + 1] * acc[static_cast<size_t>(s + 1) * p.head_dim];
-      a2 += weight[s + 2] * acc[static_cast<size_t>(s + 2) * p.head_dim];
-      a3 += weight[s + 3] * acc[static_cast<size_t>(s + 3) * p.head_dim];
-    }
-    for (; s < splits; ++s) a0 += weight[s] * acc[static_cast<size_t>(s) * p.head_dim];
-    const float a_all = (a0 + a1) + (a2 + a3);
-    p.out[(static_cast<size_t>(seq) * p.n_heads + head) * p.head_dim + d] = l_all > 0.0f ? a_all / l_all : 0.0f;
   }
 }
 

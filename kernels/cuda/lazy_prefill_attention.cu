@@ -1,5 +1,6 @@
 // Lazy paged prefill attention: split choice and launch (the kernels are in
-// lazy_prefill_kernels.cuh and lazy_prefill_specialized.cuh).
+// lazy_prefill_kernels.cuh and lazy_prefill_specialized.cuh, the combine of splits in
+// split_combine.cu).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/lazy_prefill_kernels.cuh"
 #include "kernels/cuda/lazy_prefill_specialized.cuh"
+#include "kernels/cuda/split_combine.h"
 
 namespace lazykv::cuda {
 namespace {
@@ -29,6 +31,21 @@ cudaError_t PrepareKernel(Kernel kernel, int smem_bytes) {
 }
 
 int QueryTiles(const PrefillAttentionParams& p) { return (p.max_queries_per_seq + kBM - 1) / kBM; }
+
+// The combine of a launch's splits: per sequence (grid y) its query rows, a warp per (row, head).
+SplitCombineParams CombineParams(const PrefillAttentionParams& p, int splits) {
+  SplitCombineParams c;
+  c.workspace = p.workspace;
+  c.out = p.out;
+  c.row_offsets = p.query_offsets;
+  c.pairs = PrefillWorkspacePairs(p);
+  c.splits = splits;
+  c.n_heads = p.n_heads;
+  c.head_dim = p.kv.head_dim;
+  c.max_rows = p.max_queries_per_seq;
+  c.groups = p.num_seqs;
+  return c;
+}
 
 struct KernelArgs {
   int log2bs;
@@ -52,10 +69,7 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     if (err != cudaSuccess) return err;
     kernel<<<grid, kThreads, kSmem, stream>>>(p, a.log2bs, a.scale_log2, a.splits);
   }
-  if (a.splits > 1) {
-    const dim3 combine_grid((p.max_queries_per_seq * p.n_heads + 3) / 4, p.num_seqs);
-    CombineSplitsKernel<HD><<<combine_grid, 128, 0, stream>>>(p, a.splits, a.scale_log2);
-  }
+  if (a.splits > 1) return LaunchSplitCombine(CombineParams(p, a.splits), SplitCombineShape::kWarpPerPair, stream);
   return cudaSuccess;
 }
 
@@ -84,35 +98,34 @@ int ChoosePrefillSplits(const PrefillAttentionParams& p) {
 
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {
   if (num_splits <= 1) return 0;
-  return static_cast<size_t>(num_splits) * p.num_seqs * p.max_queries_per_seq * p.n_heads * (p.head_dim + 2) *
-         sizeof(float);
+  return SplitWorkspaceBytes(PrefillWorkspacePairs(p), num_splits, p.kv.head_dim);
 }
 
 namespace detail {
 
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream) {
-  const bool pow2_block = p.block_size >= 16 && (p.block_size & (p.block_size - 1)) == 0;
-  if (p.num_seqs <= 0 || p.num_seqs > 65535 || p.n_heads <= 0 || p.n_heads > 65535 || p.n_kv_heads <= 0 ||
-      p.n_heads % p.n_kv_heads != 0 || (p.head_dim != 64 && p.head_dim != 128) || !pow2_block ||
-      (p.rope_style != 0 && p.rope_style != 1) || p.max_queries_per_seq < 0 || QueryTiles(p) > 65535 ||
-      p.num_splits < 0 || p.kv_element != Element::kBf16) {
+  const bool pow2_block = p.kv.block_size >= 16 && (p.kv.block_size & (p.kv.block_size - 1)) == 0;
+  if (p.num_seqs <= 0 || p.num_seqs > 65535 || p.n_heads <= 0 || p.n_heads > 65535 || p.kv.n_kv_heads <= 0 ||
+      p.n_heads % p.kv.n_kv_heads != 0 || (p.kv.head_dim != 64 && p.kv.head_dim != 128) || !pow2_block ||
+      (p.kv.rope_style != RopeStyle::kInterleaved && p.kv.rope_style != RopeStyle::kRotateHalf) ||
+      p.max_queries_per_seq < 0 || QueryTiles(p) > 65535 || p.num_splits < 0 || p.kv.element != Element::kBf16) {
     return cudaErrorInvalidValue;
   }
   if (p.max_queries_per_seq == 0) return cudaSuccess;
-  if (p.q == nullptr || p.k_pool == nullptr || p.v_pool == nullptr || p.block_ids == nullptr ||
-      p.block_tokens == nullptr || p.block_deltas == nullptr || p.block_starts == nullptr ||
-      p.table_offsets == nullptr || p.query_offsets == nullptr || p.query_pos0 == nullptr ||
-      p.inv_freq == nullptr || p.out == nullptr) {
+  if (p.q == nullptr || p.kv.k_pool == nullptr || p.kv.v_pool == nullptr || p.kv.block_ids == nullptr ||
+      p.kv.block_tokens == nullptr || p.kv.block_deltas == nullptr || p.kv.block_starts == nullptr ||
+      p.kv.table_offsets == nullptr || p.query_offsets == nullptr || p.query_pos0 == nullptr ||
+      p.kv.inv_freq == nullptr || p.out == nullptr) {
     return cudaErrorInvalidValue;
   }
   int splits = p.workspace == nullptr ? 1 : ChoosePrefillSplits(p);
   while (splits > 1 && static_cast<long long>(p.num_seqs) * splits > 65535) --splits;
   int log2bs = 0;
-  while ((1 << log2bs) < p.block_size) ++log2bs;
-  const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(p.head_dim));
+  while ((1 << log2bs) < p.kv.block_size) ++log2bs;
+  const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(p.kv.head_dim));
   const KernelArgs args{log2bs, scale_log2, splits};
-  const cudaError_t err =
-      p.head_dim == 64 ? LaunchSchedule<64>(p, args, schedule, stream) : LaunchSchedule<128>(p, args, schedule, stream);
+  const cudaError_t err = p.kv.head_dim == 64 ? LaunchSchedule<64>(p, args, schedule, stream)
+                                               : LaunchSchedule<128>(p, args, schedule, stream);
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }

@@ -23,30 +23,21 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/element_type.h"
+#include "kernels/cuda/paged_kv.h"
 
 namespace lazykv::cuda {
 
-// Device pointers. Block tables of all sequences are concatenated; sequence s owns
-// entries [table_offsets[s], table_offsets[s + 1]), in logical order; each entry holds
-// num_tokens valid slots from slot 0 (a partly filled block anywhere in the table is
-// fine) and block_starts gives the logical position of its first slot (contiguous: an
-// entry starts where the previous one ended).
+// Device pointers. The pool and its block table are in `kv` (paged_kv.h: the block table's
+// contract); the pools are bf16 here (the generic kernel takes fp32 too).
 struct PrefillAttentionParams {
   // [total_queries][n_heads][head_dim] fp32, raw (unrotated). Sequence s owns rows
   // [query_offsets[s], query_offsets[s + 1]); its row i sits at position query_pos0[s] + i.
   const float* q = nullptr;
-  const void* k_pool = nullptr;  // [num_blocks][block_size][n_kv_heads][head_dim], one layer
-  const void* v_pool = nullptr;
-  Element kv_element = Element::kBf16;  // this kernel's pools are bf16; the generic one takes fp32 too
-  const int32_t* block_ids = nullptr;
-  const int32_t* block_tokens = nullptr;  // valid slots per entry
-  const int32_t* block_deltas = nullptr;
-  const int32_t* block_starts = nullptr;   // logical position of each entry's first slot
-  const int32_t* table_offsets = nullptr;  // [num_seqs + 1]
+  // n_heads % kv.n_kv_heads == 0 (any group size); kv.head_dim 64 or 128; kv.block_size a
+  // power of two, at least 16.
+  PagedKv kv;
   const int32_t* query_offsets = nullptr;  // [num_seqs + 1]
   const int32_t* query_pos0 = nullptr;     // [num_seqs]
-  const double* inv_freq = nullptr;        // [head_dim / 2]
   float* out = nullptr;                    // [total_queries][n_heads][head_dim] fp32
   // Split-KV: when a launch would not fill the GPU (few sequences, heads and query tiles),
   // the visible keys are cut into splits whose partials are merged by a second kernel.
@@ -55,10 +46,6 @@ struct PrefillAttentionParams {
   float* workspace = nullptr;
   int num_seqs = 0;
   int n_heads = 0;
-  int n_kv_heads = 0;      // n_heads % n_kv_heads == 0 (any group size)
-  int head_dim = 0;        // 64 or 128
-  int block_size = 0;      // a power of two, at least 16
-  int rope_style = 0;      // 0: interleaved pairs, 1: rotate-half
   int max_queries_per_seq = 0;  // max over s of query_offsets[s + 1] - query_offsets[s]
   int num_splits = 0;           // 0: chosen from the GPU's SM count; 1: never split
 };

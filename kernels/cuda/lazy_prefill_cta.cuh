@@ -1,6 +1,6 @@
 // What every lazy prefill CTA does around its main loop, whichever kernel runs it: which
 // (head, query tile, sequence, split) it is, the block-table entries its split covers, and
-// the output of its rows (normalized, or a split's unnormalized partial with (max, sum)).
+// the output of its rows (normalized, or a split's partial state in split_combine.h's layout).
 // Included only by the prefill kernels.
 #pragma once
 
@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/lazy_prefill_tiles.cuh"
+#include "kernels/cuda/softmax_merge.cuh"
 
 namespace lazykv::cuda {
 namespace {
@@ -22,9 +23,18 @@ struct CtaWork {
   int kvh, entries_per_tile;
   size_t row_stride;  // floats between a head's consecutive query rows
   const float* q_tile;
-  float* out_tile;  // [row][head][HD]: the output, or this split's partial
-  float* ml_tile;   // [row][head][2]: a split's (max, sum); null when unsplit
+  // Row r of the output at out_tile + r * row_stride * splits: the output itself, or this
+  // split's unnormalized partial, whose max (log2 units) is at m_tile[r * n_heads * splits]
+  // and sum PrefillWorkspacePairs(p) * splits floats further (split_combine.h's layout;
+  // m_tile null when unsplit).
+  float* out_tile;
+  float* m_tile;
 };
+
+// The (query row, head) pairs a split workspace holds: max_queries_per_seq rows per sequence.
+__host__ __device__ inline size_t PrefillWorkspacePairs(const PrefillAttentionParams& p) {
+  return static_cast<size_t>(p.num_seqs) * p.max_queries_per_seq * p.n_heads;
+}
 
 // Grid: x = head, y = query tile (longest causal tiles first), z = sequence * splits + split.
 template <int HD>
@@ -42,16 +52,16 @@ __device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, 
   w.rows = min(kBM, n_q - row0);
   w.pos_lo = p.query_pos0[w.seq] + row0;
   w.pos_hi = w.pos_lo + w.rows - 1;
-  w.kvh = w.head / (p.n_heads / p.n_kv_heads);
-  w.entries_per_tile = p.block_size >= kBN ? 1 : (kBN >> log2bs);
+  w.kvh = w.head / (p.n_heads / p.kv.n_kv_heads);
+  w.entries_per_tile = p.kv.block_size >= kBN ? 1 : (kBN >> log2bs);
   w.row_stride = static_cast<size_t>(p.n_heads) * HD;
   const size_t out_index = static_cast<size_t>(q_begin + row0) * p.n_heads + w.head;  // (query row, head)
   w.q_tile = p.q + out_index * HD;
-  // Splits write unnormalized O ([split][row][head][HD]) and (max, sum) ([split][row][head][2]).
-  const size_t ws_pairs = static_cast<size_t>(p.num_seqs) * p.max_queries_per_seq * p.n_heads;
-  w.out_tile = splits == 1 ? p.out + out_index * HD : p.workspace + (w.split * ws_pairs + out_index) * HD;
-  w.ml_tile =
-      splits == 1 ? nullptr : p.workspace + splits * ws_pairs * HD + (w.split * ws_pairs + out_index) * 2;
+  // Splits write partial states (split_combine.h): pair out_index's state for this split.
+  const SplitPartials<float> part = SplitPartialsIn(p.workspace, PrefillWorkspacePairs(p), splits);
+  const size_t state = SplitStateIndex(out_index, w.split, splits);
+  w.out_tile = splits == 1 ? p.out + out_index * HD : part.acc + state * HD;
+  w.m_tile = splits == 1 ? nullptr : part.m + state;
   return w;
 }
 
@@ -59,13 +69,13 @@ __device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, 
 // (start <= pos_hi, found by binary search) cut into `splits` parts.
 __device__ __forceinline__ void SplitEntryRange(const PrefillAttentionParams& p, const CtaWork& w, int* e_lo,
                                                 int* e_hi) {
-  *e_lo = p.table_offsets[w.seq];
-  *e_hi = p.table_offsets[w.seq + 1];
+  *e_lo = p.kv.table_offsets[w.seq];
+  *e_hi = p.kv.table_offsets[w.seq + 1];
   if (w.splits == 1) return;
   int lo = *e_lo, hi = *e_hi;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (__ldg(p.block_starts + mid) <= w.pos_hi) {
+    if (__ldg(p.kv.block_starts + mid) <= w.pos_hi) {
       lo = mid + 1;
     } else {
       hi = mid;
@@ -95,21 +105,28 @@ __device__ __forceinline__ int MakeFirstTiles(const PrefillAttentionParams& p, c
 template <int HD>
 __device__ __forceinline__ void WriteEmptyRows(const PrefillAttentionParams& p, const CtaWork& w, int t,
                                                int threads) {
-  for (int i = t; i < w.rows * HD; i += threads) w.out_tile[(i / HD) * w.row_stride + i % HD] = 0.0f;
-  if (w.ml_tile != nullptr) {
+  const size_t out_stride = w.row_stride * w.splits;
+  for (int i = t; i < w.rows * HD; i += threads) w.out_tile[(i / HD) * out_stride + i % HD] = 0.0f;
+  if (w.m_tile != nullptr) {
+    const size_t l_offset = PrefillWorkspacePairs(p) * w.splits;
     for (int r = t; r < w.rows; r += threads) {
-      w.ml_tile[r * 2 * static_cast<size_t>(p.n_heads)] = -INFINITY;
-      w.ml_tile[r * 2 * static_cast<size_t>(p.n_heads) + 1] = 0.0f;
+      // r * splits first (in int: r < kBM, splits <= kMaxSplits): other forms of this index
+      // cost the specialized kernel register spills (ptxas -v).
+      const size_t state = static_cast<size_t>(r * w.splits) * p.n_heads;
+      w.m_tile[state] = -INFINITY;
+      w.m_tile[l_offset + state] = 0.0f;
     }
   }
 }
 
 // One thread's share of the output: rows my_row0 and my_row0 + 8 of the m64nHD accumulator
-// (o), with the row's running max m and this thread's part of its sum l.
+// (o), with the row's running max m (raw scores: scale_log2 turns it into log2 units) and
+// this thread's part of its sum l.
 template <int HD>
 __device__ __forceinline__ void WriteRows(const PrefillAttentionParams& p, const CtaWork& w, const float (&o)[HD / 2],
-                                          const float (&m)[2], const float (&l)[2], int my_row0) {
+                                          const float (&m)[2], const float (&l)[2], int my_row0, float scale_log2) {
   const int t4 = threadIdx.x % 4;
+  const size_t out_stride = w.row_stride * w.splits;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float sum = l[h];
@@ -118,14 +135,15 @@ __device__ __forceinline__ void WriteRows(const PrefillAttentionParams& p, const
     const float inv = w.splits > 1 ? 1.0f : (sum > 0.0f ? 1.0f / sum : 0.0f);
     const int r = my_row0 + 8 * h;
     if (r < w.rows) {
-      float* dst = w.out_tile + static_cast<size_t>(r) * w.row_stride + 2 * t4;
+      float* dst = w.out_tile + static_cast<size_t>(r) * out_stride + 2 * t4;
 #pragma unroll
       for (int n = 0; n < HD / 8; ++n) {
         *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n * 4 + 2 * h] * inv, o[n * 4 + 2 * h + 1] * inv);
       }
-      if (w.ml_tile != nullptr && t4 == 0) {
-        w.ml_tile[r * 2 * static_cast<size_t>(p.n_heads)] = m[h];
-        w.ml_tile[r * 2 * static_cast<size_t>(p.n_heads) + 1] = sum;
+      if (w.m_tile != nullptr && t4 == 0) {
+        const size_t state = static_cast<size_t>(r) * p.n_heads * w.splits;
+        w.m_tile[state] = m[h] * scale_log2;  // log2 units: SoftmaxTile's l counts from m * scale_log2
+        w.m_tile[PrefillWorkspacePairs(p) * w.splits + state] = sum;
       }
     }
   }

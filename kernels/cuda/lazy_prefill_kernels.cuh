@@ -1,6 +1,6 @@
-// The lazy paged prefill kernels: the two-warpgroup kernel (every thread copies, rotates and
-// computes) and the combine of splits; the warp-specialized kernel is in
-// lazy_prefill_specialized.cuh. Included only by lazy_prefill_attention.cu.
+// The lazy paged prefill two-warpgroup kernel (every thread copies, rotates and computes); the
+// warp-specialized kernel is in lazy_prefill_specialized.cuh, the combine of splits in
+// split_combine.cu. Included only by lazy_prefill_attention.cu.
 //
 // One CTA: 128 queries of one head, two warpgroups of 64 query rows each, against KV tiles
 // of 128 keys double-buffered in shared memory through cp.async (all 256 threads copy).
@@ -28,7 +28,7 @@ __device__ __forceinline__ void WarpgroupsSync() { asm volatile("bar.sync 1, %0;
 __device__ __forceinline__ void WarpgroupsArrive() { asm volatile("bar.arrive 1, %0;\n" ::"n"(kThreads) : "memory"); }
 
 // One CTA: one head, one tile of 128 queries, one split of the visible block table
-// (splits > 1 write unnormalized partials to the workspace for CombineSplitsKernel).
+// (splits > 1 write partial states to the workspace for the combine, split_combine.h).
 // Per tile: scores, softmax, P V, each waited for, in one of two schedules (Schedule in
 // lazy_prefill_tiles.cuh): kSerial, both warpgroups at once; kStagger, warpgroup 1 issues
 // its scores once warpgroup 0's are done, so that one warpgroup's softmax runs while the
@@ -125,40 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAt
     wgmma::PinRegisters(o);
     if (!has_next) break;
   }
-  WriteRows<HD>(p, w, o, m, l, my_row0);
-}
-
-// Merges the splits' partials: one warp per (query row, head).
-template <int HD>
-__global__ void CombineSplitsKernel(const PrefillAttentionParams p, int splits, float scale_log2) {
-  constexpr int E = HD / 32;
-  const int seq = blockIdx.y;
-  const int q_begin = p.query_offsets[seq];
-  const int n_q = p.query_offsets[seq + 1] - q_begin;
-  const int flat = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  const int row = flat / p.n_heads, head = flat % p.n_heads;
-  if (row >= n_q) return;
-  const int lane = threadIdx.x % 32;
-  const size_t ws_pairs = static_cast<size_t>(p.num_seqs) * p.max_queries_per_seq * p.n_heads;
-  const size_t idx = static_cast<size_t>(q_begin + row) * p.n_heads + head;
-  const float* ml = p.workspace + splits * ws_pairs * HD;
-  float m_all = -INFINITY;
-  for (int s = 0; s < splits; ++s) {
-    if (ml[(s * ws_pairs + idx) * 2 + 1] > 0.0f) m_all = fmaxf(m_all, ml[(s * ws_pairs + idx) * 2]);
-  }
-  float acc[E] = {}, l_all = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float l_s = ml[(s * ws_pairs + idx) * 2 + 1];
-    if (l_s <= 0.0f) continue;
-    const float w = exp2f((ml[(s * ws_pairs + idx) * 2] - m_all) * scale_log2);
-    l_all += w * l_s;
-    const float* o_s = p.workspace + (s * ws_pairs + idx) * HD + lane * E;
-#pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] += w * o_s[e];
-  }
-  const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
-#pragma unroll
-  for (int e = 0; e < E; ++e) p.out[idx * HD + lane * E + e] = acc[e] * inv;
+  WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);
 }
 
 }  // namespace

@@ -25,10 +25,10 @@ struct QueryLanes {
   static constexpr int kRowsPerStep = kLaneThreads / kLanesPerRow;
   int f0, rsub, col_a, col_b;
   bool interleaved;
-  __device__ QueryLanes(int rope_style, int t) {
+  __device__ QueryLanes(RopeStyle rope_style, int t) {
     f0 = 2 * (t % kLanesPerRow);
     rsub = t / kLanesPerRow;
-    interleaved = rope_style == 0;
+    interleaved = rope_style == RopeStyle::kInterleaved;
     col_a = interleaved ? 2 * f0 : f0;
     col_b = f0 + HD / 2;
   }
@@ -87,11 +87,11 @@ template <int HD, int kLaneThreads, int kRows>
 __device__ __forceinline__ void RotateRowsByPosition(const PrefillAttentionParams& p, float* tile, int row0,
                                                      long long pos_lo, int t) {
   using Lanes = QueryLanes<HD, kLaneThreads>;
-  const Lanes lanes(p.rope_style, t);
+  const Lanes lanes(p.kv.rope_style, t);
   float c[2], s[2], cs[2], ss[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    const double th = __ldg(p.inv_freq + lanes.f0 + j);
+    const double th = __ldg(p.kv.inv_freq + lanes.f0 + j);
     RopeSinCos(th, pos_lo + row0 + lanes.rsub, &s[j], &c[j]);
     RopeSinCos(th, Lanes::kRowsPerStep, &ss[j], &cs[j]);
   }
@@ -110,10 +110,12 @@ template <int HD, int kLaneThreads, int kRows>
 __device__ __forceinline__ void WriteRowsForDelta(const PrefillAttentionParams& p, const float* tile, int row0,
                                                   int delta, int t, unsigned char* q_smem) {
   using Lanes = QueryLanes<HD, kLaneThreads>;
-  const Lanes lanes(p.rope_style, t);
+  const Lanes lanes(p.kv.rope_style, t);
   float c[2], s[2];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) RopeSinCos(__ldg(p.inv_freq + lanes.f0 + j), -static_cast<long long>(delta), &s[j], &c[j]);
+  for (int j = 0; j < 2; ++j) {
+    RopeSinCos(__ldg(p.kv.inv_freq + lanes.f0 + j), -static_cast<long long>(delta), &s[j], &c[j]);
+  }
 #pragma unroll 4
   for (int i = 0; i < kRows / Lanes::kRowsPerStep; ++i) {
     const int r = row0 + lanes.rsub + i * Lanes::kRowsPerStep;
@@ -137,9 +139,9 @@ __device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams&
   float c2[2], s2[2];  // frequencies 2 lane, 2 lane + 1
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    RopeSinCos(__ldg(p.inv_freq + min(2 * lane + j, HD / 2 - 1)), -static_cast<long long>(delta), &s2[j], &c2[j]);
+    RopeSinCos(__ldg(p.kv.inv_freq + min(2 * lane + j, HD / 2 - 1)), -static_cast<long long>(delta), &s2[j], &c2[j]);
   }
-  const bool interleaved = p.rope_style == 0;
+  const bool interleaved = p.kv.rope_style == RopeStyle::kInterleaved;
 #pragma unroll 1
   for (int h = 0; h < 2; ++h) {  // frequencies 8 g + 4 h .. 8 g + 4 h + 3, held by lane 4 g + 2 h + j / 2
     float c[4], s[4];

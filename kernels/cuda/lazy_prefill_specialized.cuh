@@ -79,7 +79,7 @@ __device__ __forceinline__ int NextRunStart(const PrefillAttentionParams& p, int
   const int lane = threadIdx.x & 31;
   for (int base = e + 1; base < e_end; base += 32) {
     const int idx = base + lane;
-    const unsigned differ = __ballot_sync(0xffffffffu, idx < e_end && __ldg(p.block_deltas + idx) != delta);
+    const unsigned differ = __ballot_sync(0xffffffffu, idx < e_end && __ldg(p.kv.block_deltas + idx) != delta);
     if (differ != 0) return base + __ffs(differ) - 1;
   }
   return e_end;
@@ -145,9 +145,9 @@ __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, 
     if (t == 0) {
       info[j & 1] = StageInfo{d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0};
     }
-    issue(2 * j, d, p.k_pool, col_pos + (j & 1) * kBN);
+    issue(2 * j, d, p.kv.k_pool, col_pos + (j & 1) * kBN);
     acquire(2 * j + 1);
-    issue(2 * j + 1, d, p.v_pool, nullptr);
+    issue(2 * j + 1, d, p.kv.v_pool, nullptr);
     if (last) return;
     if (t < 32) NextTile(p, dn, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[(j + 2) % kDescSlots]);
     CopySync();  // desc[j + 2] is written; every copy warp is done with desc[j]
@@ -172,8 +172,8 @@ __device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork&
   RotationSync();  // every raw row has landed
   RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t);
   RotationSync();  // the rotations by delta read the tile with another split
-  for (int k = 0; e < e_hi && __ldg(p.block_starts + e) <= w.pos_hi; ++k) {
-    const int delta = __ldg(p.block_deltas + e);
+  for (int k = 0; e < e_hi && __ldg(p.kv.block_starts + e) <= w.pos_hi; ++k) {
+    const int delta = __ldg(p.kv.block_deltas + e);
     const int b = k & 1;
     if (k >= 2) mbarrier::Wait(&bars->q_empty[b], ((k >> 1) - 1) & 1);
     WriteQueryForDelta<HD>(p, raw_q, delta, t, SmemAddr(q_buf + b * L::kQBytes));
@@ -230,7 +230,7 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
     mbarrier::Arrive(&bars->empty[vs]);
     if (in.last) break;
   }
-  WriteRows<HD>(p, w, o, m, l, my_row0);
+  WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);
 }
 
 template <int HD>

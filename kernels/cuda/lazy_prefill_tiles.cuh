@@ -116,10 +116,10 @@ __device__ void MakeTile(const PrefillAttentionParams& p, int e, int s0, int e_e
   int dl = 0, tk = 0, st = 0, bl = 0;
   if (lane < kMaxEntriesPerTile) {
     const int idx = min(e + lane, e_end - 1);
-    dl = __ldg(p.block_deltas + idx);
-    tk = __ldg(p.block_tokens + idx);
-    st = __ldg(p.block_starts + idx);
-    bl = __ldg(p.block_ids + idx);
+    dl = __ldg(p.kv.block_deltas + idx);
+    tk = __ldg(p.kv.block_tokens + idx);
+    st = __ldg(p.kv.block_starts + idx);
+    bl = __ldg(p.kv.block_ids + idx);
   }
   const int dl0 = __shfl_sync(kAll, dl, 0), tk0 = __shfl_sync(kAll, tk, 0), st0 = __shfl_sync(kAll, st, 0);
   if (st0 + s0 > pos_hi) {  // entries are in logical order: nothing further is visible
@@ -135,7 +135,7 @@ __device__ void MakeTile(const PrefillAttentionParams& p, int e, int s0, int e_e
     full = s0 + kBN <= tk0;
     max_logical = st0 + min(tk0, s0 + kBN) - 1;
   } else {
-    const unsigned full_blocks = __ballot_sync(kAll, lane < ne && tk == p.block_size);
+    const unsigned full_blocks = __ballot_sync(kAll, lane < ne && tk == p.kv.block_size);
     full = ne == entries_per_tile && full_blocks == same;
     max_logical = __shfl_sync(kAll, st + tk - 1, ne - 1);
   }
@@ -153,10 +153,10 @@ __device__ void MakeTile(const PrefillAttentionParams& p, int e, int s0, int e_e
     d->needs_mask = !full || max_logical > pos_lo;
     // Pull the next lines of the block table into L1 early.
     const int ahead = min(e + 32, e_end - 1);
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_ids + ahead));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_tokens + ahead));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_starts + ahead));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.block_deltas + ahead));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.kv.block_ids + ahead));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.kv.block_tokens + ahead));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.kv.block_starts + ahead));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.kv.block_deltas + ahead));
   }
 }
 
@@ -185,12 +185,12 @@ __device__ __forceinline__ void LoadTileRows(const PrefillAttentionParams& p, co
   const int ch = t % kChunksPerRow, r0 = (t / kChunksPerRow) * kRows;
   const int idx = d.s0 + r0;
   const int k = idx >> log2bs;
-  const int slot0 = idx & (p.block_size - 1);
+  const int slot0 = idx & (p.kv.block_size - 1);
   const bool entry = k < d.ne;
   const int tokens = entry ? d.tok[k] : 0;
-  const int slot_stride = p.n_kv_heads * HD;
+  const int slot_stride = p.kv.n_kv_heads * HD;
   const long long base =
-      entry ? (static_cast<long long>(d.block[k]) * p.block_size + slot0) * slot_stride + kvh * HD + ch * 8 : 0;
+      entry ? (static_cast<long long>(d.block[k]) * p.kv.block_size + slot0) * slot_stride + kvh * HD + ch * 8 : 0;
   const int start = entry ? d.start[k] + slot0 : 0;
   const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(pool) + base;
   if (!d.needs_mask) {  // every slot holds a key and every key is visible: no checks, no positions
@@ -210,8 +210,8 @@ __device__ __forceinline__ void LoadTileRows(const PrefillAttentionParams& p, co
 template <int HD, int kCopyThreads>
 __device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const TileDesc& d, int log2bs, int kvh,
                                          uint32_t k_smem, uint32_t v_smem, int* col_pos, int t) {
-  LoadTileRows<HD, kCopyThreads>(p, d, log2bs, kvh, p.k_pool, k_smem, col_pos, t);
-  LoadTileRows<HD, kCopyThreads>(p, d, log2bs, kvh, p.v_pool, v_smem, nullptr, t);
+  LoadTileRows<HD, kCopyThreads>(p, d, log2bs, kvh, p.kv.k_pool, k_smem, col_pos, t);
+  LoadTileRows<HD, kCopyThreads>(p, d, log2bs, kvh, p.kv.v_pool, v_smem, nullptr, t);
 }
 
 }  // namespace

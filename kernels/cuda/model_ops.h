@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/element_type.h"
+#include "kernels/cuda/paged_kv.h"
 
 namespace lazykv::cuda {
 
@@ -46,44 +47,34 @@ cudaError_t LaunchToBf16(const float* in, size_t n, __nv_bfloat16* out, cudaStre
 
 // The new tokens' q/k/v from the fused QKV GEMM (rows of q_dim + 2 * kv_dim) to where
 // attention reads them: q copied raw (the attention kernels rotate it) into q_out
-// [rows][q_dim]; k rotated by R(rope_positions[r]) and v, both rounded to bf16, written to
-// pool slot (slot_blocks[r], slot_index[r]) of one layer's K/V pool
-// [num_blocks][block_size][kv_dim]. kv_write.cu
+// [rows][q_dim]; k rotated by R(rope_positions[r]) and v, both rounded to the pool's
+// element, written to pool slot (slot_blocks[r], slot_index[r]) of one layer's K/V pool
+// (kv: pools, element, geometry and RoPE; no block table). kv_write.cu
 struct KvWriteParams {
   const float* qkv = nullptr;
   float* q_out = nullptr;
-  void* k_pool = nullptr;
-  void* v_pool = nullptr;
-  Element kv_element = Element::kBf16;
+  PagedKv kv;
   const int32_t* slot_blocks = nullptr;
   const int32_t* slot_index = nullptr;
   const int32_t* rope_positions = nullptr;  // the position the key is stored at (position - delta)
-  const double* inv_freq = nullptr;         // [head_dim / 2]
   int rows = 0;
   int n_heads = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  int block_size = 0;
-  int rope_style = 0;  // 0: interleaved pairs, 1: rotate-half
 };
 cudaError_t LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
 
 // Moves a chunk's KV between a contiguous payload in device memory (the chunk codec's
 // layout [layer][K|V][token][kv_dim], common/chunk_codec.h) and pool blocks, for layers
-// [first_layer, first_layer + num_layers). Block i of the chunk holds block_tokens[i]
-// tokens from slot 0, its first token is token_offsets[i] of the chunk. kv_transfer.cu
+// [first_layer, first_layer + num_layers). kv.k_pool and kv.v_pool hold all layers,
+// [n_layers][pool_blocks][block_size][kv_dim] with kv_dim = kv.n_kv_heads * kv.head_dim;
+// kv.element is the payload's and the pool's. Block i of the chunk is pool block
+// kv.block_ids[i] and holds kv.block_tokens[i] tokens from slot 0; its first token is
+// token_offsets[i] of the chunk. kv_transfer.cu
 struct KvTransferParams {
   void* payload = nullptr;  // the whole chunk's payload
-  void* k_pool = nullptr;   // all layers: [n_layers][num_blocks][block_size][kv_dim]
-  void* v_pool = nullptr;
-  Element element = Element::kBf16;  // of the payload and the pool alike
-  const int32_t* block_ids = nullptr;
-  const int32_t* block_tokens = nullptr;
+  PagedKv kv;
   const int32_t* token_offsets = nullptr;
   int num_blocks_in_chunk = 0;
   int chunk_tokens = 0;
-  int kv_dim = 0;
-  int block_size = 0;
   int pool_blocks = 0;
   int first_layer = 0;
   int num_layers = 0;

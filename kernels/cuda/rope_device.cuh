@@ -4,10 +4,12 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/paged_kv.h"
+
 namespace lazykv::cuda {
 
-__device__ __forceinline__ void RopePair(int style, int head_dim, int i, int* a, int* b) {
-  if (style == 0) {
+__device__ __forceinline__ void RopePair(RopeStyle style, int head_dim, int i, int* a, int* b) {
+  if (style == RopeStyle::kInterleaved) {
     *a = 2 * i;
     *b = 2 * i + 1;
   } else {

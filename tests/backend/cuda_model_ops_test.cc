@@ -22,6 +22,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/materialize.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/rope_style.h"
 #include "tests/kernels/cuda_paged_problem.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -162,19 +163,19 @@ void CheckKvWrite(std::mt19937_64& rng) {
     p.q_out = Poisoned<float>(static_cast<size_t>(rows) * q_dim);
     T* k_pool = Poisoned<T>(pool);
     T* v_pool = Poisoned<T>(pool);
-    p.k_pool = k_pool;
-    p.v_pool = v_pool;
-    p.kv_element = kElementOf<T>;
+    p.kv.k_pool = k_pool;
+    p.kv.v_pool = v_pool;
+    p.kv.element = kElementOf<T>;
     p.slot_blocks = ToDevice(blocks);
     p.slot_index = ToDevice(slots);
     p.rope_positions = ToDevice(positions);
-    p.inv_freq = ToDevice(RopeInverseFrequencies(rope, c.head_dim));
+    p.kv.inv_freq = ToDevice(RopeInverseFrequencies(rope, c.head_dim));
     p.rows = rows;
     p.n_heads = c.n_heads;
-    p.n_kv_heads = c.n_kv_heads;
-    p.head_dim = c.head_dim;
-    p.block_size = c.block_size;
-    p.rope_style = c.style == RopeStyle::kInterleaved ? 0 : 1;
+    p.kv.n_kv_heads = c.n_kv_heads;
+    p.kv.head_dim = c.head_dim;
+    p.kv.block_size = c.block_size;
+    p.kv.rope_style = cuda::KernelRopeStyle(c.style);
     CUDA_OK(cuda::LaunchKvWrite(p, nullptr));
     const auto q = ToHost(p.q_out, static_cast<size_t>(rows) * q_dim);
     const auto k = AsFloat(ToHost(k_pool, pool)), v = AsFloat(ToHost(v_pool, pool));
@@ -197,9 +198,9 @@ void CheckKvWrite(std::mt19937_64& rng) {
     } else {
       EXPECT_LT(RelativeError(v_got, v_want), kStoreTolerance<T>);
     }
-    for (const void* ptr : {(const void*)p.qkv, (const void*)p.q_out, (const void*)p.k_pool, (const void*)p.v_pool,
-                            (const void*)p.slot_blocks, (const void*)p.slot_index, (const void*)p.rope_positions,
-                            (const void*)p.inv_freq}) {
+    for (const void* ptr : {(const void*)p.qkv, (const void*)p.q_out, (const void*)p.kv.k_pool,
+                            (const void*)p.kv.v_pool, (const void*)p.slot_blocks, (const void*)p.slot_index,
+                            (const void*)p.rope_positions, (const void*)p.kv.inv_freq}) {
       cudaFree(const_cast<void*>(ptr));
     }
   }
@@ -237,16 +238,17 @@ void CheckChunkScatterAndGather(std::mt19937_64& rng) {
     T* k_pool = Poisoned<T>(layer_elems * layers);
     T* v_pool = Poisoned<T>(layer_elems * layers);
     p.payload = payload_d;
-    p.k_pool = k_pool;
-    p.v_pool = v_pool;
-    p.element = kElementOf<T>;
-    p.block_ids = ToDevice(ids);
-    p.block_tokens = ToDevice(counts);
+    p.kv.k_pool = k_pool;
+    p.kv.v_pool = v_pool;
+    p.kv.element = kElementOf<T>;
+    p.kv.block_ids = ToDevice(ids);
+    p.kv.block_tokens = ToDevice(counts);
     p.token_offsets = ToDevice(offsets);
     p.num_blocks_in_chunk = chunk_blocks;
     p.chunk_tokens = tokens;
-    p.kv_dim = kv_dim;
-    p.block_size = block_size;
+    p.kv.n_kv_heads = 1;  // the transfer sees rows of n_kv_heads * head_dim
+    p.kv.head_dim = kv_dim;
+    p.kv.block_size = block_size;
     p.pool_blocks = pool_blocks;
     p.first_layer = 0;
     p.num_layers = layers;
@@ -268,8 +270,9 @@ void CheckChunkScatterAndGather(std::mt19937_64& rng) {
     p.to_pool = false;
     CUDA_OK(cuda::LaunchKvTransfer(p, nullptr));
     EXPECT_EQ(AsFloat(ToHost(payload_d, payload.size())), payload_fp);
-    for (const void* ptr : {(const void*)p.payload, (const void*)p.k_pool, (const void*)p.v_pool,
-                            (const void*)p.block_ids, (const void*)p.block_tokens, (const void*)p.token_offsets}) {
+    for (const void* ptr : {(const void*)p.payload, (const void*)p.kv.k_pool, (const void*)p.kv.v_pool,
+                            (const void*)p.kv.block_ids, (const void*)p.kv.block_tokens,
+                            (const void*)p.token_offsets}) {
       cudaFree(const_cast<void*>(ptr));
     }
   }
@@ -317,19 +320,19 @@ void CheckMaterialize(std::mt19937_64& rng) {
     cuda::MaterializeParams m;
     T* k_d = arena.Copy(k_stored);
     T* v_d = arena.Copy(v_stored);
-    m.k_pool = k_d;
-    m.v_pool = v_d;
-    m.kv_element = kElementOf<T>;
+    m.kv.k_pool = k_d;
+    m.kv.v_pool = v_d;
+    m.kv.element = kElementOf<T>;
     m.src_blocks = arena.Copy(src);
     m.dst_blocks = arena.Copy(dst);
     m.num_tokens = arena.Copy(counts);
     m.deltas = arena.Copy(deltas);
-    m.inv_freq = arena.Copy(RopeInverseFrequencies(rope, head_dim));
+    m.kv.inv_freq = arena.Copy(RopeInverseFrequencies(rope, head_dim));
     m.num_copies = copies;
-    m.n_kv_heads = n_kv_heads;
-    m.head_dim = head_dim;
-    m.block_size = block_size;
-    m.rope_style = style == RopeStyle::kInterleaved ? 0 : 1;
+    m.kv.n_kv_heads = n_kv_heads;
+    m.kv.head_dim = head_dim;
+    m.kv.block_size = block_size;
+    m.kv.rope_style = cuda::KernelRopeStyle(style);
     CUDA_OK(cuda::LaunchMaterialize(m, nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     EXPECT_LT(RelativeError(AsFloat(ToHost(k_d, pool)), k), kStoreTolerance<T>) << "head dim " << head_dim;

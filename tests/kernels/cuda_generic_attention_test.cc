@@ -54,9 +54,9 @@ TEST_P(GenericAttentionGpuTest, MatchesCpuReference) {
         for (float& x : *pool) x *= 1.0f + nudge(rng);
       }
       expected = problem.Reference();
-      p.k_pool = arena.Copy(problem.k_fp);
-      p.v_pool = arena.Copy(problem.v_fp);
-      p.kv_element = element;
+      p.kv.k_pool = arena.Copy(problem.k_fp);
+      p.kv.v_pool = arena.Copy(problem.v_fp);
+      p.kv.element = element;
     }
     CUDA_OK(cudaMemset(p.out, 0xff, expected.size() * sizeof(float)));  // NaN: an unwritten element fails
     CUDA_OK(cuda::LaunchGenericPagedAttention(p, problem.total_queries(), nullptr));

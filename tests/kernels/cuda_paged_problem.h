@@ -19,6 +19,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
+#include "kernels/cuda/rope_style.h"
 #include "kernels/kv_block_ref.h"
 #include "tests/kernels/cuda_test_util.h"
 
@@ -92,7 +93,6 @@ struct PagedProblem {
   int num_seqs() const { return static_cast<int>(query_pos0.size()); }
   int total_queries() const { return query_offsets.back(); }
   size_t q_width() const { return static_cast<size_t>(n_heads) * head_dim; }
-  int rope_style() const { return style == RopeStyle::kInterleaved ? 0 : 1; }
   cpu::KvLayerView kv_view() { return {k_fp.data(), v_fp.data(), num_blocks, block_size, n_kv_heads, head_dim}; }
 
   // The CPU reference output, [total_queries][q_width], queries spread over threads.
@@ -145,27 +145,34 @@ struct PagedProblem {
     return d;
   }
 
+  // The bf16 pool of the device copies with its geometry and RoPE (no block table).
+  cuda::PagedKv PoolKv(const DevicePagedProblem& d) const {
+    cuda::PagedKv kv;
+    kv.k_pool = d.k_pool;
+    kv.v_pool = d.v_pool;
+    kv.inv_freq = d.inv_freq;
+    kv.n_kv_heads = n_kv_heads;
+    kv.head_dim = head_dim;
+    kv.block_size = block_size;
+    kv.rope_style = cuda::KernelRopeStyle(style);
+    return kv;
+  }
+
   // The prefill and generic kernels' parameters over the device copies.
   cuda::PrefillAttentionParams PrefillParams(const DevicePagedProblem& d) const {
     cuda::PrefillAttentionParams p;
     p.q = d.q;
-    p.k_pool = d.k_pool;
-    p.v_pool = d.v_pool;
-    p.block_ids = d.block_ids;
-    p.block_tokens = d.block_tokens;
-    p.block_deltas = d.block_deltas;
-    p.block_starts = d.block_starts;
-    p.table_offsets = d.table_offsets;
+    p.kv = PoolKv(d);
+    p.kv.block_ids = d.block_ids;
+    p.kv.block_tokens = d.block_tokens;
+    p.kv.block_deltas = d.block_deltas;
+    p.kv.block_starts = d.block_starts;
+    p.kv.table_offsets = d.table_offsets;
     p.query_offsets = d.query_offsets;
     p.query_pos0 = d.query_pos0;
-    p.inv_freq = d.inv_freq;
     p.out = d.out;
     p.num_seqs = num_seqs();
     p.n_heads = n_heads;
-    p.n_kv_heads = n_kv_heads;
-    p.head_dim = head_dim;
-    p.block_size = block_size;
-    p.rope_style = rope_style();
     p.max_queries_per_seq = max_queries;
     return p;
   }

@@ -3,7 +3,8 @@
 // end of every chunk and of the request), many chunks with deltas up to 128k, both RoPE
 // styles, head dims 64 and 128, GQA groups 1, 4 and 8, block sizes 16 to 256, chunked
 // prefill (pos0 > 0) and whole-sequence prefill. The GPU tests skip without a GPU; the
-// shape validation runs everywhere (it returns before any CUDA call).
+// shape validation (of the prefill and the decode launchers) runs everywhere (it returns
+// before any CUDA call).
 //
 // Tolerance: the kernel feeds the tensor cores bf16 operands (the rotated query, the
 // keys, the softmax probabilities, the values); keys and values are bf16 on both sides,
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "tests/kernels/cuda_paged_problem.h"
 #include "tests/kernels/cuda_test_util.h"
@@ -131,30 +133,55 @@ INSTANTIATE_TEST_SUITE_P(
                      131072}),
     [](const ::testing::TestParamInfo<PrefillShape>& info) { return info.param.name; });
 
-// Unsupported shapes come back as cudaErrorInvalidValue before any CUDA call (no GPU needed).
-TEST(PrefillAttentionShapes, RejectsUnsupported) {
+// Unsupported shapes come back as cudaErrorInvalidValue before any CUDA call (no GPU needed),
+// from the prefill and the decode launchers alike: `good` changed by `mutate`.
+template <typename Params, typename Launch, typename Mutate>
+void ExpectInvalid(const Params& good, Launch launch, Mutate mutate, const char* what) {
+  Params p = good;
+  mutate(p);
+  EXPECT_EQ(launch(p), cudaErrorInvalidValue) << what;
+}
+
+// Llama-3-8B's attention shape, with nothing to do.
+cuda::PrefillAttentionParams GoodShape() {
   cuda::PrefillAttentionParams good;
   good.num_seqs = 1;
   good.n_heads = 32;
-  good.n_kv_heads = 8;
-  good.head_dim = 128;
-  good.block_size = 16;
-  good.rope_style = 1;
-  good.max_queries_per_seq = 0;  // nothing to do: succeeds without touching the device
+  good.kv.n_kv_heads = 8;
+  good.kv.head_dim = 128;
+  good.kv.block_size = 16;
+  good.kv.rope_style = cuda::RopeStyle::kRotateHalf;
+  good.max_queries_per_seq = 0;  // succeeds without touching the device
+  return good;
+}
+
+TEST(PrefillAttentionShapes, RejectsUnsupported) {
+  const cuda::PrefillAttentionParams good = GoodShape();
   EXPECT_EQ(cuda::LaunchLazyPrefillAttention(good, nullptr), cudaSuccess);
-  auto expect_invalid = [&](auto mutate, const char* what) {
-    cuda::PrefillAttentionParams p = good;
-    mutate(p);
-    EXPECT_EQ(cuda::LaunchLazyPrefillAttention(p, nullptr), cudaErrorInvalidValue) << what;
+  const auto launch = [](const cuda::PrefillAttentionParams& p) {
+    return cuda::LaunchLazyPrefillAttention(p, nullptr);
   };
-  expect_invalid([](auto& p) { p.head_dim = 96; }, "head dim 96");
-  expect_invalid([](auto& p) { p.block_size = 24; }, "block size 24");
-  expect_invalid([](auto& p) { p.block_size = 8; }, "block size 8");
-  expect_invalid([](auto& p) { p.n_kv_heads = 6; }, "32 heads over 6 KV heads");
-  expect_invalid([](auto& p) { p.rope_style = 2; }, "rope style 2");
+  const auto expect_invalid = [&](auto mutate, const char* what) { ExpectInvalid(good, launch, mutate, what); };
+  expect_invalid([](auto& p) { p.kv.head_dim = 96; }, "head dim 96");
+  expect_invalid([](auto& p) { p.kv.block_size = 24; }, "block size 24");
+  expect_invalid([](auto& p) { p.kv.block_size = 8; }, "block size 8");
+  expect_invalid([](auto& p) { p.kv.n_kv_heads = 6; }, "32 heads over 6 KV heads");
+  expect_invalid([](auto& p) { p.kv.rope_style = static_cast<cuda::RopeStyle>(2); }, "rope style 2");
+  expect_invalid([](auto& p) { p.kv.element = cuda::Element::kFp32; }, "fp32 pool");
   expect_invalid([](auto& p) { p.num_seqs = 0; }, "no sequences");
   expect_invalid([](auto& p) { p.num_splits = -1; }, "negative splits");
   expect_invalid([](auto& p) { p.max_queries_per_seq = 5; }, "null pointers");
+}
+
+TEST(DecodeAttentionShapes, RejectsUnsupported) {
+  const cuda::DecodeAttentionParams good = cuda::DecodeParamsFrom(GoodShape(), nullptr, 0);
+  const auto launch = [](const cuda::DecodeAttentionParams& p) { return cuda::LaunchLazyDecodeAttention(p, nullptr); };
+  const auto expect_invalid = [&](auto mutate, const char* what) { ExpectInvalid(good, launch, mutate, what); };
+  expect_invalid([](auto& p) { p.kv.head_dim = 96; }, "head dim 96");
+  expect_invalid([](auto& p) { p.kv.n_kv_heads = 6; }, "32 heads over 6 KV heads");
+  expect_invalid([](auto& p) { p.kv.n_kv_heads = 2; }, "a group of 16");
+  expect_invalid([](auto& p) { p.kv.element = cuda::Element::kFp32; }, "fp32 pool");
+  expect_invalid([](auto& p) { p.num_seqs = 0; }, "no sequences");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "worker/backend/cuda_backend.h"
 
 #include "kernels/cuda/materialize.h"
+#include "kernels/cuda/rope_style.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend/cuda_backend_internal.h"
 
@@ -42,6 +43,19 @@ absl::Status CudaBackend::Init() {
 
 uint64_t CudaBackend::kv_bytes_per_block() const { return KvBytesPerBlock(c_, block_size_, element_); }
 
+cuda::PagedKv CudaBackend::LayerKv(int layer) const {
+  cuda::PagedKv kv;
+  kv.k_pool = KPool(layer);
+  kv.v_pool = VPool(layer);
+  kv.element = element_;
+  kv.inv_freq = inv_freq_;
+  kv.n_kv_heads = c_.n_kv_heads;
+  kv.head_dim = c_.head_dim;
+  kv.block_size = block_size_;
+  kv.rope_style = cuda::KernelRopeStyle(c_.rope.style);
+  return kv;
+}
+
 absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
   RETURN_IF_ERROR(ValidateBlockCopies(copies, block_size_, num_blocks_));
   std::vector<int32_t> src, dst, counts, deltas;
@@ -57,20 +71,13 @@ absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
   RETURN_IF_ERROR(pack.Upload(meta_host_, meta_, stream_));
   auto meta = [&](size_t offset) { return meta_.as<int32_t>(offset * sizeof(int32_t)); };
   cuda::MaterializeParams m;
-  m.kv_element = element_;
   m.src_blocks = meta(o_src);
   m.dst_blocks = meta(o_dst);
   m.num_tokens = meta(o_counts);
   m.deltas = meta(o_deltas);
-  m.inv_freq = inv_freq_;
   m.num_copies = static_cast<int>(copies.size());
-  m.n_kv_heads = c_.n_kv_heads;
-  m.head_dim = c_.head_dim;
-  m.block_size = block_size_;
-  m.rope_style = RopeStyleIndex();
   for (int l = 0; l < c_.n_layers; ++l) {
-    m.k_pool = KPool(l);
-    m.v_pool = VPool(l);
+    m.kv = LayerKv(l);
     RETURN_IF_ERROR(Cuda(cuda::LaunchMaterialize(m, stream_), "materialize"));
   }
   return Cuda(cudaStreamSynchronize(stream_), "materialize");
@@ -92,16 +99,12 @@ absl::StatusOr<cuda::KvTransferParams> CudaBackend::TransferParams(const ChunkLa
   RETURN_IF_ERROR(staging_.Reserve(std::max<size_t>(16, layout.payload_bytes())));
   cuda::KvTransferParams p;
   p.payload = staging_.as<char>();
-  p.element = element_;
-  p.k_pool = k_pool_;
-  p.v_pool = v_pool_;
-  p.block_ids = meta_.as<int32_t>(o_ids * sizeof(int32_t));
-  p.block_tokens = meta_.as<int32_t>(o_counts * sizeof(int32_t));
+  p.kv = LayerKv(0);  // all layers, from layer 0 on
+  p.kv.block_ids = meta_.as<int32_t>(o_ids * sizeof(int32_t));
+  p.kv.block_tokens = meta_.as<int32_t>(o_counts * sizeof(int32_t));
   p.token_offsets = meta_.as<int32_t>(o_offsets * sizeof(int32_t));
   p.num_blocks_in_chunk = static_cast<int>(blocks.size());
   p.chunk_tokens = static_cast<int>(layout.num_tokens);
-  p.kv_dim = c_.kv_dim();
-  p.block_size = block_size_;
   p.pool_blocks = num_blocks_;
   return p;
 }

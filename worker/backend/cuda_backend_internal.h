@@ -17,6 +17,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/paged_kv.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cuda_weights.h"
 
@@ -139,7 +140,9 @@ class CudaBackend : public Backend {
   void* KPool(int layer) const { return static_cast<char*>(k_pool_) + layer * LayerPoolBytes(); }
   void* VPool(int layer) const { return static_cast<char*>(v_pool_) + layer * LayerPoolBytes(); }
   KvDtype ChunkDtype() const { return element_ == cuda::Element::kFp32 ? KvDtype::kFp32 : KvDtype::kBf16; }
-  int RopeStyleIndex() const { return c_.rope.style == RopeStyle::kInterleaved ? 0 : 1; }
+  // Layer `layer`'s pool as the kernels describe it: pools, element, geometry and RoPE (no
+  // block table). Layer 0's pools are also the base of all layers (the chunk transfer's).
+  cuda::PagedKv LayerKv(int layer) const;
   absl::Status ReserveActivations(int rows);
   absl::Status Attention(cuda::PrefillAttentionParams& p, int rows, bool all_single, const int32_t* positions,
                          int max_entries);

@@ -33,8 +33,8 @@ absl::Status CudaBackend::ReserveActivations(int rows) {
 // kernel else.
 absl::Status CudaBackend::Attention(cuda::PrefillAttentionParams& p, int rows, bool all_single,
                                     const int32_t* positions, int max_entries) {
-  const bool fast_dim = p.kv_element == cuda::Element::kBf16 && (p.head_dim == 64 || p.head_dim == 128);
-  const bool pow2_block = p.block_size >= 16 && (p.block_size & (p.block_size - 1)) == 0;
+  const bool fast_dim = p.kv.element == cuda::Element::kBf16 && (p.kv.head_dim == 64 || p.kv.head_dim == 128);
+  const bool pow2_block = p.kv.block_size >= 16 && (p.kv.block_size & (p.kv.block_size - 1)) == 0;
   if (fast_dim && all_single) {
     cuda::DecodeAttentionParams d = cuda::DecodeParamsFrom(p, positions, max_entries);
     RETURN_IF_ERROR(attn_ws_.Reserve(std::max<size_t>(16, cuda::DecodeWorkspaceBytes(d, cuda::ChooseDecodeSplits(d)))));
@@ -123,37 +123,27 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   plan.n_out = static_cast<int>(out_rows.size());
   cuda::PrefillAttentionParams& ap = plan.attention;
   ap.q = q_.as<float>();
-  ap.kv_element = element_;
-  ap.block_ids = meta(o_ids);
-  ap.block_tokens = meta(o_counts);
-  ap.block_deltas = meta(o_deltas);
-  ap.block_starts = meta(o_starts);
-  ap.table_offsets = meta(o_to);
+  ap.kv = LayerKv(0);  // RunLayers points the pools at each layer
+  ap.kv.block_ids = meta(o_ids);
+  ap.kv.block_tokens = meta(o_counts);
+  ap.kv.block_deltas = meta(o_deltas);
+  ap.kv.block_starts = meta(o_starts);
+  ap.kv.table_offsets = meta(o_to);
   ap.query_offsets = meta(o_qo);
   ap.query_pos0 = meta(o_pos0);
-  ap.inv_freq = inv_freq_;
   ap.out = attn_.as<float>();
   ap.num_seqs = static_cast<int>(active.size());
   ap.n_heads = c_.n_heads;
-  ap.n_kv_heads = c_.n_kv_heads;
-  ap.head_dim = c_.head_dim;
-  ap.block_size = block_size_;
-  ap.rope_style = RopeStyleIndex();
   ap.max_queries_per_seq = max_queries;
   cuda::KvWriteParams& kw = plan.kv_write;
   kw.qkv = qkv_.as<float>();
   kw.q_out = q_.as<float>();
-  kw.kv_element = element_;
+  kw.kv = LayerKv(0);
   kw.slot_blocks = meta(o_sb);
   kw.slot_index = meta(o_si);
   kw.rope_positions = meta(o_rp);
-  kw.inv_freq = inv_freq_;
   kw.rows = rows;
   kw.n_heads = c_.n_heads;
-  kw.n_kv_heads = c_.n_kv_heads;
-  kw.head_dim = c_.head_dim;
-  kw.block_size = block_size_;
-  kw.rope_style = RopeStyleIndex();
   return element_ == cuda::Element::kFp32 ? RunLayers<float>(plan) : RunLayers<bf16>(plan);
 }
 
@@ -174,11 +164,9 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
                                                      xb, stream_),
                          "attention norm"));
     RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.wqkv), q_dim + 2 * kv_dim, qkv_.as<float>()));
-    kw.k_pool = KPool(l);
-    kw.v_pool = VPool(l);
+    kw.kv.k_pool = ap.kv.k_pool = KPool(l);
+    kw.kv.v_pool = ap.kv.v_pool = VPool(l);
     RETURN_IF_ERROR(Cuda(cuda::LaunchKvWrite(kw, stream_), "KV write"));
-    ap.k_pool = KPool(l);
-    ap.v_pool = VPool(l);
     RETURN_IF_ERROR(Attention(ap, rows, plan.all_single, plan.last_pos, plan.max_entries));
     const T* attention_out;
     if constexpr (std::is_same_v<T, float>) {

@@ -1,0 +1,115 @@
+// The combine of split-KV partials (split_combine.h), shared by the decode and prefill
+// launchers: per (query row, head) pair, the splits' maxima are reduced, each split's weight is
+// formed once in shared memory, then each thread sums its dimensions over the splits with
+// independent loads (four accumulators).
+#include <climits>
+
+#include "kernels/cuda/softmax_merge.cuh"
+#include "kernels/cuda/split_combine.h"
+
+namespace lazykv::cuda {
+namespace {
+
+constexpr int kCombineThreads = 128;
+
+// The max or the sum of v over the kPairThreads threads of a pair: one warp, or the CTA
+// (through scratch, kCombineThreads / 32 floats).
+template <int kPairThreads>
+__device__ __forceinline__ float PairReduce(float v, float* scratch, bool is_max) {
+#pragma unroll
+  for (int mask = 16; mask > 0; mask /= 2) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, mask);
+    v = is_max ? fmaxf(v, o) : v + o;
+  }
+  if constexpr (kPairThreads == 32) {
+    return v;
+  } else {
+    static_assert(kPairThreads == kCombineThreads, "a pair is one warp or the whole CTA");
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __syncthreads();  // scratch may still be read from a previous reduction
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = scratch[0];
+    for (int w = 1; w < kCombineThreads / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
+    return v;
+  }
+}
+
+// Grid: x = kCombineThreads / kPairThreads pairs of a group per CTA, y = the group. Dynamic
+// shared memory: per pair of the CTA, its splits' weights (splits rounded up to a multiple of
+// 4: the compiler may read the tail of the unrolled loop as one vector).
+template <int kPairThreads>
+__global__ void __launch_bounds__(kCombineThreads) SplitCombineKernel(SplitCombineParams p) {
+  constexpr int kPairsPerCta = kCombineThreads / kPairThreads;
+  extern __shared__ float weights[];
+  __shared__ float scratch[kCombineThreads / 32];
+  const int splits = p.splits, hd = p.head_dim;
+  const int local = kPairsPerCta == 1 ? 0 : threadIdx.x / kPairThreads;  // the pair within the CTA
+  const int t = kPairsPerCta == 1 ? threadIdx.x : threadIdx.x % kPairThreads;
+  const int flat = blockIdx.x * kPairsPerCta + local;
+  const int row = flat / p.n_heads, head = flat % p.n_heads;
+  int row0 = 0, rows = p.max_rows;
+  if (p.row_offsets != nullptr) {
+    row0 = p.row_offsets[blockIdx.y];
+    rows = p.row_offsets[blockIdx.y + 1] - row0;
+  }
+  if (row >= rows) return;  // every thread of the pair alike (the CTA, or a warp)
+  float* weight = weights + local * ((splits + 3) / 4 * 4);
+  const size_t pair = static_cast<size_t>(row0 + row) * p.n_heads + head;
+  const SplitPartials<const float> part = SplitPartialsIn(p.workspace, p.pairs, splits);
+  const size_t base = SplitStateIndex(pair, 0, splits);
+  float m_local = -INFINITY;
+  for (int s = t; s < splits; s += kPairThreads) {
+    const float l = part.l[base + s];
+    weight[s] = l;
+    m_local = MergeMax(m_local, part.m + base + s, l);
+  }
+  const float m_all = PairReduce<kPairThreads>(m_local, scratch, true);
+  float l_local = 0.0f;
+  for (int s = t; s < splits; s += kPairThreads) {
+    const float l = weight[s];
+    const float w = MergeWeight(part.m + base + s, l, m_all);
+    weight[s] = w;
+    l_local += w * l;
+  }
+  const float l_all = PairReduce<kPairThreads>(l_local, scratch, false);  // a CTA's barriers publish weight[]
+  if constexpr (kPairThreads == 32) __syncwarp();                        // a warp's weight[]
+  for (int d = t; d < hd; d += kPairThreads) {
+    const float* acc = part.acc + base * hd + d;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int s = 0;
+    for (; s + 4 <= splits; s += 4) {
+      a0 += weight[s] * acc[static_cast<size_t>(s) * hd];
+      a1 += weight[s + 1] * acc[static_cast<size_t>(s + 1) * hd];
+      a2 += weight[s + 2] * acc[static_cast<size_t>(s + 2) * hd];
+      a3 += weight[s + 3] * acc[static_cast<size_t>(s + 3) * hd];
+    }
+    for (; s < splits; ++s) a0 += weight[s] * acc[static_cast<size_t>(s) * hd];
+    p.out[pair * hd + d] = MergedOutput((a0 + a1) + (a2 + a3), l_all);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchSplitCombine(const SplitCombineParams& p, SplitCombineShape shape, cudaStream_t stream) {
+  const long long pairs_per_group = static_cast<long long>(p.max_rows) * p.n_heads;
+  if (p.workspace == nullptr || p.out == nullptr || p.splits < 1 || p.n_heads <= 0 || p.head_dim <= 0 ||
+      p.max_rows < 0 || pairs_per_group > INT_MAX || p.groups < 1 || p.groups > 65535 ||
+      (p.row_offsets == nullptr && p.groups != 1)) {
+    return cudaErrorInvalidValue;
+  }
+  if (pairs_per_group > 0) {
+    const size_t weight_bytes = static_cast<size_t>((p.splits + 3) / 4) * 4 * sizeof(float);
+    if (shape == SplitCombineShape::kCtaPerPair) {
+      const dim3 grid(static_cast<unsigned>(pairs_per_group), p.groups);
+      SplitCombineKernel<kCombineThreads><<<grid, kCombineThreads, weight_bytes, stream>>>(p);
+    } else {
+      constexpr int kPairsPerCta = kCombineThreads / 32;
+      const dim3 grid(static_cast<unsigned>((pairs_per_group + kPairsPerCta - 1) / kPairsPerCta), p.groups);
+      SplitCombineKernel<32><<<grid, kCombineThreads, kPairsPerCta * weight_bytes, stream>>>(p);
+    }
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace lazykv::cuda

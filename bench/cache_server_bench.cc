@@ -6,6 +6,7 @@
 //
 //   cache_server_bench [--server PATH] [--bytes-per-config BYTES]
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <barrier>
 #include <chrono>
@@ -13,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
-#include <unistd.h>
 
 #include "common/byte_size.h"
 #include "common/child_process.h"
@@ -32,8 +32,8 @@ double Seconds(Clock::time_point since) { return std::chrono::duration<double>(C
 
 // Stored chunks of `payload_bytes` sharing one random payload, each under its own key.
 std::vector<std::string> MakeChunks(size_t count, size_t payload_bytes, uint64_t& rng) {
-  ChunkLayout layout{.num_layers = 1, .n_kv_heads = 8, .head_dim = 128, .num_tokens = 0, .anchor_tokens = 1,
-                     .dtype = KvDtype::kBf16};
+  ChunkLayout layout{
+      .num_layers = 1, .n_kv_heads = 8, .head_dim = 128, .num_tokens = 0, .anchor_tokens = 1, .dtype = KvDtype::kBf16};
   layout.num_tokens = static_cast<uint32_t>(payload_bytes / (2 * layout.row_bytes()));
   std::string payload(layout.payload_bytes(), '\0');
   for (size_t i = 0; i + 8 <= payload.size(); i += 8) {
@@ -131,8 +131,7 @@ int Main(int argc, char** argv) {
       const double copy = MemcpyGBps(stored_bytes, static_cast<size_t>(total));
       std::printf("%-6s %-7d %7zu %10.2f %10.2f %11.2f %8.0f%% %8.0f%%%s\n", FormatByteSize(chunk).c_str(), streams,
                   per_stream * streams, total / put_s / 1e9, total / get_s / 1e9, copy,
-                  100 * total / put_s / 1e9 / copy, 100 * total / get_s / 1e9 / copy,
-                  errors ? "  (errors!)" : "");
+                  100 * total / put_s / 1e9 / copy, 100 * total / get_s / 1e9 / copy, errors ? "  (errors!)" : "");
       // Free the server's RAM for the next configuration.
       v1::DeleteRequest del;
       for (const auto& stream : chunks) {

@@ -66,14 +66,22 @@ int Main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     bool ok = true;
-    if (flag == "--model") o.model = value;
-    else if (flag == "--docs") ok = absl::SimpleAtoi(value, &o.docs);
-    else if (flag == "--doc-tokens") ok = absl::SimpleAtoi(value, &o.doc_tokens);
-    else if (flag == "--per-request") ok = absl::SimpleAtoi(value, &o.per_request);
-    else if (flag == "--requests") ok = absl::SimpleAtoi(value, &o.requests);
-    else if (flag == "--max-tokens") ok = absl::SimpleAtoi(value, &o.max_tokens);
-    else if (flag == "--seed") ok = absl::SimpleAtoi(value, &o.seed);
-    else ok = false;
+    if (flag == "--model")
+      o.model = value;
+    else if (flag == "--docs")
+      ok = absl::SimpleAtoi(value, &o.docs);
+    else if (flag == "--doc-tokens")
+      ok = absl::SimpleAtoi(value, &o.doc_tokens);
+    else if (flag == "--per-request")
+      ok = absl::SimpleAtoi(value, &o.per_request);
+    else if (flag == "--requests")
+      ok = absl::SimpleAtoi(value, &o.requests);
+    else if (flag == "--max-tokens")
+      ok = absl::SimpleAtoi(value, &o.max_tokens);
+    else if (flag == "--seed")
+      ok = absl::SimpleAtoi(value, &o.seed);
+    else
+      ok = false;
     if (!ok) {
       std::fprintf(stderr, "bad flag %s %s\n", flag.c_str(), value.c_str());
       return 2;
@@ -103,10 +111,11 @@ int Main(int argc, char** argv) {
   }
   std::printf("model %s; %d requests, each %d of %d documents (%d tokens) in random order, prompt %d, max_tokens %d\n",
               o.model.c_str(), o.requests, o.per_request, o.docs, o.doc_tokens, o.prompt_tokens, o.max_tokens);
-  std::printf("%-7s %12s %12s %10s %10s %12s %14s %12s\n", "mode", "mean_ttft_ms", "p50_ttft_ms", "total_s",
-              "cached", "computed", "kv_copied_MiB", "ttft_vs_none");
+  std::printf("%-7s %12s %12s %10s %10s %12s %14s %12s\n", "mode", "mean_ttft_ms", "p50_ttft_ms", "total_s", "cached",
+              "computed", "kv_copied_MiB", "ttft_vs_none");
   ModeResult none;
-  for (AttentionMode mode : {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kBlock, AttentionMode::kLazy}) {
+  for (AttentionMode mode :
+       {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kBlock, AttentionMode::kLazy}) {
     const ModeResult r = RunMode(*weights, mode, requests);
     if (mode == AttentionMode::kNone) none = r;
     std::printf("%-7s %12.2f %12.2f %10.2f %10ld %12ld %14.1f %11.2fx\n", std::string(AttentionModeName(mode)).c_str(),

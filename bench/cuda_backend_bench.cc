@@ -76,8 +76,8 @@ double ScatterBench(Backend& backend) {
 
   void* device = nullptr;
   CHECK_CUDA(cudaMalloc(&device, bytes));
-  const double memcpy_s = MedianSeconds(
-      [&] { CHECK_CUDA(cudaMemcpy(device, pinned, bytes, cudaMemcpyHostToDevice)); }, 30);
+  const double memcpy_s =
+      MedianSeconds([&] { CHECK_CUDA(cudaMemcpy(device, pinned, bytes, cudaMemcpyHostToDevice)); }, 30);
   auto import = [&](std::string_view payload) {
     const absl::Status s = backend.ImportChunk(payload, blocks);
     if (!s.ok()) {
@@ -86,13 +86,15 @@ double ScatterBench(Backend& backend) {
     }
   };
   const double import_s = MedianSeconds([&] { import(std::string_view(pinned, bytes)); }, 30);
-  const double memcpy2_s = MedianSeconds(
-      [&] { CHECK_CUDA(cudaMemcpy(device, pinned, bytes, cudaMemcpyHostToDevice)); }, 30);
+  const double memcpy2_s =
+      MedianSeconds([&] { CHECK_CUDA(cudaMemcpy(device, pinned, bytes, cudaMemcpyHostToDevice)); }, 30);
   const double pageable_s = MedianSeconds([&] { import(pageable); }, 10);
   std::string exported;
-  const double export_s = MedianSeconds([&] {
-    if (!backend.ExportChunk(blocks, &exported).ok()) std::exit(1);
-  }, 10);
+  const double export_s = MedianSeconds(
+      [&] {
+        if (!backend.ExportChunk(blocks, &exported).ok()) std::exit(1);
+      },
+      10);
   const bool same = exported.size() == bytes && std::memcmp(exported.data(), pinned, bytes) == 0;
   // Device-to-device ceiling: 1 GiB copy, bytes read plus written.
   const size_t big = 1ull << 30;
@@ -100,10 +102,12 @@ double ScatterBench(Backend& backend) {
   CHECK_CUDA(cudaMalloc(&a, big));
   CHECK_CUDA(cudaMalloc(&b, big));
   CHECK_CUDA(cudaMemset(a, 1, big));
-  const double d2d_s = MedianSeconds([&] {
-    CHECK_CUDA(cudaMemcpy(b, a, big, cudaMemcpyDeviceToDevice));
-    CHECK_CUDA(cudaDeviceSynchronize());
-  }, 20);
+  const double d2d_s = MedianSeconds(
+      [&] {
+        CHECK_CUDA(cudaMemcpy(b, a, big, cudaMemcpyDeviceToDevice));
+        CHECK_CUDA(cudaDeviceSynchronize());
+      },
+      20);
   const double gb = bytes / 1e9;
   const double memcpy_best = std::min(memcpy_s, memcpy2_s);
   std::printf("ceiling: device-to-device copy %.0f GB/s (read + write, 1 GiB)\n", 2 * big / 1e9 / d2d_s);
@@ -152,14 +156,17 @@ void DecodeBench(Backend& backend, double hbm_gbs) {
   CHECK_CUDA(cudaMalloc(&y, std::max<size_t>(2 * hidden, vocab) * 4));
   auto gemm = cuda::Gemm::Create(nullptr);
   if (!gemm.ok()) std::exit(1);
-  const float gemm_ms = bench::MedianMs([&] {
-    for (int l = 0; l < c.n_layers; ++l) {
-      for (size_t i = 0; i < 4; ++i) {
-        if (!(*gemm)->Run(x, 1, static_cast<int>(mats[i].in), w[i], static_cast<int>(mats[i].out), y).ok()) std::exit(1);
-      }
-    }
-    if (!(*gemm)->Run(x, 1, static_cast<int>(dim), cls, static_cast<int>(vocab), y).ok()) std::exit(1);
-  }, 20);
+  const float gemm_ms = bench::MedianMs(
+      [&] {
+        for (int l = 0; l < c.n_layers; ++l) {
+          for (size_t i = 0; i < 4; ++i) {
+            if (!(*gemm)->Run(x, 1, static_cast<int>(mats[i].in), w[i], static_cast<int>(mats[i].out), y).ok())
+              std::exit(1);
+          }
+        }
+        if (!(*gemm)->Run(x, 1, static_cast<int>(dim), cls, static_cast<int>(vocab), y).ok()) std::exit(1);
+      },
+      20);
   const double weight_bytes = static_cast<double>(layer_bytes) * c.n_layers + vocab * dim * 2.0;
   for (auto* p : w) cudaFree(p);
   cudaFree(cls);
@@ -185,10 +192,10 @@ void DecodeBench(Backend& backend, double hbm_gbs) {
     if (!result.ok()) std::exit(1);
     step_ms = (result->total_seconds - result->ttft_seconds) * 1e3 / (result->tokens.size() - 1);
   }
-  std::printf("\ndecode step, batch 1, context ~4.1k: %.2f ms through the engine; its GEMMs alone %.2f ms "
-              "(%.0f GB/s of weights); streaming %.2f GB of weights at the copy's HBM rate (read + write) %.2f ms\n",
-              step_ms, gemm_ms, weight_bytes / 1e9 / (gemm_ms / 1e3), weight_bytes / 1e9,
-              weight_bytes / 1e9 / hbm_gbs * 1e3);
+  std::printf(
+      "\ndecode step, batch 1, context ~4.1k: %.2f ms through the engine; its GEMMs alone %.2f ms "
+      "(%.0f GB/s of weights); streaming %.2f GB of weights at the copy's HBM rate (read + write) %.2f ms\n",
+      step_ms, gemm_ms, weight_bytes / 1e9 / (gemm_ms / 1e3), weight_bytes / 1e9, weight_bytes / 1e9 / hbm_gbs * 1e3);
 }
 
 // The paper's workload: 100 documents of 512 tokens, 8 per request, Zipf s = 1.1.
@@ -213,13 +220,14 @@ RagTrace RagWorkload(int vocab_size, int num_requests, int max_tokens, uint64_t 
 // One request at a time (Engine::Generate): TTFT without queueing, throughput at batch 1.
 void EndToEnd(Backend& backend, int num_requests, int max_tokens) {
   const RagTrace trace = RagWorkload(backend.config().vocab_size, num_requests, max_tokens, 1);
-  std::printf("\nend to end: synthetic:llama3-8b, Zipf trace (100 documents of 512 tokens, 8 per request, s = 1.1, "
-              "%d requests, %d new tokens each), closed loop, one engine per mode over one backend\n",
-              num_requests, max_tokens);
+  std::printf(
+      "\nend to end: synthetic:llama3-8b, Zipf trace (100 documents of 512 tokens, 8 per request, s = 1.1, "
+      "%d requests, %d new tokens each), closed loop, one engine per mode over one backend\n",
+      num_requests, max_tokens);
   std::printf("%-7s %12s %12s %12s %10s %10s %10s %12s\n", "mode", "mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms",
               "req_per_s", "tok_per_s", "cached", "computed");
-  for (AttentionMode mode : {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kBlock,
-                             AttentionMode::kLazy}) {
+  for (AttentionMode mode :
+       {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kBlock, AttentionMode::kLazy}) {
     EngineOptions engine_options;
     engine_options.mode = mode;
     auto engine = Engine::Create(std::make_unique<BorrowedBackend>(&backend), engine_options);
@@ -230,7 +238,8 @@ void EndToEnd(Backend& backend, int num_requests, int max_tokens) {
     for (const GenerateRequest& request : TraceToRequests(trace)) {
       auto result = (*engine)->Generate(request);
       if (!result.ok()) {
-        std::fprintf(stderr, "%s: %s\n", std::string(AttentionModeName(mode)).c_str(), std::string(result.status().message()).c_str());
+        std::fprintf(stderr, "%s: %s\n", std::string(AttentionModeName(mode)).c_str(),
+                     std::string(result.status().message()).c_str());
         std::exit(1);
       }
       ttft.push_back(result->ttft_seconds * 1e3);
@@ -241,8 +250,8 @@ void EndToEnd(Backend& backend, int num_requests, int max_tokens) {
     const double total = Seconds(start);
     const double mean = std::accumulate(ttft.begin(), ttft.end(), 0.0) / ttft.size();
     std::sort(ttft.begin(), ttft.end());
-    std::printf("%-7s %12.2f %12.2f %12.2f %10.2f %10.1f %10ld %12ld\n", std::string(AttentionModeName(mode)).c_str(), mean,
-                ttft[ttft.size() / 2], ttft[ttft.size() * 9 / 10], ttft.size() / total, generated / total, cached,
+    std::printf("%-7s %12.2f %12.2f %12.2f %10.2f %10.1f %10ld %12ld\n", std::string(AttentionModeName(mode)).c_str(),
+                mean, ttft[ttft.size() / 2], ttft[ttft.size() * 9 / 10], ttft.size() / total, generated / total, cached,
                 computed);
   }
 }
@@ -253,7 +262,7 @@ int PoolBlocksForUtilization(const ModelConfig& config, double utilization) {
   size_t free_bytes = 0, total_bytes = 0;
   CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
   const double weight_bytes = Fp32WeightBytes(config) / 2.0;  // bf16 on the GPU
-  const double activation_bytes = 2.0 * (1ull << 30);  // forward buffers, logits, workspaces
+  const double activation_bytes = 2.0 * (1ull << 30);         // forward buffers, logits, workspaces
   const double pool_bytes =
       utilization * total_bytes - static_cast<double>(total_bytes - free_bytes) - weight_bytes - activation_bytes;
   return std::max(0, static_cast<int>(pool_bytes / CudaKvBytesPerBlock(config, 16)));
@@ -282,11 +291,12 @@ int EndToEndBatched(Backend& backend, const BatchedOptions& options, const std::
   const std::string rate_text = std::isfinite(rate) ? absl::StrFormat("%g/s", rate) : "inf";
   const std::string concurrency_text =
       options.load.max_concurrency > 0 ? absl::StrCat(options.load.max_concurrency) : "unlimited";
-  std::printf("\nend to end, batched: synthetic:llama3-8b, Zipf trace (100 documents of 512 tokens, 8 per request, "
-              "s = 1.1, %d requests, %d new tokens each), request rate %s, max concurrency %s, %d prefill tokens per "
-              "step; one fresh engine per mode over one backend\n",
-              options.requests, options.max_tokens, rate_text.c_str(), concurrency_text.c_str(),
-              options.load.max_prefill_tokens);
+  std::printf(
+      "\nend to end, batched: synthetic:llama3-8b, Zipf trace (100 documents of 512 tokens, 8 per request, "
+      "s = 1.1, %d requests, %d new tokens each), request rate %s, max concurrency %s, %d prefill tokens per "
+      "step; one fresh engine per mode over one backend\n",
+      options.requests, options.max_tokens, rate_text.c_str(), concurrency_text.c_str(),
+      options.load.max_prefill_tokens);
   const nlohmann::json setup = {
       {"gpu", gpu},
       {"model", "synthetic:llama3-8b"},
@@ -358,8 +368,8 @@ int main(int argc, char** argv) {
   const uint64_t block_bytes = CudaKvBytesPerBlock(config, 16);
   // The ceilings below allocate beside the pool, so only the batched run sizes it to the GPU.
   const int blocks = pool_gib > 0 ? static_cast<int>(pool_gib * 1073741824.0 / block_bytes)
-                     : batched  ? PoolBlocksForUtilization(config, utilization)
-                                : static_cast<int>(12 * 1073741824.0 / block_bytes);
+                     : batched    ? PoolBlocksForUtilization(config, utilization)
+                                  : static_cast<int>(12 * 1073741824.0 / block_bytes);
   const auto start = std::chrono::steady_clock::now();
   auto backend = CreateSyntheticCudaBackend(config, 0, 16, blocks);
   if (!backend.ok()) {

@@ -207,9 +207,9 @@ int main(int argc, char** argv) {
           CHECK_CUDA(cudaGetLastError());
           char line[200];
           std::snprintf(line, sizeof(line), "sweep %2dw x %ds %5d %7d %7d %10.1f %10.1f %9.0f %11.0f%% %11.1f%%",
-                        config.warps, config.stages, batch, context,
-                        cuda::detail::ChooseDecodeSplitsFor(p, config), ms * 1e3, plain * 1e3, kv_bytes / ms / 1e6,
-                        100.0 * kv_bytes / ms / 1e6 / copy_gbs, 100.0 * (ms / plain - 1.0));
+                        config.warps, config.stages, batch, context, cuda::detail::ChooseDecodeSplitsFor(p, config),
+                        ms * 1e3, plain * 1e3, kv_bytes / ms / 1e6, 100.0 * kv_bytes / ms / 1e6 / copy_gbs,
+                        100.0 * (ms / plain - 1.0));
           sweep_rows.push_back(line);
         }
         if (batch == 1) {  // the default configuration at other split counts
@@ -229,10 +229,10 @@ int main(int argc, char** argv) {
         }
       }
     }
-    for (const void* ptr : {(const void*)p.q, (const void*)p.kv.block_ids, (const void*)p.kv.block_tokens,
-                            (const void*)p.kv.block_starts, (const void*)p.kv.table_offsets, (const void*)p.positions,
-                            (const void*)p.workspace, (const void*)p.out, (const void*)d_lazy, (const void*)d_zero,
-                            (const void*)k, (const void*)v}) {
+    for (const void* ptr :
+         {(const void*)p.q, (const void*)p.kv.block_ids, (const void*)p.kv.block_tokens, (const void*)p.kv.block_starts,
+          (const void*)p.kv.table_offsets, (const void*)p.positions, (const void*)p.workspace, (const void*)p.out,
+          (const void*)d_lazy, (const void*)d_zero, (const void*)k, (const void*)v}) {
       cudaFree(const_cast<void*>(ptr));
     }
   }

@@ -1,7 +1,7 @@
 // Lazy paged prefill attention on the GPU against baselines measured in the same run:
 // a tensor-core ceiling (a pure mma.sync m16n8k16 bf16 loop; the kernel itself issues
-// wgmma, whose ceiling is higher: the cuBLAS GEMM's below) and the same kernel with every delta 0 (rotation off: one query rotation per
-// CTA instead of one per document). PyTorch SDPA on the same shapes is measured by
+// wgmma, whose ceiling is higher: the cuBLAS GEMM's below) and the same kernel with every delta 0 (rotation off: one
+// query rotation per CTA instead of one per document). PyTorch SDPA on the same shapes is measured by
 // bench/sdpa_prefill_reference.py (which also measures the cuBLAS GEMM ceiling).
 //
 // Shape: Llama-3-8B attention (32 query heads, 8 KV heads, head dim 128), bf16 KV in
@@ -25,8 +25,8 @@
 #include <tuple>
 #include <vector>
 
-#include "bench/prefill_bench_device.h"
 #include "bench/cuda_bench_util.h"
+#include "bench/prefill_bench_device.h"
 #include "common/model_config.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/rope_style.h"
@@ -64,8 +64,7 @@ int main(int argc, char** argv) {
   double* inv_freq = Upload(RopeInverseFrequencies(rope, kHd));
 
   std::printf("%-8s %6s %5s %9s %6s %10s %10s %12s %12s %9s\n", "scenario", "L", "batch", "queries", "splits",
-              "lazy_ms",
-              "no_rot_ms", "lazy_TFLOP/s", "norot_TFLOP/s", "rot_cost");
+              "lazy_ms", "no_rot_ms", "lazy_TFLOP/s", "norot_TFLOP/s", "rot_cost");
   std::mt19937 rng(1);
   for (int len : {1024, 4096, 16384}) {
     if (only_len != 0 && len != only_len) continue;
@@ -160,8 +159,8 @@ int main(int argc, char** argv) {
       // Visible pairs per sequence: query at position pos0 + i sees pos0 + i + 1 keys.
       const double pairs = double(n_q) * pos0 + double(n_q) * (n_q + 1) / 2.0;
       const double flops = 4.0 * kHd * kHeads * pairs * batch;
-      std::printf("%-8s %6d %5d %9d %6d %10.3f %10.3f %12.1f %12.1f %8.1f%%\n", scenario == 0 ? "full" : "last",
-                  len, batch, n_q, splits, lazy_ms, plain_ms, flops / lazy_ms / 1e9, flops / plain_ms / 1e9,
+      std::printf("%-8s %6d %5d %9d %6d %10.3f %10.3f %12.1f %12.1f %8.1f%%\n", scenario == 0 ? "full" : "last", len,
+                  batch, n_q, splits, lazy_ms, plain_ms, flops / lazy_ms / 1e9, flops / plain_ms / 1e9,
                   100.0 * (lazy_ms / plain_ms - 1.0));
       for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
         std::printf("  (schedule %d: lazy %.3f ms, %.1f TFLOP/s; no rotation %.3f ms, %.1f TFLOP/s; rotation %.1f%%)\n",

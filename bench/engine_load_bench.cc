@@ -35,9 +35,9 @@ std::vector<double> ArrivalOffsets(size_t n, double rate, uint64_t seed) {
 
 // A submitted request the loop waits on.
 struct InFlight {
-  size_t index = 0;              // in the trace
-  Clock::time_point sendable;    // when a client could have sent it
-  Clock::time_point submitted;   // when the loop did
+  size_t index = 0;             // in the trace
+  Clock::time_point sendable;   // when a client could have sent it
+  Clock::time_point submitted;  // when the loop did
 };
 
 // Per-step counters of the engine's state, sampled before each step that ran tokens.
@@ -221,11 +221,12 @@ absl::StatusOr<std::vector<ModeLoadResult>> RunModesUnderLoad(
       return absl::Status(result.status().code(),
                           absl::StrFormat("mode %s: %s", AttentionModeName(mode), result.status().message()));
     }
-    spdlog::info("mode {}: {} of {} requests in {:.2f} s, mean TTFT {:.1f} ms, {:.1f} output tokens/s; {} steps of "
-                 "{:.2f} ms on average, {} of them decode only, at a batch of {:.1f} in {:.2f} ms",
-                 AttentionModeName(mode), result->completed, result->requests, result->duration_s,
-                 result->ttft_ms.mean, result->output_throughput, result->steps, result->mean_step_ms,
-                 result->decode_steps, result->decode_step_batch, result->decode_step_ms);
+    spdlog::info(
+        "mode {}: {} of {} requests in {:.2f} s, mean TTFT {:.1f} ms, {:.1f} output tokens/s; {} steps of "
+        "{:.2f} ms on average, {} of them decode only, at a batch of {:.1f} in {:.2f} ms",
+        AttentionModeName(mode), result->completed, result->requests, result->duration_s, result->ttft_ms.mean,
+        result->output_throughput, result->steps, result->mean_step_ms, result->decode_steps, result->decode_step_batch,
+        result->decode_step_ms);
     if (on_mode_done) on_mode_done(*result);
     results.push_back(*std::move(result));
   }

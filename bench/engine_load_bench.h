@@ -73,7 +73,7 @@ struct ModeLoadResult {
   // From when a request could be sent (its arrival, or a concurrency slot freeing) to its
   // first token, as vLLM's benchmark_serving measures it.
   Distribution ttft_ms;
-  Distribution queue_ms;  // submission to admission (waiting for KV pool room)
+  Distribution queue_ms;          // submission to admission (waiting for KV pool room)
   double request_throughput = 0;  // completed requests per second
   double output_throughput = 0;   // generated tokens per second
   int64_t output_tokens = 0;

@@ -44,9 +44,8 @@ std::optional<LazyOverBlock> CompareLazyBlock(const std::vector<ModeLoadResult>&
 std::string FormatLoadCapacity(const std::vector<ModeLoadResult>& results, int block_size, uint64_t bytes_per_block) {
   if (results.empty()) return "";
   const int blocks = results.front().num_blocks;
-  std::string out =
-      absl::StrFormat("KV pool: %d blocks of %d tokens, %.2f GiB; a worst-case request alone reserves", blocks,
-                      block_size, static_cast<double>(blocks) * bytes_per_block / (1ull << 30));
+  std::string out = absl::StrFormat("KV pool: %d blocks of %d tokens, %.2f GiB; a worst-case request alone reserves",
+                                    blocks, block_size, static_cast<double>(blocks) * bytes_per_block / (1ull << 30));
   for (size_t i = 0; i < results.size(); ++i) {
     const ModeLoadResult& r = results[i];
     out += absl::StrFormat("%s %s %d blocks (%d fit at once sharing nothing)", i == 0 ? "" : ";",
@@ -56,9 +55,9 @@ std::string FormatLoadCapacity(const std::vector<ModeLoadResult>& results, int b
 }
 
 std::string FormatLoadTableHeader() {
-  std::string out = absl::StrFormat("%-7s %9s %9s %9s %8s %10s %13s %13s %13s %9s %11s %11s %6s\n", "mode",
-                                    "ttft_mean", "ttft_p50", "ttft_p90", "req/s", "out_tok/s", "running",
-                                    "decoding", "queued", "peak_blk", "cached_tok", "computed", "failed");
+  std::string out = absl::StrFormat("%-7s %9s %9s %9s %8s %10s %13s %13s %13s %9s %11s %11s %6s\n", "mode", "ttft_mean",
+                                    "ttft_p50", "ttft_p90", "req/s", "out_tok/s", "running", "decoding", "queued",
+                                    "peak_blk", "cached_tok", "computed", "failed");
   out += absl::StrFormat("%-7s %9s %9s %9s %8s %10s %13s %13s %13s %9s %11s %11s %6s\n", "", "ms", "ms", "ms", "", "",
                          "mean/max", "mean/max", "mean/max", "used", "", "", "");
   return out;
@@ -66,10 +65,9 @@ std::string FormatLoadTableHeader() {
 
 std::string FormatLoadRow(const ModeLoadResult& r) {
   return absl::StrFormat("%-7s %9.1f %9.1f %9.1f %8.2f %10.1f %8.1f/%-4d %8.1f/%-4d %8.1f/%-4d %9d %11d %11d %6d\n",
-                         AttentionModeName(r.mode), r.ttft_ms.mean, r.ttft_ms.p50, r.ttft_ms.p90,
-                         r.request_throughput, r.output_throughput, r.mean_running, r.max_running, r.mean_decoding,
-                         r.max_decoding, r.mean_queued, r.max_queued, r.peak_blocks_used, r.cached_tokens,
-                         r.computed_tokens, r.failed);
+                         AttentionModeName(r.mode), r.ttft_ms.mean, r.ttft_ms.p50, r.ttft_ms.p90, r.request_throughput,
+                         r.output_throughput, r.mean_running, r.max_running, r.mean_decoding, r.max_decoding,
+                         r.mean_queued, r.max_queued, r.peak_blocks_used, r.cached_tokens, r.computed_tokens, r.failed);
 }
 
 std::string FormatLoadTable(const std::vector<ModeLoadResult>& results) {
@@ -116,8 +114,8 @@ absl::Status RunModesAndReport(Backend& backend, const RagTrace& trace, const st
                                const LoadOptions& options, json setup, const std::string& json_path) {
   const double sample_ms = HostGreedySampleMs(backend.config().vocab_size);
   setup["host_greedy_sample_ms"] = sample_ms;
-  std::printf("host greedy sampling of one %d-token row of logits: %.3f ms\n%s", backend.config().vocab_size,
-              sample_ms, FormatLoadTableHeader().c_str());
+  std::printf("host greedy sampling of one %d-token row of logits: %.3f ms\n%s", backend.config().vocab_size, sample_ms,
+              FormatLoadTableHeader().c_str());
   std::fflush(stdout);
   std::vector<ModeLoadResult> done;
   bool written = true;

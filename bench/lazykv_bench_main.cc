@@ -79,7 +79,8 @@ questions go as token ids, greedy sampling.
   --deadline-ms N      per-request deadline; 0: none (default 0)
 )";
 
-constexpr char kCompareUsage[] = R"(usage: lazykv-bench compare (--worker BINARY --model M | --target HOST:PORT) --trace FILE [options]
+constexpr char kCompareUsage[] =
+    R"(usage: lazykv-bench compare (--worker BINARY --model M | --target HOST:PORT) --trace FILE [options]
 Replays the trace once per mode and prints one table; writes DIR/compare.json (every
 mode's results and the trace options) and DIR/compare.png (TTFT distribution and
 throughput per mode; needs python3-matplotlib).

@@ -52,8 +52,8 @@ absl::StatusOr<ModeRun> RunFreshWorker(const RagTrace& trace, const CompareOptio
   fs::create_directories(cache_dir, ec);
   if (ec) return absl::InternalError(absl::StrFormat("creating %s: %s", cache_dir.string(), ec.message()));
   fs::remove(log, ec);
-  std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--model", o.model, "--cache-dir", cache_dir.string(),
-                                   "--mode", mode};
+  std::vector<std::string> args = {"--listen",    "127.0.0.1:0",      "--model", o.model,
+                                   "--cache-dir", cache_dir.string(), "--mode",  mode};
   if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
   args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
   spdlog::info("{}: starting {} {}", mode, o.worker, absl::StrJoin(args, " "));
@@ -109,12 +109,11 @@ absl::Status RunCompare(const RagTrace& trace, const CompareOptions& o) {
 
   std::vector<std::pair<std::string, LoadSummary>> rows;
   for (const ModeRun& r : runs) rows.emplace_back(r.mode, r.summary);
-  std::cout << absl::StrFormat("trace: %d requests, %d documents of %s tokens, %d per request, zipf s %.2f, %s\n",
-                               trace.options.num_requests, trace.options.num_docs, trace.options.doc_lengths,
-                               trace.options.docs_per_request, trace.options.zipf_s,
-                               trace.options.rate > 0
-                                   ? absl::StrFormat("Poisson %.2f req/s", trace.options.rate)
-                                   : absl::StrFormat("closed loop, concurrency %d", trace.options.concurrency));
+  std::cout << absl::StrFormat(
+      "trace: %d requests, %d documents of %s tokens, %d per request, zipf s %.2f, %s\n", trace.options.num_requests,
+      trace.options.num_docs, trace.options.doc_lengths, trace.options.docs_per_request, trace.options.zipf_s,
+      trace.options.rate > 0 ? absl::StrFormat("Poisson %.2f req/s", trace.options.rate)
+                             : absl::StrFormat("closed loop, concurrency %d", trace.options.concurrency));
   if (!o.target.empty()) std::cout << "(one worker at " << o.target << ": modes share its KV pool and cache)\n";
   std::cout << FormatCompareTable(rows) << std::flush;
 

@@ -69,8 +69,8 @@ class Replayer {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetMaxSendMessageSize(64 << 20);
-    stub_ = v1::Generation::NewStub(
-        grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args));
+    stub_ =
+        v1::Generation::NewStub(grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args));
   }
 
   absl::Status CheckVocabulary(ReplayRun& run) {
@@ -109,9 +109,8 @@ class Replayer {
       CondVar all_done;
       size_t finished = 0;  // guarded by mu
       for (size_t k = 0; k < n; ++k) {
-        const Clock::time_point intended =
-            start_ + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(trace_.requests[k].arrival_s));
+        const Clock::time_point intended = start_ + std::chrono::duration_cast<Clock::duration>(
+                                                        std::chrono::duration<double>(trace_.requests[k].arrival_s));
         std::this_thread::sleep_until(intended);
         std::thread([this, k, intended, n, &run, &progress, &mu, &all_done, &finished] {
           run.results[k] = RunOne(trace_.requests[k], intended);

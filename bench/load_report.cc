@@ -90,8 +90,8 @@ std::string FormatLoadTable(const LoadSummary& s) {
                          s.output_token_throughput);
   out += absl::StrFormat("%-16s %.4f (%d of %d document tokens from cache)\n", "hit ratio", s.hit_ratio,
                          s.usage.document_cached_tokens, s.usage.document_tokens);
-  out += absl::StrFormat("%-16s %.4f (%d document tokens prefilled, %d distinct)\n", "fleet compute",
-                         s.fleet_compute, s.usage.document_computed_tokens, s.distinct_document_tokens);
+  out += absl::StrFormat("%-16s %.4f (%d document tokens prefilled, %d distinct)\n", "fleet compute", s.fleet_compute,
+                         s.usage.document_computed_tokens, s.distinct_document_tokens);
   out += absl::StrFormat("%-16s pool %d, host %d, disk %d, computed %d\n", "prompt tokens", s.usage.pool_tokens,
                          s.usage.host_tokens, s.usage.disk_tokens, s.usage.computed_tokens);
   out += absl::StrFormat("%-16s copied %s, fetched %s\n", "KV bytes", FormatByteSize(s.usage.kv_bytes_copied),
@@ -106,17 +106,18 @@ std::string FormatLoadTable(const LoadSummary& s) {
 }
 
 std::string FormatCompareTable(const std::vector<std::pair<std::string, LoadSummary>>& rows) {
-  std::string out = absl::StrFormat("%-7s %9s %9s %9s %8s %7s %8s %6s %7s %9s %10s %6s\n", "mode", "TTFT p50",
-                                    "TTFT p90", "TTFT p99", "ITL p50", "req/s", "tok/s", "hit", "fleet",
-                                    "computed", "KV copied", "errors");
+  std::string out =
+      absl::StrFormat("%-7s %9s %9s %9s %8s %7s %8s %6s %7s %9s %10s %6s\n", "mode", "TTFT p50", "TTFT p90", "TTFT p99",
+                      "ITL p50", "req/s", "tok/s", "hit", "fleet", "computed", "KV copied", "errors");
   for (const auto& [mode, s] : rows) {
     out += absl::StrFormat("%-7s %9.2f %9.2f %9.2f %8.2f %7.2f %8.1f %6.3f %7.3f %9d %10s %6d\n", mode, s.ttft_ms.p50,
-                           s.ttft_ms.p90, s.ttft_ms.p99, s.itl_ms.p50, s.request_throughput,
-                           s.output_token_throughput, s.hit_ratio, s.fleet_compute, s.usage.computed_tokens,
+                           s.ttft_ms.p90, s.ttft_ms.p99, s.itl_ms.p50, s.request_throughput, s.output_token_throughput,
+                           s.hit_ratio, s.fleet_compute, s.usage.computed_tokens,
                            FormatByteSize(s.usage.kv_bytes_copied), s.requests - s.succeeded);
   }
-  out += "(latencies in ms; hit: document tokens from cache / requested; fleet: document tokens prefilled / "
-         "distinct; computed: prompt tokens prefilled)\n";
+  out +=
+      "(latencies in ms; hit: document tokens from cache / requested; fleet: document tokens prefilled / "
+      "distinct; computed: prompt tokens prefilled)\n";
   return out;
 }
 

@@ -46,7 +46,7 @@ struct RequestResult {
   std::vector<double> itl_ms;  // gaps between consecutive token-carrying deltas
   int64_t tokens_received = 0;
   std::vector<int32_t> output_tokens;  // as streamed: greedy outputs compare across modes
-  std::string finish_reason, mode;  // from the final message
+  std::string finish_reason, mode;     // from the final message
   UsageCounts usage;
   double server_queue_ms = 0, server_ttft_ms = 0, server_total_ms = 0;
 
@@ -58,11 +58,11 @@ struct LoadSummary {
   std::map<std::string, int64_t> errors;        // status code name -> requests
   std::map<std::string, int64_t> modes_served;  // the mode each successful request reports
   double wall_s = 0;
-  double request_throughput = 0;       // successful requests per second
-  double output_token_throughput = 0;  // completion tokens per second
-  Distribution ttft_ms, itl_ms, total_ms;                          // client-side
+  double request_throughput = 0;                                  // successful requests per second
+  double output_token_throughput = 0;                             // completion tokens per second
+  Distribution ttft_ms, itl_ms, total_ms;                         // client-side
   Distribution server_queue_ms, server_ttft_ms, server_total_ms;  // the server's timings
-  UsageCounts usage;  // summed over the successful requests
+  UsageCounts usage;                                              // summed over the successful requests
   // Document tokens served from any cache over document tokens requested.
   double hit_ratio = 0;
   int64_t distinct_document_tokens = 0;

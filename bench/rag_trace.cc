@@ -22,7 +22,8 @@ absl::StatusOr<std::vector<int>> DrawLengths(const std::string& spec, int n, uin
   for (size_t i = 1; i < parts.size(); ++i) {
     double v;
     if (!absl::SimpleAtod(parts[i], &v) || v <= 0) {
-      return absl::InvalidArgumentError(absl::StrFormat("doc lengths '%s': '%s' is not a positive number", spec, parts[i]));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("doc lengths '%s': '%s' is not a positive number", spec, parts[i]));
     }
     args.push_back(v);
   }
@@ -96,10 +97,17 @@ absl::StatusOr<RagTrace> GenerateTrace(const TraceOptions& o) {
 }
 
 nlohmann::json TraceOptionsToJson(const TraceOptions& o) {
-  return {{"docs", o.num_docs}, {"docs_per_request", o.docs_per_request}, {"zipf_s", o.zipf_s},
-          {"requests", o.num_requests}, {"doc_lengths", o.doc_lengths}, {"question_tokens", o.question_tokens},
-          {"max_tokens", o.max_tokens}, {"vocab", o.vocab_size}, {"rate", o.rate},
-          {"concurrency", o.concurrency}, {"seed", o.seed}};
+  return {{"docs", o.num_docs},
+          {"docs_per_request", o.docs_per_request},
+          {"zipf_s", o.zipf_s},
+          {"requests", o.num_requests},
+          {"doc_lengths", o.doc_lengths},
+          {"question_tokens", o.question_tokens},
+          {"max_tokens", o.max_tokens},
+          {"vocab", o.vocab_size},
+          {"rate", o.rate},
+          {"concurrency", o.concurrency},
+          {"seed", o.seed}};
 }
 
 std::string TraceToJsonLines(const RagTrace& trace) {
@@ -109,7 +117,7 @@ std::string TraceToJsonLines(const RagTrace& trace) {
                  {"documents", trace.documents}};
   std::string out = corpus.dump() + "\n";
   for (const TraceRequest& r : trace.requests) {
-    out += json{{"kind", "request"},   {"id", r.id},         {"arrival_s", r.arrival_s},
+    out += json{{"kind", "request"},    {"id", r.id},           {"arrival_s", r.arrival_s},
                 {"doc_ids", r.doc_ids}, {"prompt", r.question}, {"max_tokens", r.max_tokens}}
                .dump();
     out += "\n";
@@ -130,9 +138,9 @@ absl::StatusOr<RagTrace> ParseTraceJsonLines(const std::string& text) {
     try {
       if (j["kind"] == "corpus") {
         const json& o = j["options"];
-        trace.options = TraceOptions{o["docs"], o["docs_per_request"], o["zipf_s"], o["requests"], o["doc_lengths"],
-                                     o["question_tokens"], o["max_tokens"], o["vocab"], o["rate"], o["concurrency"],
-                                     o["seed"]};
+        trace.options = TraceOptions{o["docs"],        o["docs_per_request"], o["zipf_s"],     o["requests"],
+                                     o["doc_lengths"], o["question_tokens"],  o["max_tokens"], o["vocab"],
+                                     o["rate"],        o["concurrency"],      o["seed"]};
         trace.documents = j["documents"].get<std::vector<std::vector<int32_t>>>();
         trace.ranking = j["ranking"].get<std::vector<int>>();
       } else {
@@ -140,7 +148,8 @@ absl::StatusOr<RagTrace> ParseTraceJsonLines(const std::string& text) {
                        j["prompt"].get<std::vector<int32_t>>(), j["max_tokens"]};
         for (int d : r.doc_ids) {
           if (d < 0 || d >= static_cast<int>(trace.documents.size())) {
-            return absl::InvalidArgumentError(absl::StrFormat("trace line %d: doc id %d not in the corpus", line_no, d));
+            return absl::InvalidArgumentError(
+                absl::StrFormat("trace line %d: doc id %d not in the corpus", line_no, d));
           }
         }
         trace.requests.push_back(std::move(r));

@@ -13,7 +13,8 @@ auto& Family(Builder builder, const std::string& name, const std::string& help, 
 CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
   auto& hits = Family(prometheus::BuildCounter(), "lazykv_cache_hits_total", "Chunk lookups found, by tier", r);
-  auto& bytes_out = Family(prometheus::BuildCounter(), "lazykv_cache_bytes_out_total", "Chunk bytes served, by tier", r);
+  auto& bytes_out =
+      Family(prometheus::BuildCounter(), "lazykv_cache_bytes_out_total", "Chunk bytes served, by tier", r);
   auto& evictions =
       Family(prometheus::BuildCounter(), "lazykv_cache_evictions_total", "Chunks that left a tier for space", r);
   auto& corrupt = Family(prometheus::BuildCounter(), "lazykv_cache_corrupt_values_total",
@@ -23,7 +24,7 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
   auto& entries = Family(prometheus::BuildGauge(), "lazykv_cache_entries", "Chunks stored, by tier", r);
   auto tier = [&](const std::string& name) {
     const prometheus::Labels labels{{"tier", name}};
-    return TierMetrics{&hits.Add(labels),     &bytes_out.Add(labels), &evictions.Add(labels), &corrupt.Add(labels),
+    return TierMetrics{&hits.Add(labels),      &bytes_out.Add(labels), &evictions.Add(labels), &corrupt.Add(labels),
                        &occupancy.Add(labels), &capacity.Add(labels),  &entries.Add(labels)};
   };
   host = tier("host");

@@ -69,8 +69,9 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   if (f.gpu_capacity > 0) return absl::UnimplementedError("--gpu-capacity: the GPU tier is not built yet");
   if (f.limits.max_concurrent_streams <= 0) return absl::InvalidArgumentError("--max-streams must be positive");
   if (f.max_message_bytes < f.limits.slice_bytes + (64 << 10)) {
-    return absl::InvalidArgumentError(absl::StrFormat("--max-message-bytes must be at least %d (a %d-byte slice plus framing)",
-                                                      f.limits.slice_bytes + (64 << 10), f.limits.slice_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max-message-bytes must be at least %d (a %d-byte slice plus framing)",
+                        f.limits.slice_bytes + (64 << 10), f.limits.slice_bytes));
   }
   if (f.lease_ttl_ms <= 0) return absl::InvalidArgumentError("--lease-ttl-ms must be positive");
   f.limits.default_lease_ttl = std::chrono::milliseconds(f.lease_ttl_ms);
@@ -116,7 +117,7 @@ int Serve(int argc, char** argv) {
   const int signal_number = WaitForTerminationSignal();
   spdlog::info("signal {}: draining streams and flushing", signal_number);
   server->GetHealthCheckService()->Shutdown();  // NOT_SERVING, and its own calls end
-  leases.Shutdown();  // lease waiters answer now instead of holding up the drain
+  leases.Shutdown();                            // lease waiters answer now instead of holding up the drain
   // Idle client connections hold this up for a few seconds (gRPC's GOAWAY exchange),
   // never past the grace period.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms));

@@ -66,8 +66,8 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
   const rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, &raw);
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "data dir %s is in use by another process (%s)", options.path, s.ToString()));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("data dir %s is in use by another process (%s)", options.path, s.ToString()));
     }
     return absl::InternalError(absl::StrFormat("cannot open RocksDB at %s: %s", options.path, s.ToString()));
   }
@@ -126,8 +126,8 @@ absl::StatusOr<std::vector<Hash128>> DiskTier::Put(const Hash128& key, const std
   RETURN_IF_ERROR(FromRocks(batch.Put(rocksdb::SliceParts(&value_key_slice, 1),
                                       rocksdb::SliceParts(slices.data(), static_cast<int>(slices.size()))),
                             "batch"));
-  RETURN_IF_ERROR(FromRocks(
-      batch.Put(meta_key, rocksdb::Slice(reinterpret_cast<const char*>(&meta), sizeof(meta))), "batch"));
+  RETURN_IF_ERROR(
+      FromRocks(batch.Put(meta_key, rocksdb::Slice(reinterpret_cast<const char*>(&meta), sizeof(meta))), "batch"));
   RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write"));
   lru_.push_front(key);
   index_[key] = Entry{size, lru_.begin()};
@@ -150,11 +150,11 @@ absl::StatusOr<std::string> DiskTier::Get(const Hash128& key) {
   } else if (!s.ok()) {
     problem = absl::DataLossError(absl::StrFormat("chunk %s: unreadable on disk: %s", key.ToHex(), s.ToString()));
   } else if (auto chunk = DecodeChunk(value); !chunk.ok()) {
-    problem = absl::DataLossError(absl::StrFormat("chunk %s on disk is corrupt: %s", key.ToHex(),
-                                                  std::string(chunk.status().message())));
+    problem = absl::DataLossError(
+        absl::StrFormat("chunk %s on disk is corrupt: %s", key.ToHex(), std::string(chunk.status().message())));
   } else if (chunk->header.key != key) {
-    problem = absl::DataLossError(absl::StrFormat("chunk %s on disk holds the bytes of chunk %s", key.ToHex(),
-                                                  chunk->header.key.ToHex()));
+    problem = absl::DataLossError(
+        absl::StrFormat("chunk %s on disk holds the bytes of chunk %s", key.ToHex(), chunk->header.key.ToHex()));
   }
   if (!problem.ok()) {
     MutexLock lock(&mu_);

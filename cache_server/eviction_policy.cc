@@ -98,8 +98,10 @@ std::optional<Hash128> S3FifoPolicy::PopVictim() {
     if (entry.freq > 0) {
       // Read since it arrived (small) or since its last pass (main): keep it, in main.
       Dequeue(entry);
-      if (!from_small) entry.freq -= 1;
-      else entry.freq = 0;
+      if (!from_small)
+        entry.freq -= 1;
+      else
+        entry.freq = 0;
       Enqueue(key, entry, Queue::kMain);
       continue;
     }

@@ -21,8 +21,8 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(uint64_t capacity_b
   }
   if (num_pages > UINT32_MAX) return absl::InvalidArgumentError("host capacity: too many pages");
   // Reserved lazily by the kernel: untouched pages cost no RAM.
-  void* base = mmap(nullptr, num_pages * page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                    -1, 0);
+  void* base =
+      mmap(nullptr, num_pages * page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("cannot map %d bytes of host memory: %s", num_pages * page_bytes, std::strerror(errno)));

@@ -50,7 +50,7 @@ class HostArena {
   const uint64_t num_pages_;
   const bool pinned_;
   mutable Mutex mu_;
-  CondVar freed_;  // free_ grew
+  CondVar freed_;                                    // free_ grew
   std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);  // LIFO: recently freed pages are still warm in cache
 };
 

@@ -15,9 +15,7 @@ class LatencyTimer {
  public:
   LatencyTimer(CacheMetrics& metrics, std::string method)
       : metrics_(metrics), method_(std::move(method)), start_(Clock::now()) {}
-  ~LatencyTimer() {
-    metrics_.ObserveLatency(method_, std::chrono::duration<double>(Clock::now() - start_).count());
-  }
+  ~LatencyTimer() { metrics_.ObserveLatency(method_, std::chrono::duration<double>(Clock::now() - start_).count()); }
 
  private:
   CacheMetrics& metrics_;
@@ -68,8 +66,8 @@ grpc::Status KvCacheService::Lookup(grpc::ServerContext*, const v1::LookupReques
   LatencyTimer timer(metrics_, "lookup");
   if (request->keys_size() > limits_.max_lookup_keys) {
     metrics_.CountRejected("max_lookup_keys");
-    return Invalid(absl::StrFormat("keys: %d keys exceed max_lookup_keys=%d", request->keys_size(),
-                                   limits_.max_lookup_keys));
+    return Invalid(
+        absl::StrFormat("keys: %d keys exceed max_lookup_keys=%d", request->keys_size(), limits_.max_lookup_keys));
   }
   for (const v1::Hash128& key : request->keys()) {
     v1::LookupResult* result = response->add_results();
@@ -135,7 +133,8 @@ grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerRea
                         absl::StrFormat("header: %s", std::string(header.status().message())));
   }
   if (message.header().size() != kChunkHeaderBytes) {
-    return Invalid(absl::StrFormat("header: %d bytes, expected exactly %d", message.header().size(), kChunkHeaderBytes));
+    return Invalid(
+        absl::StrFormat("header: %d bytes, expected exactly %d", message.header().size(), kChunkHeaderBytes));
   }
   if (header->key != key) {
     return Invalid(absl::StrFormat("header.key %s does not match key %s", header->key.ToHex(), key.ToHex()));
@@ -178,8 +177,8 @@ grpc::Status KvCacheService::Lease(grpc::ServerContext* context, const v1::Lease
   if (!request->has_key()) return Invalid("key is required");
   auto ttl = request->ttl_ms() == 0 ? limits_.default_lease_ttl : std::chrono::milliseconds(request->ttl_ms());
   if (ttl > limits_.max_lease_ttl) {
-    return Invalid(absl::StrFormat("ttl_ms %d exceeds max_lease_ttl=%dms", request->ttl_ms(),
-                                   limits_.max_lease_ttl.count()));
+    return Invalid(
+        absl::StrFormat("ttl_ms %d exceeds max_lease_ttl=%dms", request->ttl_ms(), limits_.max_lease_ttl.count()));
   }
   auto wait = std::min(std::chrono::milliseconds(request->wait_ms()), limits_.max_lease_wait);
   const auto now = Clock::now();
@@ -228,8 +227,8 @@ grpc::Status KvCacheService::ReleaseLease(grpc::ServerContext*, const v1::Releas
 grpc::Status KvCacheService::Delete(grpc::ServerContext*, const v1::DeleteRequest* request,
                                     v1::DeleteResponse* response) {
   if (request->keys_size() > limits_.max_lookup_keys) {
-    return Invalid(absl::StrFormat("keys: %d keys exceed max_lookup_keys=%d", request->keys_size(),
-                                   limits_.max_lookup_keys));
+    return Invalid(
+        absl::StrFormat("keys: %d keys exceed max_lookup_keys=%d", request->keys_size(), limits_.max_lookup_keys));
   }
   uint32_t deleted = 0;
   for (const v1::Hash128& key : request->keys()) deleted += store_->Delete(FromProto(key)) ? 1 : 0;

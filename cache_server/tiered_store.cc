@@ -20,8 +20,8 @@ absl::Status CheckHostValue(const HostValue& value, const Hash128& key) {
   value.Read(0, kChunkHeaderBytes, header_bytes.data());
   ASSIGN_OR_RETURN(const ChunkHeader header, DecodeChunkHeader(header_bytes));
   if (header.key != key) {
-    return absl::InvalidArgumentError(absl::StrFormat("header.key %s does not match the request key %s",
-                                                      header.key.ToHex(), key.ToHex()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("header.key %s does not match the request key %s", header.key.ToHex(), key.ToHex()));
   }
   return VerifyChunkPayload(header, value.Pieces(kChunkHeaderBytes, value.size() - kChunkHeaderBytes));
 }
@@ -49,9 +49,9 @@ std::string ChunkReader::ReadAll() const {
 
 absl::Status ChunkWriter::Append(std::string_view bytes) {
   if (written_ + bytes.size() > value_->size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "payload is longer than header.payload_bytes: %d bytes past the announced %d-byte chunk",
-        written_ + bytes.size() - value_->size(), value_->size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("payload is longer than header.payload_bytes: %d bytes past the announced %d-byte chunk",
+                        written_ + bytes.size() - value_->size(), value_->size()));
   }
   value_->Write(written_, bytes);
   written_ += bytes.size();
@@ -61,8 +61,8 @@ absl::Status ChunkWriter::Append(std::string_view bytes) {
 absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Open(const TieredStoreOptions& options,
                                                                std::shared_ptr<CacheMetrics> metrics) {
   if (metrics == nullptr) metrics = std::make_shared<CacheMetrics>();
-  ASSIGN_OR_RETURN(auto arena, HostArena::Create(options.host_capacity_bytes, options.page_bytes,
-                                                  options.pin_host_memory));
+  ASSIGN_OR_RETURN(auto arena,
+                   HostArena::Create(options.host_capacity_bytes, options.page_bytes, options.pin_host_memory));
   ASSIGN_OR_RETURN(auto policy, MakeEvictionPolicy(options.eviction_policy, arena->capacity_bytes()));
   std::unique_ptr<DiskTier> disk;
   if (options.disk_capacity_bytes > 0) {
@@ -203,9 +203,9 @@ absl::StatusOr<std::shared_ptr<HostValue>> TieredStore::AllocateHostValue(uint64
     if (!taken.empty()) return std::make_shared<HostValue>(arena_.get(), std::move(taken), size);
     if (!arena_->WaitForFreePages(pages, deadline)) {
       metrics_->CountRejected("host_full");
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "host tier full: %d pages of %d bytes needed, all held by reads and disk writes in progress", pages,
-          arena_->page_bytes()));
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("host tier full: %d pages of %d bytes needed, all held by reads and disk writes in progress",
+                          pages, arena_->page_bytes()));
     }
   }
 }
@@ -303,8 +303,8 @@ void TieredStore::DiskWriterLoop() {
     ++disk_in_flight_;
     lock.Unlock();
     auto evicted = disk_->Put(write.key, write.value->Pieces(0, write.value->size()), write.value->size());
-    if (!evicted.ok()) spdlog::error("disk write of chunk {} failed: {}", write.key.ToHex(),
-                                     std::string(evicted.status().message()));
+    if (!evicted.ok())
+      spdlog::error("disk write of chunk {} failed: {}", write.key.ToHex(), std::string(evicted.status().message()));
     write.value.reset();  // the pages of an already-evicted value go back now
     lock.Lock();
     --disk_in_flight_;

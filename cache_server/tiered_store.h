@@ -143,8 +143,7 @@ class TieredStore {
   void InsertHostLocked(const Hash128& key, std::shared_ptr<HostValue> value, bool on_disk)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseHostLocked(const Hash128& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EnqueueDiskWriteLocked(const Hash128& key, std::shared_ptr<HostValue> value)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueueDiskWriteLocked(const Hash128& key, std::shared_ptr<HostValue> value) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DiskWriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -160,8 +159,8 @@ class TieredStore {
   const std::unique_ptr<DiskTier> disk_;  // null without a disk tier; thread-safe itself
   std::deque<DiskWrite> disk_queue_ ABSL_GUARDED_BY(mu_);
   uint64_t disk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // taken off the queue, not yet written
-  CondVar disk_work_;  // disk_queue_ gained a write, or stopping_
-  CondVar disk_idle_;  // disk_queue_ drained and nothing in flight
+  CondVar disk_work_;                                 // disk_queue_ gained a write, or stopping_
+  CondVar disk_idle_;                                 // disk_queue_ drained and nothing in flight
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread disk_writer_;
 };

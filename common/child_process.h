@@ -20,7 +20,7 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   bool started() const { return !address_.empty(); }
-  const std::string& address() const { return address_; }                 // HOST:PORT of the service
+  const std::string& address() const { return address_; }                  // HOST:PORT of the service
   const std::string& metrics_address() const { return metrics_address_; }  // empty without metrics
   const std::string& first_line() const { return first_line_; }
 

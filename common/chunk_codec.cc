@@ -105,9 +105,9 @@ absl::StatusOr<ChunkHeader> DecodeChunkHeader(std::string_view bytes) {
   ChunkHeader h;
   h.layout_version = Get<uint32_t>(bytes, kOffVersion);
   if (h.layout_version != kChunkFormatVersion) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "chunk header: layout_version %d is not supported (this build reads version %d)", h.layout_version,
-        kChunkFormatVersion));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("chunk header: layout_version %d is not supported (this build reads version %d)",
+                        h.layout_version, kChunkFormatVersion));
   }
   if (Get<uint32_t>(bytes, kOffHeaderBytes) != kChunkHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrFormat("chunk header: header_bytes %d, expected %d",
@@ -124,7 +124,8 @@ absl::StatusOr<ChunkHeader> DecodeChunkHeader(std::string_view bytes) {
   h.layout.num_tokens = Get<uint32_t>(bytes, kOffTokens);
   h.layout.anchor_tokens = Get<uint32_t>(bytes, kOffAnchor);
   const uint32_t dtype = Get<uint32_t>(bytes, kOffDtype);
-  if (dtype < 1 || dtype > 3) return absl::InvalidArgumentError(absl::StrFormat("chunk header: unknown dtype %d", dtype));
+  if (dtype < 1 || dtype > 3)
+    return absl::InvalidArgumentError(absl::StrFormat("chunk header: unknown dtype %d", dtype));
   h.layout.dtype = static_cast<KvDtype>(dtype);
   h.payload_bytes = Get<uint64_t>(bytes, kOffPayloadBytes);
   h.payload_checksum = Get<uint64_t>(bytes, kOffPayloadChecksum);

@@ -45,7 +45,9 @@ struct ChunkLayout {
   size_t plane_bytes() const { return row_bytes() * num_tokens; }
   size_t payload_bytes() const { return plane_bytes() * 2 * num_layers; }
   // Offset of the K (kind 0) or V (kind 1) plane of `layer`.
-  size_t plane_offset(uint32_t layer, int kind) const { return plane_bytes() * (2 * static_cast<size_t>(layer) + kind); }
+  size_t plane_offset(uint32_t layer, int kind) const {
+    return plane_bytes() * (2 * static_cast<size_t>(layer) + kind);
+  }
 };
 
 struct ChunkHeader {

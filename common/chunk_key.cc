@@ -22,17 +22,20 @@ std::string Hash128::ToHex() const { return absl::StrFormat("%016x%016x", high, 
 
 absl::StatusOr<Hash128> Hash128::FromHex(std::string_view hex) {
   if (hex.size() != 32) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("hash must be 32 hex digits, got %d characters", hex.size()));
+    return absl::InvalidArgumentError(absl::StrFormat("hash must be 32 hex digits, got %d characters", hex.size()));
   }
   Hash128 out;
   for (size_t i = 0; i < 32; ++i) {
     const char c = hex[i];
     int digit;
-    if (c >= '0' && c <= '9') digit = c - '0';
-    else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') digit = c - 'A' + 10;
-    else return absl::InvalidArgumentError(absl::StrFormat("hash has a non-hex character at %d", i));
+    if (c >= '0' && c <= '9')
+      digit = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      digit = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      digit = c - 'A' + 10;
+    else
+      return absl::InvalidArgumentError(absl::StrFormat("hash has a non-hex character at %d", i));
     uint64_t& word = i < 16 ? out.high : out.low;
     word = (word << 4) | static_cast<uint64_t>(digit);
   }

@@ -35,8 +35,8 @@ class Hasher128 {
   Hasher128& operator=(const Hasher128&) = delete;
 
   Hasher128& AddU64(uint64_t value);
-  Hasher128& AddBytes(std::span<const uint8_t> bytes);  // length-prefixed
-  Hasher128& AddString(std::string_view text);          // length-prefixed
+  Hasher128& AddBytes(std::span<const uint8_t> bytes);    // length-prefixed
+  Hasher128& AddString(std::string_view text);            // length-prefixed
   Hasher128& AddTokens(std::span<const int32_t> tokens);  // length-prefixed
   Hasher128& AddHash(const Hash128& hash);
   // Raw bytes with no length prefix, for streaming a large blob in pieces.

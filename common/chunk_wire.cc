@@ -1,10 +1,10 @@
 #include "common/chunk_wire.h"
 
-#include <atomic>
-
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/sync_stream.h>
+
+#include <atomic>
 
 #include "common/chunk_codec.h"
 
@@ -129,7 +129,7 @@ grpc::Status PutChunkSlices(v1::KvCache::Stub& stub, grpc::ClientContext* contex
 namespace grpc {
 
 Status SerializationTraits<lazykv::OutgoingGetResponse, void>::Serialize(const lazykv::OutgoingGetResponse& message,
-                                                                        ByteBuffer* buffer, bool* own_buffer) {
+                                                                         ByteBuffer* buffer, bool* own_buffer) {
   std::string prefix;
   if (!message.header.empty()) {
     prefix.push_back(static_cast<char>(lazykv::kHeaderTag));
@@ -159,7 +159,7 @@ Status SerializationTraits<lazykv::OutgoingGetResponse, void>::Serialize(const l
 }
 
 Status SerializationTraits<lazykv::IncomingGetResponse, void>::Deserialize(ByteBuffer* buffer,
-                                                                          lazykv::IncomingGetResponse* message) {
+                                                                           lazykv::IncomingGetResponse* message) {
   std::vector<Slice> slices;
   if (!buffer->Dump(&slices).ok()) return Status(StatusCode::INTERNAL, "cannot read a GetResponse buffer");
   buffer->Clear();

@@ -11,8 +11,8 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
-#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/impl/serialization_traits.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include <memory>
 #include <string>
@@ -24,10 +24,10 @@
 namespace lazykv {
 
 struct OutgoingGetResponse {
-  std::string header;                  // field 1: first message only
+  std::string header;                    // field 1: first message only
   v1::Tier tier = v1::TIER_UNSPECIFIED;  // field 2
-  std::vector<std::string_view> data;  // field 3: these pieces, concatenated
-  std::shared_ptr<const void> owner;   // keeps `data` valid until gRPC lets go of it
+  std::vector<std::string_view> data;    // field 3: these pieces, concatenated
+  std::shared_ptr<const void> owner;     // keeps `data` valid until gRPC lets go of it
 };
 
 struct IncomingGetResponse {

@@ -24,7 +24,7 @@ class FlagParser {
   void AddDouble(const std::string& name, double* out);
   void AddFloat(const std::string& name, float* out);
   void AddByteSize(const std::string& name, uint64_t* out);  // 8GiB, 512MiB, 4096
-  void AddSwitch(const std::string& name, bool* out);         // no value
+  void AddSwitch(const std::string& name, bool* out);        // no value
 
   // CANCELLED carrying the usage text for --help; INVALID_ARGUMENT for bad flags.
   absl::Status Parse(int argc, char** argv) const;

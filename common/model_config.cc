@@ -36,7 +36,8 @@ absl::Status ModelConfig::Validate() const {
   };
   constexpr int kMaxDim = 1 << 16;
   if (dim <= 0 || dim > kMaxDim) return bad(absl::StrFormat("dim %d out of range [1, %d]", dim, kMaxDim));
-  if (hidden_dim <= 0 || hidden_dim > 4 * kMaxDim) return bad(absl::StrFormat("hidden_dim %d out of range", hidden_dim));
+  if (hidden_dim <= 0 || hidden_dim > 4 * kMaxDim)
+    return bad(absl::StrFormat("hidden_dim %d out of range", hidden_dim));
   if (n_layers <= 0 || n_layers > 1024) return bad(absl::StrFormat("n_layers %d out of range [1, 1024]", n_layers));
   if (n_heads <= 0 || n_heads > 1024) return bad(absl::StrFormat("n_heads %d out of range", n_heads));
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
@@ -63,8 +64,8 @@ void ModelConfig::HashInto(Hasher128& hasher) const {
   hasher.AddU64(rope.style == RopeStyle::kInterleaved ? 0 : 1);
   hasher.AddU64(shared_classifier ? 1 : 0);
   hasher.AddU64(rope.llama3_scaling ? 1 : 0);
-  for (double v : {rope.theta, rope.scaling_factor, rope.low_freq_factor, rope.high_freq_factor,
-                   rope.original_max_position}) {
+  for (double v :
+       {rope.theta, rope.scaling_factor, rope.low_freq_factor, rope.high_freq_factor, rope.original_max_position}) {
     hasher.AddRaw(&v, sizeof(v));
   }
 }

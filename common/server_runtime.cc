@@ -49,7 +49,8 @@ absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
 void PrintListening(const std::string& name, const std::string& listen, int port, const prometheus::Exposer* exposer,
                     const std::string& metrics_listen) {
   std::cout << name << " listening on " << HostOf(listen) << ":" << port;
-  if (exposer != nullptr) std::cout << " metrics on " << HostOf(metrics_listen) << ":" << exposer->GetListeningPorts().front();
+  if (exposer != nullptr)
+    std::cout << " metrics on " << HostOf(metrics_listen) << ":" << exposer->GetListeningPorts().front();
   std::cout << std::endl;
 }
 

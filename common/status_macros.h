@@ -15,8 +15,7 @@
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, F())` binds the value of a StatusOr or returns its error.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  LAZYKV_ASSIGN_OR_RETURN_IMPL(LAZYKV_CONCAT(lazykv_statusor_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr) LAZYKV_ASSIGN_OR_RETURN_IMPL(LAZYKV_CONCAT(lazykv_statusor_, __LINE__), lhs, expr)
 #define LAZYKV_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                 \
   if (!tmp.ok()) return std::move(tmp).status();     \

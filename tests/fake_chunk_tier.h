@@ -5,8 +5,8 @@
 #pragma once
 
 #include <chrono>
-#include <unordered_map>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"

@@ -9,8 +9,7 @@
 namespace lazykv::cpu {
 
 void LazyPagedAttention(const float* q, const int32_t* positions, int n_queries, int n_heads,
-                        std::span<const KvBlockRef> context, const KvLayerView& kv, const RopeTable& rope,
-                        float* out) {
+                        std::span<const KvBlockRef> context, const KvLayerView& kv, const RopeTable& rope, float* out) {
   const int hd = kv.head_dim;
   const int group = n_heads / kv.n_kv_heads;
   const size_t q_width = static_cast<size_t>(n_heads) * hd;
@@ -87,8 +86,8 @@ void LazyPagedAttention(const float* q, const int32_t* positions, int n_queries,
   }
 }
 
-void CopyBlockRotated(const KvLayerView& kv, int32_t src_block, int32_t dst_block, int32_t num_tokens,
-                      int32_t delta, const RopeTable& rope) {
+void CopyBlockRotated(const KvLayerView& kv, int32_t src_block, int32_t dst_block, int32_t num_tokens, int32_t delta,
+                      const RopeTable& rope) {
   const size_t width = static_cast<size_t>(kv.n_kv_heads) * kv.head_dim;
   for (int32_t s = 0; s < num_tokens; ++s) {
     float* k_dst = kv.k + kv.slot_offset(dst_block, s);

@@ -31,12 +31,11 @@ struct KvLayerView {
 
 // q and out are [n_queries][n_heads * head_dim]; positions[i] is query i's logical position.
 void LazyPagedAttention(const float* q, const int32_t* positions, int n_queries, int n_heads,
-                        std::span<const KvBlockRef> context, const KvLayerView& kv, const RopeTable& rope,
-                        float* out);
+                        std::span<const KvBlockRef> context, const KvLayerView& kv, const RopeTable& rope, float* out);
 
 // The block baseline's materialize: dst slots get the src keys re-rotated by `delta`
 // (k' = R(delta) k) and the values copied, for the first `num_tokens` slots.
-void CopyBlockRotated(const KvLayerView& kv, int32_t src_block, int32_t dst_block, int32_t num_tokens,
-                      int32_t delta, const RopeTable& rope);
+void CopyBlockRotated(const KvLayerView& kv, int32_t src_block, int32_t dst_block, int32_t num_tokens, int32_t delta,
+                      const RopeTable& rope);
 
 }  // namespace lazykv::cpu

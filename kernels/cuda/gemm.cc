@@ -77,8 +77,8 @@ absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(int rows, int in, int out, float beta,
                                        sizeof(workspace_bytes_));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  s = api_->LtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), plan->desc, plan->a, plan->b, plan->c,
-                                     plan->c, pref, 1, &result, &found);
+  s = api_->LtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), plan->desc, plan->a, plan->b, plan->c, plan->c,
+                                     pref, 1, &result, &found);
   api_->LtMatmulPreferenceDestroy(pref);
   plan->use_lt = s == CUBLAS_STATUS_SUCCESS && found > 0;
   if (plan->use_lt) plan->algo = result.algo;
@@ -95,16 +95,16 @@ absl::Status Gemm::RunTyped(const void* x, int rows, int in, const void* w, int 
   if (!plan.ok()) return plan.status();
   const float alpha = 1.0f;
   if ((*plan)->use_lt) {
-    const cublasStatus_t s = api_->LtMatmul(static_cast<cublasLtHandle_t>(lt_), (*plan)->desc, &alpha, w, (*plan)->a,
-                                            x, (*plan)->b, &beta, y, (*plan)->c, y, (*plan)->c, &(*plan)->algo,
-                                            workspace_, workspace_bytes_, stream_);
+    const cublasStatus_t s =
+        api_->LtMatmul(static_cast<cublasLtHandle_t>(lt_), (*plan)->desc, &alpha, w, (*plan)->a, x, (*plan)->b, &beta,
+                       y, (*plan)->c, y, (*plan)->c, &(*plan)->algo, workspace_, workspace_bytes_, stream_);
     if (s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasLtMatmul");
     return absl::OkStatus();
   }
   const cudaDataType input_type = fp32_inputs ? CUDA_R_32F : CUDA_R_16BF;
-  const cublasStatus_t s = api_->GemmEx(static_cast<cublasHandle_t>(blas_), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in,
-                                        &alpha, w, input_type, in, x, input_type, in, &beta, y, CUDA_R_32F, out,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  const cublasStatus_t s =
+      api_->GemmEx(static_cast<cublasHandle_t>(blas_), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, w, input_type,
+                   in, x, input_type, in, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasGemmEx");
   return absl::OkStatus();
 }

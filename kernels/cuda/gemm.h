@@ -46,8 +46,8 @@ class Gemm {
 
   const CublasApi* api_ = nullptr;  // cuBLAS opened on first use (cublas_api.h)
   cudaStream_t stream_ = nullptr;
-  void* lt_ = nullptr;      // cublasLtHandle_t
-  void* blas_ = nullptr;    // cublasHandle_t (fallback)
+  void* lt_ = nullptr;    // cublasLtHandle_t
+  void* blas_ = nullptr;  // cublasHandle_t (fallback)
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<std::tuple<int, int, int, bool, bool>, std::unique_ptr<Plan>> plans_;

@@ -46,7 +46,10 @@ __global__ void GenericAttentionKernel(PrefillAttentionParams p, float scale) {
   int lo = 0, hi = p.num_seqs - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (p.query_offsets[mid] <= row) lo = mid; else hi = mid - 1;
+    if (p.query_offsets[mid] <= row)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const int seq = lo;
   const long long position = static_cast<long long>(p.query_pos0[seq]) + (row - p.query_offsets[seq]);

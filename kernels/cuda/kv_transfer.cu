@@ -43,8 +43,8 @@ void Launch(const KvTransferParams& p, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t LaunchKvTransfer(const KvTransferParams& p, cudaStream_t stream) {
-  if (p.num_blocks_in_chunk < 0 || p.num_blocks_in_chunk > (1 << 30) || p.kv.n_kv_heads <= 0 ||
-      p.kv.head_dim <= 0 || p.kv.block_size <= 0 || p.num_layers < 0 || p.num_layers > 65535 || p.first_layer < 0) {
+  if (p.num_blocks_in_chunk < 0 || p.num_blocks_in_chunk > (1 << 30) || p.kv.n_kv_heads <= 0 || p.kv.head_dim <= 0 ||
+      p.kv.block_size <= 0 || p.num_layers < 0 || p.num_layers > 65535 || p.first_layer < 0) {
     return cudaErrorInvalidValue;
   }
   if (p.num_blocks_in_chunk == 0 || p.num_layers == 0) return cudaSuccess;

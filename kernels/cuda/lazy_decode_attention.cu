@@ -5,8 +5,8 @@
 #include <atomic>
 #include <cfloat>
 
-#include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_decode_attention_config.h"
 #include "kernels/cuda/lazy_decode_kernels.cuh"
 #include "kernels/cuda/split_combine.h"
@@ -193,6 +193,5 @@ size_t DecodeWorkspaceBytes(const DecodeAttentionParams& p, int num_splits) {
 cudaError_t LaunchLazyDecodeAttention(DecodeAttentionParams p, cudaStream_t stream) {
   return detail::LaunchLazyDecodeAttentionWith(p, detail::DefaultDecodeConfig(), stream);
 }
-
 
 }  // namespace lazykv::cuda

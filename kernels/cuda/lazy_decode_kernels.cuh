@@ -82,19 +82,18 @@ __device__ __forceinline__ void ReduceScatter(float* v, int lane) {
 
 template <int HD, int GP, int WARPS, int STAGES>
 struct DecodeShape {
-  static constexpr int kLanesPerRow = HD / 8;              // 16-byte pieces per K or V row
-  static constexpr int kRowsPerLoad = 32 / kLanesPerRow;   // rows one warp instruction covers
+  static constexpr int kLanesPerRow = HD / 8;             // 16-byte pieces per K or V row
+  static constexpr int kRowsPerLoad = 32 / kLanesPerRow;  // rows one warp instruction covers
   static constexpr int kRowsPerLane = kTile / kRowsPerLoad;
-  static constexpr int kScores = kRowsPerLane * GP;        // partial dots per lane per tile
+  static constexpr int kScores = kRowsPerLane * GP;  // partial dots per lane per tile
   // After the reduce-scatter each lane owns kOwned complete scores: one row, heads
   // [(piece & 1) * kOwned, ...) when GP >= 2; with GP == 1 pairs of lanes hold duplicates.
   static constexpr int kOwned = kScores >= kLanesPerRow ? kScores / kLanesPerRow : 1;
   static constexpr int kDupShift = kScores >= kLanesPerRow ? 0 : Log2(kLanesPerRow) - Log2(kScores);
   static constexpr int kStageElems = 2 * kTile * HD;  // bf16: K rows, then V rows
   static constexpr size_t kStageBytes = static_cast<size_t>(WARPS) * STAGES * kStageElems * 2;
-  static constexpr size_t kSmemBytes =
-      kStageBytes + sizeof(float) * (GP * HD + WARPS * kTile * GP) + sizeof(int2) * WARPS * STAGES +
-      sizeof(double) * HD / 2;
+  static constexpr size_t kSmemBytes = kStageBytes + sizeof(float) * (GP * HD + WARPS * kTile * GP) +
+                                       sizeof(int2) * WARPS * STAGES + sizeof(double) * HD / 2;
   static_assert(kOwned * 2 == GP || GP == 1, "ownership layout");
   static_assert(HD / 2 <= WARPS * 32, "one thread per inverse frequency");
   static_assert(sizeof(float) * WARPS * GP * (HD + 2) <= kStageBytes, "merge scratch fits the stages");
@@ -136,8 +135,8 @@ __device__ __forceinline__ void LoadFloats(const float* src, float* v) {
 // Grid: x = (seq * splits + split) * n_kv_heads + kv_head, so that the KV heads of one
 // sequence run side by side and read neighbouring bytes of the same blocks.
 template <int HD, int GP, int WARPS, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionParams p, int splits,
-                                                                 int entries_per_split) {
+__global__ void __launch_bounds__(WARPS * 32)
+    DecodeSplitKernel(DecodeAttentionParams p, int splits, int entries_per_split) {
   using Shape = DecodeShape<HD, GP, WARPS, STAGES>;
   constexpr int kLanesPerRow = Shape::kLanesPerRow, kRowsPerLoad = Shape::kRowsPerLoad;
   constexpr int kRowsPerLane = Shape::kRowsPerLane, kScores = Shape::kScores, kOwned = Shape::kOwned;
@@ -146,8 +145,8 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
 
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* stage_base = reinterpret_cast<__nv_bfloat16*>(smem);
-  float* q_raw = reinterpret_cast<float*>(smem + Shape::kStageBytes);  // [GP][HD]
-  float* p_tiles = q_raw + GP * HD;                                     // [WARPS][kTile][GP]
+  float* q_raw = reinterpret_cast<float*>(smem + Shape::kStageBytes);        // [GP][HD]
+  float* p_tiles = q_raw + GP * HD;                                          // [WARPS][kTile][GP]
   int2* stage_meta = reinterpret_cast<int2*>(p_tiles + WARPS * kTile * GP);  // [WARPS][STAGES]
   double* freq = reinterpret_cast<double*>(stage_meta + WARPS * STAGES);     // [HD / 2]
 
@@ -435,7 +434,7 @@ __global__ void __launch_bounds__(WARPS * 32) DecodeSplitKernel(DecodeAttentionP
 #pragma unroll
     for (int mask = GP > 1 ? 2 : 1; mask < 32; mask *= 2) l_own[i] += __shfl_xor_sync(kAll, l_own[i], mask);
   }
-  __syncthreads();  // every warp is done with its stages: they become the merge scratch
+  __syncthreads();                                  // every warp is done with its stages: they become the merge scratch
   float* red_acc = reinterpret_cast<float*>(smem);  // [WARPS][GP][HD]
   float* red_m = red_acc + WARPS * GP * HD;         // [WARPS][GP]
   float* red_l = red_m + WARPS * GP;

@@ -90,8 +90,8 @@ cudaError_t LaunchSchedule(const PrefillAttentionParams& p, const KernelArgs& a,
 int ChoosePrefillSplits(const PrefillAttentionParams& p) {
   if (p.num_splits > 0) return std::min(p.num_splits, kMaxSplits);
   // One CTA fits on an SM: split the keys only when the launch fills less than one wave.
-  const long long ctas = static_cast<long long>(std::max(1, p.n_heads)) * std::max(1, QueryTiles(p)) *
-                         std::max(1, p.num_seqs);
+  const long long ctas =
+      static_cast<long long>(std::max(1, p.n_heads)) * std::max(1, QueryTiles(p)) * std::max(1, p.num_seqs);
   const long long slots = MultiprocessorCount();
   return static_cast<int>(std::max(1LL, std::min<long long>(kMaxSplits, slots / ctas)));
 }
@@ -125,7 +125,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(p.kv.head_dim));
   const KernelArgs args{log2bs, scale_log2, splits};
   const cudaError_t err = p.kv.head_dim == 64 ? LaunchSchedule<64>(p, args, schedule, stream)
-                                               : LaunchSchedule<128>(p, args, schedule, stream);
+                                              : LaunchSchedule<128>(p, args, schedule, stream);
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }

@@ -103,8 +103,7 @@ __device__ __forceinline__ int MakeFirstTiles(const PrefillAttentionParams& p, c
 
 // No visible key: the reference's output is zero (a split's partial: empty).
 template <int HD>
-__device__ __forceinline__ void WriteEmptyRows(const PrefillAttentionParams& p, const CtaWork& w, int t,
-                                               int threads) {
+__device__ __forceinline__ void WriteEmptyRows(const PrefillAttentionParams& p, const CtaWork& w, int t, int threads) {
   const size_t out_stride = w.row_stride * w.splits;
   for (int i = t; i < w.rows * HD; i += threads) w.out_tile[(i / HD) * out_stride + i % HD] = 0.0f;
   if (w.m_tile != nullptr) {

@@ -9,7 +9,6 @@
 // rows) while the tensor cores compute this tile's P V (which reads no query).
 #pragma once
 
-
 #include <cfloat>
 #include <cstdint>
 
@@ -37,8 +36,8 @@ __device__ __forceinline__ void WarpgroupsArrive() { asm volatile("bar.arrive 1,
 // a warpgroup) ran 1.2-1.3x slower than kStagger here at 253 registers
 // (bench/results/cuda_prefill_2026-11-21b.md) and was dropped.
 template <int HD, int kSchedule>
-__global__ void __launch_bounds__(kThreads, 1) LazyPrefillKernel(const PrefillAttentionParams p, int log2bs,
-                                                                 float scale_log2, int splits) {
+__global__ void __launch_bounds__(kThreads, 1)
+    LazyPrefillKernel(const PrefillAttentionParams p, int log2bs, float scale_log2, int splits) {
   using L = SmemLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);

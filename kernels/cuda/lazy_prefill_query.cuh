@@ -131,8 +131,8 @@ __device__ __forceinline__ void WriteRowsForDelta(const PrefillAttentionParams& 
 // lane, fetched by shuffles). Rows are a multiple of 8 apart, so each store's swizzle is fixed
 // per thread. A different split from RotateRowsByPosition's: a barrier goes between them.
 template <int HD>
-__device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams& p, const float* raw, int delta,
-                                                   int t, uint32_t q_tile) {
+__device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams& p, const float* raw, int delta, int t,
+                                                   uint32_t q_tile) {
   constexpr int kGroups = HD / 16;         // threads per row
   constexpr int kRowStep = 128 / kGroups;  // 16 or 32: a multiple of 8
   const int lane = t % 32, g = lane % kGroups, r0 = t / kGroups;

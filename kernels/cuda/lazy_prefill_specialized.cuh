@@ -185,8 +185,7 @@ __device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork&
 
 // Consumer c (0 or 1): query rows 64 c .. 64 c + 63.
 template <int HD>
-__device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, float scale_log2,
-                            unsigned char* smem) {
+__device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, float scale_log2, unsigned char* smem) {
   using L = SpecSmemLayout<HD>;
   const int c = threadIdx.x / 128 - 2;
   const int my_row0 = c * 64 + ((threadIdx.x % 128) / 32) * kRowsPerWarp + (threadIdx.x % 32) / 4;
@@ -234,9 +233,8 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kSpecThreads, 1) LazyPrefillSpecializedKernel(const PrefillAttentionParams p,
-                                                                                int log2bs, float scale_log2,
-                                                                                int splits) {
+__global__ void __launch_bounds__(kSpecThreads, 1)
+    LazyPrefillSpecializedKernel(const PrefillAttentionParams p, int log2bs, float scale_log2, int splits) {
   using L = SpecSmemLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);

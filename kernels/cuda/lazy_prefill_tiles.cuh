@@ -20,7 +20,7 @@ constexpr int kWarpgroups = 2;
 constexpr int kThreads = kWarpgroups * 128;
 constexpr int kRowsPerWarp = kBM / (kThreads / 32);  // 16: the query rows each warp rotates and owns
 constexpr int kMaxEntriesPerTile = kBN / 16;         // 16: the smallest block size
-constexpr int kDescSlots = 3;  // tiles j, j + 1 and j + 2 (written during tile j)
+constexpr int kDescSlots = 3;                        // tiles j, j + 1 and j + 2 (written during tile j)
 constexpr int kMaxSplits = 16;
 
 // The kernels and schedules of the main loop, timed against each other by the benchmark:
@@ -34,9 +34,9 @@ enum Schedule { kSerial = 0, kStagger = 1, kSpecialized = 2 };
 struct TileDesc {
   int block[kMaxEntriesPerTile];  // each entry's pool block
   int valid;
-  int e;           // first entry (index into the concatenated table)
-  int s0;          // first slot within entry e (block_size > kBN only)
-  int ne;          // entries in the tile
+  int e;   // first entry (index into the concatenated table)
+  int s0;  // first slot within entry e (block_size > kBN only)
+  int ne;  // entries in the tile
   int delta;
   int needs_mask;  // some column is empty or not visible to the tile's first query
   int tok[kMaxEntriesPerTile];
@@ -105,8 +105,8 @@ __device__ __forceinline__ void LoadRawQuery(const float* q_tile, size_t row_str
 // The tile that starts at entry e, slot s0, built by one warp (all 32 lanes call it): lane
 // k < kMaxEntriesPerTile reads entry e + k of the block table, so the walk costs one
 // round trip to memory rather than a chain of them.
-__device__ void MakeTile(const PrefillAttentionParams& p, int e, int s0, int e_end, int entries_per_tile,
-                         int pos_lo, int pos_hi, TileDesc* d) {
+__device__ void MakeTile(const PrefillAttentionParams& p, int e, int s0, int e_end, int entries_per_tile, int pos_lo,
+                         int pos_hi, TileDesc* d) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31;
   if (e >= e_end) {

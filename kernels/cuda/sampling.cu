@@ -58,8 +58,7 @@ struct Crossing {
 
 // The first token in the order (p decreasing, ties by id) whose running mass exceeds
 // `threshold` (strict) or reaches it; the caller guarantees that one does.
-__device__ Crossing FindCrossing(const float* probs, int vocab, u64 threshold, bool strict, double scale,
-                                 Shared& sh) {
+__device__ Crossing FindCrossing(const float* probs, int vocab, u64 threshold, bool strict, double scale, Shared& sh) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   uint32_t prefix = 0, mask = 0;
   u64 above = 0;  // mass of the tokens before every token matching the prefix
@@ -220,8 +219,8 @@ cudaError_t LaunchSampleRows(const SampleParams& p, cudaStream_t stream) {
   while ((1 << bits) <= p.vocab) ++bits;
   const double scale = ldexp(1.0, 62 - bits);
   const size_t smem = sizeof(Shared);
-  if (cudaError_t e = cudaFuncSetAttribute(SampleRowsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem));
+  if (cudaError_t e =
+          cudaFuncSetAttribute(SampleRowsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       e != cudaSuccess) {
     return e;
   }

@@ -28,7 +28,7 @@ struct SampleRowParams {
   float temperature = 0.0f;  // 0: greedy
   float top_p = 1.0f;        // (0, 1]
   int32_t unused = 0;
-  double uniform = 0.0;      // [0, 1), drawn on the host from the request's generator
+  double uniform = 0.0;  // [0, 1), drawn on the host from the request's generator
 };
 
 struct SampledRow {
@@ -37,10 +37,10 @@ struct SampledRow {
 };
 
 struct SampleParams {
-  const float* logits = nullptr;            // [*][vocab]
-  const SampleRowParams* rows = nullptr;    // [num_rows]
-  float* workspace = nullptr;               // SampleWorkspaceBytes(num_rows, vocab)
-  SampledRow* out = nullptr;                // [num_rows]
+  const float* logits = nullptr;          // [*][vocab]
+  const SampleRowParams* rows = nullptr;  // [num_rows]
+  float* workspace = nullptr;             // SampleWorkspaceBytes(num_rows, vocab)
+  SampledRow* out = nullptr;              // [num_rows]
   int num_rows = 0;
   int vocab = 0;
 };

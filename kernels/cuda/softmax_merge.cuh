@@ -79,8 +79,6 @@ __device__ __forceinline__ SplitPartials<F> SplitPartialsIn(F* workspace, size_t
   return SplitPartials<F>{workspace, workspace + n, workspace + 2 * n};
 }
 
-__device__ __forceinline__ size_t SplitStateIndex(size_t pair, int split, int splits) {
-  return pair * splits + split;
-}
+__device__ __forceinline__ size_t SplitStateIndex(size_t pair, int split, int splits) { return pair * splits + split; }
 
 }  // namespace lazykv::cuda

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kCombineThreads) SplitCombineKernel(SplitCombi
     l_local += w * l;
   }
   const float l_all = PairReduce<kPairThreads>(l_local, scratch, false);  // a CTA's barriers publish weight[]
-  if constexpr (kPairThreads == 32) __syncwarp();                        // a warp's weight[]
+  if constexpr (kPairThreads == 32) __syncwarp();                         // a warp's weight[]
   for (int d = t; d < hd; d += kPairThreads) {
     const float* acc = part.acc + base * hd + d;
     float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;

@@ -43,10 +43,9 @@ TEST(BackendSamplingTest, DefaultIsForwardThenSampleRow) {
   ASSERT_TRUE(sampled_backend && plain_backend);
   const Batch batch(rng, sampled_backend->config().vocab_size);
   const std::vector<StepSampling> sampling = {
-      StepSampling{},
-      StepSampling{.sample = true, .row = RowSampling{}, .keep_logits = false},  // greedy
-      StepSampling{.sample = true, .row = RowSampling{.temperature = 0.8f, .top_p = 0.9f, .uniform = 0.37},
-                   .keep_logits = true},
+      StepSampling{}, StepSampling{.sample = true, .row = RowSampling{}, .keep_logits = false},  // greedy
+      StepSampling{
+          .sample = true, .row = RowSampling{.temperature = 0.8f, .top_p = 0.9f, .uniform = 0.37}, .keep_logits = true},
       StepSampling{}};
   std::vector<SampledToken> tokens;
   std::vector<std::vector<float>> logits, reference;
@@ -81,7 +80,7 @@ TEST(BackendSamplingTest, RejectsSamplingThatDoesNotFitTheSteps) {
     return backend->ForwardAndSample(batch.steps, sampling, &tokens, &logits);
   };
   const StepSampling greedy{.sample = true, .row = RowSampling{}, .keep_logits = false};
-  EXPECT_FALSE(run({StepSampling{}, greedy}).ok());  // one entry per step
+  EXPECT_FALSE(run({StepSampling{}, greedy}).ok());                                  // one entry per step
   EXPECT_FALSE(run({greedy, StepSampling{}, StepSampling{}, StepSampling{}}).ok());  // no logits wanted
   EXPECT_FALSE(run({StepSampling{}, StepSampling{}, StepSampling{}, greedy}).ok());  // every row wanted
   for (const RowSampling& bad : {RowSampling{.temperature = -1.0f, .top_p = 1.0f, .uniform = 0.5},

@@ -25,9 +25,9 @@ namespace lazykv::testing {
 namespace {
 
 TEST(Bf16Test, RoundsToNearestTiesToEven) {
-  const float one = 1.0f, ulp = std::ldexp(1.0f, -7);  // bf16 has 7 fraction bits
-  EXPECT_EQ(cpu::RoundToBf16(one + ulp / 2), one);                            // tie, even below
-  EXPECT_EQ(cpu::RoundToBf16(one + 3 * ulp / 2), one + 2 * ulp);              // tie, even above
+  const float one = 1.0f, ulp = std::ldexp(1.0f, -7);                             // bf16 has 7 fraction bits
+  EXPECT_EQ(cpu::RoundToBf16(one + ulp / 2), one);                                // tie, even below
+  EXPECT_EQ(cpu::RoundToBf16(one + 3 * ulp / 2), one + 2 * ulp);                  // tie, even above
   EXPECT_EQ(cpu::RoundToBf16(one + ulp / 2 + std::ldexp(1.0f, -20)), one + ulp);  // past the tie
   EXPECT_EQ(cpu::RoundToBf16(-(one + 3 * ulp / 2)), -(one + 2 * ulp));
   EXPECT_EQ(cpu::RoundToBf16(std::numeric_limits<float>::max()), std::numeric_limits<float>::infinity());
@@ -68,11 +68,12 @@ enum Point : unsigned {
   kFinalNormOut = 1u << 7,
 };
 constexpr unsigned kAllPoints = (1u << 8) - 1;
-constexpr const char* kPointNames[] = {"weights", "attention norm output", "keys", "values",
-                                       "attention output", "FFN norm output", "SwiGLU output", "final norm output"};
+constexpr const char* kPointNames[] = {"weights",       "attention norm output", "keys",
+                                       "values",        "attention output",      "FFN norm output",
+                                       "SwiGLU output", "final norm output"};
 
 struct Reference {
-  std::vector<float> logits;                    // [tokens][vocab]
+  std::vector<float> logits;                     // [tokens][vocab]
   std::vector<std::vector<float>> keys, values;  // per layer [tokens][kv_dim], as stored
 };
 
@@ -230,8 +231,10 @@ TEST(CpuNumericsTest, Bf16LikeCudaRoundsExactlyAtTheCudaBackendsPoints) {
     const double difference = RelativeError(run.logits, fp32.logits);
     EXPECT_GT(difference, 1e-4);
     EXPECT_LT(difference, 3e-2);
-    std::printf("%s: GPU-like numerics vs explicit rounding %.1e, without one of the points at least %.1e, vs fp32 "
-                "%.1e\n", name.c_str(), RelativeError(run.logits, ref.logits), smallest, difference);
+    std::printf(
+        "%s: GPU-like numerics vs explicit rounding %.1e, without one of the points at least %.1e, vs fp32 "
+        "%.1e\n",
+        name.c_str(), RelativeError(run.logits, ref.logits), smallest, difference);
   }
 }
 
@@ -241,8 +244,8 @@ TEST(CpuNumericsTest, Fp32DefaultRoundsNowhere) {
   std::mt19937_64 rng(seed);
   const ModelConfig config = OneLayer("tiny-hf");
   const ModelWeights weights = MakeSyntheticWeights(config, rng());
-  const std::vector<int32_t> tokens = RandomTokens(rng, std::uniform_int_distribution<int>(24, 70)(rng),
-                                                   config.vocab_size);
+  const std::vector<int32_t> tokens =
+      RandomTokens(rng, std::uniform_int_distribution<int>(24, 70)(rng), config.vocab_size);
   auto backend = CreateCpuBackend(weights, 16, 32);  // default options
   ASSERT_TRUE(backend.ok()) << backend.status();
   EXPECT_EQ((*backend)->kv_dtype(), "fp32");

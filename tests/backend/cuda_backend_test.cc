@@ -24,6 +24,8 @@
 // along the whole of the GPU's path on every request (the reference teacher-forced with
 // the GPU's tokens), the reference's choice is the GPU's or a near-tie, with logits within
 // bf16 noise (the fp32 CPU against the GPU-like one: up to 1.5e-2).
+#include "worker/backend/cuda_backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -31,12 +33,11 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/engine/engine_compare_util.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "tests/test_util.h"
 #include "worker/backend/cpu_backend.h"
-#include "worker/backend/cuda_backend.h"
 #include "worker/model/llama2c_loader.h"
 #include "worker/model/synthetic_model.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -120,16 +121,18 @@ TEST(CudaBackendTest, StoriesGreedyMatchesCpu) {
     const size_t common = CheckParting(*g, *c, "request " + std::to_string(r), kTieTolerance, &margin);
     const double error = WorstLogitError(*g, *c);
     const size_t with_bf16 = CommonPrefix(g->tokens, b->tokens), with_fp32 = CommonPrefix(g->tokens, f->tokens);
-    std::printf("request %zu (%s): %zu of %zu greedy tokens equal to the GPU-like CPU's%s (margin at parting %.1e, "
-                "worst relative logit difference %.1e); with the fp32 CPU on bf16 weights %zu, on fp32 weights %zu\n",
-                r, prompts[r].c_str(), common, c->tokens.size(), common == c->tokens.size() ? ", all" : "", margin,
-                error, with_bf16, with_fp32);
+    std::printf(
+        "request %zu (%s): %zu of %zu greedy tokens equal to the GPU-like CPU's%s (margin at parting %.1e, "
+        "worst relative logit difference %.1e); with the fp32 CPU on bf16 weights %zu, on fp32 weights %zu\n",
+        r, prompts[r].c_str(), common, c->tokens.size(), common == c->tokens.size() ? ", all" : "", margin, error,
+        with_bf16, with_fp32);
     // Every step of the GPU's path, partings or not: the reference on the same prefix makes
     // the same choice or a near-tie one, with logits within bf16 noise.
     const ForcedPath forced = FollowPath(*cpu_like, request, *g);
-    std::printf("  along the GPU's path: the GPU-like CPU chooses the same token at %zu of %zu steps (worst margin "
-                "for its own choice %.1e), worst relative logit difference %.1e\n",
-                forced.same_choice, forced.steps, forced.worst_margin, forced.worst_error);
+    std::printf(
+        "  along the GPU's path: the GPU-like CPU chooses the same token at %zu of %zu steps (worst margin "
+        "for its own choice %.1e), worst relative logit difference %.1e\n",
+        forced.same_choice, forced.steps, forced.worst_margin, forced.worst_error);
     EXPECT_EQ(forced.steps, g->tokens.size()) << "request " << r;
     EXPECT_LT(forced.worst_margin, kTieTolerance) << "request " << r;
     EXPECT_LT(forced.worst_error, 3e-2) << "request " << r;
@@ -141,10 +144,11 @@ TEST(CudaBackendTest, StoriesGreedyMatchesCpu) {
     bf16_agreed += with_bf16;
     fp32_agreed += with_fp32;
   }
-  std::printf("stories260K greedy: %zu of %zu tokens equal to the CPU backend in GPU-like numerics before the paths "
-              "part, longest run %zu (worst parting margin %.1e, worst relative logit difference %.1e); against the "
-              "fp32 CPU on bf16 weights %zu, on fp32 weights %zu\n",
-              agreed, total, longest, worst_margin, worst_error, bf16_agreed, fp32_agreed);
+  std::printf(
+      "stories260K greedy: %zu of %zu tokens equal to the CPU backend in GPU-like numerics before the paths "
+      "part, longest run %zu (worst parting margin %.1e, worst relative logit difference %.1e); against the "
+      "fp32 CPU on bf16 weights %zu, on fp32 weights %zu\n",
+      agreed, total, longest, worst_margin, worst_error, bf16_agreed, fp32_agreed);
   EXPECT_GE(longest, 100u);
   EXPECT_GE(agreed, 200u);
   EXPECT_LT(worst_error, 3e-2);  // bf16 noise (~1e-2, see above); a wrong computation is of order 1
@@ -191,9 +195,10 @@ TEST(CudaBackendTest, LazyEqualsBlockOnStories) {
     agreed += common;
     tokens += b->tokens.size();
   }
-  std::printf("stories260K on the GPU: lazy and block agree on %zu of %zu greedy tokens over 6 requests (%zu part at "
-              "a near-tie, worst margin %.1e); worst relative logit difference before parting %.1e\n",
-              agreed, tokens, parted, worst_margin, worst_error);
+  std::printf(
+      "stories260K on the GPU: lazy and block agree on %zu of %zu greedy tokens over 6 requests (%zu part at "
+      "a near-tie, worst margin %.1e); worst relative logit difference before parting %.1e\n",
+      agreed, tokens, parted, worst_margin, worst_error);
   EXPECT_GE(agreed, 100u);
   ExpectNoLeakedBlocks(*lazy);
   ExpectNoLeakedBlocks(*block);
@@ -239,8 +244,10 @@ TEST_P(SyntheticModelTest, LogitsWithinBf16ToleranceOfCpu) {
     }
     ExpectNoLeakedBlocks(*gpu);
   }
-  std::printf("%s: worst relative logit error GPU vs CPU %.2e (vs the CPU in GPU-like numerics %.2e), GPU lazy vs "
-              "GPU block %.2e\n", GetParam().c_str(), worst_cpu, worst_like, worst_block);
+  std::printf(
+      "%s: worst relative logit error GPU vs CPU %.2e (vs the CPU in GPU-like numerics %.2e), GPU lazy vs "
+      "GPU block %.2e\n",
+      GetParam().c_str(), worst_cpu, worst_like, worst_block);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SyntheticModelTest, ::testing::Values("tiny", "tiny-llama3", "small"),

@@ -15,9 +15,9 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "tests/engine/engine_compare_util.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "tests/test_util.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/backend/cuda_backend.h"
@@ -89,10 +89,11 @@ TEST_F(CudaFp32StoriesTest, GreedyEqualsCpu) {
     double margin = 0;
     const size_t common = CheckParting(*g, *c, "request " + std::to_string(r), kFp32Tie, &margin);
     const double error = WorstLogitError(*g, *c);
-    std::printf("request %zu (%s): %zu of %zu greedy tokens equal to the fp32 CPU's (worst relative logit "
-                "difference %.1e%s)\n",
-                r, fixed ? prompts[r].c_str() : "random", common, c->tokens.size(), error,
-                common < c->tokens.size() ? ", parted at an fp32 tie" : "");
+    std::printf(
+        "request %zu (%s): %zu of %zu greedy tokens equal to the fp32 CPU's (worst relative logit "
+        "difference %.1e%s)\n",
+        r, fixed ? prompts[r].c_str() : "random", common, c->tokens.size(), error,
+        common < c->tokens.size() ? ", parted at an fp32 tie" : "");
     if (fixed) {
       EXPECT_GE(c->tokens.size(), 100u) << "request " << r;
       EXPECT_EQ(common, c->tokens.size()) << "request " << r << " (" << prompts[r] << ")";
@@ -102,8 +103,10 @@ TEST_F(CudaFp32StoriesTest, GreedyEqualsCpu) {
     total += c->tokens.size();
     worst_error = std::max(worst_error, error);
   }
-  std::printf("stories260K greedy in fp32: %zu of %zu tokens equal to the fp32 CPU's, worst relative logit "
-              "difference %.1e\n", equal, total, worst_error);
+  std::printf(
+      "stories260K greedy in fp32: %zu of %zu tokens equal to the fp32 CPU's, worst relative logit "
+      "difference %.1e\n",
+      equal, total, worst_error);
   ExpectNoLeakedBlocks(*gpu);
 }
 
@@ -133,8 +136,10 @@ TEST_F(CudaFp32StoriesTest, LazyEqualsBlock) {
     EXPECT_LT(error, kFp32Logits) << "request " << r;
     worst_error = std::max(worst_error, error);
   }
-  std::printf("stories260K in fp32 on the GPU: lazy and block agree on %zu of %zu greedy tokens over 6 requests; "
-              "worst relative logit difference %.1e\n", agreed, tokens, worst_error);
+  std::printf(
+      "stories260K in fp32 on the GPU: lazy and block agree on %zu of %zu greedy tokens over 6 requests; "
+      "worst relative logit difference %.1e\n",
+      agreed, tokens, worst_error);
   EXPECT_EQ(agreed, tokens);
   ExpectNoLeakedBlocks(*lazy);
   ExpectNoLeakedBlocks(*block);

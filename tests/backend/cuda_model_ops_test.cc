@@ -61,10 +61,10 @@ std::vector<float> Normal(std::mt19937_64& rng, size_t n) {
   return v;
 }
 
-#define SKIP_WITHOUT_GPU()                  \
-  if (!HaveGpu()) GTEST_SKIP() << "no GPU"; \
-  const uint64_t seed = FreshSeed();        \
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);  \
+#define SKIP_WITHOUT_GPU()                               \
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";              \
+  const uint64_t seed = FreshSeed();                     \
+  SCOPED_TRACE(::testing::Message() << "seed " << seed); \
   std::mt19937_64 rng(seed)
 
 // T: the element type of the embedding table and of the norm's and SwiGLU's outputs.
@@ -257,7 +257,8 @@ void CheckChunkScatterAndGather(std::mt19937_64& rng) {
     const auto v = AsFloat(ToHost(v_pool, layer_elems * layers));
     for (int l = 0; l < layers; ++l) {
       for (int t = 0; t < tokens; ++t) {
-        const size_t slot = l * layer_elems + (static_cast<size_t>(ids[t / block_size]) * block_size + t % block_size) * kv_dim;
+        const size_t slot =
+            l * layer_elems + (static_cast<size_t>(ids[t / block_size]) * block_size + t % block_size) * kv_dim;
         const size_t src = (static_cast<size_t>(2 * l) * tokens + t) * kv_dim;
         for (int i = 0; i < kv_dim; ++i) {
           ASSERT_EQ(k[slot + i], payload_fp[src + i]) << "layer " << l << " token " << t;
@@ -270,9 +271,9 @@ void CheckChunkScatterAndGather(std::mt19937_64& rng) {
     p.to_pool = false;
     CUDA_OK(cuda::LaunchKvTransfer(p, nullptr));
     EXPECT_EQ(AsFloat(ToHost(payload_d, payload.size())), payload_fp);
-    for (const void* ptr : {(const void*)p.payload, (const void*)p.kv.k_pool, (const void*)p.kv.v_pool,
-                            (const void*)p.kv.block_ids, (const void*)p.kv.block_tokens,
-                            (const void*)p.token_offsets}) {
+    for (const void* ptr :
+         {(const void*)p.payload, (const void*)p.kv.k_pool, (const void*)p.kv.v_pool, (const void*)p.kv.block_ids,
+          (const void*)p.kv.block_tokens, (const void*)p.token_offsets}) {
       cudaFree(const_cast<void*>(ptr));
     }
   }
@@ -290,9 +291,9 @@ TEST(CudaModelOpsTest, ChunkScatterAndGather) {
 template <typename T>
 void CheckMaterialize(std::mt19937_64& rng) {
   SCOPED_TRACE(Name<T>());
-  for (const auto& [n_kv_heads, head_dim, block_size, style] :
-       {std::tuple{4, 8, 16, RopeStyle::kInterleaved}, {8, 128, 16, RopeStyle::kRotateHalf},
-        {2, 96, 7, RopeStyle::kRotateHalf}}) {
+  for (const auto& [n_kv_heads, head_dim, block_size, style] : {std::tuple{4, 8, 16, RopeStyle::kInterleaved},
+                                                                {8, 128, 16, RopeStyle::kRotateHalf},
+                                                                {2, 96, 7, RopeStyle::kRotateHalf}}) {
     const int copies = 6, num_blocks = 2 * copies;
     const size_t slot_width = static_cast<size_t>(n_kv_heads) * head_dim;
     const size_t pool = num_blocks * block_size * slot_width;
@@ -357,7 +358,8 @@ TEST(CudaModelOpsTest, SyntheticFillMatchesCpuGenerator) {
       const SyntheticTensorDraw draw = SyntheticDrawFor(config, seed, tensor, ++index);
       float* fp = Poisoned<float>(t.size());
       bf16* bf = Poisoned<bf16>(t.size());
-      ASSERT_EQ(cuda::LaunchSyntheticFill(draw.state, t.size(), draw.scale, draw.is_norm, bf, fp, nullptr), cudaSuccess);
+      ASSERT_EQ(cuda::LaunchSyntheticFill(draw.state, t.size(), draw.scale, draw.is_norm, bf, fp, nullptr),
+                cudaSuccess);
       EXPECT_EQ(ToHost(fp, t.size()), t) << name << " " << tensor;
       const auto got = ToHost(bf, t.size());
       for (size_t i = 0; i < t.size(); ++i) {
@@ -377,8 +379,13 @@ void CheckGemm(std::mt19937_64& rng) {
   auto gemm = cuda::Gemm::Create(nullptr);
   ASSERT_TRUE(gemm.ok()) << gemm.status();
   const double tolerance = std::is_same_v<T, float> ? 2e-5 : 1e-4;
-  for (const auto& [rows, in, out] : {std::tuple{1, 64, 128}, {5, 172, 64}, {17, 64, 512}, {300, 4096, 1024},
-                                     {1, 4096, 6144}, {129, 288, 768}, {3, 13, 7}}) {
+  for (const auto& [rows, in, out] : {std::tuple{1, 64, 128},
+                                      {5, 172, 64},
+                                      {17, 64, 512},
+                                      {300, 4096, 1024},
+                                      {1, 4096, 6144},
+                                      {129, 288, 768},
+                                      {3, 13, 7}}) {
     std::vector<T> x_stored, w_stored;
     std::vector<float> x, w;
     RandomElements(rng, static_cast<size_t>(rows) * in, x_stored, x);

@@ -1,11 +1,12 @@
 // The sampler against the distributions it should draw from.
+#include "worker/backend/sampler.h"
+
 #include <cmath>
 #include <map>
 #include <random>
 
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
-#include "worker/backend/sampler.h"
 
 namespace lazykv {
 namespace {

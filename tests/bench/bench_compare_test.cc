@@ -33,8 +33,15 @@ bool RepeatsAFirstDocument(const RagTrace& trace) {
 
 TEST(BenchCompareTest, ModesReuseAsTheyShould) {
   if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no models in " << ModelsDir();
-  TraceOptions o{.num_docs = 12, .docs_per_request = 3, .num_requests = 16, .doc_lengths = "fixed:48",
-                 .question_tokens = 8, .max_tokens = 4, .vocab_size = 512, .concurrency = 2, .seed = 1};
+  TraceOptions o{.num_docs = 12,
+                 .docs_per_request = 3,
+                 .num_requests = 16,
+                 .doc_lengths = "fixed:48",
+                 .question_tokens = 8,
+                 .max_tokens = 4,
+                 .vocab_size = 512,
+                 .concurrency = 2,
+                 .seed = 1};
   RagTrace trace = *GenerateTrace(o);
   // A fixed, checked seed: the prefix > none comparison needs a repeated first document.
   while (!RepeatsAFirstDocument(trace)) {
@@ -47,9 +54,9 @@ TEST(BenchCompareTest, ModesReuseAsTheyShould) {
   fs::create_directories(dir);
   std::ofstream(dir / "trace.jsonl") << TraceToJsonLines(trace);
   const std::string command = std::string(LAZYKV_BENCH) + " compare --worker " + LAZYKV_WORKER + " --model " +
-                              ModelPath("stories260K.bin") + " --tokenizer " + ModelPath("tok512.bin") +
-                              " --trace " + (dir / "trace.jsonl").string() + " --out-dir " + (dir / "out").string() +
-                              " > " + (dir / "table.txt").string() + " 2> " + (dir / "stderr.txt").string();
+                              ModelPath("stories260K.bin") + " --tokenizer " + ModelPath("tok512.bin") + " --trace " +
+                              (dir / "trace.jsonl").string() + " --out-dir " + (dir / "out").string() + " > " +
+                              (dir / "table.txt").string() + " 2> " + (dir / "stderr.txt").string();
   const int status = std::system(command.c_str());
   std::ifstream table_file(dir / "table.txt"), stderr_file(dir / "stderr.txt");
   const std::string table((std::istreambuf_iterator<char>(table_file)), {});

@@ -46,11 +46,10 @@ class EngineLoadBenchTest : public ::testing::Test {
 
   // The worst-case blocks admission reserves for the trace's first request in `mode`.
   int WorstCaseBlocks(AttentionMode mode) {
-    auto engine = Engine::Create(MakeBackend(4096), EngineOptions{.mode = mode,
-                                                               .anchor = {},
-                                                               .max_prefill_tokens = 512,
-                                                               .max_queued_requests = 64,
-                                                               .resolver = nullptr});
+    auto engine = Engine::Create(
+        MakeBackend(4096),
+        EngineOptions{
+            .mode = mode, .anchor = {}, .max_prefill_tokens = 512, .max_queued_requests = 64, .resolver = nullptr});
     EXPECT_TRUE(engine.ok()) << engine.status();
     return (*engine)->ReservedBlocks(TraceToRequests(trace_)[0]);
   }
@@ -62,9 +61,8 @@ class EngineLoadBenchTest : public ::testing::Test {
 TEST_F(EngineLoadBenchTest, EveryModeAnswersInFullAndLazyMatchesBlockAndRequestsAlone) {
   auto backend = MakeBackend(4096);  // room for every chunk: nothing is evicted
   // Closed loop at 6 with small prefill pieces: batches mix prefill and decode.
-  const LoadOptions load{.request_rate = std::numeric_limits<double>::infinity(),
-                         .max_concurrency = 6,
-                         .max_prefill_tokens = 40};
+  const LoadOptions load{
+      .request_rate = std::numeric_limits<double>::infinity(), .max_concurrency = 6, .max_prefill_tokens = 40};
   const std::vector<AttentionMode> modes = {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kBlock,
                                             AttentionMode::kLazy};
   auto results = RunModesUnderLoad(*backend, trace_, modes, load);
@@ -92,7 +90,7 @@ TEST_F(EngineLoadBenchTest, EveryModeAnswersInFullAndLazyMatchesBlockAndRequests
     EXPECT_EQ(r.cached_tokens + r.computed_tokens, r.prompt_tokens);
     EXPECT_EQ(r.ttft_ms.count, 16);
     EXPECT_GT(r.request_throughput, 0);
-    EXPECT_LE(r.max_running, 6);  // the concurrency cap
+    EXPECT_LE(r.max_running, 6);   // the concurrency cap
     EXPECT_GT(r.max_decoding, 1);  // requests decoded together
     EXPECT_EQ(r.max_queued, 0);    // the pool held every request the loop sent
     EXPECT_EQ(r.evictions, 0u);
@@ -130,14 +128,13 @@ TEST_F(EngineLoadBenchTest, EveryModeAnswersInFullAndLazyMatchesBlockAndRequests
 TEST_F(EngineLoadBenchTest, APoolHoldingFewBlockRequestsCapsBlocksBatchBelowLazys) {
   const int block_worst = WorstCaseBlocks(AttentionMode::kBlock);
   const int lazy_worst = WorstCaseBlocks(AttentionMode::kLazy);
-  ASSERT_GT(block_worst, lazy_worst);  // block reserves its private copies too
+  ASSERT_GT(block_worst, lazy_worst);                        // block reserves its private copies too
   const int num_blocks = 2 * block_worst + block_worst / 2;  // two block-mode requests fit
   ASSERT_GE(num_blocks / lazy_worst, 3) << "the test needs documents longer against the rest";
   auto backend = MakeBackend(num_blocks);
   // Every request at once: only the pool limits the batch.
-  const LoadOptions load{.request_rate = std::numeric_limits<double>::infinity(),
-                         .max_concurrency = 0,
-                         .max_prefill_tokens = 512};
+  const LoadOptions load{
+      .request_rate = std::numeric_limits<double>::infinity(), .max_concurrency = 0, .max_prefill_tokens = 512};
   auto results = RunModesUnderLoad(*backend, trace_, {AttentionMode::kBlock, AttentionMode::kLazy}, load);
   ASSERT_TRUE(results.ok()) << results.status();
   const ModeLoadResult& block = (*results)[0];
@@ -157,8 +154,7 @@ TEST_F(EngineLoadBenchTest, APoolHoldingFewBlockRequestsCapsBlocksBatchBelowLazy
   EXPECT_LT(block.max_running, lazy.max_running);
   EXPECT_LT(block.max_decoding, lazy.max_decoding);
   EXPECT_LT(block.mean_running, lazy.mean_running);
-  EXPECT_NE(FormatLoadCapacity(*results, kBlockSize, backend->kv_bytes_per_block()).find("block"),
-            std::string::npos);
+  EXPECT_NE(FormatLoadCapacity(*results, kBlockSize, backend->kv_bytes_per_block()).find("block"), std::string::npos);
 }
 
 TEST_F(EngineLoadBenchTest, PoissonArrivalsPaceTheRunAndBadOptionsAreRefused) {

@@ -2,6 +2,8 @@
 // receives and serves documents from a set of contents seen before: the requests carry
 // the trace's tokens and settings, closed loops keep their concurrency, open loops their
 // arrival times, errors are counted by code, and compare --target writes its results.
+#include "bench/load_replay.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -12,7 +14,6 @@
 #include <thread>
 
 #include "bench/load_compare.h"
-#include "bench/load_replay.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/generate.grpc.pb.h"
@@ -124,9 +125,14 @@ TEST_F(LoadReplayTest, ClosedLoopSendsTheTraceAtItsConcurrency) {
   Start();
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(seed);
-  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 10, .docs_per_request = 3, .num_requests = 30,
-                                                     .doc_lengths = "uniform:5:20", .question_tokens = 4,
-                                                     .max_tokens = 5, .concurrency = 3, .seed = seed});
+  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 10,
+                                                     .docs_per_request = 3,
+                                                     .num_requests = 30,
+                                                     .doc_lengths = "uniform:5:20",
+                                                     .question_tokens = 4,
+                                                     .max_tokens = 5,
+                                                     .concurrency = 3,
+                                                     .seed = seed});
   auto run = ReplayTrace(trace, ReplayOptions{.target = target_, .mode = "block"});
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->worker_vocab_size, 512);
@@ -186,8 +192,12 @@ TEST_F(LoadReplayTest, OpenLoopKeepsTheArrivalTimes) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(seed);
   // 40 req/s with requests of ~10 ms: mostly one in flight, sometimes more.
-  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 10, .docs_per_request = 2, .num_requests = 20,
-                                                     .doc_lengths = "fixed:8", .max_tokens = 5, .rate = 40,
+  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 10,
+                                                     .docs_per_request = 2,
+                                                     .num_requests = 20,
+                                                     .doc_lengths = "fixed:8",
+                                                     .max_tokens = 5,
+                                                     .rate = 40,
                                                      .seed = seed});
   auto run = ReplayTrace(trace, ReplayOptions{.target = target_});
   ASSERT_TRUE(run.ok()) << run.status();
@@ -196,7 +206,8 @@ TEST_F(LoadReplayTest, OpenLoopKeepsTheArrivalTimes) {
   Clock::time_point first = seen[0].arrival;
   for (const auto& s : seen) first = std::min(first, s.arrival);
   std::map<std::string, double> server_offset;  // seconds after the first arrival, by request id
-  for (const auto& s : seen) server_offset[s.request.request_id()] = std::chrono::duration<double>(s.arrival - first).count();
+  for (const auto& s : seen)
+    server_offset[s.request.request_id()] = std::chrono::duration<double>(s.arrival - first).count();
   for (size_t k = 0; k < 20; ++k) {
     const RequestResult& r = run->results[k];
     EXPECT_NEAR(r.scheduled_s, trace.requests[k].arrival_s, 1e-3);
@@ -213,8 +224,12 @@ TEST_F(LoadReplayTest, OpenLoopKeepsTheArrivalTimes) {
 TEST_F(LoadReplayTest, ErrorsAreCountedByCode) {
   fake_.fail_ids = {"trace-0", "trace-3", "trace-7"};
   Start();
-  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 5, .docs_per_request = 2, .num_requests = 10,
-                                                     .doc_lengths = "fixed:4", .max_tokens = 3, .concurrency = 2,
+  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 5,
+                                                     .docs_per_request = 2,
+                                                     .num_requests = 10,
+                                                     .doc_lengths = "fixed:4",
+                                                     .max_tokens = 3,
+                                                     .concurrency = 2,
                                                      .seed = FreshSeed()});
   auto run = ReplayTrace(trace, ReplayOptions{.target = target_});
   ASSERT_TRUE(run.ok()) << run.status();
@@ -235,8 +250,11 @@ TEST_F(LoadReplayTest, ErrorsAreCountedByCode) {
 TEST_F(LoadReplayTest, RefusesATraceBeyondTheVocabulary) {
   fake_.vocab_size = 100;
   Start();
-  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 5, .docs_per_request = 2, .num_requests = 3,
-                                                     .doc_lengths = "fixed:4", .vocab_size = 512,
+  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 5,
+                                                     .docs_per_request = 2,
+                                                     .num_requests = 3,
+                                                     .doc_lengths = "fixed:4",
+                                                     .vocab_size = 512,
                                                      .seed = FreshSeed()});
   auto run = ReplayTrace(trace, ReplayOptions{.target = target_});
   ASSERT_EQ(run.status().code(), absl::StatusCode::kFailedPrecondition) << run.status();
@@ -248,8 +266,12 @@ bool HaveMatplotlib() { return std::system("/usr/bin/python3 -c 'import matplotl
 
 TEST_F(LoadReplayTest, CompareOnATargetWritesEveryMode) {
   Start();
-  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 6, .docs_per_request = 2, .num_requests = 8,
-                                                     .doc_lengths = "fixed:4", .max_tokens = 3, .concurrency = 2,
+  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 6,
+                                                     .docs_per_request = 2,
+                                                     .num_requests = 8,
+                                                     .doc_lengths = "fixed:4",
+                                                     .max_tokens = 3,
+                                                     .concurrency = 2,
                                                      .seed = FreshSeed()});
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("load_replay_test_" + std::to_string(FreshSeed()))).string();

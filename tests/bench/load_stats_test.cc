@@ -81,8 +81,8 @@ RequestResult RandomResult(std::mt19937_64& rng, int id) {
   for (int i = rng() % 6; i > 0; --i) r.itl_ms.push_back(1 + rng() % 50);
   r.mode = rng() % 2 ? "lazy" : "block";
   auto count = [&] { return static_cast<int64_t>(rng() % 1000); };
-  r.usage = UsageCounts{count(), count(), count(), count(), count(), count(), count(), count(), count(),
-                        count(), count(), rng() % 100000, rng() % 100000};
+  r.usage = UsageCounts{count(), count(), count(), count(), count(),        count(),       count(),
+                        count(), count(), count(), count(), rng() % 100000, rng() % 100000};
   r.server_queue_ms = rng() % 20;
   r.server_ttft_ms = rng() % 200;
   r.server_total_ms = rng() % 2000;
@@ -161,8 +161,12 @@ TEST(LoadStatsTest, DistinctDocumentTokensCountsTouchedDocumentsOnceByContent) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(seed);
   // More documents than 5 requests of 3 can touch: untouched ones must not count.
-  RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 40, .docs_per_request = 3, .zipf_s = 0.5,
-                                               .num_requests = 5, .doc_lengths = "uniform:10:90", .seed = seed});
+  RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 40,
+                                               .docs_per_request = 3,
+                                               .zipf_s = 0.5,
+                                               .num_requests = 5,
+                                               .doc_lengths = "uniform:10:90",
+                                               .seed = seed});
   std::set<int> touched;
   for (const TraceRequest& r : trace.requests) touched.insert(r.doc_ids.begin(), r.doc_ids.end());
   int64_t naive = 0;

@@ -38,8 +38,12 @@ std::vector<double> FrequencyByRank(const RagTrace& trace) {
 }
 
 TEST(RagTraceTest, SeededReproducibleAndRoundTrips) {
-  TraceOptions o{.num_docs = 30, .docs_per_request = 4, .num_requests = 50, .doc_lengths = "uniform:5:40",
-                 .rate = 10, .seed = FreshSeed()};
+  TraceOptions o{.num_docs = 30,
+                 .docs_per_request = 4,
+                 .num_requests = 50,
+                 .doc_lengths = "uniform:5:40",
+                 .rate = 10,
+                 .seed = FreshSeed()};
   const std::string a = TraceToJsonLines(*GenerateTrace(o));
   EXPECT_EQ(a, TraceToJsonLines(*GenerateTrace(o)));
   o.seed += 1;
@@ -53,8 +57,14 @@ TEST(RagTraceTest, SeededReproducibleAndRoundTrips) {
 }
 
 TEST(RagTraceTest, RequestsAreWellFormedAndArrivalsArePoisson) {
-  const TraceOptions o{.num_docs = 200, .docs_per_request = 8, .zipf_s = 1.1, .num_requests = 20000,
-                       .doc_lengths = "uniform:100:300", .question_tokens = 9, .vocab_size = 300, .rate = 50,
+  const TraceOptions o{.num_docs = 200,
+                       .docs_per_request = 8,
+                       .zipf_s = 1.1,
+                       .num_requests = 20000,
+                       .doc_lengths = "uniform:100:300",
+                       .question_tokens = 9,
+                       .vocab_size = 300,
+                       .rate = 50,
                        .seed = FreshSeed()};
   const RagTrace trace = *GenerateTrace(o);
   ASSERT_EQ(trace.documents.size(), 200u);
@@ -82,8 +92,11 @@ TEST(RagTraceTest, RequestsAreWellFormedAndArrivalsArePoisson) {
 TEST(RagTraceTest, PopularityFitsTheZipfLaw) {
   for (double s : {0.8, 1.1}) {
     // One document per request: each draw follows Zipf(s) exactly.
-    const RagTrace single = *GenerateTrace(TraceOptions{.num_docs = 500, .docs_per_request = 1, .zipf_s = s,
-                                                        .num_requests = 100000, .doc_lengths = "fixed:4",
+    const RagTrace single = *GenerateTrace(TraceOptions{.num_docs = 500,
+                                                        .docs_per_request = 1,
+                                                        .zipf_s = s,
+                                                        .num_requests = 100000,
+                                                        .doc_lengths = "fixed:4",
                                                         .seed = FreshSeed()});
     const std::vector<double> freq = FrequencyByRank(single);
     double norm = 0;
@@ -96,14 +109,20 @@ TEST(RagTraceTest, PopularityFitsTheZipfLaw) {
     EXPECT_NEAR(LogLogSlope(freq, 0, 200), -s, 0.05) << "s=" << s;
     // Eight distinct documents per request: the head saturates (a document is in a request
     // at most once), the tail keeps the law.
-    const RagTrace eight = *GenerateTrace(TraceOptions{.num_docs = 1000, .docs_per_request = 8, .zipf_s = s,
-                                                       .num_requests = 40000, .doc_lengths = "fixed:4",
+    const RagTrace eight = *GenerateTrace(TraceOptions{.num_docs = 1000,
+                                                       .docs_per_request = 8,
+                                                       .zipf_s = s,
+                                                       .num_requests = 40000,
+                                                       .doc_lengths = "fixed:4",
                                                        .seed = FreshSeed()});
     EXPECT_NEAR(LogLogSlope(FrequencyByRank(eight), 50, 500), -s, 0.1) << "s=" << s;
   }
   // s = 0: uniform. Chi-square over 100 documents, 99 degrees of freedom; 150 is p < 0.001.
-  const RagTrace uniform = *GenerateTrace(TraceOptions{.num_docs = 100, .docs_per_request = 1, .zipf_s = 0,
-                                                       .num_requests = 50000, .doc_lengths = "fixed:4",
+  const RagTrace uniform = *GenerateTrace(TraceOptions{.num_docs = 100,
+                                                       .docs_per_request = 1,
+                                                       .zipf_s = 0,
+                                                       .num_requests = 50000,
+                                                       .doc_lengths = "fixed:4",
                                                        .seed = FreshSeed()});
   const std::vector<double> freq = FrequencyByRank(uniform);
   double chi2 = 0;

@@ -103,8 +103,7 @@ TEST_F(CacheServerTest, BadInputGetsPreciseStatusAndLosesNothing) {
          StatusCode::INVALID_ARGUMENT, "longer");
   std::string flipped = c.payload;
   flipped[flipped.size() / 2] ^= 0x40;
-  expect(RawPut(*stub, c.key, c.fingerprint, EncodeChunkHeader(c.header), flipped), StatusCode::DATA_LOSS,
-         "checksum");
+  expect(RawPut(*stub, c.key, c.fingerprint, EncodeChunkHeader(c.header), flipped), StatusCode::DATA_LOSS, "checksum");
   const TestChunk big = RandomTestChunk(rng_, 3 << 20);
   expect(PutChunk(*stub, big), StatusCode::RESOURCE_EXHAUSTED, "max_chunk_bytes");
   const GetOutcome unknown = RawGet(*stub, Hash128{rng_(), rng_()});
@@ -150,8 +149,10 @@ TEST_F(CacheServerTest, CapsHoldAndChunksMoveBetweenTiers) {
   int first_on_disk = -1;
   for (int i = 0; i < where.results_size(); ++i) {
     const auto& r = where.results(i);
-    if (!r.found()) ++gone;
-    else if (r.tier() == v1::TIER_HOST) ++host;
+    if (!r.found())
+      ++gone;
+    else if (r.tier() == v1::TIER_HOST)
+      ++host;
     else {
       ++disk;
       if (first_on_disk < 0) first_on_disk = i;
@@ -270,7 +271,8 @@ TEST_F(CacheServerTest, LeaseGrantsOnceWakesWaitersOnPublicationAndExpires) {
   // A waiter is woken by the publication.
   auto waiter = std::async(std::launch::async, [&] { return Lease(*stub, c.key, 10000, 10000); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  ASSERT_TRUE(RawPut(*stub, c.key, c.fingerprint, EncodeChunkHeader(c.header), c.payload, first.lease_id()).status.ok());
+  ASSERT_TRUE(
+      RawPut(*stub, c.key, c.fingerprint, EncodeChunkHeader(c.header), c.payload, first.lease_id()).status.ok());
   EXPECT_EQ(waiter.get().outcome(), v1::LeaseResponse::STORED);
   EXPECT_EQ(Lease(*stub, c.key, 10000, 0).outcome(), v1::LeaseResponse::STORED);
 

@@ -1,8 +1,8 @@
 // The cache tier's parts without the network: eviction policies, the host page arena
 // under churn, and single flight in the lease table.
 #include <future>
-#include <set>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "cache_server/eviction_policy.h"

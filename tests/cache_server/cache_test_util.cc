@@ -9,9 +9,10 @@
 namespace lazykv::testing {
 
 TestChunk RandomTestChunk(std::mt19937_64& rng, size_t payload_bytes) {
-  ChunkLayout layout{.num_layers = 2, .n_kv_heads = 2, .head_dim = 64, .num_tokens = 1, .anchor_tokens = 1,
-                     .dtype = KvDtype::kBf16};
-  layout.num_tokens = static_cast<uint32_t>(std::max<size_t>(1, payload_bytes / (2 * layout.num_layers * layout.row_bytes())));
+  ChunkLayout layout{
+      .num_layers = 2, .n_kv_heads = 2, .head_dim = 64, .num_tokens = 1, .anchor_tokens = 1, .dtype = KvDtype::kBf16};
+  layout.num_tokens =
+      static_cast<uint32_t>(std::max<size_t>(1, payload_bytes / (2 * layout.num_layers * layout.row_bytes())));
   TestChunk chunk;
   chunk.key = Hash128{rng(), rng()};
   chunk.fingerprint = Hash128{rng(), rng()};

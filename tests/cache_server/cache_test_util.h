@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "common/child_process.h"
 #include "common/chunk_codec.h"
 #include "proto/kvcache.grpc.pb.h"
-#include "common/child_process.h"
 
 namespace lazykv::testing {
 

@@ -2,10 +2,10 @@
 #include <sys/wait.h>
 
 #include <cstdio>
-#include <sstream>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -20,10 +20,10 @@ struct Output {
 
 // Each call gets a fresh embedded cache tier unless `cache_dir` names one to share.
 Output RunCli(const std::string& args, const std::string& cache_dir = "") {
-  const std::string dir = cache_dir.empty() ? (std::filesystem::temp_directory_path() /
-                                               ("lazykv_cli_cache_" + std::to_string(FreshSeed())))
-                                                  .string()
-                                            : cache_dir;
+  const std::string dir =
+      cache_dir.empty()
+          ? (std::filesystem::temp_directory_path() / ("lazykv_cli_cache_" + std::to_string(FreshSeed()))).string()
+          : cache_dir;
   const std::string command = "LAZYKV_CACHE_DIR=" + dir + " " + std::string(LAZYKV_CLI) + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   std::string out;
@@ -49,11 +49,13 @@ TEST(CliTest, RequestsFileShowsLazyReuseAcrossReorderedDocuments) {
       (std::filesystem::temp_directory_path() / ("requests_" + std::to_string(FreshSeed()) + ".jsonl")).string();
   {
     std::ofstream out(requests);
-    out << R"({"docs": ["Lily had a red ball.", "Tom liked to run fast."], "prompt": "One day", "max_tokens": 8})" << "\n";
-    out << R"({"docs": ["Tom liked to run fast.", "Lily had a red ball."], "prompt": "Then", "max_tokens": 8, "temperature": 0.8, "seed": 3})" << "\n";
+    out << R"({"docs": ["Lily had a red ball.", "Tom liked to run fast."], "prompt": "One day", "max_tokens": 8})"
+        << "\n";
+    out << R"({"docs": ["Tom liked to run fast.", "Lily had a red ball."], "prompt": "Then", "max_tokens": 8, "temperature": 0.8, "seed": 3})"
+        << "\n";
   }
   const Output run = RunCli("run --model " + ModelPath("stories260K.bin") + " --tokenizer " + ModelPath("tok512.bin") +
-                         " --mode lazy --json --requests " + requests);
+                            " --mode lazy --json --requests " + requests);
   std::filesystem::remove(requests);
   ASSERT_EQ(run.exit_code, 0) << run.out;
   const auto lines = JsonLines(run.out);

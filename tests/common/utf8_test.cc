@@ -83,7 +83,10 @@ TEST(Utf8, KnownCases) {
   EXPECT_EQ(CompleteUtf8Prefix("ab\xE2\x82\xAC"), 5u);  // the whole Euro sign
   EXPECT_EQ(CompleteUtf8Prefix("ab\xC0"), 3u);          // never a lead byte: nothing to wait for
   EXPECT_EQ(CompleteUtf8Prefix("\xED\xA0"), 2u);        // a surrogate's start can never complete
-  EXPECT_EQ(SanitizeUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(SanitizeUtf8("a\xFF"
+                         "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(SanitizeUtf8("\xF0\x9F\x98\x80"), "\xF0\x9F\x98\x80");
   EXPECT_EQ(SanitizeUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // an overlong '/'
 }
@@ -92,8 +95,8 @@ TEST(Utf8, MatchesTheEncodingSetOnRandomBytes) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  const std::vector<std::string> pieces = {"a", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xED\x9F\xBF",
-                                           "\xF4\x8F\xBF\xBF"};
+  const std::vector<std::string> pieces = {
+      "a", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xED\x9F\xBF", "\xF4\x8F\xBF\xBF"};
   for (int trial = 0; trial < 20000; ++trial) {
     std::string text;
     const int n = static_cast<int>(rng() % 10);

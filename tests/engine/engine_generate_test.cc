@@ -24,8 +24,9 @@ TEST(StoriesModelTest, GreedyFromTheAnchorTellsTheKnownStory) {
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->prompt_token_ids, std::vector<int32_t>{1});
     const std::string text = DecodeContinuation(**tokenizer, result->prompt_token_ids, result->tokens);
-    EXPECT_TRUE(text.starts_with("Once upon a time, there was a little girl named Lily. She loved to play outside "
-                                 "in the park. One day, she saw a big, red ball."))
+    EXPECT_TRUE(
+        text.starts_with("Once upon a time, there was a little girl named Lily. She loved to play outside "
+                         "in the park. One day, she saw a big, red ball."))
         << text;
 
     // The same tokens from the independent naive implementation, greedily, step by step.

@@ -100,7 +100,8 @@ TEST_P(RopeVariantTest, LazyMatchesBlockForRandomDocumentsInRandomOrders) {
   for (int d = 0; d < 5; ++d) {
     corpus.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(1, 40)(rng), weights.config.vocab_size));
   }
-  ExpectLazyEqualsBlock(weights, corpus, rng, /*requests=*/4, /*block_size=*/std::uniform_int_distribution<int>(4, 16)(rng));
+  ExpectLazyEqualsBlock(weights, corpus, rng, /*requests=*/4,
+                        /*block_size=*/std::uniform_int_distribution<int>(4, 16)(rng));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRopeVariants, RopeVariantTest, ::testing::Values("tiny", "tiny-hf", "tiny-llama3"));

@@ -4,13 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include "spdlog/sinks/stdout_color_sinks.h"
-#include "spdlog/spdlog.h"
-
 #include <map>
 #include <random>
 #include <set>
 
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 #include "tests/test_util.h"
 
 namespace lazykv {

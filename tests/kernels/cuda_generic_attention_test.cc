@@ -72,13 +72,13 @@ TEST_P(GenericAttentionGpuTest, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GenericAttentionGpuTest,
-    ::testing::Values(Shape{8, 8, 4, 16, 3, 4, 40, 30, RopeStyle::kInterleaved},    // stories260K
-                      Shape{8, 8, 4, 16, 4, 3, 20, 1, RopeStyle::kInterleaved},     // its decode
-                      Shape{16, 4, 1, 5, 2, 5, 33, 17, RopeStyle::kRotateHalf},     // tiny-llama3, odd blocks
-                      Shape{96, 12, 4, 7, 2, 3, 150, 9, RopeStyle::kRotateHalf},    // group 3, head dim 96
+    ::testing::Values(Shape{8, 8, 4, 16, 3, 4, 40, 30, RopeStyle::kInterleaved},      // stories260K
+                      Shape{8, 8, 4, 16, 4, 3, 20, 1, RopeStyle::kInterleaved},       // its decode
+                      Shape{16, 4, 1, 5, 2, 5, 33, 17, RopeStyle::kRotateHalf},       // tiny-llama3, odd blocks
+                      Shape{96, 12, 4, 7, 2, 3, 150, 9, RopeStyle::kRotateHalf},      // group 3, head dim 96
                       Shape{128, 32, 8, 16, 2, 4, 300, 140, RopeStyle::kRotateHalf},  // > 128 keys per entry run
-                      Shape{64, 8, 8, 256, 2, 2, 600, 5, RopeStyle::kInterleaved},  // MHA, big blocks
-                      Shape{256, 4, 2, 3, 1, 2, 10, 4, RopeStyle::kInterleaved}),   // head dim 256
+                      Shape{64, 8, 8, 256, 2, 2, 600, 5, RopeStyle::kInterleaved},    // MHA, big blocks
+                      Shape{256, 4, 2, 3, 1, 2, 10, 4, RopeStyle::kInterleaved}),     // head dim 256
     [](const ::testing::TestParamInfo<Shape>& info) {
       const Shape& s = info.param;
       return "hd" + std::to_string(s.head_dim) + "_group" + std::to_string(s.n_heads / s.n_kv_heads) + "_block" +

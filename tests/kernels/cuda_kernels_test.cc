@@ -97,16 +97,16 @@ TEST_P(DecodeAttentionGpuTest, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, DecodeAttentionGpuTest,
-    ::testing::Values(Shape{128, 32, 8, 16, 1, 8, 512, RopeStyle::kRotateHalf, 131072},   // Llama-3-8B, batch 1
-                      Shape{128, 32, 8, 16, 5, 3, 300, RopeStyle::kRotateHalf, 4000},     // a batch, odd lengths
-                      Shape{64, 8, 4, 16, 3, 4, 77, RopeStyle::kInterleaved, 100000},     // llama2.c style
-                      Shape{64, 8, 8, 7, 2, 12, 40, RopeStyle::kInterleaved, 500},        // odd block size, MHA
-                      Shape{128, 8, 1, 32, 1, 30, 600, RopeStyle::kRotateHalf, 131072},   // group of 8, long
-                      Shape{128, 12, 4, 16, 4, 5, 200, RopeStyle::kRotateHalf, 131072},   // group of 3
-                      Shape{128, 8, 4, 7, 3, 10, 50, RopeStyle::kInterleaved, 131072},    // group of 2, odd blocks
+    ::testing::Values(Shape{128, 32, 8, 16, 1, 8, 512, RopeStyle::kRotateHalf, 131072},     // Llama-3-8B, batch 1
+                      Shape{128, 32, 8, 16, 5, 3, 300, RopeStyle::kRotateHalf, 4000},       // a batch, odd lengths
+                      Shape{64, 8, 4, 16, 3, 4, 77, RopeStyle::kInterleaved, 100000},       // llama2.c style
+                      Shape{64, 8, 8, 7, 2, 12, 40, RopeStyle::kInterleaved, 500},          // odd block size, MHA
+                      Shape{128, 8, 1, 32, 1, 30, 600, RopeStyle::kRotateHalf, 131072},     // group of 8, long
+                      Shape{128, 12, 4, 16, 4, 5, 200, RopeStyle::kRotateHalf, 131072},     // group of 3
+                      Shape{128, 8, 4, 7, 3, 10, 50, RopeStyle::kInterleaved, 131072},      // group of 2, odd blocks
                       Shape{128, 16, 16, 16, 2, 3, 100, RopeStyle::kInterleaved, 1000, 3},  // MHA, 3 splits
-                      Shape{64, 16, 2, 32, 3, 6, 90, RopeStyle::kRotateHalf, 50000, 5},   // hd 64 group of 8
-                      Shape{128, 32, 8, 16, 40, 4, 512, RopeStyle::kRotateHalf, 131072}),  // batch 40
+                      Shape{64, 16, 2, 32, 3, 6, 90, RopeStyle::kRotateHalf, 50000, 5},     // hd 64 group of 8
+                      Shape{128, 32, 8, 16, 40, 4, 512, RopeStyle::kRotateHalf, 131072}),   // batch 40
     [](const ::testing::TestParamInfo<Shape>& info) {
       const Shape& s = info.param;
       return "hd" + std::to_string(s.head_dim) + "_group" + std::to_string(s.n_heads / s.n_kv_heads) + "_block" +

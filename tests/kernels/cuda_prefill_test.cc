@@ -102,8 +102,8 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
       const double error = RelativeError(g, e);
       EXPECT_LT(error, 1e-2) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits << ", schedule "
-                             << schedule << ", "
-                             << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
+                             << schedule << ", " << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position "
+                             << pos0[seq];
       std::printf("[          ] %s seq %d, splits %d, schedule %d: %d queries from %d, %zu entries, rel error %.2e\n",
                   s.name.c_str(), seq, splits, schedule, q_offsets[seq + 1] - q_offsets[seq], pos0[seq],
                   problem.tables[seq].size(), error);
@@ -119,8 +119,7 @@ INSTANTIATE_TEST_SUITE_P(
         // llama2.c style, MHA, the first chunk at delta 0 behind a partly filled block.
         PrefillShape{"llama2c_mha", 64, 8, 8, 16, 3, 4, 77, 20, 200, false, true, RopeStyle::kInterleaved, 100000},
         // Group of 8, many chunks, blocks of 32.
-        PrefillShape{"group8_long", 128, 8, 1, 32, 1, 30, 600, 100, 257, false, false, RopeStyle::kRotateHalf,
-                     131072},
+        PrefillShape{"group8_long", 128, 8, 1, 32, 1, 30, 600, 100, 257, false, false, RopeStyle::kRotateHalf, 131072},
         // Blocks of 128: a KV tile is part of a block.
         PrefillShape{"group8_block128", 64, 16, 2, 128, 2, 5, 300, 200, 300, false, false, RopeStyle::kInterleaved,
                      50000},

@@ -181,11 +181,8 @@ TEST(CudaSamplingTest, TimingAtBatch64) {
                                  RowSampling{.temperature = 1.0f, .top_p = 0.9f, .uniform = 0.5}}) {
     std::vector<cuda::SampleRowParams> params;
     for (int r = 0; r < kRows; ++r) {
-      params.push_back(cuda::SampleRowParams{.logits_row = r,
-                                             .temperature = kind.temperature,
-                                             .top_p = kind.top_p,
-                                             .unused = 0,
-                                             .uniform = kind.uniform});
+      params.push_back(cuda::SampleRowParams{
+          .logits_row = r, .temperature = kind.temperature, .top_p = kind.top_p, .unused = 0, .uniform = kind.uniform});
     }
     const cuda::SampleParams p{.logits = arena.Copy(flat),
                                .rows = arena.Copy(params),

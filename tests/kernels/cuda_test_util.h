@@ -78,8 +78,7 @@ inline void RandomBf16(std::mt19937_64& rng, size_t n, std::vector<__nv_bfloat16
 }
 
 // Random values of a storage element type (bf16 or fp32) and their exact fp32 twins.
-inline void RandomElements(std::mt19937_64& rng, size_t n, std::vector<__nv_bfloat16>& stored,
-                           std::vector<float>& fp) {
+inline void RandomElements(std::mt19937_64& rng, size_t n, std::vector<__nv_bfloat16>& stored, std::vector<float>& fp) {
   RandomBf16(rng, n, stored, fp);
 }
 inline void RandomElements(std::mt19937_64& rng, size_t n, std::vector<float>& stored, std::vector<float>& fp) {

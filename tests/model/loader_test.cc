@@ -167,7 +167,9 @@ void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& t
         data.append(reinterpret_cast<const char*>(&h), 2);
       }
     }
-    header[t.name] = {{"dtype", dtype == Dtype::kF32 ? "F32" : dtype == Dtype::kBF16 ? "BF16" : "F16"},
+    header[t.name] = {{"dtype", dtype == Dtype::kF32    ? "F32"
+                                : dtype == Dtype::kBF16 ? "BF16"
+                                                        : "F16"},
                       {"shape", t.shape},
                       {"data_offsets", {begin, data.size()}}};
   }
@@ -177,10 +179,19 @@ void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& t
 }
 
 json HfConfig(const ModelConfig& c) {
-  return {{"model_type", "llama"},          {"hidden_size", c.dim},         {"intermediate_size", c.hidden_dim},
-          {"num_hidden_layers", c.n_layers}, {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.n_kv_heads},
-          {"vocab_size", c.vocab_size},     {"max_position_embeddings", c.max_seq_len}, {"rms_norm_eps", 1e-5},
-          {"rope_theta", 10000.0},          {"tie_word_embeddings", true},  {"bos_token_id", 1}, {"eos_token_id", 2}};
+  return {{"model_type", "llama"},
+          {"hidden_size", c.dim},
+          {"intermediate_size", c.hidden_dim},
+          {"num_hidden_layers", c.n_layers},
+          {"num_attention_heads", c.n_heads},
+          {"num_key_value_heads", c.n_kv_heads},
+          {"vocab_size", c.vocab_size},
+          {"max_position_embeddings", c.max_seq_len},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 10000.0},
+          {"tie_word_embeddings", true},
+          {"bos_token_id", 1},
+          {"eos_token_id", 2}};
 }
 
 TEST(HfLoaderTest, SafetensorsCheckpointComputesTheSameModelAsLlama2c) {
@@ -217,7 +228,8 @@ TEST(HfLoaderTest, ShardedCheckpointLoads) {
   auto tensors = HfTensors(w);
   const size_t half = tensors.size() / 2;
   json index = {{"weight_map", json::object()}};
-  for (size_t i = 0; i < tensors.size(); ++i) index["weight_map"][tensors[i].name] = i < half ? "a.safetensors" : "b.safetensors";
+  for (size_t i = 0; i < tensors.size(); ++i)
+    index["weight_map"][tensors[i].name] = i < half ? "a.safetensors" : "b.safetensors";
   WriteSafetensors(dir.file("a.safetensors"), {tensors.begin(), tensors.begin() + half}, Dtype::kF32);
   WriteSafetensors(dir.file("b.safetensors"), {tensors.begin() + half, tensors.end()}, Dtype::kF32);
   WriteBytes(dir.file("model.safetensors.index.json"), index.dump());

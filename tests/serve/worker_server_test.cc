@@ -22,8 +22,8 @@ namespace lazykv::testing {
 namespace {
 
 std::unique_ptr<ServerProcess> StartWorker(const std::string& dir, std::vector<std::string> flags) {
-  std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                                   "--shutdown-grace-ms", std::to_string(2000 * SlowdownFactor())};
+  std::vector<std::string> args = {"--listen",    "127.0.0.1:0",         "--metrics-listen",
+                                   "127.0.0.1:0", "--shutdown-grace-ms", std::to_string(2000 * SlowdownFactor())};
   args.insert(args.end(), flags.begin(), flags.end());
   auto worker = std::make_unique<ServerProcess>(LAZYKV_WORKER, args, dir + "/worker.log");
   EXPECT_TRUE(worker->started()) << "see " << dir << "/worker.log";
@@ -31,7 +31,7 @@ std::unique_ptr<ServerProcess> StartWorker(const std::string& dir, std::vector<s
 }
 
 std::vector<std::string> StoriesFlags(const std::string& dir) {
-  return {"--model", ModelPath("stories260K.bin"), "--tokenizer", ModelPath("tok512.bin"), "--cache-dir",
+  return {"--model",     ModelPath("stories260K.bin"), "--tokenizer", ModelPath("tok512.bin"), "--cache-dir",
           dir + "/cache"};
 }
 
@@ -150,8 +150,8 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
       const v1::GenerateDone& done = reply.done;
       EXPECT_EQ(done.request_id(), request.request_id());
       EXPECT_EQ(done.mode(), mode);
-      EXPECT_EQ(done.finish_reason(), expected->finish_reason == "stop" ? v1::FINISH_REASON_STOP
-                                                                        : v1::FINISH_REASON_LENGTH);
+      EXPECT_EQ(done.finish_reason(),
+                expected->finish_reason == "stop" ? v1::FINISH_REASON_STOP : v1::FINISH_REASON_LENGTH);
       const v1::Usage& u = done.usage();
       EXPECT_EQ(u.prompt_tokens(), static_cast<int>(expected->prompt_token_ids.size()));
       EXPECT_EQ(u.pool_tokens() + u.host_tokens() + u.disk_tokens() + u.computed_tokens(), u.prompt_tokens());
@@ -310,9 +310,9 @@ TEST(WorkerServerTest, TwoWorkersSharingACacheServerComputeEachDocumentOnce) {
   ASSERT_TRUE(cache->started());
   std::vector<std::unique_ptr<ServerProcess>> workers;
   for (int w = 0; w < 2; ++w) {
-    workers.push_back(StartWorker(dir + "/w" + std::to_string(w),
-                                  {"--model", ModelPath("stories260K.bin"), "--tokenizer", ModelPath("tok512.bin"),
-                                   "--cache-servers", cache->address()}));
+    workers.push_back(
+        StartWorker(dir + "/w" + std::to_string(w), {"--model", ModelPath("stories260K.bin"), "--tokenizer",
+                                                     ModelPath("tok512.bin"), "--cache-servers", cache->address()}));
   }
   // 10 random documents (token ids), 12 requests of 3 in random orders, sent to both
   // workers at once, in opposite orders.

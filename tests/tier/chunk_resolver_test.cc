@@ -13,8 +13,8 @@
 namespace lazykv {
 namespace {
 
-using testing::FakeChunkTier;
 using std::chrono::milliseconds;
+using testing::FakeChunkTier;
 
 const Hash128 kKey{0x1234, 0x5678};
 const Hash128 kFingerprint{1, 2};

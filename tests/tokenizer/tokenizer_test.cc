@@ -1,10 +1,11 @@
 // Tokenizers round-trip real text, agree with each other, and reject bad files.
+#include "worker/tokenizer/tokenizer.h"
+
 #include <filesystem>
 #include <fstream>
 
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
-#include "worker/tokenizer/tokenizer.h"
 
 namespace lazykv::testing {
 namespace {

@@ -8,8 +8,8 @@ absl::Status ValidateStep(const SequenceStep& step, const ModelConfig& config, i
   int64_t total = 0;
   for (const KvBlockRef& ref : step.context) {
     if (ref.block < 0 || ref.block >= num_blocks) {
-      return absl::InvalidArgumentError(absl::StrFormat("block id %d outside the pool of %d blocks", ref.block,
-                                                        num_blocks));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("block id %d outside the pool of %d blocks", ref.block, num_blocks));
     }
     if (ref.num_tokens < 0 || ref.num_tokens > block_size) {
       return absl::InvalidArgumentError(
@@ -18,8 +18,8 @@ absl::Status ValidateStep(const SequenceStep& step, const ModelConfig& config, i
     total += ref.num_tokens;
   }
   if (static_cast<int64_t>(step.tokens.size()) > total) {
-    return absl::InvalidArgumentError(absl::StrFormat("%d new tokens but the block table holds only %d slots",
-                                                      step.tokens.size(), total));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d new tokens but the block table holds only %d slots", step.tokens.size(), total));
   }
   for (int32_t token : step.tokens) {
     if (token < 0 || token >= config.vocab_size) {
@@ -54,9 +54,9 @@ absl::Status ValidateChunkBlocks(const ChunkLayout& layout, size_t payload_bytes
     tokens += ref.num_tokens;
   }
   if (tokens != layout.num_tokens || payload_bytes != layout.payload_bytes()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "chunk payload of %d bytes (%d tokens) does not match blocks holding %d tokens", payload_bytes,
-        layout.num_tokens, tokens));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("chunk payload of %d bytes (%d tokens) does not match blocks holding %d tokens", payload_bytes,
+                        layout.num_tokens, tokens));
   }
   return absl::OkStatus();
 }

@@ -22,8 +22,8 @@ absl::Status ValidateSampling(std::span<const SequenceStep> steps, std::span<con
     }
     if (!(row.temperature >= 0.0f) || !std::isfinite(row.temperature) || !(row.top_p > 0.0f && row.top_p <= 1.0f) ||
         !(row.uniform >= 0.0 && row.uniform < 1.0)) {
-      return absl::InvalidArgumentError(absl::StrFormat("step %d: temperature %g, top_p %g, uniform %g out of range",
-                                                        i, row.temperature, row.top_p, row.uniform));
+      return absl::InvalidArgumentError(absl::StrFormat("step %d: temperature %g, top_p %g, uniform %g out of range", i,
+                                                        row.temperature, row.top_p, row.uniform));
     }
   }
   return absl::OkStatus();

@@ -129,8 +129,12 @@ class CpuBackend : public Backend {
   }
 
   cpu::KvLayerView LayerView(int layer) {
-    return cpu::KvLayerView{k_pool_.data() + layer * layer_floats_, v_pool_.data() + layer * layer_floats_,
-                            num_blocks_, block_size_, c_.n_kv_heads, c_.head_dim};
+    return cpu::KvLayerView{k_pool_.data() + layer * layer_floats_,
+                            v_pool_.data() + layer * layer_floats_,
+                            num_blocks_,
+                            block_size_,
+                            c_.n_kv_heads,
+                            c_.head_dim};
   }
 
   void ForwardOne(const SequenceStep& step, std::vector<float>* logits) {

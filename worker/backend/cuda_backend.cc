@@ -33,8 +33,8 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Cuda(cudaMalloc(&v_pool_, pool_bytes), "KV pool (V)"));
   const std::vector<double> inv = RopeInverseFrequencies(c_.rope, c_.head_dim);
   RETURN_IF_ERROR(Cuda(cudaMalloc(&inv_freq_, inv.size() * sizeof(double)), "RoPE table"));
-  RETURN_IF_ERROR(Cuda(cudaMemcpy(inv_freq_, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice),
-                       "RoPE table"));
+  RETURN_IF_ERROR(
+      Cuda(cudaMemcpy(inv_freq_, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice), "RoPE table"));
   spdlog::info("CUDA backend: {:.2f} GiB of {} weights, KV pool {:.2f} GiB ({} blocks of {} tokens)",
                w_->bytes() / 1073741824.0, cuda::ElementName(element_), 2.0 * pool_bytes / 1073741824.0, num_blocks_,
                block_size_);
@@ -122,9 +122,9 @@ absl::Status CudaBackend::ExportChunk(std::span<const KvBlockRef> blocks, std::s
   p.to_pool = false;
   RETURN_IF_ERROR(Cuda(cuda::LaunchKvTransfer(p, stream_), "chunk gather"));
   RETURN_IF_ERROR(payload_host_.Reserve(std::max<size_t>(16, payload->size())));
-  RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(payload_host_.as<char>(), p.payload, payload->size(), cudaMemcpyDeviceToHost,
-                                       stream_),
-                       "chunk export copy"));
+  RETURN_IF_ERROR(
+      Cuda(cudaMemcpyAsync(payload_host_.as<char>(), p.payload, payload->size(), cudaMemcpyDeviceToHost, stream_),
+           "chunk export copy"));
   RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "chunk export"));
   std::memcpy(payload->data(), payload_host_.as<char>(), payload->size());
   return absl::OkStatus();
@@ -200,8 +200,8 @@ uint64_t CudaKvBytesPerBlock(const ModelConfig& config, int block_size, CudaPrec
   return cuda_backend::KvBytesPerBlock(config, block_size, ElementOf(precision));
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const ModelWeights& weights, int block_size,
-                                                           int num_blocks, CudaBackendOptions options) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const ModelWeights& weights, int block_size, int num_blocks,
+                                                           CudaBackendOptions options) {
   RETURN_IF_ERROR(CheckPoolShape(block_size, num_blocks));
   RETURN_IF_ERROR(weights.config.Validate());
   ASSIGN_OR_RETURN(auto device_weights, DeviceWeights::Upload(weights, ElementOf(options.precision)));

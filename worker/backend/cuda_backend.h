@@ -36,8 +36,8 @@ struct CudaBackendOptions {
 uint64_t CudaKvBytesPerBlock(const ModelConfig& config, int block_size, CudaPrecision precision = CudaPrecision::kBf16);
 
 // Uploads host fp32 weights (matrices rounded to bf16 at kBf16).
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const ModelWeights& weights, int block_size,
-                                                           int num_blocks, CudaBackendOptions options = {});
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const ModelWeights& weights, int block_size, int num_blocks,
+                                                           CudaBackendOptions options = {});
 // Synthetic weights drawn on the GPU (the same values as MakeSyntheticWeights).
 absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelConfig& config, uint64_t seed,
                                                                     int block_size, int num_blocks,

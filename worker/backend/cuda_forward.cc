@@ -160,9 +160,9 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
   cuda::KvWriteParams& kw = plan.kv_write;
   for (int l = 0; l < c_.n_layers; ++l) {
     const DeviceLayer& lw = w_->layer(l);
-    RETURN_IF_ERROR(Cuda(cuda::LaunchResidualRmsNorm(x, l == 0 ? nullptr : y, lw.attn_norm, rows, dim, c_.norm_eps,
-                                                     xb, stream_),
-                         "attention norm"));
+    RETURN_IF_ERROR(
+        Cuda(cuda::LaunchResidualRmsNorm(x, l == 0 ? nullptr : y, lw.attn_norm, rows, dim, c_.norm_eps, xb, stream_),
+             "attention norm"));
     RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.wqkv), q_dim + 2 * kv_dim, qkv_.as<float>()));
     kw.kv.k_pool = ap.kv.k_pool = KPool(l);
     kw.kv.v_pool = ap.kv.v_pool = VPool(l);
@@ -172,9 +172,9 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
     if constexpr (std::is_same_v<T, float>) {
       attention_out = attn_.as<float>();
     } else {
-      RETURN_IF_ERROR(Cuda(cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(rows) * q_dim, attn_in_.as<T>(),
-                                              stream_),
-                           "attention output"));
+      RETURN_IF_ERROR(
+          Cuda(cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(rows) * q_dim, attn_in_.as<T>(), stream_),
+               "attention output"));
       attention_out = attn_in_.as<T>();
     }
     RETURN_IF_ERROR(gemm_->Run(attention_out, rows, q_dim, matrix(lw.wo), dim, y));

@@ -46,12 +46,12 @@ absl::Status CudaBackend::Forward(std::span<const SequenceStep> steps, std::vect
   logits->assign(steps.size(), {});
   std::vector<LogitsRows> wanted;
   RETURN_IF_ERROR(RunModel(steps, &wanted));
-  return CopyLogitsBack(wanted, [](size_t) { return true; }, logits);
+  return CopyLogitsBack(
+      wanted, [](size_t) { return true; }, logits);
 }
 
 absl::Status CudaBackend::ForwardAndSample(std::span<const SequenceStep> steps, std::span<const StepSampling> sampling,
-                                           std::vector<SampledToken>* tokens,
-                                           std::vector<std::vector<float>>* logits) {
+                                           std::vector<SampledToken>* tokens, std::vector<std::vector<float>>* logits) {
   RETURN_IF_ERROR(ValidateSampling(steps, sampling));
   logits->assign(steps.size(), {});
   tokens->assign(steps.size(), SampledToken{.id = -1, .logprob = 0.0f});

@@ -95,7 +95,7 @@ void* DeviceWeights::Destination(const std::string& name, bool* is_matrix) {
 }
 
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const ModelWeights& weights,
-                                                                      cuda::Element element) {
+                                                                     cuda::Element element) {
   std::unique_ptr<DeviceWeights> d(new DeviceWeights(weights.config, element));
   if (absl::Status s = d->Allocate(); !s.ok()) return s;
   d->content_hash_ = weights.content_hash;
@@ -112,8 +112,8 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
     } else {
       staging.resize(t.size());
       for (size_t i = 0; i < t.size(); ++i) staging[i] = __float2bfloat16(t[i]);
-      status = Cuda(cudaMemcpy(dst, staging.data(), t.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice),
-                          "upload");
+      status =
+          Cuda(cudaMemcpy(dst, staging.data(), t.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice), "upload");
     }
   });
   if (!status.ok()) return status;
@@ -121,7 +121,7 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
 }
 
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Synthetic(const ModelConfig& config, uint64_t seed,
-                                                                         cuda::Element element) {
+                                                                        cuda::Element element) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   std::unique_ptr<DeviceWeights> d(new DeviceWeights(config, element));
   if (absl::Status s = d->Allocate(); !s.ok()) return s;
@@ -135,9 +135,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Synthetic(const Mo
     const bool bf16 = is_matrix && element == cuda::Element::kBf16;
     __nv_bfloat16* out_bf16 = bf16 ? static_cast<__nv_bfloat16*>(dst) : nullptr;
     float* out_fp32 = bf16 ? nullptr : static_cast<float*>(dst);
-    if (absl::Status s = Cuda(
-            cuda::LaunchSyntheticFill(draw.state, n, draw.scale, draw.is_norm, out_bf16, out_fp32, nullptr),
-            "synthetic fill");
+    if (absl::Status s =
+            Cuda(cuda::LaunchSyntheticFill(draw.state, n, draw.scale, draw.is_norm, out_bf16, out_fp32, nullptr),
+                 "synthetic fill");
         !s.ok()) {
       return s;
     }

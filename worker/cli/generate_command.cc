@@ -83,8 +83,8 @@ int GenerateCommand(int argc, char** argv) {
   const grpc::Status status = reader->Finish();
   std::cout << "\n";
   if (!status.ok()) {
-    std::cerr << absl::StrFormat("lazykv generate: %s: %s\n", absl::StatusCodeToString(
-                                                                  static_cast<absl::StatusCode>(status.error_code())),
+    std::cerr << absl::StrFormat("lazykv generate: %s: %s\n",
+                                 absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
                                  status.error_message());
     return 1;
   }

@@ -2,9 +2,9 @@
 #include <iostream>
 #include <string>
 
+#include "common/malloc_tuning.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "common/malloc_tuning.h"
 #include "worker/cli/generate_command.h"
 #include "worker/cli/run_command.h"
 

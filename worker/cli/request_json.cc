@@ -13,7 +13,8 @@ absl::StatusOr<std::vector<int32_t>> TokensOf(const json& value, const Tokenizer
   if (value.is_array()) {
     std::vector<int32_t> ids;
     for (const json& id : value) {
-      if (!id.is_number_integer()) return absl::InvalidArgumentError(absl::StrCat(field, ": token ids must be integers"));
+      if (!id.is_number_integer())
+        return absl::InvalidArgumentError(absl::StrCat(field, ": token ids must be integers"));
       ids.push_back(id.get<int32_t>());
     }
     return ids;

@@ -12,8 +12,8 @@
 #include "common/flag_parser.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "worker/setup/model_setup_flags.h"
 #include "worker/cli/request_json.h"
+#include "worker/setup/model_setup_flags.h"
 
 namespace lazykv {
 namespace {
@@ -87,7 +87,8 @@ absl::StatusOr<std::vector<GenerateRequest>> BuildRequests(const RunFlags& flags
   return requests;
 }
 
-void PrintHuman(size_t index, const GenerateRequest& request, const GenerateResult& result, const Tokenizer& tokenizer) {
+void PrintHuman(size_t index, const GenerateRequest& request, const GenerateResult& result,
+                const Tokenizer& tokenizer) {
   const Usage& u = result.usage;
   const double decode_seconds = result.total_seconds - result.ttft_seconds;
   std::cout << absl::StrFormat(
@@ -95,8 +96,8 @@ void PrintHuman(size_t index, const GenerateRequest& request, const GenerateResu
       "kv_copied=%dB "
       "ttft=%.2fms decode=%.0f tok/s\n",
       index, AttentionModeName(result.mode), request.docs.size(), u.prompt_tokens, u.cached_tokens, u.pool_tokens,
-      u.host_tokens, u.disk_tokens, u.computed_tokens,
-      u.chunk_hits, u.chunk_misses, u.kv_bytes_copied, result.ttft_seconds * 1e3,
+      u.host_tokens, u.disk_tokens, u.computed_tokens, u.chunk_hits, u.chunk_misses, u.kv_bytes_copied,
+      result.ttft_seconds * 1e3,
       result.tokens.size() > 1 && decode_seconds > 0 ? (result.tokens.size() - 1) / decode_seconds : 0.0);
   std::cout << "    " << DecodeContinuation(tokenizer, result.prompt_token_ids, result.tokens) << "\n";
 }
@@ -137,8 +138,8 @@ int RunCommand(int argc, char** argv) {
   if (ChunkResolver* resolver = loaded->engine->resolver()) {
     resolver->Flush();
     const ResolverStats stats = resolver->stats();
-    spdlog::info("cache tier: {} chunks fetched, {} computed, {} published ({} failed), {} lease waits",
-                 stats.fetched, stats.computed, stats.published, stats.publish_failures, stats.lease_waits);
+    spdlog::info("cache tier: {} chunks fetched, {} computed, {} published ({} failed), {} lease waits", stats.fetched,
+                 stats.computed, stats.published, stats.publish_failures, stats.lease_waits);
   }
   return 0;
 }

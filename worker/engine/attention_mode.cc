@@ -9,15 +9,20 @@ absl::StatusOr<AttentionMode> ParseAttentionMode(std::string_view name) {
   if (name == "prefix") return AttentionMode::kPrefix;
   if (name == "block") return AttentionMode::kBlock;
   if (name == "lazy") return AttentionMode::kLazy;
-  return absl::InvalidArgumentError(absl::StrCat("unknown mode '", std::string(name), "'; expected none, prefix, block or lazy"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mode '", std::string(name), "'; expected none, prefix, block or lazy"));
 }
 
 std::string_view AttentionModeName(AttentionMode mode) {
   switch (mode) {
-    case AttentionMode::kNone: return "none";
-    case AttentionMode::kPrefix: return "prefix";
-    case AttentionMode::kBlock: return "block";
-    case AttentionMode::kLazy: return "lazy";
+    case AttentionMode::kNone:
+      return "none";
+    case AttentionMode::kPrefix:
+      return "prefix";
+    case AttentionMode::kBlock:
+      return "block";
+    case AttentionMode::kLazy:
+      return "lazy";
   }
   return "unknown";
 }

@@ -20,17 +20,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   if (options.anchor.empty()) options.anchor = {config.bos_id};
   for (int32_t token : options.anchor) {
     if (token < 0 || token >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrFormat("anchor token %d outside the vocabulary of %d", token,
-                                                        config.vocab_size));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("anchor token %d outside the vocabulary of %d", token, config.vocab_size));
     }
   }
   if (options.max_prefill_tokens <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("max_prefill_tokens %d must be positive",
-                                                      options.max_prefill_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_prefill_tokens %d must be positive", options.max_prefill_tokens));
   }
   if (options.max_queued_requests < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("max_queued_requests %d must not be negative",
-                                                      options.max_queued_requests));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_queued_requests %d must not be negative", options.max_queued_requests));
   }
   const Hash128 fingerprint = backend->model_fingerprint();
   ASSIGN_OR_RETURN(const KvDtype kv_dtype, ParseKvDtype(backend->kv_dtype()));
@@ -72,8 +72,8 @@ absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
   auto check_tokens = [&](std::span<const int32_t> tokens, const std::string& field) -> absl::Status {
     for (size_t j = 0; j < tokens.size(); ++j) {
       if (tokens[j] < 0 || tokens[j] >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrFormat("%s[%d]: token id %d outside the vocabulary of %d", field,
-                                                          j, tokens[j], c.vocab_size));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s[%d]: token id %d outside the vocabulary of %d", field, j, tokens[j], c.vocab_size));
       }
     }
     return absl::OkStatus();
@@ -149,8 +149,8 @@ std::vector<SharedChunkReservations::Chunk> Engine::SharedChunksOf(const Generat
 
 absl::StatusOr<int32_t> Engine::AllocateBlock() {
   if (allocator_.num_free() == 0 && !index_.EvictUntilFree(1)) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "KV pool exhausted: all %d blocks are held by running sequences", allocator_.num_blocks()));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("KV pool exhausted: all %d blocks are held by running sequences", allocator_.num_blocks()));
   }
   return *allocator_.Allocate();
 }
@@ -181,9 +181,9 @@ absl::StatusOr<RequestId> Engine::Submit(GenerateRequest input) {
   Admit();
   if (static_cast<int>(queued_.size()) > options_.max_queued_requests) {
     queued_.pop_back();  // the new request: admission is first come, first served
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "the KV pool is busy and %d requests already wait for room (max_queued_requests=%d)",
-        options_.max_queued_requests, options_.max_queued_requests));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("the KV pool is busy and %d requests already wait for room (max_queued_requests=%d)",
+                        options_.max_queued_requests, options_.max_queued_requests));
   }
   return id;
 }

@@ -15,14 +15,14 @@
 
 #include "absl/status/statusor.h"
 #include "common/chunk_key.h"
-#include "worker/engine/attention_mode.h"
 #include "worker/backend/backend.h"
-#include "worker/tier/chunk_resolver.h"
+#include "worker/backend/sampler.h"
+#include "worker/engine/attention_mode.h"
 #include "worker/engine/kv_block_allocator.h"
 #include "worker/engine/kv_cache_index.h"
 #include "worker/engine/kv_sequence.h"
-#include "worker/backend/sampler.h"
 #include "worker/engine/shared_chunk_reservations.h"
+#include "worker/tier/chunk_resolver.h"
 
 namespace lazykv {
 
@@ -54,19 +54,19 @@ struct GenerateRequest {
 };
 
 struct Usage {
-  int prompt_tokens = 0;    // the whole logical prompt: anchor, documents, prompt
-  int cached_tokens = 0;    // of those, tokens whose KV was reused (pool + host + disk)
-  int computed_tokens = 0;  // of those, tokens whose KV this request computed
-  int pool_tokens = 0;      // reused tokens found in the local KV pool
-  int host_tokens = 0;      // reused tokens fetched from the cache tier's host RAM
-  int disk_tokens = 0;      // reused tokens fetched from the cache tier's disk
+  int prompt_tokens = 0;             // the whole logical prompt: anchor, documents, prompt
+  int cached_tokens = 0;             // of those, tokens whose KV was reused (pool + host + disk)
+  int computed_tokens = 0;           // of those, tokens whose KV this request computed
+  int pool_tokens = 0;               // reused tokens found in the local KV pool
+  int host_tokens = 0;               // reused tokens fetched from the cache tier's host RAM
+  int disk_tokens = 0;               // reused tokens fetched from the cache tier's disk
   int document_tokens = 0;           // the documents' tokens
   int document_cached_tokens = 0;    // of those, reused (any source)
   int document_computed_tokens = 0;  // of those, computed by this request
-  int chunk_hits = 0;       // documents (and the anchor) reused, from any source
-  int chunk_misses = 0;     // documents (and the anchor) encoded by this request
-  uint64_t kv_bytes_copied = 0;   // KV bytes written to reuse chunks (the block baseline's copies)
-  uint64_t kv_bytes_fetched = 0;  // chunk bytes fetched from the cache tier
+  int chunk_hits = 0;                // documents (and the anchor) reused, from any source
+  int chunk_misses = 0;              // documents (and the anchor) encoded by this request
+  uint64_t kv_bytes_copied = 0;      // KV bytes written to reuse chunks (the block baseline's copies)
+  uint64_t kv_bytes_fetched = 0;     // chunk bytes fetched from the cache tier
 };
 
 struct GenerateResult {
@@ -77,9 +77,9 @@ struct GenerateResult {
   std::string finish_reason;  // "stop" (EOS) or "length" (max_tokens)
   Usage usage;
   std::vector<std::vector<float>> step_logits;  // when record_logits
-  double queue_seconds = 0;  // submission to admission (KV blocks reserved)
-  double ttft_seconds = 0;   // submission to the first sampled token
-  double total_seconds = 0;  // submission to the end of decoding
+  double queue_seconds = 0;                     // submission to admission (KV blocks reserved)
+  double ttft_seconds = 0;                      // submission to the first sampled token
+  double total_seconds = 0;                     // submission to the end of decoding
 };
 
 // What one scheduling step did to a request.
@@ -106,10 +106,10 @@ struct EngineStats {
   size_t cached_entries = 0;
   size_t cached_blocks = 0;
   uint64_t evictions = 0;
-  int queued_requests = 0;   // waiting for pool room
-  int running_requests = 0;  // admitted, not finished
+  int queued_requests = 0;    // waiting for pool room
+  int running_requests = 0;   // admitted, not finished
   int decoding_requests = 0;  // of the running, those past prefill: the next step's decode batch
-  int reserved_blocks = 0;   // worst-case blocks the running requests may need
+  int reserved_blocks = 0;    // worst-case blocks the running requests may need
 };
 
 // Continuous batching over one backend. Requests are submitted, admitted when the pool
@@ -168,8 +168,7 @@ class Engine {
   int PrivateWorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const;
   // Lazy and block modes: the anchor and the documents the request shares with others (the
   // chunks PlanChunks lays out), with their blocks.
-  std::vector<SharedChunkReservations::Chunk> SharedChunksOf(const GenerateRequest& request,
-                                                             AttentionMode mode) const;
+  std::vector<SharedChunkReservations::Chunk> SharedChunksOf(const GenerateRequest& request, AttentionMode mode) const;
   absl::StatusOr<int32_t> AllocateBlock();
   // Appends `count` own-token slots to `seq` (new blocks as needed).
   absl::Status GrowOwnTail(KvSequence& seq, size_t count);
@@ -216,7 +215,7 @@ class Engine {
   RequestId next_id_ = 1;
   std::deque<std::unique_ptr<Request>> queued_;
   std::map<RequestId, std::unique_ptr<Request>> running_;  // ordered: oldest first
-  std::vector<EngineEvent> pending_events_;  // cancellations, reported at the next Step
+  std::vector<EngineEvent> pending_events_;                // cancellations, reported at the next Step
   std::unordered_map<Hash128, std::unique_ptr<ChunkJob>, Hash128Hasher> jobs_;
   std::vector<std::shared_ptr<TierLookup>> lookups_;
   int reserved_blocks_ = 0;  // running requests' private worst cases

@@ -78,9 +78,8 @@ void Engine::PlanChunks(Request& r) {
       job->lookup_index = lookup->keys.size();
       lookup->keys.push_back(job->key);
     }
-    lookup->pending = std::async(std::launch::async, [resolver = options_.resolver, keys = lookup->keys] {
-      return resolver->Lookup(keys);
-    });
+    lookup->pending = std::async(
+        std::launch::async, [resolver = options_.resolver, keys = lookup->keys] { return resolver->Lookup(keys); });
     lookups_.push_back(std::move(lookup));
   }
   if (r.segments_pending == 0) {
@@ -173,9 +172,8 @@ void Engine::AdvanceChunkJobs(std::vector<EngineEvent>* events) {
       const std::optional<TierHit> hint = job.lookup->answers[job.lookup_index];
       job.lookup.reset();
       job.state = ChunkJob::State::kResolve;
-      job.decision = std::async(std::launch::async, [resolver = options_.resolver, key, hint] {
-        return resolver->Resolve(key, hint);
-      });
+      job.decision = std::async(std::launch::async,
+                                [resolver = options_.resolver, key, hint] { return resolver->Resolve(key, hint); });
     }
     if (job.state == ChunkJob::State::kResolve && IsReady(job.decision)) {
       ChunkResolver::Decision decision = job.decision.get();
@@ -221,8 +219,8 @@ void Engine::AdvanceChunkJobs(std::vector<EngineEvent>* events) {
   }
 }
 
-void Engine::CompleteJob(ChunkJob& job, std::span<const KvBlockRef> blocks, ChunkSource source,
-                         uint64_t fetched_bytes, std::vector<EngineEvent>* events) {
+void Engine::CompleteJob(ChunkJob& job, std::span<const KvBlockRef> blocks, ChunkSource source, uint64_t fetched_bytes,
+                         std::vector<EngineEvent>* events) {
   auto node = jobs_.extract(job.key);  // keeps the job alive while its waiters move on
   const std::vector<KvBlockRef> chunk(blocks.begin(), blocks.end());
   for (const auto& [id, s] : job.waiters) {

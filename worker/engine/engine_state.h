@@ -29,8 +29,8 @@ bool IsReady(const std::future<T>& future) {
 struct ChunkSegment {
   Hash128 key;
   std::span<const int32_t> tokens;  // into the request's documents, or the engine's anchor
-  bool is_anchor = false;  // else a document
-  int32_t delta = 0;  // logical position minus the position it was encoded at
+  bool is_anchor = false;           // else a document
+  int32_t delta = 0;                // logical position minus the position it was encoded at
   bool ready = false;
   // Once ready: the chunk's blocks, one reference each held by the request until the
   // segments are attached to its sequence.
@@ -51,7 +51,7 @@ struct Engine::Request {
   GenerateRequest input;
   GenerateResult result;  // filled as the request runs
   SteadyClock::time_point submitted;
-  int reserved_blocks = 0;  // private worst case (admission)
+  int reserved_blocks = 0;                                    // private worst case (admission)
   std::vector<SharedChunkReservations::Chunk> shared_chunks;  // reserved once per chunk while running
   Phase phase = Phase::kQueued;
 

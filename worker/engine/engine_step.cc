@@ -99,8 +99,8 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
     tokens_run += static_cast<int>(t.count);
     StepSampling sample;
     if (t.job != nullptr) {
-      steps.push_back(SequenceStep{std::span(t.job->tokens).subspan(t.job->encoded, t.count),
-                                   t.job->encoder.table(), LogitsWanted::kNone});
+      steps.push_back(SequenceStep{std::span(t.job->tokens).subspan(t.job->encoded, t.count), t.job->encoder.table(),
+                                   LogitsWanted::kNone});
     } else {
       Request& r = *t.request;
       const bool samples = (t.decode || r.own_done + t.count == r.own.size()) && r.input.sampling.max_tokens > 0;
@@ -195,7 +195,8 @@ void Engine::SampleNext(Request& r, const SampledToken& next, std::span<const fl
   }
   result.tokens.push_back(next.id);
   result.logprobs.push_back(next.logprob);
-  events->push_back(EngineEvent{.id = r.id, .kind = EngineEvent::Kind::kToken, .token = next, .result = nullptr, .status = {}});
+  events->push_back(
+      EngineEvent{.id = r.id, .kind = EngineEvent::Kind::kToken, .token = next, .result = nullptr, .status = {}});
   if (static_cast<int>(result.tokens.size()) == r.input.sampling.max_tokens) {
     result.finish_reason = "length";
     Finish(r, events);

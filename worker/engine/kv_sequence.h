@@ -8,9 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "spdlog/spdlog.h"
-
 #include "kernels/kv_block_ref.h"
+#include "spdlog/spdlog.h"
 #include "worker/engine/kv_block_allocator.h"
 
 namespace lazykv {

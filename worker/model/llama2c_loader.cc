@@ -16,17 +16,17 @@ constexpr uint32_t kVersionedMagic = 0x616b3432;  // "ak42": llama2.c export ver
 
 absl::StatusOr<ModelWeights> LoadLlama2cCheckpoint(const std::string& path) {
   ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
-  auto bad = [&](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s", path, what));
-  };
+  auto bad = [&](const std::string& what) { return absl::InvalidArgumentError(absl::StrFormat("%s: %s", path, what)); };
   if (file.size() < kHeaderBytes) {
     return bad(absl::StrFormat("truncated: %d bytes, a llama2.c header needs %d", file.size(), kHeaderBytes));
   }
   int32_t header[7];
   std::memcpy(header, file.bytes().data(), kHeaderBytes);
   if (static_cast<uint32_t>(header[0]) == kVersionedMagic) {
-    return bad(absl::StrFormat("llama2.c export version %d (magic 'ak42') is not supported; "
-                               "only the legacy version-0 format is", header[1]));
+    return bad(
+        absl::StrFormat("llama2.c export version %d (magic 'ak42') is not supported; "
+                        "only the legacy version-0 format is",
+                        header[1]));
   }
   ModelConfig c;
   c.name = path;
@@ -61,11 +61,11 @@ absl::StatusOr<ModelWeights> LoadLlama2cCheckpoint(const std::string& path) {
   if (!c.shared_classifier) expected_floats += w.classifier.size();
   const size_t expected_bytes = kHeaderBytes + expected_floats * sizeof(float);
   if (file.size() != expected_bytes) {
-    return bad(absl::StrFormat("%s: file has %d bytes, the header (dim %d, hidden %d, layers %d, heads %d, "
-                               "kv_heads %d, vocab %d, seq_len %d) implies %d",
-                               file.size() < expected_bytes ? "truncated" : "trailing data", file.size(),
-                               c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size,
-                               c.max_seq_len, expected_bytes));
+    return bad(
+        absl::StrFormat("%s: file has %d bytes, the header (dim %d, hidden %d, layers %d, heads %d, "
+                        "kv_heads %d, vocab %d, seq_len %d) implies %d",
+                        file.size() < expected_bytes ? "truncated" : "trailing data", file.size(), c.dim, c.hidden_dim,
+                        c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.max_seq_len, expected_bytes));
   }
 
   const uint8_t* cursor = file.bytes().data() + kHeaderBytes;

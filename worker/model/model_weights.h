@@ -32,9 +32,7 @@ struct ModelWeights {
   // Identifies these exact weights; part of the model fingerprint (DESIGN.md section 3).
   Hash128 content_hash;
 
-  const std::vector<float>& output_matrix() const {
-    return config.shared_classifier ? embedding : classifier;
-  }
+  const std::vector<float>& output_matrix() const { return config.shared_classifier ? embedding : classifier; }
 };
 
 // Allocates every tensor at the shape the config implies (zero-filled).

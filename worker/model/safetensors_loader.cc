@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/bf16.h"
 #include "absl/strings/str_format.h"
 #include "common/mapped_file.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/bf16.h"
 
 namespace lazykv {
 namespace {
@@ -40,9 +40,7 @@ size_t DtypeSize(const std::string& dtype) {
 
 absl::Status ParseSafetensors(SafetensorsFile& file) {
   const std::string& path = file.mapped.path();
-  auto bad = [&](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s", path, what));
-  };
+  auto bad = [&](const std::string& what) { return absl::InvalidArgumentError(absl::StrFormat("%s: %s", path, what)); };
   const auto bytes = file.mapped.bytes();
   if (bytes.size() < 8) return bad("truncated: no safetensors header length");
   uint64_t header_len;
@@ -94,8 +92,8 @@ absl::Status CopyTensor(const TensorView& t, const std::string& name, std::vecto
         absl::StrFormat("%s: tensor %s has dtype %s; supported are F32, BF16, F16", *t.file, name, t.dtype));
   }
   if (t.data.size() != dst.size() * elem) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: tensor %s holds %d bytes, its shape needs %d", *t.file,
-                                                      name, t.data.size(), dst.size() * elem));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: tensor %s holds %d bytes, its shape needs %d", *t.file, name,
+                                                      t.data.size(), dst.size() * elem));
   }
   const uint8_t* src = t.data.data();
   if (t.dtype == "F32") {
@@ -138,8 +136,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
   try {
     const std::string model_type = cfg.value("model_type", "llama");
     if (model_type != "llama") return bad(absl::StrCat("model_type '", model_type, "' is not supported (llama only)"));
-    for (const char* field : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                              "vocab_size"}) {
+    for (const char* field :
+         {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"}) {
       if (!cfg.contains(field)) return bad(absl::StrCat("missing field ", field));
     }
     c.dim = cfg["hidden_size"].get<int>();
@@ -149,7 +147,7 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
     c.n_kv_heads = cfg.value("num_key_value_heads", c.n_heads);
     c.vocab_size = cfg["vocab_size"].get<int>();
     c.head_dim = cfg.contains("head_dim") && !cfg["head_dim"].is_null() ? cfg["head_dim"].get<int>()
-                                                                         : (c.n_heads > 0 ? c.dim / c.n_heads : 0);
+                                                                        : (c.n_heads > 0 ? c.dim / c.n_heads : 0);
     c.max_seq_len = cfg.value("max_position_embeddings", 2048);
     c.norm_eps = cfg.value("rms_norm_eps", 1e-6f);
     c.rope.style = RopeStyle::kRotateHalf;

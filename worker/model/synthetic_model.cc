@@ -87,8 +87,8 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const std::string& name) {
     c.eos_id = 128001;
     return c;
   }
-  return absl::InvalidArgumentError(absl::StrFormat("unknown synthetic model '%s'; known: %s", name,
-                                                    absl::StrJoin(SyntheticModelNames(), ", ")));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown synthetic model '%s'; known: %s", name, absl::StrJoin(SyntheticModelNames(), ", ")));
 }
 
 uint64_t Fp32WeightBytes(const ModelConfig& c) {
@@ -103,7 +103,9 @@ SyntheticTensorDraw SyntheticDrawFor(const ModelConfig& config, uint64_t seed, c
   draw.state = seed * 0x2545f4914f6cdd1dULL + index * 0x9e3779b97f4a7c15ULL;
   draw.is_norm = name.ends_with("norm");
   // Uniform(-a, a) has variance a^2/3: a = sqrt(3 / fan_in) keeps activations at unit scale.
-  const size_t fan_in = name.ends_with("wo") ? config.q_dim() : name.ends_with("w_down") ? config.hidden_dim : config.dim;
+  const size_t fan_in = name.ends_with("wo")       ? config.q_dim()
+                        : name.ends_with("w_down") ? config.hidden_dim
+                                                   : config.dim;
   draw.scale = name == "embedding" ? 1.0f : std::sqrt(3.0f / static_cast<float>(fan_in));
   return draw;
 }

@@ -29,8 +29,7 @@ struct SyntheticTensorDraw {
   float scale = 1.0f;
   bool is_norm = false;
 };
-SyntheticTensorDraw SyntheticDrawFor(const ModelConfig& config, uint64_t seed, const std::string& name,
-                                     uint64_t index);
+SyntheticTensorDraw SyntheticDrawFor(const ModelConfig& config, uint64_t seed, const std::string& name, uint64_t index);
 // The content hash MakeSyntheticWeights gives (config and seed; no pass over the weights).
 Hash128 SyntheticContentHash(const ModelConfig& config, uint64_t seed);
 

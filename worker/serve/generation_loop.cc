@@ -126,7 +126,8 @@ void GenerationLoop::Dispatch(std::vector<EngineEvent>& events) {
     RequestStream& stream = *it->second;
     switch (event.kind) {
       case EngineEvent::Kind::kToken:
-        if (stream.last_token_) metrics_->ObserveInterToken(std::chrono::duration<double>(now - *stream.last_token_).count());
+        if (stream.last_token_)
+          metrics_->ObserveInterToken(std::chrono::duration<double>(now - *stream.last_token_).count());
         stream.last_token_ = now;
         break;
       case EngineEvent::Kind::kFinished:

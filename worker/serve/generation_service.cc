@@ -17,7 +17,6 @@ double MillisSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-
 // The streamed text of one call: deltas that never split a UTF-8 character, never
 // show a possible beginning of a stop string, and end before the first stop string.
 class TextStream {

@@ -14,9 +14,9 @@
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
 #include "common/server_runtime.h"
-#include "worker/setup/model_setup_flags.h"
 #include "worker/serve/generation_loop.h"
 #include "worker/serve/generation_service.h"
+#include "worker/setup/model_setup_flags.h"
 
 namespace lazykv {
 namespace {

@@ -27,8 +27,7 @@ const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {0.001, 0.0025, 
 WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
   requests_ = &Family(prometheus::BuildCounter(), "lazykv_worker_requests_total", "Generate calls, by outcome", r);
-  ttft_ = &Family(prometheus::BuildHistogram(), "lazykv_worker_ttft_seconds",
-                  "Arrival to the first generated token", r)
+  ttft_ = &Family(prometheus::BuildHistogram(), "lazykv_worker_ttft_seconds", "Arrival to the first generated token", r)
                .Add({}, kLatencyBuckets);
   inter_token_ = &Family(prometheus::BuildHistogram(), "lazykv_worker_inter_token_seconds",
                          "Time between consecutive generated tokens of a request", r)
@@ -48,8 +47,8 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
       Counter("lazykv_worker_document_cached_tokens_total", "Document tokens whose KV was reused", r);
   chunk_hits_ = Counter("lazykv_worker_chunk_hits_total", "Documents and anchors reused, from any source", r);
   chunk_misses_ = Counter("lazykv_worker_chunk_misses_total", "Documents and anchors encoded", r);
-  kv_bytes_copied_ = Counter("lazykv_worker_kv_bytes_copied_total",
-                             "KV bytes re-rotated into private copies (the block baseline)", r);
+  kv_bytes_copied_ =
+      Counter("lazykv_worker_kv_bytes_copied_total", "KV bytes re-rotated into private copies (the block baseline)", r);
   kv_bytes_fetched_ = Counter("lazykv_worker_kv_bytes_fetched_total", "Chunk bytes fetched from the cache tier", r);
   auto& blocks = Family(prometheus::BuildGauge(), "lazykv_worker_kv_blocks", "KV pool blocks, by state", r);
   blocks_used_ = &blocks.Add({{"state", "used"}});

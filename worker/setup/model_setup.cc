@@ -11,9 +11,9 @@
 #ifdef LAZYKV_WITH_CUDA
 #include "worker/backend/cuda_backend.h"
 #endif
+#include "worker/model/model_loader.h"
 #include "worker/tier/embedded_chunk_tier.h"
 #include "worker/tier/remote_chunk_tier.h"
-#include "worker/model/model_loader.h"
 
 namespace lazykv {
 namespace {
@@ -89,9 +89,9 @@ absl::StatusOr<int> PoolBlocks(const ModelSetupOptions& options, uint64_t block_
   }
   const uint64_t num_blocks = options.kv_pool_bytes / block_bytes;
   if (num_blocks < 2 || num_blocks > (1u << 30)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--kv-pool of %d bytes gives %d blocks of %d bytes; need at least 2", options.kv_pool_bytes, num_blocks,
-        block_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--kv-pool of %d bytes gives %d blocks of %d bytes; need at least 2", options.kv_pool_bytes,
+                        num_blocks, block_bytes));
   }
   return static_cast<int>(num_blocks);
 }
@@ -112,8 +112,8 @@ absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& o
   ASSIGN_OR_RETURN([[maybe_unused]] const bool cuda, UseCuda(options.device));  // unused without CUDA
 #ifdef LAZYKV_WITH_CUDA
   if (cuda) {
-    const CudaBackendOptions cuda_options{
-        .precision = options.dtype == ModelDtype::kFp32 ? CudaPrecision::kFp32 : CudaPrecision::kBf16};
+    const CudaBackendOptions cuda_options{.precision = options.dtype == ModelDtype::kFp32 ? CudaPrecision::kFp32
+                                                                                          : CudaPrecision::kBf16};
     if (options.model.starts_with("synthetic:")) {
       // Drawn on the GPU: no host copy of (say) Llama-3-8B's weights.
       ASSIGN_OR_RETURN(const SyntheticSpec spec, ParseSyntheticSpec(options.model));
@@ -129,8 +129,8 @@ absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& o
 #endif
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModel(options.model));
   ASSIGN_OR_RETURN(const int blocks, PoolBlocks(options, CpuKvBytesPerBlock(weights.config, options.block_size)));
-  const CpuBackendOptions cpu_options{
-      .numerics = options.dtype == ModelDtype::kBf16 ? CpuNumerics::kBf16LikeCuda : CpuNumerics::kFp32};
+  const CpuBackendOptions cpu_options{.numerics = options.dtype == ModelDtype::kBf16 ? CpuNumerics::kBf16LikeCuda
+                                                                                     : CpuNumerics::kFp32};
   return CreateCpuBackend(std::move(weights), options.block_size, blocks, cpu_options);
 }
 

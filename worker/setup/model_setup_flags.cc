@@ -5,7 +5,8 @@
 
 namespace lazykv {
 
-const char kModelSetupUsage[] = R"(  --model PATH|synthetic:NAME  llama2.c .bin, Hugging Face directory, or synthetic weights
+const char kModelSetupUsage[] =
+    R"(  --model PATH|synthetic:NAME  llama2.c .bin, Hugging Face directory, or synthetic weights
   --tokenizer PATH       llama2.c tokenizer.bin or SentencePiece .model (default: next to the model)
   --mode MODE            none | prefix | block | lazy (default lazy)
   --device D             cpu | cuda | auto (default auto: cuda when this build has it and a GPU is present)

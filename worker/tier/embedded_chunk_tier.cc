@@ -44,18 +44,22 @@ LeaseAnswer EmbeddedChunkTier::Lease(const Hash128& key, std::chrono::millisecon
   const auto result = leases_.Acquire(key, "embedded", ttl, cache::LeaseTable::Clock::now() + wait);
   using Outcome = cache::LeaseTable::Outcome;
   switch (result.outcome) {
-    case Outcome::kGranted: return {LeaseAnswer::State::kGranted, result.lease_id, result.remaining};
-    case Outcome::kStored: return {LeaseAnswer::State::kStored};
-    case Outcome::kHeld: return {LeaseAnswer::State::kHeld, result.lease_id, result.remaining};
-    case Outcome::kShuttingDown: break;
+    case Outcome::kGranted:
+      return {LeaseAnswer::State::kGranted, result.lease_id, result.remaining};
+    case Outcome::kStored:
+      return {LeaseAnswer::State::kStored};
+    case Outcome::kHeld:
+      return {LeaseAnswer::State::kHeld, result.lease_id, result.remaining};
+    case Outcome::kShuttingDown:
+      break;
   }
   return {LeaseAnswer::State::kUnavailable};
 }
 
 void EmbeddedChunkTier::ReleaseLease(const Hash128& key, uint64_t lease_id) { leases_.Release(key, lease_id); }
 
-absl::Status EmbeddedChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint,
-                                        const std::string& stored, uint64_t lease_id) {
+absl::Status EmbeddedChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint, const std::string& stored,
+                                        uint64_t lease_id) {
   auto status = store_->Put(key, stored);
   leases_.Published(key);
   return status.status();

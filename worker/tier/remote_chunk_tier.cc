@@ -5,12 +5,12 @@
 
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "common/chunk_codec.h"
 #include "common/chunk_wire.h"
 #include "common/grpc_util.h"
@@ -32,8 +32,8 @@ ChunkSource SourceOf(v1::Tier tier) { return tier == v1::TIER_DISK ? ChunkSource
 
 absl::StatusOr<std::vector<std::string>> ParseServerList(std::string_view list) {
   std::vector<std::string> servers;
-  for (absl::string_view entry : absl::StrSplit(absl::string_view(list.data(), list.size()), ',',
-                                                 absl::SkipWhitespace())) {
+  for (absl::string_view entry :
+       absl::StrSplit(absl::string_view(list.data(), list.size()), ',', absl::SkipWhitespace())) {
     const std::string server(absl::StripAsciiWhitespace(entry));
     const size_t colon = server.rfind(':');
     int port = 0;
@@ -85,12 +85,11 @@ void RemoteChunkTier::Succeeded(Server& server) {
 
 void RemoteChunkTier::Failed(Server& server, const grpc::Status& status, std::string_view call) {
   MutexLock lock(&server.mu);
-  server.backoff = server.backoff.count() == 0 ? options_.initial_backoff
-                                               : std::min(server.backoff * 2, options_.max_backoff);
+  server.backoff =
+      server.backoff.count() == 0 ? options_.initial_backoff : std::min(server.backoff * 2, options_.max_backoff);
   server.down_until = Clock::now() + server.backoff;
-  spdlog::warn("cache server {} failed {} ({}: {}); its keys are misses for {} ms", server.address,
-               std::string(call), static_cast<int>(status.error_code()), status.error_message(),
-               server.backoff.count());
+  spdlog::warn("cache server {} failed {} ({}: {}); its keys are misses for {} ms", server.address, std::string(call),
+               static_cast<int>(status.error_code()), status.error_message(), server.backoff.count());
 }
 
 template <typename Call>
@@ -121,10 +120,9 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
     v1::LookupRequest request;
     for (size_t i : by_owner[s]) *request.add_keys() = ToProto(keys[i]);
     v1::LookupResponse response;
-    const grpc::Status status = WithRetries(*servers_[s], options_.lookup_deadline, "lookup",
-                                            [&](grpc::ClientContext& context) {
-                                              return servers_[s]->stub->Lookup(&context, request, &response);
-                                            });
+    const grpc::Status status = WithRetries(
+        *servers_[s], options_.lookup_deadline, "lookup",
+        [&](grpc::ClientContext& context) { return servers_[s]->stub->Lookup(&context, request, &response); });
     if (!status.ok() || response.results_size() != static_cast<int>(by_owner[s].size())) continue;
     for (size_t j = 0; j < by_owner[s].size(); ++j) {
       const v1::LookupResult& r = response.results(static_cast<int>(j));
@@ -140,14 +138,13 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::Fetch(const Hash128& key) {
   v1::GetRequest request;
   *request.mutable_key() = ToProto(key);
   FetchedChunk fetched;
-  const grpc::Status status =
-      WithRetries(server, options_.transfer_deadline, "get", [&](grpc::ClientContext& context) {
-        fetched.stored.clear();
-        v1::Tier tier = v1::TIER_UNSPECIFIED;
-        const grpc::Status status = GetChunkInto(server.channel.get(), &context, request, &fetched.stored, &tier);
-        fetched.source = SourceOf(tier);
-        return status;
-      });
+  const grpc::Status status = WithRetries(server, options_.transfer_deadline, "get", [&](grpc::ClientContext& context) {
+    fetched.stored.clear();
+    v1::Tier tier = v1::TIER_UNSPECIFIED;
+    const grpc::Status status = GetChunkInto(server.channel.get(), &context, request, &fetched.stored, &tier);
+    fetched.source = SourceOf(tier);
+    return status;
+  });
   if (!status.ok()) return FromGrpcStatus(status);
   return fetched;
 }
@@ -167,10 +164,14 @@ LeaseAnswer RemoteChunkTier::Lease(const Hash128& key, std::chrono::milliseconds
   if (!status.ok()) return {LeaseAnswer::State::kUnavailable};
   const std::chrono::milliseconds remaining(response.expires_in_ms());
   switch (response.outcome()) {
-    case v1::LeaseResponse::GRANTED: return {LeaseAnswer::State::kGranted, response.lease_id(), remaining};
-    case v1::LeaseResponse::STORED: return {LeaseAnswer::State::kStored};
-    case v1::LeaseResponse::HELD: return {LeaseAnswer::State::kHeld, response.lease_id(), remaining};
-    default: return {LeaseAnswer::State::kUnavailable};
+    case v1::LeaseResponse::GRANTED:
+      return {LeaseAnswer::State::kGranted, response.lease_id(), remaining};
+    case v1::LeaseResponse::STORED:
+      return {LeaseAnswer::State::kStored};
+    case v1::LeaseResponse::HELD:
+      return {LeaseAnswer::State::kHeld, response.lease_id(), remaining};
+    default:
+      return {LeaseAnswer::State::kUnavailable};
   }
 }
 
@@ -185,19 +186,18 @@ void RemoteChunkTier::ReleaseLease(const Hash128& key, uint64_t lease_id) {
   (void)server.stub->ReleaseLease(&context, request, &response);  // an expired lease needs no release
 }
 
-absl::Status RemoteChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint,
-                                      const std::string& stored, uint64_t lease_id) {
+absl::Status RemoteChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint, const std::string& stored,
+                                      uint64_t lease_id) {
   Server& server = *servers_[OwnerOf(key)];
   if (!Available(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));
   if (stored.size() < kChunkHeaderBytes) return absl::InvalidArgumentError("publish: chunk shorter than its header");
   const std::string_view bytes(stored);
-  const grpc::Status status =
-      WithRetries(server, options_.transfer_deadline, "put", [&](grpc::ClientContext& context) {
-        v1::PutResponse response;
-        return PutChunkSlices(*server.stub, &context, ToProto(key), ToProto(model_fingerprint), lease_id,
-                              bytes.substr(0, kChunkHeaderBytes), bytes.substr(kChunkHeaderBytes),
-                              options_.slice_bytes, &response);
-      });
+  const grpc::Status status = WithRetries(server, options_.transfer_deadline, "put", [&](grpc::ClientContext& context) {
+    v1::PutResponse response;
+    return PutChunkSlices(*server.stub, &context, ToProto(key), ToProto(model_fingerprint), lease_id,
+                          bytes.substr(0, kChunkHeaderBytes), bytes.substr(kChunkHeaderBytes), options_.slice_bytes,
+                          &response);
+  });
   return FromGrpcStatus(status);
 }
 

@@ -93,14 +93,13 @@ class Llama2cTokenizer : public Tokenizer {
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path) {
   ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
   const auto bytes = file.bytes();
-  auto bad = [&](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s", path, what));
-  };
+  auto bad = [&](const std::string& what) { return absl::InvalidArgumentError(absl::StrFormat("%s: %s", path, what)); };
   if (bytes.size() < 4) return bad("truncated: no max_token_length header");
   int32_t max_token_length;
   std::memcpy(&max_token_length, bytes.data(), 4);
   if (max_token_length <= 0 || max_token_length > 4096) {
-    return bad(absl::StrFormat("bad header: max_token_length %d (is this a llama2.c tokenizer.bin?)", max_token_length));
+    return bad(
+        absl::StrFormat("bad header: max_token_length %d (is this a llama2.c tokenizer.bin?)", max_token_length));
   }
   std::vector<std::string> pieces;
   std::vector<float> scores;

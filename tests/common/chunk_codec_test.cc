@@ -120,7 +120,9 @@ TEST(RendezvousHashTest, BalancedAndMovesOnlyTheRemovedServersKeys) {
     ++counts[owner];
     EXPECT_EQ(owner, RendezvousOwner(key, three));  // deterministic
     const std::string& new_owner = two[RendezvousOwner(key, two)];
-    if (owner != 1) EXPECT_EQ(new_owner, three[owner]) << "a key of a surviving server moved";
+    if (owner != 1) {
+      EXPECT_EQ(new_owner, three[owner]) << "a key of a surviving server moved";
+    }
   }
   for (int c : counts) EXPECT_NEAR(c, n / 3.0, n * 0.03) << "unbalanced ownership";
 }

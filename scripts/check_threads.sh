@@ -9,6 +9,9 @@
 # for the model-backed tests (they skip without it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# -g puts the build directory into each object: without this, ccache would miss in every
+# fresh clone (CI builds one).
+export CCACHE_NOHASHDIR=1
 build_dir=${1:-build-tsan}
 jobs=${JOBS:-$(nproc)}
 tests=(cache_store_test host_arena_test chunk_resolver_test engine_batching_test worker_server_test cache_cluster_test)
@@ -27,9 +30,6 @@ trap 'rm -rf "$logs"' EXIT
 # synchronization TSAN cannot see, is left out (ignore_noninstrumented_modules); every
 # access made by the project's own code is checked. Where the project hands memory to
 # gRPC, it states the ordering itself (common/chunk_wire.cc, SliceOwner).
-# -g puts the build directory into each object: without this, ccache would miss in every
-# fresh clone (CI builds one).
-export CCACHE_NOHASHDIR=1
 export LAZYKV_TEST_SLOWDOWN=${LAZYKV_TEST_SLOWDOWN:-10}  # TSAN runs 5-15x slower (tests/test_util.h)
 export TSAN_OPTIONS="log_path=$logs/tsan ignore_noninstrumented_modules=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 failed=0

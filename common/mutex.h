@@ -80,10 +80,6 @@ class CondVar {
     lock.release();
     return woken;
   }
-  template <typename Rep, typename Period>
-  bool WaitFor(Mutex* mu, std::chrono::duration<Rep, Period> timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return WaitUntil(mu, std::chrono::steady_clock::now() + timeout);
-  }
   void Signal() { cv_.notify_one(); }
   void SignalAll() { cv_.notify_all(); }
 

@@ -43,12 +43,11 @@ class FakeChunkTier final : public ChunkTier {
   // Another worker holds the lease on `key` and never publishes (its TTL is `ttl`).
   void HoldForever(const Hash128& key, std::chrono::milliseconds ttl) {
     MutexLock lock(&mu_);
-    leases_[key] = HeldLease{next_lease_++, /*foreign=*/true, ttl};
+    leases_[key] = HeldLease{next_lease_++, ttl};
   }
 
   std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) override {
     MutexLock lock(&mu_);
-    ++lookups_;
     std::vector<std::optional<TierHit>> hits;
     for (const Hash128& key : keys) {
       auto it = stored_.find(key);
@@ -65,7 +64,6 @@ class FakeChunkTier final : public ChunkTier {
     const Faults faults = GetFaults();
     std::this_thread::sleep_for(faults.fetch_delay);
     MutexLock lock(&mu_);
-    ++fetches_;
     if (faults.corrupt) return absl::DataLossError(absl::StrCat("chunk ", key.ToHex(), " failed its checksum"));
     auto it = stored_.find(key);
     if (it == stored_.end()) return absl::NotFoundError("not stored");
@@ -77,13 +75,12 @@ class FakeChunkTier final : public ChunkTier {
   LeaseAnswer Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) override {
     const auto deadline = std::chrono::steady_clock::now() + wait;
     MutexLock lock(&mu_);
-    ++lease_calls_;
     while (true) {
       if (stored_.contains(key)) return LeaseAnswer{LeaseAnswer::State::kStored, 0, {}};
       auto it = leases_.find(key);
       if (it == leases_.end()) {
         const uint64_t id = next_lease_++;
-        leases_[key] = HeldLease{id, false, ttl};
+        leases_[key] = HeldLease{id, ttl};
         ++grants_;
         return LeaseAnswer{LeaseAnswer::State::kGranted, id, ttl};
       }
@@ -129,15 +126,10 @@ class FakeChunkTier final : public ChunkTier {
     MutexLock lock(&mu_);
     return grants_;
   }
-  int fetches() const {
-    MutexLock lock(&mu_);
-    return fetches_;
-  }
 
  private:
   struct HeldLease {
     uint64_t id = 0;
-    bool foreign = false;
     std::chrono::milliseconds ttl{0};
   };
   Faults GetFaults() const {
@@ -153,9 +145,6 @@ class FakeChunkTier final : public ChunkTier {
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<Published> published_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> released_ ABSL_GUARDED_BY(mu_);
-  int lookups_ ABSL_GUARDED_BY(mu_) = 0;
-  int fetches_ ABSL_GUARDED_BY(mu_) = 0;
-  int lease_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int grants_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

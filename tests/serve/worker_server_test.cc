@@ -21,9 +21,11 @@
 namespace lazykv::testing {
 namespace {
 
-std::unique_ptr<ServerProcess> StartWorker(const std::string& dir, std::vector<std::string> flags) {
+// `grace_ms`: the worker's --shutdown-grace-ms before scaling by SlowdownFactor().
+std::unique_ptr<ServerProcess> StartWorker(const std::string& dir, std::vector<std::string> flags,
+                                           int grace_ms = 2000) {
   std::vector<std::string> args = {"--listen",    "127.0.0.1:0",         "--metrics-listen",
-                                   "127.0.0.1:0", "--shutdown-grace-ms", std::to_string(2000 * SlowdownFactor())};
+                                   "127.0.0.1:0", "--shutdown-grace-ms", std::to_string(grace_ms * SlowdownFactor())};
   args.insert(args.end(), flags.begin(), flags.end());
   auto worker = std::make_unique<ServerProcess>(LAZYKV_WORKER, args, dir + "/worker.log");
   EXPECT_TRUE(worker->started()) << "see " << dir << "/worker.log";
@@ -373,8 +375,7 @@ TEST(WorkerServerTest, TwoWorkersSharingACacheServerComputeEachDocumentOnce) {
 TEST(WorkerServerTest, SigtermLetsInFlightCallsFinish) {
   const std::string dir = TempDir("worker_sigterm");
   // A grace period that any build finishes 40 tokens in: the call in flight must end well.
-  auto worker = StartWorker(dir, {"--model", "synthetic:small", "--cache-dir", dir + "/cache", "--shutdown-grace-ms",
-                                  std::to_string(10000 * SlowdownFactor())});
+  auto worker = StartWorker(dir, {"--model", "synthetic:small", "--cache-dir", dir + "/cache"}, /*grace_ms=*/10000);
   auto stub = Stub(worker->address());
   v1::GenerateRequest request;
   request.set_prompt_text("a question");

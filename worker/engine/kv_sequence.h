@@ -4,12 +4,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <span>
 #include <vector>
 
 #include "kernels/kv_block_ref.h"
-#include "spdlog/spdlog.h"
 #include "worker/engine/kv_block_allocator.h"
 
 namespace lazykv {
@@ -49,10 +47,7 @@ class KvSequence {
   // REQUIRES: TailHasRoom(block_size); aborts when the tail is not an own block (writing
   // into a shared chunk block would corrupt every request that uses it).
   void FillTailSlot() {
-    if (!tail_is_own_) {
-      spdlog::critical("KvSequence::FillTailSlot with no own tail block");
-      std::abort();
-    }
+    if (!tail_is_own_) AbortFillWithoutOwnTail();
     ++table_.back().num_tokens;
   }
   const std::vector<KvBlockRef>& table() const { return table_; }
@@ -65,6 +60,8 @@ class KvSequence {
   }
 
  private:
+  [[noreturn]] static void AbortFillWithoutOwnTail();  // kv_sequence.cc: logs, then aborts
+
   KvBlockAllocator* allocator_;
   std::vector<KvBlockRef> table_;
   std::vector<int32_t> held_;

@@ -43,11 +43,14 @@ class BorrowedBackend : public Backend {
   absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) override {
     return backend_->CopyBlocksRotated(copies);
   }
-  absl::Status ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload) override {
-    return backend_->ExportChunk(blocks, payload);
+  absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) override {
+    return backend_->CaptureChunk(blocks);
   }
-  absl::Status ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) override {
-    return backend_->ImportChunk(payload, blocks);
+  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload) override {
+    return backend_->StageChunk(payload);
+  }
+  absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) override {
+    return backend_->ImportStaged(std::move(staged), blocks);
   }
 
  private:

@@ -54,7 +54,7 @@ class FakeChunkTier final : public ChunkTier {
       if (it == stored_.end()) {
         hits.emplace_back();
       } else {
-        hits.push_back(TierHit{ChunkSource::kHost, it->second.size()});
+        hits.push_back(TierHit{ChunkSource::kHost, it->second.size(), ""});
       }
     }
     return hits;
@@ -67,7 +67,7 @@ class FakeChunkTier final : public ChunkTier {
     if (faults.corrupt) return absl::DataLossError(absl::StrCat("chunk ", key.ToHex(), " failed its checksum"));
     auto it = stored_.find(key);
     if (it == stored_.end()) return absl::NotFoundError("not stored");
-    return FetchedChunk{it->second, ChunkSource::kHost};
+    return FetchedChunk{ChunkBytes::FromString(it->second), ChunkSource::kHost, ""};
   }
 
   // Single flight: stored, granted, or (held by another) waits up to `wait` for a
@@ -99,14 +99,14 @@ class FakeChunkTier final : public ChunkTier {
     changed_.SignalAll();
   }
 
-  absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, const std::string& stored,
+  absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                        uint64_t lease_id) override {
     const Faults faults = GetFaults();
     std::this_thread::sleep_for(faults.publish_delay);
     MutexLock lock(&mu_);
     if (faults.full) return absl::ResourceExhaustedError("host tier full");
-    published_.push_back(Published{key, stored, lease_id});
-    stored_[key] = stored;
+    published_.push_back(Published{key, std::string(stored), lease_id});
+    stored_[key] = std::string(stored);
     leases_.erase(key);
     changed_.SignalAll();
     return absl::OkStatus();

@@ -83,10 +83,13 @@ class ScriptedBackend : public Backend {
     return absl::OkStatus();
   }
   absl::Status CopyBlocksRotated(std::span<const BlockCopy>) override { return absl::OkStatus(); }
-  absl::Status ExportChunk(std::span<const KvBlockRef>, std::string*) override {
+  absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef>) override {
     return absl::UnimplementedError("scripted backend holds no KV");
   }
-  absl::Status ImportChunk(std::string_view, std::span<const KvBlockRef>) override {
+  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes&) override {
+    return absl::UnimplementedError("scripted backend holds no KV");
+  }
+  absl::Status ImportStaged(std::unique_ptr<StagedChunk>, std::span<const KvBlockRef>) override {
     return absl::UnimplementedError("scripted backend holds no KV");
   }
 

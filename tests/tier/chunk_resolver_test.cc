@@ -40,7 +40,7 @@ TEST(ChunkResolver, FetchesAStoredChunk) {
   ASSERT_TRUE(hint.has_value());
   const ChunkResolver::Decision d = f.resolver->Resolve(kKey, hint);
   ASSERT_TRUE(d.fetched.has_value());
-  EXPECT_EQ(d.fetched->stored, "chunk bytes");
+  EXPECT_EQ(d.fetched->stored.ToString(), "chunk bytes");
   EXPECT_EQ(f.resolver->stats().fetched, 1u);
   EXPECT_EQ(f.resolver->stats().computed, 0u);
 }
@@ -60,7 +60,7 @@ TEST(ChunkResolver, AMissIsComputedUnderALeaseAndPublishedInTheBackground) {
   // The next resolution fetches what was published.
   const ChunkResolver::Decision again = f.resolver->Resolve(kKey, HintFor(*f.resolver, kKey));
   ASSERT_TRUE(again.fetched.has_value());
-  EXPECT_EQ(again.fetched->stored, "computed");
+  EXPECT_EQ(again.fetched->stored.ToString(), "computed");
 }
 
 TEST(ChunkResolver, ACorruptChunkIsComputedAndNotPublished) {
@@ -106,7 +106,7 @@ TEST(ChunkResolver, AWaiterFetchesTheHoldersPublication) {
   const ChunkResolver::Decision d = f.resolver->Resolve(kKey, std::nullopt);
   holder.join();
   ASSERT_TRUE(d.fetched.has_value());
-  EXPECT_EQ(d.fetched->stored, "from the holder");
+  EXPECT_EQ(d.fetched->stored.ToString(), "from the holder");
   EXPECT_EQ(f.resolver->stats().lease_waits, 1u);
   EXPECT_EQ(f.resolver->stats().computed, 0u);
 }
@@ -133,7 +133,7 @@ TEST(ChunkResolver, ManyConcurrentResolversComputeAChunkOnce) {
     threads.emplace_back([&] {
       const ChunkResolver::Decision d = f.resolver->Resolve(kKey, HintFor(*f.resolver, kKey));
       if (d.fetched) {
-        EXPECT_EQ(d.fetched->stored, "once");
+        EXPECT_EQ(d.fetched->stored.ToString(), "once");
         ++fetched;
         return;
       }

@@ -1,8 +1,21 @@
 #include "worker/backend/backend.h"
 
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 
 namespace lazykv {
+
+absl::Status Backend::ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ExportedChunk> exported, CaptureChunk(blocks));
+  payload->resize(exported->payload_bytes());
+  return exported->CopyTo(MutablePieces{std::span<char>(payload->data(), payload->size())});
+}
+
+absl::Status Backend::ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) {
+  // The view stays valid for the whole call, and StageChunk has read it when it returns.
+  ASSIGN_OR_RETURN(std::unique_ptr<StagedChunk> staged, StageChunk(ChunkBytes({payload}, nullptr)));
+  return ImportStaged(std::move(staged), blocks);
+}
 
 absl::Status ValidateStep(const SequenceStep& step, const ModelConfig& config, int block_size, int num_blocks) {
   int64_t total = 0;

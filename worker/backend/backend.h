@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/chunk_bytes.h"
 #include "common/chunk_codec.h"
 #include "common/chunk_key.h"
 #include "common/model_config.h"
@@ -42,7 +44,25 @@ struct StepSampling {
   bool keep_logits = false;  // return a sampled step's logits too (unsampled steps' always come back)
 };
 
-// Not thread-safe: one engine's scheduling thread drives a backend (a GPU stream and
+// A chunk's payload captured from the pool, waiting to be copied out. Thread-safe to hand
+// to another thread; destroying it without CopyTo frees its staging memory.
+class ExportedChunk {
+ public:
+  virtual ~ExportedChunk() = default;
+  virtual uint64_t payload_bytes() const = 0;
+  // Blocks until the payload is in `out` (host pieces whose sizes add up to
+  // payload_bytes()). May run on any thread while the backend keeps stepping. Once.
+  virtual absl::Status CopyTo(const MutablePieces& out) = 0;
+};
+
+// A payload staged for import (on the device for a GPU backend). Opaque to the engine.
+class StagedChunk {
+ public:
+  virtual ~StagedChunk() = default;
+  virtual uint64_t payload_bytes() const = 0;
+};
+
+// Not thread-safe (StageChunk aside): one engine's scheduling thread drives a backend (a GPU stream and
 // its buffers, or the CPU pool).
 class Backend {
  public:
@@ -71,10 +91,31 @@ class Backend {
 
   virtual absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) = 0;
 
-  // A chunk's KV as a payload in the chunk codec's layout (common/chunk_codec.h), from
-  // the slots of `blocks` (export), or into them (import, for fetched chunks).
-  virtual absl::Status ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload) = 0;
-  virtual absl::Status ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) = 0;
+  // Chunk transfer (DESIGN.md section 5b). A chunk's KV travels as a payload in the chunk
+  // codec's layout (common/chunk_codec.h). Export and import are split so that the
+  // scheduling thread only enqueues work and the bytes move on the chunk pipeline's
+  // threads:
+  //   export: CaptureChunk (scheduling thread, enqueued) -> ExportedChunk::CopyTo (a
+  //           publisher thread, blocks until the bytes are in host memory);
+  //   import: StageChunk (a pipeline thread, blocks until the bytes are on the device)
+  //           -> ImportStaged (scheduling thread, enqueued before the next Forward).
+
+  // Captures the slots of `blocks` as a payload. Enqueued in order with Forward: the KV
+  // that earlier passes wrote is captured, and the blocks may be freed and rewritten
+  // right after the call. RESOURCE_EXHAUSTED when staging memory is short (the caller
+  // drops the publication).
+  virtual absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) = 0;
+  // Thread-safe, unlike the other methods: copies a payload to where ImportStaged reads
+  // it (device memory on a GPU) and returns once it is there. `payload` may rest in
+  // pinned host pages (read in place) or anywhere else.
+  virtual absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload) = 0;
+  // Writes a staged payload into `blocks` (sizes must agree; checked). Enqueued in order
+  // with Forward.
+  virtual absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) = 0;
+
+  // Both directions at once on the calling thread (tests, benchmarks, the offline CLI).
+  absl::Status ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload);
+  absl::Status ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks);
 };
 
 // The payload layout of a chunk of `num_tokens` tokens encoded after `anchor_tokens`.

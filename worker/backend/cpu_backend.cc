@@ -20,6 +20,27 @@ void RoundMatricesToBf16(ModelWeights& w) {
   });
 }
 
+// A payload in host memory: what the CPU backend captures and stages.
+class HostPayload final : public ExportedChunk, public StagedChunk {
+ public:
+  explicit HostPayload(std::string bytes) : bytes_(std::move(bytes)) {}
+  uint64_t payload_bytes() const override { return bytes_.size(); }
+  absl::Status CopyTo(const MutablePieces& out) override {
+    uint64_t total = 0;
+    for (std::span<char> piece : out) total += piece.size();
+    if (total != bytes_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("CopyTo: %d bytes of room for a %d-byte payload", total, bytes_.size()));
+    }
+    WriteToPieces(out, 0, bytes_);
+    return absl::OkStatus();
+  }
+  std::string_view bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
 class CpuBackend : public Backend {
  public:
   CpuBackend(ModelWeights weights, int block_size, int num_blocks, CpuBackendOptions options)
@@ -63,12 +84,14 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
-  absl::Status ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload) override {
+  // The CPU is its own device: a capture copies the pool's slots into a payload now, and
+  // staging copies the payload into one buffer (on the pipeline's thread).
+  absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) override {
     const ChunkLayout layout = LayoutOf(blocks);
-    payload->resize(layout.payload_bytes());
-    RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload->size(), blocks, block_size_, num_blocks_));
+    std::string payload(layout.payload_bytes(), '\0');
+    RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload.size(), blocks, block_size_, num_blocks_));
     ForEachBlockRun(layout, blocks, [&](size_t offset, float* slots, size_t n) {
-      char* out = payload->data() + offset;
+      char* out = payload.data() + offset;
       if (!bf16_) {
         std::memcpy(out, slots, n * sizeof(float));
         return;
@@ -78,10 +101,17 @@ class CpuBackend : public Backend {
         std::memcpy(out + i * sizeof(bits), &bits, sizeof(bits));
       }
     });
-    return absl::OkStatus();
+    return std::unique_ptr<ExportedChunk>(new HostPayload(std::move(payload)));
   }
 
-  absl::Status ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) override {
+  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload) override {
+    return std::unique_ptr<StagedChunk>(new HostPayload(payload.ToString()));
+  }
+
+  absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) override {
+    auto* host = dynamic_cast<HostPayload*>(staged.get());
+    if (host == nullptr) return absl::InvalidArgumentError("ImportStaged: a payload staged by another backend");
+    const std::string_view payload = host->bytes();
     const ChunkLayout layout = LayoutOf(blocks);
     RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload.size(), blocks, block_size_, num_blocks_));
     ForEachBlockRun(layout, blocks, [&](size_t offset, float* slots, size_t n) {

@@ -110,7 +110,7 @@ void Engine::TakeChunk(Request& r, size_t s, std::span<const KvBlockRef> blocks,
   ++u.chunk_hits;
   u.cached_tokens += n;
   if (!segment.is_anchor) u.document_cached_tokens += n;
-  (source == ChunkSource::kPool ? u.pool_tokens : source == ChunkSource::kDisk ? u.disk_tokens : u.host_tokens) += n;
+  (source == ChunkSource::kPool ? u.pool_tokens : source == ChunkSource::kDisk ? u.disk_tokens : u.host_tokens) += n;  // TODO(pipeline): remote
   u.kv_bytes_fetched += fetched_bytes;
 }
 
@@ -186,7 +186,7 @@ void Engine::AdvanceChunkJobs(std::vector<EngineEvent>* events) {
       }
       if (decision.fetched) {
         const int anchor_tokens = job.is_anchor ? 0 : static_cast<int>(options_.anchor.size());
-        auto imported = ImportChunk(key, static_cast<int>(job.tokens.size()), anchor_tokens, decision.fetched->stored);
+        auto imported = ImportChunk(key, static_cast<int>(job.tokens.size()), anchor_tokens, decision.fetched->stored.ToString());
         if (imported.ok()) {
           CompleteJob(job, *imported, decision.fetched->source, decision.fetched->stored.size(), events);
           continue;

@@ -7,27 +7,35 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/chunk_bytes.h"
 #include "common/chunk_key.h"
 
 namespace lazykv {
 
-// Where a request's chunk tokens came from (usage and metrics).
-enum class ChunkSource { kPool, kHost, kDisk, kComputed };
+// Where a request's chunk tokens came from (usage and metrics): the local KV pool, the
+// embedded tier's host RAM or disk, a cache server, or computed by this worker.
+enum class ChunkSource { kPool, kHost, kDisk, kRemote, kComputed };
+
+const char* ChunkSourceName(ChunkSource source);  // "pool", "host", "disk", "remote", "computed"
 
 struct TierHit {
-  ChunkSource source = ChunkSource::kHost;
+  ChunkSource source = ChunkSource::kHost;  // kHost, kDisk or kRemote
   uint64_t stored_bytes = 0;
+  std::string origin;  // the cache server holding it (HOST:PORT), empty for the embedded tier
 };
 
 struct FetchedChunk {
-  std::string stored;  // header + payload (common/chunk_codec.h)
+  ChunkBytes stored;  // header + payload (common/chunk_codec.h), unverified
   ChunkSource source = ChunkSource::kHost;
+  std::string origin;
 };
 
 struct LeaseAnswer {
@@ -37,12 +45,25 @@ struct LeaseAnswer {
   std::chrono::milliseconds remaining{0};
 };
 
-// Implementations are thread-safe: the resolver calls every method from several threads
-// at once (lookups, fetches and lease waits of different chunks, and its publisher).
+// Where a publication is written before it is committed: the tier's own host pages where
+// it has them (no copy between the export and the store), else a buffer sent at Commit.
+// Not thread-safe: one publisher thread fills and commits it. Destroyed without Commit,
+// the publication is abandoned (its pages go back, its lease is not released).
+class PublishSlot {
+ public:
+  virtual ~PublishSlot() = default;
+  // Writable pieces covering the stored chunk (header + payload), in order.
+  virtual const MutablePieces& Pieces() = 0;
+  // Stores the bytes written (every byte, header first). Call once.
+  virtual absl::Status Commit() = 0;
+};
+
+// Implementations are thread-safe: the chunk pipeline calls every method from several
+// threads at once (lookups, fetches and lease waits of different chunks, publications).
 class ChunkTier {
  public:
   virtual ~ChunkTier() = default;
-  // One answer per key (nullopt: a miss, or its server is unreachable).
+  // One answer per key (nullopt: a miss, or its server is unreachable or busy).
   virtual std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) = 0;
   // The stored chunk; any error means "compute it".
   virtual absl::StatusOr<FetchedChunk> Fetch(const Hash128& key) = 0;
@@ -50,8 +71,14 @@ class ChunkTier {
   // waiting up to `wait`), or unavailable (compute without a lease).
   virtual LeaseAnswer Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) = 0;
   virtual void ReleaseLease(const Hash128& key, uint64_t lease_id) = 0;
-  virtual absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, const std::string& stored,
+  // Stores a whole chunk (header + payload).
+  virtual absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                                uint64_t lease_id) = 0;
+  // A slot of `stored_bytes` for a chunk written in place, then committed. The default is
+  // a string that Commit hands to Publish. RESOURCE_EXHAUSTED when the tier has no room.
+  virtual absl::StatusOr<std::unique_ptr<PublishSlot>> BeginPublish(const Hash128& key,
+                                                                    const Hash128& model_fingerprint,
+                                                                    uint64_t stored_bytes, uint64_t lease_id);
   virtual std::string Describe() const = 0;
 };
 

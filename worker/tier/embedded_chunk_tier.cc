@@ -36,7 +36,7 @@ std::vector<std::optional<TierHit>> EmbeddedChunkTier::Lookup(std::span<const Ha
 
 absl::StatusOr<FetchedChunk> EmbeddedChunkTier::Fetch(const Hash128& key) {
   ASSIGN_OR_RETURN(const cache::ChunkReader reader, store_->Read(key));
-  return FetchedChunk{reader.ReadAll(), SourceOf(reader.tier())};
+  return FetchedChunk{ChunkBytes::FromString(reader.ReadAll()), SourceOf(reader.tier()), ""};
 }
 
 LeaseAnswer EmbeddedChunkTier::Lease(const Hash128& key, std::chrono::milliseconds ttl,
@@ -58,7 +58,7 @@ LeaseAnswer EmbeddedChunkTier::Lease(const Hash128& key, std::chrono::millisecon
 
 void EmbeddedChunkTier::ReleaseLease(const Hash128& key, uint64_t lease_id) { leases_.Release(key, lease_id); }
 
-absl::Status EmbeddedChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint, const std::string& stored,
+absl::Status EmbeddedChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                                         uint64_t lease_id) {
   auto status = store_->Put(key, stored);
   leases_.Published(key);

@@ -26,8 +26,6 @@ bool Transient(grpc::StatusCode code) {
          code == grpc::StatusCode::ABORTED || code == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
-ChunkSource SourceOf(v1::Tier tier) { return tier == v1::TIER_DISK ? ChunkSource::kDisk : ChunkSource::kHost; }
-
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ParseServerList(std::string_view list) {
@@ -126,7 +124,7 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
     if (!status.ok() || response.results_size() != static_cast<int>(by_owner[s].size())) continue;
     for (size_t j = 0; j < by_owner[s].size(); ++j) {
       const v1::LookupResult& r = response.results(static_cast<int>(j));
-      if (r.found()) out[by_owner[s][j]] = TierHit{SourceOf(r.tier()), r.stored_bytes()};
+      if (r.found()) out[by_owner[s][j]] = TierHit{ChunkSource::kRemote, r.stored_bytes(), servers_[s]->address};
     }
   }
   return out;
@@ -137,16 +135,14 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::Fetch(const Hash128& key) {
   if (!Available(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));
   v1::GetRequest request;
   *request.mutable_key() = ToProto(key);
-  FetchedChunk fetched;
+  std::string stored;
   const grpc::Status status = WithRetries(server, options_.transfer_deadline, "get", [&](grpc::ClientContext& context) {
-    fetched.stored.clear();
+    stored.clear();
     v1::Tier tier = v1::TIER_UNSPECIFIED;
-    const grpc::Status status = GetChunkInto(server.channel.get(), &context, request, &fetched.stored, &tier);
-    fetched.source = SourceOf(tier);
-    return status;
+    return GetChunkInto(server.channel.get(), &context, request, &stored, &tier);
   });
   if (!status.ok()) return FromGrpcStatus(status);
-  return fetched;
+  return FetchedChunk{ChunkBytes::FromString(std::move(stored)), ChunkSource::kRemote, server.address};
 }
 
 LeaseAnswer RemoteChunkTier::Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) {
@@ -186,7 +182,7 @@ void RemoteChunkTier::ReleaseLease(const Hash128& key, uint64_t lease_id) {
   (void)server.stub->ReleaseLease(&context, request, &response);  // an expired lease needs no release
 }
 
-absl::Status RemoteChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint, const std::string& stored,
+absl::Status RemoteChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                                       uint64_t lease_id) {
   Server& server = *servers_[OwnerOf(key)];
   if (!Available(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));

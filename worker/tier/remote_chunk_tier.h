@@ -39,7 +39,7 @@ class RemoteChunkTier final : public ChunkTier {
   absl::StatusOr<FetchedChunk> Fetch(const Hash128& key) override;
   LeaseAnswer Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) override;
   void ReleaseLease(const Hash128& key, uint64_t lease_id) override;
-  absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, const std::string& stored,
+  absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                        uint64_t lease_id) override;
   std::string Describe() const override;
 

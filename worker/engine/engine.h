@@ -58,15 +58,23 @@ struct Usage {
   int cached_tokens = 0;             // of those, tokens whose KV was reused (pool + host + disk)
   int computed_tokens = 0;           // of those, tokens whose KV this request computed
   int pool_tokens = 0;               // reused tokens found in the local KV pool
-  int host_tokens = 0;               // reused tokens fetched from the cache tier's host RAM
-  int disk_tokens = 0;               // reused tokens fetched from the cache tier's disk
+  int host_tokens = 0;               // reused tokens fetched from the embedded cache tier's host RAM
+  int disk_tokens = 0;               // reused tokens fetched from the embedded cache tier's disk
+  int remote_tokens = 0;             // reused tokens fetched from a cache server
   int document_tokens = 0;           // the documents' tokens
   int document_cached_tokens = 0;    // of those, reused (any source)
   int document_computed_tokens = 0;  // of those, computed by this request
   int chunk_hits = 0;                // documents (and the anchor) reused, from any source
-  int chunk_misses = 0;              // documents (and the anchor) encoded by this request
+  int chunk_misses = 0;              // documents (and the anchor) encoded by this request: held nowhere
+  // Documents (and the anchor) the cache tier held but this request encoded, because
+  // recomputing was judged faster than fetching (or the fetch failed). Not misses.
+  int chunk_recomputes = 0;
+  int recomputed_tokens = 0;  // their tokens (part of computed_tokens)
   uint64_t kv_bytes_copied = 0;      // KV bytes written to reuse chunks (the block baseline's copies)
-  uint64_t kv_bytes_fetched = 0;     // chunk bytes fetched from the cache tier
+  uint64_t kv_bytes_fetched = 0;     // chunk bytes fetched from the cache tier (the three below)
+  uint64_t host_bytes_fetched = 0;
+  uint64_t disk_bytes_fetched = 0;
+  uint64_t remote_bytes_fetched = 0;
 };
 
 struct GenerateResult {

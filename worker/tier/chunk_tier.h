@@ -36,6 +36,7 @@ struct FetchedChunk {
   ChunkBytes stored;  // header + payload (common/chunk_codec.h), unverified
   ChunkSource source = ChunkSource::kHost;
   std::string origin;
+  bool payload_verified = false;  // the tier checked the payload's checksum as it read it
 };
 
 struct LeaseAnswer {

@@ -1,0 +1,166 @@
+// The chunk pipeline (DESIGN.md section 4): everything between the engine and the cache
+// tier, off the scheduling thread. For a chunk missing from the local pool it looks the
+// key up, decides whether fetching beats recomputing (fetch_cost_model.h), fetches,
+// checks and stages the bytes on the device, or takes the tier's lease so the chunk is
+// computed once fleet-wide; for a computed chunk it copies the captured KV out, encodes
+// and uploads it. The engine only enqueues work and polls for outcomes.
+//
+// Bounded: lookups, fetches and lease waits run on a fixed pool of threads with a bounded
+// queue (a chunk that finds the queue full is computed, counted as "busy"); publications
+// run on their own threads, bounded in bytes (a publication that finds no room is dropped
+// and counted, never waited for).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/chunk_codec.h"
+#include "common/mutex.h"
+#include "worker/backend/backend.h"
+#include "worker/tier/bounded_executor.h"
+#include "worker/tier/chunk_tier.h"
+#include "worker/tier/fetch_cost_model.h"
+
+namespace lazykv {
+
+// Whether a chunk the tier holds is fetched: as the measured rates say, or always, or
+// never (recomputed; for baselines and experiments).
+enum class FetchPolicy { kAuto, kAlways, kNever };
+absl::StatusOr<FetchPolicy> ParseFetchPolicy(std::string_view name);  // "auto", "always", "never"
+const char* FetchPolicyName(FetchPolicy policy);
+
+struct ChunkPipelineOptions {
+  int tier_threads = 4;          // lookups, fetches, lease waits
+  int max_queued_tasks = 256;    // beyond this a chunk is computed without asking the tier
+  int publish_threads = 2;       // copy-out, checksum, upload
+  uint64_t max_publish_bytes = 1ull << 30;  // captured chunks not yet published
+  std::chrono::milliseconds lease_ttl{10000};
+  std::chrono::milliseconds max_lease_wait{30000};  // in total, for one chunk
+  FetchPolicy fetch_policy = FetchPolicy::kAuto;
+};
+
+// Why a chunk is computed here.
+enum class ComputeReason {
+  kMiss,     // the tier does not hold it (computed under the tier's lease when granted)
+  kChosen,   // the tier holds it, but recomputing was judged faster than fetching
+  kFailed,   // the tier holds it, but the fetch failed or the bytes were unusable
+  kBusy,     // the pipeline's queue was full: the tier was not asked
+};
+
+// What became of a requested chunk.
+struct ChunkOutcome {
+  Hash128 key;
+  bool fetched = false;
+  // fetched: the payload, staged for Backend::ImportStaged, and where it came from.
+  std::unique_ptr<StagedChunk> staged;
+  ChunkSource source = ChunkSource::kHost;
+  uint64_t stored_bytes = 0;
+  // else computed: why, and the lease to publish under (0: publish without one, or not at
+  // all when `publish` is false: the tier already holds it).
+  ComputeReason reason = ComputeReason::kMiss;
+  uint64_t lease_id = 0;
+  bool publish = true;
+};
+
+struct ChunkPipelineStats {
+  uint64_t requested = 0;
+  uint64_t fetched = 0;
+  uint64_t fetched_bytes = 0;
+  uint64_t fetch_failures = 0;
+  uint64_t computed_miss = 0;
+  uint64_t computed_chosen = 0;
+  uint64_t computed_failed = 0;
+  uint64_t computed_busy = 0;
+  uint64_t lease_waits = 0;
+  uint64_t published = 0;
+  uint64_t published_bytes = 0;
+  uint64_t publish_failures = 0;
+  uint64_t publications_dropped = 0;  // no room in the publication budget, or capture failed
+  uint64_t publish_bytes_in_flight = 0;
+};
+
+// Thread-safety: Request, Poll, Publish, ReleaseLease, RecordPrefill and the accessors
+// are called by the engine's scheduling thread and never block on the tier; Flush and
+// WaitForOutcome block by design. Internally the work runs on the pipeline's threads;
+// the tier is thread-safe and the backend's StageChunk and ExportedChunk::CopyTo are.
+class ChunkPipeline {
+ public:
+  // `backend` outlives the pipeline. `fingerprint` and `kv_dtype` describe the chunks
+  // this backend produces and accepts.
+  ChunkPipeline(std::shared_ptr<ChunkTier> tier, Backend* backend, Hash128 fingerprint, KvDtype kv_dtype,
+                ChunkPipelineOptions options);
+  ~ChunkPipeline();  // finishes queued publications, then stops
+
+  struct ChunkRequest {
+    Hash128 key;
+    int num_tokens = 0;
+    int anchor_tokens = 0;  // tokens the chunk was encoded after (its layout)
+  };
+  // Starts resolving chunks (one batched lookup). Each gets exactly one outcome.
+  void Request(std::vector<ChunkRequest> chunks);
+  // Outcomes that arrived since the last call.
+  std::vector<ChunkOutcome> Poll();
+  // Blocks until an outcome is waiting or `timeout` passes.
+  void WaitForOutcome(std::chrono::milliseconds timeout);
+
+  // Publication, in two steps so that nothing is captured when it would be dropped:
+  // TryReservePublish takes `payload_bytes` from the budget (false: dropped, counted, and
+  // the lease released); Publish hands over the captured chunk; CancelPublish gives the
+  // bytes back when the capture failed.
+  bool TryReservePublish(const Hash128& key, uint64_t payload_bytes, uint64_t lease_id);
+  void Publish(const Hash128& key, const ChunkLayout& layout, uint64_t lease_id,
+               std::unique_ptr<ExportedChunk> exported);
+  void CancelPublish(const Hash128& key, uint64_t payload_bytes, uint64_t lease_id);
+  // Gives a lease back (a chunk nobody needs any more), asynchronously.
+  void ReleaseLease(const Hash128& key, uint64_t lease_id);
+
+  // Prefill timing from the engine's steps: `tokens` of prefill ran in `seconds` together
+  // with `decode_rows` decoding rows.
+  void RecordStep(int prefill_tokens, int decode_rows, double seconds);
+
+  // Blocks until every publication handed over so far has finished.
+  void Flush();
+  ChunkPipelineStats stats() const;
+  FetchCostModel& cost_model() { return cost_; }
+  ChunkTier& tier() { return *tier_; }
+  const ChunkPipelineOptions& options() const { return options_; }
+
+ private:
+  struct Lookup;
+  void RunLookup(std::shared_ptr<Lookup> lookup) ABSL_LOCKS_EXCLUDED(mu_);
+  void Resolve(const ChunkRequest& chunk, const std::optional<TierHit>& hit) ABSL_LOCKS_EXCLUDED(mu_);
+  // Fetches, checks and stages a chunk; null when any step fails.
+  std::unique_ptr<StagedChunk> FetchAndStage(const ChunkRequest& chunk, ChunkSource* source, uint64_t* bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Computes under the tier's lease (or after waiting for another worker's publication,
+  // fetches that): the path of a miss and of a failed fetch.
+  void LeaseOrWait(const ChunkRequest& chunk, ComputeReason reason) ABSL_LOCKS_EXCLUDED(mu_);
+  void RunPublication(const Hash128& key, const ChunkLayout& layout, uint64_t lease_id,
+                      std::unique_ptr<ExportedChunk> exported) ABSL_LOCKS_EXCLUDED(mu_);
+  void Deliver(ChunkOutcome outcome) ABSL_LOCKS_EXCLUDED(mu_);
+  bool ShouldFetch(const TierHit& hit, int num_tokens) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::shared_ptr<ChunkTier> tier_;
+  Backend* const backend_;
+  const Hash128 fingerprint_;
+  const KvDtype kv_dtype_;
+  const ChunkPipelineOptions options_;
+  FetchCostModel cost_;  // thread-safe itself
+
+  mutable Mutex mu_;
+  CondVar outcome_ready_;  // outcomes_ gained an entry
+  CondVar publish_idle_;   // publications_in_flight_ reached 0
+  std::deque<ChunkOutcome> outcomes_ ABSL_GUARDED_BY(mu_);
+  ChunkPipelineStats stats_ ABSL_GUARDED_BY(mu_);
+  int publications_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Declared last: destroyed (drained and joined) first, while the members above live.
+  BoundedExecutor publishers_;
+  BoundedExecutor workers_;
+};
+
+}  // namespace lazykv

@@ -213,7 +213,8 @@ absl::StatusOr<std::vector<ModeLoadResult>> RunModesUnderLoad(
                                  .anchor = {},
                                  .max_prefill_tokens = options.max_prefill_tokens,
                                  .max_queued_requests = std::max<int>(64, trace.requests.size()),
-                                 .resolver = nullptr};
+                                 .tier = nullptr,
+                                 .pipeline = {}};
     auto engine = Engine::Create(std::make_unique<BorrowedBackend>(&backend), std::move(engine_options));
     if (!engine.ok()) return engine.status();
     auto result = RunEngineLoad(**engine, trace, options);

@@ -1,6 +1,7 @@
-// A ChunkTier in memory for resolver and engine tests, with single-flight leases and
-// faults on demand: slow (delays on fetch and publish), hung (a lease held by a holder
-// that never publishes), full (publications refused), corrupt (fetches fail DATA_LOSS).
+// A ChunkTier in memory for pipeline and engine tests, with single-flight leases and
+// faults on demand: slow (delays on every call), hung (a lease held by a holder that
+// never publishes), full (publications refused), corrupt (fetches fail DATA_LOSS, or
+// return flipped bytes), dying (fetches fail UNAVAILABLE after their delay).
 // Thread-safe, as every ChunkTier must be. It records what it was asked.
 #pragma once
 
@@ -19,10 +20,14 @@ namespace lazykv::testing {
 class FakeChunkTier final : public ChunkTier {
  public:
   struct Faults {
+    std::chrono::milliseconds lookup_delay{0};
     std::chrono::milliseconds fetch_delay{0};
+    std::chrono::milliseconds lease_delay{0};
     std::chrono::milliseconds publish_delay{0};
-    bool full = false;     // Publish: RESOURCE_EXHAUSTED
-    bool corrupt = false;  // Fetch: DATA_LOSS
+    bool full = false;           // Publish: RESOURCE_EXHAUSTED
+    bool corrupt = false;        // Fetch: DATA_LOSS
+    bool flip_bytes = false;     // Fetch: the stored bytes with one payload byte flipped (unverified)
+    bool dies_in_fetch = false;  // Fetch: UNAVAILABLE after fetch_delay
   };
   struct Published {
     Hash128 key;
@@ -47,6 +52,7 @@ class FakeChunkTier final : public ChunkTier {
   }
 
   std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) override {
+    std::this_thread::sleep_for(GetFaults().lookup_delay);
     MutexLock lock(&mu_);
     std::vector<std::optional<TierHit>> hits;
     for (const Hash128& key : keys) {
@@ -64,15 +70,20 @@ class FakeChunkTier final : public ChunkTier {
     const Faults faults = GetFaults();
     std::this_thread::sleep_for(faults.fetch_delay);
     MutexLock lock(&mu_);
+    ++fetches_;
+    if (faults.dies_in_fetch) return absl::UnavailableError("connection reset mid-fetch");
     if (faults.corrupt) return absl::DataLossError(absl::StrCat("chunk ", key.ToHex(), " failed its checksum"));
     auto it = stored_.find(key);
     if (it == stored_.end()) return absl::NotFoundError("not stored");
-    return FetchedChunk{ChunkBytes::FromString(it->second), ChunkSource::kHost, ""};
+    std::string bytes = it->second;
+    if (faults.flip_bytes && !bytes.empty()) bytes.back() ^= 0x5a;
+    return FetchedChunk{ChunkBytes::FromString(std::move(bytes)), ChunkSource::kHost, ""};
   }
 
   // Single flight: stored, granted, or (held by another) waits up to `wait` for a
   // publication or release, as the cache server does.
   LeaseAnswer Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) override {
+    std::this_thread::sleep_for(GetFaults().lease_delay);
     const auto deadline = std::chrono::steady_clock::now() + wait;
     MutexLock lock(&mu_);
     while (true) {
@@ -126,6 +137,19 @@ class FakeChunkTier final : public ChunkTier {
     MutexLock lock(&mu_);
     return grants_;
   }
+  int fetches() const {
+    MutexLock lock(&mu_);
+    return fetches_;
+  }
+  // Leases granted and neither published nor released (a leak once the work is done).
+  size_t outstanding_leases() const {
+    MutexLock lock(&mu_);
+    return leases_.size();
+  }
+  bool stored(const Hash128& key) const {
+    MutexLock lock(&mu_);
+    return stored_.contains(key);
+  }
 
  private:
   struct HeldLease {
@@ -146,6 +170,7 @@ class FakeChunkTier final : public ChunkTier {
   std::vector<Published> published_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> released_ ABSL_GUARDED_BY(mu_);
   int grants_ ABSL_GUARDED_BY(mu_) = 0;
+  int fetches_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lazykv::testing

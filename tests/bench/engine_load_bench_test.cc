@@ -49,7 +49,7 @@ class EngineLoadBenchTest : public ::testing::Test {
     auto engine = Engine::Create(
         MakeBackend(4096),
         EngineOptions{
-            .mode = mode, .anchor = {}, .max_prefill_tokens = 512, .max_queued_requests = 64, .resolver = nullptr});
+            .mode = mode, .anchor = {}, .max_prefill_tokens = 512, .max_queued_requests = 64, .tier = nullptr, .pipeline = {}});
     EXPECT_TRUE(engine.ok()) << engine.status();
     return (*engine)->ReservedBlocks(TraceToRequests(trace_)[0]);
   }

@@ -123,7 +123,8 @@ TEST(CacheClusterTest, ThreeServersOneKilledMidRunLosesOnlyItsKeys) {
     if (with_tier) {
       auto tier = RemoteChunkTier::Create(RemoteTierOptions{.servers = addresses, .holder = "test"});
       EXPECT_TRUE(tier.ok());
-      options.resolver = std::make_shared<ChunkResolver>(*std::move(tier), ResolverOptions{});
+      options.tier = *std::move(tier);
+      options.pipeline.fetch_policy = FetchPolicy::kAlways;  // this test is about where chunks come from
     }
     return *Engine::Create(*std::move(backend), options);
   };
@@ -147,7 +148,7 @@ TEST(CacheClusterTest, ThreeServersOneKilledMidRunLosesOnlyItsKeys) {
   {
     auto warm = make_engine(true);
     for (const auto& request : requests) ASSERT_TRUE(warm->Generate(request).ok());
-    warm->resolver()->Flush();
+    warm->pipeline()->Flush();
   }
   // One server dies; a fresh worker (empty pool) runs the same requests.
   const int killed = static_cast<int>(rng() % 3);
@@ -170,9 +171,9 @@ TEST(CacheClusterTest, ThreeServersOneKilledMidRunLosesOnlyItsKeys) {
       .insert("anchor");
   // Exactly the dead server's chunks are computed again; the rest come from the others.
   EXPECT_EQ(computed_chunks, static_cast<int>(lost.size()));
-  const ResolverStats stats = worker->resolver()->stats();
+  const ChunkPipelineStats stats = worker->pipeline()->stats();
   EXPECT_EQ(stats.fetched, kept.size());
-  EXPECT_EQ(stats.computed, lost.size());
+  EXPECT_EQ(stats.computed_miss, lost.size());
   worker.reset();
   servers.clear();
   std::filesystem::remove_all(dir);

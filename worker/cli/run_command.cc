@@ -135,11 +135,14 @@ int RunCommand(int argc, char** argv) {
     }
   }
   // Pending publications reach the cache tier before the process ends.
-  if (ChunkResolver* resolver = loaded->engine->resolver()) {
-    resolver->Flush();
-    const ResolverStats stats = resolver->stats();
-    spdlog::info("cache tier: {} chunks fetched, {} computed, {} published ({} failed), {} lease waits", stats.fetched,
-                 stats.computed, stats.published, stats.publish_failures, stats.lease_waits);
+  if (ChunkPipeline* pipeline = loaded->engine->pipeline()) {
+    pipeline->Flush();
+    const ChunkPipelineStats stats = pipeline->stats();
+    spdlog::info(
+        "cache tier: {} chunks fetched, {} computed ({} misses, {} by choice), {} published ({} failed), {} lease "
+        "waits",
+        stats.fetched, stats.computed_miss + stats.computed_chosen + stats.computed_failed + stats.computed_busy,
+        stats.computed_miss, stats.computed_chosen, stats.published, stats.publish_failures, stats.lease_waits);
   }
   return 0;
 }

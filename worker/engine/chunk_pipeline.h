@@ -34,9 +34,9 @@ absl::StatusOr<FetchPolicy> ParseFetchPolicy(std::string_view name);  // "auto",
 const char* FetchPolicyName(FetchPolicy policy);
 
 struct ChunkPipelineOptions {
-  int tier_threads = 4;          // lookups, fetches, lease waits
-  int max_queued_tasks = 256;    // beyond this a chunk is computed without asking the tier
-  int publish_threads = 2;       // copy-out, checksum, upload
+  int tier_threads = 4;                     // lookups, fetches, lease waits
+  int max_queued_tasks = 256;               // beyond this a chunk is computed without asking the tier
+  int publish_threads = 2;                  // copy-out, checksum, upload
   uint64_t max_publish_bytes = 1ull << 30;  // captured chunks not yet published
   std::chrono::milliseconds lease_ttl{10000};
   std::chrono::milliseconds max_lease_wait{30000};  // in total, for one chunk
@@ -45,10 +45,10 @@ struct ChunkPipelineOptions {
 
 // Why a chunk is computed here.
 enum class ComputeReason {
-  kMiss,     // the tier does not hold it (computed under the tier's lease when granted)
-  kChosen,   // the tier holds it, but recomputing was judged faster than fetching
-  kFailed,   // the tier holds it, but the fetch failed or the bytes were unusable
-  kBusy,     // the pipeline's queue was full: the tier was not asked
+  kMiss,    // the tier does not hold it (computed under the tier's lease when granted)
+  kChosen,  // the tier holds it, but recomputing was judged faster than fetching
+  kFailed,  // the tier holds it, but the fetch failed or the bytes were unusable
+  kBusy,    // the pipeline's queue was full: the tier was not asked
 };
 
 // What became of a requested chunk.
@@ -118,9 +118,9 @@ class ChunkPipeline {
   // Gives a lease back (a chunk nobody needs any more), asynchronously.
   void ReleaseLease(const Hash128& key, uint64_t lease_id);
 
-  // Prefill timing from the engine's steps: `tokens` of prefill ran in `seconds` together
-  // with `decode_rows` decoding rows.
-  void RecordStep(int prefill_tokens, int decode_rows, double seconds);
+  // Prefill timing from the engine's steps: a forward step with `prefill_tokens` of
+  // prefill took `seconds` (the cost model's compute side).
+  void RecordStep(int prefill_tokens, double seconds);
 
   // Blocks until every publication handed over so far has finished.
   void Flush();
@@ -140,9 +140,10 @@ class ChunkPipeline {
   // fetches that): the path of a miss and of a failed fetch.
   void LeaseOrWait(const ChunkRequest& chunk, ComputeReason reason) ABSL_LOCKS_EXCLUDED(mu_);
   void RunPublication(const Hash128& key, const ChunkLayout& layout, uint64_t lease_id,
-                      std::unique_ptr<ExportedChunk> exported) ABSL_LOCKS_EXCLUDED(mu_);
+                      std::shared_ptr<ExportedChunk> exported) ABSL_LOCKS_EXCLUDED(mu_);
   void Deliver(ChunkOutcome outcome) ABSL_LOCKS_EXCLUDED(mu_);
-  bool ShouldFetch(const TierHit& hit, int num_tokens) ABSL_LOCKS_EXCLUDED(mu_);
+  // The fetch policy's (or the cost model's) answer; `explore`: a fetch made to measure.
+  bool ShouldFetch(const TierHit& hit, int num_tokens, bool* explore) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::shared_ptr<ChunkTier> tier_;
   Backend* const backend_;
@@ -157,6 +158,7 @@ class ChunkPipeline {
   std::deque<ChunkOutcome> outcomes_ ABSL_GUARDED_BY(mu_);
   ChunkPipelineStats stats_ ABSL_GUARDED_BY(mu_);
   int publications_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // lease waits give up
 
   // Declared last: destroyed (drained and joined) first, while the members above live.
   BoundedExecutor publishers_;

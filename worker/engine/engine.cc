@@ -43,13 +43,19 @@ Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 
       fingerprint_(fingerprint),
       kv_dtype_(kv_dtype),
       allocator_(backend_->num_blocks()),
-      index_(&allocator_) {}
+      index_(&allocator_) {
+  if (options_.tier) {
+    pipeline_ =
+        std::make_unique<ChunkPipeline>(options_.tier, backend_.get(), fingerprint_, kv_dtype_, options_.pipeline);
+  }
+}
 
 // Requests and jobs give their blocks back before the index and the allocator go.
 Engine::~Engine() {
   queued_.clear();
   running_.clear();
-  jobs_.clear();  // waits for tier calls still running
+  jobs_.clear();
+  pipeline_.reset();  // finishes publications while the allocator and the backend live
 }
 
 EngineStats Engine::stats() const {
@@ -295,13 +301,10 @@ bool Engine::HasWork() const {
 }
 
 void Engine::WaitForTier(std::chrono::milliseconds timeout) {
+  if (pipeline_ == nullptr) return;
   for (const auto& [key, job] : jobs_) {
-    if (job->state == ChunkJob::State::kLookup && !job->lookup->done) {
-      job->lookup->pending.wait_for(timeout);
-      return;
-    }
-    if (job->state == ChunkJob::State::kResolve) {
-      job->decision.wait_for(timeout);
+    if (job->state == ChunkJob::State::kTier) {
+      pipeline_->WaitForOutcome(timeout);
       return;
     }
   }

@@ -18,11 +18,11 @@
 #include "worker/backend/backend.h"
 #include "worker/backend/sampler.h"
 #include "worker/engine/attention_mode.h"
+#include "worker/engine/chunk_pipeline.h"
 #include "worker/engine/kv_block_allocator.h"
 #include "worker/engine/kv_cache_index.h"
 #include "worker/engine/kv_sequence.h"
 #include "worker/engine/shared_chunk_reservations.h"
-#include "worker/tier/chunk_resolver.h"
 
 namespace lazykv {
 
@@ -41,8 +41,10 @@ struct EngineOptions {
   // Requests waiting for KV pool room past this bound are refused (RESOURCE_EXHAUSTED).
   int max_queued_requests = 64;
   // The cache tier behind the local pool (null: the local pool only). Shared chunks and
-  // the anchor are looked up there, computed under its lease, and published to it.
-  std::shared_ptr<ChunkResolver> resolver;
+  // the anchor are looked up there (fetched when that is faster than computing them),
+  // computed under its lease, and published to it, through a ChunkPipeline.
+  std::shared_ptr<ChunkTier> tier;
+  ChunkPipelineOptions pipeline;
 };
 
 struct GenerateRequest {
@@ -69,9 +71,9 @@ struct Usage {
   // Documents (and the anchor) the cache tier held but this request encoded, because
   // recomputing was judged faster than fetching (or the fetch failed). Not misses.
   int chunk_recomputes = 0;
-  int recomputed_tokens = 0;  // their tokens (part of computed_tokens)
-  uint64_t kv_bytes_copied = 0;      // KV bytes written to reuse chunks (the block baseline's copies)
-  uint64_t kv_bytes_fetched = 0;     // chunk bytes fetched from the cache tier (the three below)
+  int recomputed_tokens = 0;      // their tokens (part of computed_tokens)
+  uint64_t kv_bytes_copied = 0;   // KV bytes written to reuse chunks (the block baseline's copies)
+  uint64_t kv_bytes_fetched = 0;  // chunk bytes fetched from the cache tier (the three below)
   uint64_t host_bytes_fetched = 0;
   uint64_t disk_bytes_fetched = 0;
   uint64_t remote_bytes_fetched = 0;
@@ -155,7 +157,8 @@ class Engine {
   const Hash128& model_fingerprint() const { return fingerprint_; }
   const std::vector<int32_t>& anchor() const { return options_.anchor; }
   AttentionMode default_mode() const { return options_.mode; }
-  ChunkResolver* resolver() const { return options_.resolver.get(); }
+  // The chunk pipeline to the cache tier (null without one).
+  ChunkPipeline* pipeline() const { return pipeline_.get(); }
   EngineStats stats() const;
   // The KV blocks admission reserves for `request` alone (its worst case, its shared
   // chunks included): what decides how many requests run at once when they share nothing.
@@ -166,7 +169,6 @@ class Engine {
  private:
   struct Request;
   struct ChunkJob;
-  struct TierLookup;
   struct PrefillWork;
   Engine(std::unique_ptr<Backend> backend, EngineOptions options, Hash128 fingerprint, KvDtype kv_dtype);
 
@@ -191,18 +193,23 @@ class Engine {
   // Shared chunks (engine_chunks.cc).
   void PlanChunks(Request& request);
   void AdvanceChunkJobs(std::vector<EngineEvent>* events);
+  // Takes one answer of the chunk pipeline.
+  void TakeOutcome(ChunkOutcome outcome, std::vector<EngineEvent>* events);
   // Hands a job's chunk to every waiter and ends the job.
   void CompleteJob(ChunkJob& job, std::span<const KvBlockRef> blocks, ChunkSource source, uint64_t fetched_bytes,
                    std::vector<EngineEvent>* events);
   void FailJob(ChunkJob& job, const absl::Status& status, std::vector<EngineEvent>* events);
   void DropWaiter(Request& request);
+  // `recomputed`: computed here though the tier held it (usage counts it apart from misses).
   void TakeChunk(Request& request, size_t segment, std::span<const KvBlockRef> blocks, ChunkSource source,
-                 uint64_t fetched_bytes);
+                 uint64_t fetched_bytes, bool recomputed);
   absl::Status AttachSegments(Request& request);
   absl::Status AttachChunk(KvSequence& seq, AttentionMode mode, std::span<const KvBlockRef> chunk, int32_t delta,
                            Usage& usage);
-  absl::StatusOr<std::vector<KvBlockRef>> ImportChunk(const Hash128& key, int num_tokens, int anchor_tokens,
-                                                      const std::string& stored);
+  // Imports a staged chunk into new blocks, and indexes them.
+  absl::StatusOr<std::vector<KvBlockRef>> ImportChunk(const Hash128& key, int num_tokens,
+                                                      std::unique_ptr<StagedChunk> staged);
+  // Captures a computed chunk for the pipeline to publish (or drops it when its budget is full).
   void PublishChunk(const Hash128& key, std::span<const KvBlockRef> blocks, int anchor_tokens, uint64_t lease_id);
   void AttachCachedPrefix(Request& request);
 
@@ -225,9 +232,10 @@ class Engine {
   std::map<RequestId, std::unique_ptr<Request>> running_;  // ordered: oldest first
   std::vector<EngineEvent> pending_events_;                // cancellations, reported at the next Step
   std::unordered_map<Hash128, std::unique_ptr<ChunkJob>, Hash128Hasher> jobs_;
-  std::vector<std::shared_ptr<TierLookup>> lookups_;
   int reserved_blocks_ = 0;  // running requests' private worst cases
   SharedChunkReservations shared_reservations_;
+  // Last: destroyed first, while the backend its threads use still lives.
+  std::unique_ptr<ChunkPipeline> pipeline_;
 };
 
 }  // namespace lazykv

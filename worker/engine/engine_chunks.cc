@@ -47,12 +47,13 @@ void Engine::PlanChunks(Request& r) {
     position += static_cast<int64_t>(in.docs[d].size());
   }
 
-  std::vector<ChunkJob*> new_jobs;
+  std::vector<ChunkPipeline::ChunkRequest> new_chunks;
+  const int anchor_tokens = static_cast<int>(anchor.size());
   for (size_t s = 0; s < r.segments.size(); ++s) {
     ChunkSegment& segment = r.segments[s];
     if (const CachedKv* hit = index_.Lookup(segment.key)) {
       const std::vector<KvBlockRef> blocks = hit->blocks;  // the entry may move on the next insert
-      TakeChunk(r, s, blocks, ChunkSource::kPool, 0);
+      TakeChunk(r, s, blocks, ChunkSource::kPool, 0, false);
       continue;
     }
     ++r.segments_pending;
@@ -63,25 +64,19 @@ void Engine::PlanChunks(Request& r) {
       job.key = segment.key;
       job.tokens.assign(segment.tokens.begin(), segment.tokens.end());
       job.is_anchor = segment.is_anchor;
-      job.state = options_.resolver ? ChunkJob::State::kLookup : ChunkJob::State::kEncode;
-      new_jobs.push_back(&job);
+      job.state = pipeline_ ? ChunkJob::State::kTier : ChunkJob::State::kEncode;
+      if (pipeline_) {
+        new_chunks.push_back(ChunkPipeline::ChunkRequest{.key = job.key,
+                                                         .num_tokens = static_cast<int>(job.tokens.size()),
+                                                         .anchor_tokens = job.is_anchor ? 0 : anchor_tokens});
+      }
     }
     ChunkJob& job = *it->second;
     if (job.owner == 0) job.owner = r.id;
     job.waiters.emplace_back(r.id, s);
   }
-  if (!new_jobs.empty() && options_.resolver) {
-    // One batched lookup for every key this request is first to miss.
-    auto lookup = std::make_shared<TierLookup>();
-    for (ChunkJob* job : new_jobs) {
-      job->lookup = lookup;
-      job->lookup_index = lookup->keys.size();
-      lookup->keys.push_back(job->key);
-    }
-    lookup->pending = std::async(
-        std::launch::async, [resolver = options_.resolver, keys = lookup->keys] { return resolver->Lookup(keys); });
-    lookups_.push_back(std::move(lookup));
-  }
+  // One batched lookup for every key this request is first to miss.
+  if (pipeline_) pipeline_->Request(std::move(new_chunks));
   if (r.segments_pending == 0) {
     if (absl::Status s = AttachSegments(r); !s.ok()) {
       // Attach only fails on a full pool, which admission rules out: report it loudly.
@@ -94,7 +89,7 @@ void Engine::PlanChunks(Request& r) {
 }
 
 void Engine::TakeChunk(Request& r, size_t s, std::span<const KvBlockRef> blocks, ChunkSource source,
-                       uint64_t fetched_bytes) {
+                       uint64_t fetched_bytes, bool recomputed) {
   ChunkSegment& segment = r.segments[s];
   for (const KvBlockRef& ref : blocks) allocator_.Ref(ref.block);
   segment.blocks.assign(blocks.begin(), blocks.end());
@@ -102,16 +97,37 @@ void Engine::TakeChunk(Request& r, size_t s, std::span<const KvBlockRef> blocks,
   const int n = static_cast<int>(segment.tokens.size());
   Usage& u = r.result.usage;
   if (source == ChunkSource::kComputed) {
-    ++u.chunk_misses;
     u.computed_tokens += n;
     if (!segment.is_anchor) u.document_computed_tokens += n;
+    if (recomputed) {
+      ++u.chunk_recomputes;
+      u.recomputed_tokens += n;
+    } else {
+      ++u.chunk_misses;
+    }
     return;
   }
   ++u.chunk_hits;
   u.cached_tokens += n;
   if (!segment.is_anchor) u.document_cached_tokens += n;
-  (source == ChunkSource::kPool ? u.pool_tokens : source == ChunkSource::kDisk ? u.disk_tokens : u.host_tokens) += n;  // TODO(pipeline): remote
   u.kv_bytes_fetched += fetched_bytes;
+  switch (source) {
+    case ChunkSource::kHost:
+      u.host_tokens += n;
+      u.host_bytes_fetched += fetched_bytes;
+      break;
+    case ChunkSource::kDisk:
+      u.disk_tokens += n;
+      u.disk_bytes_fetched += fetched_bytes;
+      break;
+    case ChunkSource::kRemote:
+      u.remote_tokens += n;
+      u.remote_bytes_fetched += fetched_bytes;
+      break;
+    default:
+      u.pool_tokens += n;
+      break;
+  }
 }
 
 absl::Status Engine::AttachSegments(Request& r) {
@@ -150,73 +166,60 @@ absl::Status Engine::AttachChunk(KvSequence& seq, AttentionMode mode, std::span<
 }
 
 void Engine::AdvanceChunkJobs(std::vector<EngineEvent>* events) {
-  for (auto& lookup : lookups_) {
-    if (!lookup->done && IsReady(lookup->pending)) {
-      lookup->answers = lookup->pending.get();
-      lookup->done = true;
+  if (pipeline_) {
+    for (ChunkOutcome& outcome : pipeline_->Poll()) TakeOutcome(std::move(outcome), events);
+  }
+  for (auto& [key, job] : jobs_) {
+    if (job->state != ChunkJob::State::kEncode || job->context_set) continue;
+    if (job->is_anchor) {
+      job->context_set = true;
+      continue;
+    }
+    // A document is encoded after the anchor: borrow a waiter's anchor blocks.
+    for (const auto& [id, segment] : job->waiters) {
+      const ChunkSegment& anchor = running_.at(id)->segments[0];
+      if (anchor.ready) {
+        job->encoder.ShareBlocks(anchor.blocks);
+        job->context_entries = job->encoder.table().size();
+        job->context_set = true;
+        break;
+      }
     }
   }
-  std::erase_if(lookups_, [](const auto& lookup) { return lookup->done; });
+}
 
-  std::vector<Hash128> keys;
-  for (const auto& [key, job] : jobs_) keys.push_back(key);
-  for (const Hash128& key : keys) {
-    auto it = jobs_.find(key);
-    if (it == jobs_.end()) continue;  // dropped while another job completed
-    ChunkJob& job = *it->second;
-    if (job.state == ChunkJob::State::kLookup && job.lookup->done) {
-      if (job.waiters.empty()) {  // every requester went away while the tier answered
-        jobs_.erase(it);
-        continue;
-      }
-      const std::optional<TierHit> hint = job.lookup->answers[job.lookup_index];
-      job.lookup.reset();
-      job.state = ChunkJob::State::kResolve;
-      job.decision = std::async(std::launch::async,
-                                [resolver = options_.resolver, key, hint] { return resolver->Resolve(key, hint); });
-    }
-    if (job.state == ChunkJob::State::kResolve && IsReady(job.decision)) {
-      ChunkResolver::Decision decision = job.decision.get();
-      job.state = ChunkJob::State::kEncode;
-      job.lease_id = decision.lease_id;
-      if (job.waiters.empty()) {  // every requester went away while the tier answered
-        if (job.lease_id != 0) options_.resolver->tier().ReleaseLease(key, job.lease_id);
-        jobs_.erase(it);
-        continue;
-      }
-      if (decision.fetched) {
-        const int anchor_tokens = job.is_anchor ? 0 : static_cast<int>(options_.anchor.size());
-        auto imported = ImportChunk(key, static_cast<int>(job.tokens.size()), anchor_tokens, decision.fetched->stored.ToString());
-        if (imported.ok()) {
-          CompleteJob(job, *imported, decision.fetched->source, decision.fetched->stored.size(), events);
-          continue;
-        }
-        if (imported.status().code() == absl::StatusCode::kResourceExhausted) {
-          FailJob(job, imported.status(), events);
-          continue;
-        }
-        // Unusable bytes (corrupt, another layout): compute the chunk instead.
-        spdlog::error("fetched chunk {} is unusable, computing it: {}", key.ToHex(),
-                      std::string(imported.status().message()));
-      }
-    }
-    if (job.state == ChunkJob::State::kEncode && !job.context_set) {
-      if (job.is_anchor) {
-        job.context_set = true;
-        continue;
-      }
-      // A document is encoded after the anchor: borrow a waiter's anchor blocks.
-      for (const auto& [id, segment] : job.waiters) {
-        const ChunkSegment& anchor = running_.at(id)->segments[0];
-        if (anchor.ready) {
-          job.encoder.ShareBlocks(anchor.blocks);
-          job.context_entries = job.encoder.table().size();
-          job.context_set = true;
-          break;
-        }
-      }
-    }
+void Engine::TakeOutcome(ChunkOutcome outcome, std::vector<EngineEvent>* events) {
+  auto it = jobs_.find(outcome.key);
+  if (it == jobs_.end() || it->second->state != ChunkJob::State::kTier) {
+    // Not asked for (cannot happen): give a lease back so others are not held up.
+    if (outcome.lease_id != 0) pipeline_->ReleaseLease(outcome.key, outcome.lease_id);
+    return;
   }
+  ChunkJob& job = *it->second;
+  if (job.waiters.empty()) {  // every requester went away while the tier answered
+    if (outcome.lease_id != 0) pipeline_->ReleaseLease(job.key, outcome.lease_id);
+    jobs_.erase(it);
+    return;
+  }
+  if (outcome.fetched) {
+    auto imported = ImportChunk(job.key, static_cast<int>(job.tokens.size()), std::move(outcome.staged));
+    if (imported.ok()) {
+      CompleteJob(job, *imported, outcome.source, outcome.stored_bytes, events);
+      return;
+    }
+    if (imported.status().code() == absl::StatusCode::kResourceExhausted) {
+      FailJob(job, imported.status(), events);
+      return;
+    }
+    // The backend refused the staged bytes: compute the chunk instead.
+    spdlog::error("fetched chunk {} is unusable, computing it: {}", job.key.ToHex(), imported.status().ToString());
+    outcome.reason = ComputeReason::kFailed;
+    outcome.publish = false;
+  }
+  job.state = ChunkJob::State::kEncode;
+  job.lease_id = outcome.lease_id;
+  job.publish = outcome.publish;
+  job.recompute = outcome.reason == ComputeReason::kChosen || outcome.reason == ComputeReason::kFailed;
 }
 
 void Engine::CompleteJob(ChunkJob& job, std::span<const KvBlockRef> blocks, ChunkSource source, uint64_t fetched_bytes,
@@ -226,9 +229,9 @@ void Engine::CompleteJob(ChunkJob& job, std::span<const KvBlockRef> blocks, Chun
   for (const auto& [id, s] : job.waiters) {
     Request& r = *running_.at(id);
     if (id == job.owner) {
-      TakeChunk(r, s, chunk, source, fetched_bytes);
+      TakeChunk(r, s, chunk, source, fetched_bytes, job.recompute);
     } else {
-      TakeChunk(r, s, chunk, ChunkSource::kPool, 0);
+      TakeChunk(r, s, chunk, ChunkSource::kPool, 0, false);
     }
     if (--r.segments_pending == 0) {
       if (absl::Status status = AttachSegments(r); !status.ok()) Fail(r, status, events);
@@ -238,7 +241,7 @@ void Engine::CompleteJob(ChunkJob& job, std::span<const KvBlockRef> blocks, Chun
 
 void Engine::FailJob(ChunkJob& job, const absl::Status& status, std::vector<EngineEvent>* events) {
   auto node = jobs_.extract(job.key);
-  if (job.lease_id != 0) options_.resolver->tier().ReleaseLease(job.key, job.lease_id);
+  if (job.lease_id != 0) pipeline_->ReleaseLease(job.key, job.lease_id);
   const auto waiters = std::move(job.waiters);
   job.waiters.clear();
   for (const auto& [id, s] : waiters) {
@@ -258,23 +261,15 @@ void Engine::DropWaiter(Request& r) {
     if (!job.waiters.empty()) continue;
     if (job.state == ChunkJob::State::kEncode) {
       // Nobody needs it any more: free its blocks now and let another worker take the lease.
-      if (job.lease_id != 0) options_.resolver->tier().ReleaseLease(job.key, job.lease_id);
+      if (job.lease_id != 0) pipeline_->ReleaseLease(job.key, job.lease_id);
       jobs_.erase(it);
     }
     // A job still waiting on the tier stays until the answer comes (AdvanceChunkJobs).
   }
 }
 
-absl::StatusOr<std::vector<KvBlockRef>> Engine::ImportChunk(const Hash128& key, int num_tokens, int anchor_tokens,
-                                                            const std::string& stored) {
-  ASSIGN_OR_RETURN(const ChunkView chunk, DecodeChunk(stored));
-  const ChunkLayout expected = MakeChunkLayout(config(), kv_dtype_, num_tokens, anchor_tokens);
-  if (chunk.header.key != key || chunk.header.model_fingerprint != fingerprint_ || !(chunk.header.layout == expected)) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "fetched chunk does not fit this model: key %s, fingerprint %s, %d tokens after %d anchor tokens",
-        chunk.header.key.ToHex(), chunk.header.model_fingerprint.ToHex(), chunk.header.layout.num_tokens,
-        chunk.header.layout.anchor_tokens));
-  }
+absl::StatusOr<std::vector<KvBlockRef>> Engine::ImportChunk(const Hash128& key, int num_tokens,
+                                                            std::unique_ptr<StagedChunk> staged) {
   KvSequence holder(&allocator_);  // gives the blocks back if the import fails
   const int bs = backend_->block_size();
   std::vector<KvBlockRef> blocks;
@@ -283,24 +278,25 @@ absl::StatusOr<std::vector<KvBlockRef>> Engine::ImportChunk(const Hash128& key, 
     blocks.push_back(KvBlockRef{block, std::min(bs, num_tokens - start), 0});
     holder.AdoptBlocks({&blocks.back(), 1}, 0);
   }
-  RETURN_IF_ERROR(backend_->ImportChunk(chunk.payload, blocks));
+  RETURN_IF_ERROR(backend_->ImportStaged(std::move(staged), blocks));
   index_.Insert(key, blocks);  // the index's reference outlives the holder's
   return blocks;
 }
 
 void Engine::PublishChunk(const Hash128& key, std::span<const KvBlockRef> blocks, int anchor_tokens,
                           uint64_t lease_id) {
-  std::string payload;
-  if (absl::Status s = backend_->ExportChunk(blocks, &payload); !s.ok()) {
-    spdlog::error("cannot export chunk {} for publication: {}", key.ToHex(), std::string(s.message()));
-    if (lease_id != 0) options_.resolver->tier().ReleaseLease(key, lease_id);
-    return;
-  }
   int num_tokens = 0;
   for (const KvBlockRef& ref : blocks) num_tokens += ref.num_tokens;
-  const ChunkHeader header =
-      MakeChunkHeader(key, fingerprint_, MakeChunkLayout(config(), kv_dtype_, num_tokens, anchor_tokens), payload);
-  options_.resolver->PublishAsync(key, fingerprint_, EncodeChunk(header, payload), lease_id);
+  const ChunkLayout layout = MakeChunkLayout(config(), kv_dtype_, num_tokens, anchor_tokens);
+  if (!pipeline_->TryReservePublish(key, layout.payload_bytes(), lease_id)) return;  // dropped, counted
+  // Enqueued only: the blocks may be reused at once, and the bytes leave on the pipeline.
+  auto captured = backend_->CaptureChunk(blocks);
+  if (!captured.ok()) {
+    spdlog::warn("cannot capture chunk {} for publication: {}", key.ToHex(), captured.status().ToString());
+    pipeline_->CancelPublish(key, layout.payload_bytes(), lease_id);
+    return;
+  }
+  pipeline_->Publish(key, layout, lease_id, *std::move(captured));
 }
 
 // Prefix caching: reuse whole blocks of the longest cached prefix (a chain of block

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <chrono>
-#include <future>
 #include <optional>
 #include <span>
 #include <utility>
@@ -18,11 +17,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 inline double SecondsBetween(SteadyClock::time_point from, SteadyClock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
-}
-
-template <typename T>
-bool IsReady(const std::future<T>& future) {
-  return future.valid() && future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
 // One shared chunk of a request (the anchor or a document), in logical order.
@@ -69,30 +63,20 @@ struct Engine::Request {
   int32_t next_input = 0;  // decoding: the token fed at the next step
 };
 
-// The cache tier's answers for one request's missing keys (one batched lookup, run off
-// the scheduling thread).
-struct Engine::TierLookup {
-  std::vector<Hash128> keys;
-  std::future<std::vector<std::optional<TierHit>>> pending;
-  std::vector<std::optional<TierHit>> answers;
-  bool done = false;
-};
-
 // A chunk missing from the pool: looked up in the tier, fetched or leased there, and
 // otherwise encoded here once for every request that waits for it.
 struct Engine::ChunkJob {
   explicit ChunkJob(KvBlockAllocator* allocator) : encoder(allocator) {}
 
-  enum class State { kLookup, kResolve, kEncode };
+  enum class State { kTier, kEncode };  // waiting for the chunk pipeline's outcome, or encoding
 
   Hash128 key;
   std::vector<int32_t> tokens;
   bool is_anchor = false;
   State state = State::kEncode;
-  std::shared_ptr<TierLookup> lookup;
-  size_t lookup_index = 0;
-  std::future<ChunkResolver::Decision> decision;
-  uint64_t lease_id = 0;  // publish under this lease once encoded
+  uint64_t lease_id = 0;   // publish under this lease once encoded
+  bool publish = true;     // false: the tier holds it already
+  bool recompute = false;  // the tier held it, but it is computed here (not a miss)
 
   KvSequence encoder;  // the anchor's blocks (context), then the chunk's own
   bool context_set = false;

@@ -117,7 +117,14 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
   std::vector<SampledToken> sampled;
   std::vector<std::vector<float>> logits;
   if (!steps.empty()) {
-    if (absl::Status s = backend_->ForwardAndSample(steps, sampling, &sampled, &logits); !s.ok()) {
+    const auto start = SteadyClock::now();
+    const absl::Status s = backend_->ForwardAndSample(steps, sampling, &sampled, &logits);
+    if (pipeline_ && s.ok()) {
+      int prefill_tokens = 0;
+      for (const Target& t : targets) prefill_tokens += t.decode ? 0 : static_cast<int>(t.count);
+      pipeline_->RecordStep(prefill_tokens, SecondsBetween(start, SteadyClock::now()));
+    }
+    if (!s.ok()) {
       spdlog::error("forward pass over {} sequences failed: {}", steps.size(), s.ToString());
       for (const Target& t : targets) {
         if (t.job != nullptr) {
@@ -175,10 +182,10 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
 void Engine::FinishEncoding(ChunkJob& job, std::vector<EngineEvent>* events) {
   const std::vector<KvBlockRef> blocks(job.encoder.table().begin() + job.context_entries, job.encoder.table().end());
   index_.Insert(job.key, blocks);
-  if (options_.resolver) {
+  if (pipeline_ && job.publish) {
     PublishChunk(job.key, blocks, job.is_anchor ? 0 : static_cast<int>(options_.anchor.size()), job.lease_id);
   }
-  CompleteJob(job, blocks, ChunkSource::kComputed, 0, events);  // ends the job
+  CompleteJob(job, blocks, ChunkSource::kComputed, 0, events);  // ends the job (usage: job.recompute)
 }
 
 void Engine::SampleNext(Request& r, const SampledToken& next, std::span<const float> logits,

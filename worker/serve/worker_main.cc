@@ -67,7 +67,7 @@ int Serve(int argc, char** argv) {
     spdlog::error("{}", std::string(loaded.status().message()));
     return 1;
   }
-  ChunkResolver* tier = loaded->engine->resolver();
+  ChunkPipeline* tier = loaded->engine->pipeline();
   auto metrics = std::make_shared<WorkerMetrics>();
   auto exposer = StartMetricsExposer(flags.metrics_listen, metrics->registry());
   if (!exposer.ok()) {

@@ -57,7 +57,7 @@ std::string DefaultCacheDir() {
   return (std::filesystem::path(home != nullptr ? home : "/tmp") / ".cache" / "lazykv").string();
 }
 
-absl::StatusOr<std::shared_ptr<ChunkResolver>> SetUpCacheTier(const CacheTierSetup& setup) {
+absl::StatusOr<std::shared_ptr<ChunkTier>> SetUpCacheTier(const CacheTierSetup& setup) {
   if (!setup.enabled) return nullptr;
   std::unique_ptr<ChunkTier> tier;
   if (!setup.servers.empty()) {
@@ -77,7 +77,7 @@ absl::StatusOr<std::shared_ptr<ChunkResolver>> SetUpCacheTier(const CacheTierSet
     tier = *std::move(embedded);
   }
   spdlog::info("{}", tier->Describe());
-  return std::make_shared<ChunkResolver>(std::move(tier), ResolverOptions{});
+  return std::shared_ptr<ChunkTier>(std::move(tier));
 }
 
 namespace {
@@ -145,8 +145,8 @@ absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
   const int num_blocks = backend->num_blocks();
   const std::string kv_dtype = backend->kv_dtype();
   EngineOptions engine_options = options.engine;
-  if (engine_options.resolver == nullptr) {
-    ASSIGN_OR_RETURN(engine_options.resolver, SetUpCacheTier(options.cache_tier));
+  if (engine_options.tier == nullptr) {
+    ASSIGN_OR_RETURN(engine_options.tier, SetUpCacheTier(options.cache_tier));
   }
   ASSIGN_OR_RETURN(auto engine, Engine::Create(std::move(backend), std::move(engine_options)));
   spdlog::info("model {}: dim {}, {} layers, {} heads ({} kv), vocab {}; KV pool {} blocks of {} tokens ({})",

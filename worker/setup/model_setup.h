@@ -27,7 +27,8 @@ struct CacheTierSetup {
 // $LAZYKV_CACHE_DIR, else $XDG_CACHE_HOME/lazykv, else ~/.cache/lazykv.
 std::string DefaultCacheDir();
 
-absl::StatusOr<std::shared_ptr<ChunkResolver>> SetUpCacheTier(const CacheTierSetup& setup);
+// Null when !setup.enabled.
+absl::StatusOr<std::shared_ptr<ChunkTier>> SetUpCacheTier(const CacheTierSetup& setup);
 
 // Where the model runs: the CPU backend, the CUDA backend, or CUDA when this build has it
 // and a GPU is present.

@@ -21,6 +21,10 @@ const char kModelSetupUsage[] =
   --cache-host-capacity B  embedded tier's host RAM (default 256MiB)
   --cache-disk-capacity B  embedded tier's disk (default 2GiB)
   --no-cache-tier        the local KV pool only
+  --fetch-policy P       auto | always | never: fetch a chunk the cache tier holds when that is
+                         measured to be faster than recomputing it (auto, default), always, or never
+  --publish-budget BYTES computed chunks waiting to be published, at most (default 1GiB); past it a
+                         publication is dropped and counted, never waited for
 )";
 
 void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
@@ -47,6 +51,11 @@ void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
   parser.AddByteSize("--cache-host-capacity", &s.cache_tier.host_bytes);
   parser.AddByteSize("--cache-disk-capacity", &s.cache_tier.disk_bytes);
   parser.AddSwitch("--no-cache-tier", &flags.no_cache_tier);
+  parser.Add("--fetch-policy", [&s](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(s.engine.pipeline.fetch_policy, ParseFetchPolicy(v));
+    return absl::OkStatus();
+  });
+  parser.AddByteSize("--publish-budget", &s.engine.pipeline.max_publish_bytes);
 }
 
 absl::Status FinishModelSetupFlags(ModelSetupFlags& flags, const std::string& holder) {

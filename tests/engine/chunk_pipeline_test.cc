@@ -1,0 +1,336 @@
+// ChunkPipeline over a fake tier that can be slow, hung, full, corrupt or dying, with the
+// CPU backend staging and capturing real payloads: what it decides (fetch, compute under
+// a lease, compute by choice), what it publishes (checked against the codec), and that a
+// misbehaving tier costs a computation, never a wrong chunk, a leaked lease or a caller
+// that waits.
+#include "worker/engine/chunk_pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <thread>
+
+#include "tests/fake_chunk_tier.h"
+#include "tests/test_util.h"
+#include "worker/backend/cpu_backend.h"
+#include "worker/model/model_loader.h"
+
+namespace lazykv {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::FakeChunkTier;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kTokens = 20;  // two blocks of 16, the second partial
+constexpr int kAnchorTokens = 1;
+
+struct Fixture {
+  explicit Fixture(ChunkPipelineOptions options = {}) : rng(testing::FreshSeed()) {
+    weights = *LoadModel("synthetic:tiny:" + std::to_string(rng() % 1000));
+    backend = *CreateCpuBackend(weights, 16, 64);
+    auto owned = std::make_shared<FakeChunkTier>();
+    tier = owned.get();
+    fingerprint = backend->model_fingerprint();
+    pipeline = std::make_unique<ChunkPipeline>(owned, backend.get(), fingerprint, KvDtype::kFp32, options);
+  }
+  ChunkLayout Layout() const { return MakeChunkLayout(weights.config, KvDtype::kFp32, kTokens, kAnchorTokens); }
+  // A random payload of the right layout, and its stored form.
+  std::string RandomPayload() {
+    std::string payload(Layout().payload_bytes(), '\0');
+    std::uniform_real_distribution<float> value(-2, 2);
+    for (size_t i = 0; i + sizeof(float) <= payload.size(); i += sizeof(float)) {
+      const float v = value(rng);
+      std::memcpy(payload.data() + i, &v, sizeof(v));
+    }
+    return payload;
+  }
+  std::string Stored(const Hash128& key, const std::string& payload, Hash128 fp = {}) {
+    if (fp == Hash128{}) fp = fingerprint;
+    return EncodeChunk(MakeChunkHeader(key, fp, Layout(), payload), payload);
+  }
+  Hash128 RandomKey() { return Hash128{rng(), rng()}; }
+  ChunkPipeline::ChunkRequest RequestFor(const Hash128& key) {
+    return ChunkPipeline::ChunkRequest{.key = key, .num_tokens = kTokens, .anchor_tokens = kAnchorTokens};
+  }
+  // Polls until `n` outcomes came (or 10 s).
+  std::vector<ChunkOutcome> Await(size_t n) {
+    std::vector<ChunkOutcome> out;
+    const auto give_up = Clock::now() + std::chrono::seconds(10) * testing::SlowdownFactor();
+    while (out.size() < n && Clock::now() < give_up) {
+      pipeline->WaitForOutcome(milliseconds(50));
+      for (ChunkOutcome& o : pipeline->Poll()) out.push_back(std::move(o));
+    }
+    return out;
+  }
+  // Imports a staged chunk into fresh blocks and exports it again.
+  std::string RoundTrip(std::unique_ptr<StagedChunk> staged, int first_block) {
+    std::vector<KvBlockRef> blocks{{first_block, 16, 0}, {first_block + 1, kTokens - 16, 0}};
+    EXPECT_TRUE(backend->ImportStaged(std::move(staged), blocks).ok());
+    std::string out;
+    EXPECT_TRUE(backend->ExportChunk(blocks, &out).ok());
+    return out;
+  }
+
+  std::mt19937_64 rng;
+  ModelWeights weights;
+  std::unique_ptr<Backend> backend;
+  FakeChunkTier* tier;
+  Hash128 fingerprint;
+  std::unique_ptr<ChunkPipeline> pipeline;
+};
+
+ChunkPipelineOptions Always() { return ChunkPipelineOptions{.fetch_policy = FetchPolicy::kAlways}; }
+
+TEST(ChunkPipeline, FetchesAStoredChunkAndStagesItsPayload) {
+  Fixture f(Always());
+  const Hash128 key = f.RandomKey();
+  const std::string payload = f.RandomPayload();
+  f.tier->Store(key, f.Stored(key, payload));
+  f.pipeline->Request({f.RequestFor(key)});
+  auto outcomes = f.Await(1);
+  ASSERT_EQ(outcomes.size(), 1u);
+  ASSERT_TRUE(outcomes[0].fetched);
+  EXPECT_EQ(outcomes[0].key, key);
+  EXPECT_EQ(outcomes[0].source, ChunkSource::kHost);
+  EXPECT_EQ(outcomes[0].stored_bytes, kChunkHeaderBytes + payload.size());
+  EXPECT_EQ(f.RoundTrip(std::move(outcomes[0].staged), 0), payload);
+  EXPECT_EQ(f.pipeline->stats().fetched, 1u);
+  EXPECT_EQ(f.tier->grants(), 0);  // a hit takes no lease
+}
+
+TEST(ChunkPipeline, AMissIsComputedUnderALeaseAndPublishedThroughTheCodec) {
+  Fixture f;
+  const Hash128 key = f.RandomKey();
+  f.pipeline->Request({f.RequestFor(key)});
+  auto outcomes = f.Await(1);
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_FALSE(outcomes[0].fetched);
+  EXPECT_EQ(outcomes[0].reason, ComputeReason::kMiss);
+  EXPECT_TRUE(outcomes[0].publish);
+  ASSERT_NE(outcomes[0].lease_id, 0u);
+
+  // The "computed" KV: a payload imported into blocks 4 and 5, then captured.
+  const std::string payload = f.RandomPayload();
+  const std::vector<KvBlockRef> blocks{{4, 16, 0}, {5, kTokens - 16, 0}};
+  ASSERT_TRUE(f.backend->ImportChunk(payload, blocks).ok());
+  ASSERT_TRUE(f.pipeline->TryReservePublish(key, payload.size(), outcomes[0].lease_id));
+  auto captured = f.backend->CaptureChunk(blocks);
+  ASSERT_TRUE(captured.ok());
+  f.pipeline->Publish(key, f.Layout(), outcomes[0].lease_id, *std::move(captured));
+  f.pipeline->Flush();
+
+  const auto published = f.tier->published();
+  ASSERT_EQ(published.size(), 1u);
+  EXPECT_EQ(published[0].lease_id, outcomes[0].lease_id);
+  auto decoded = DecodeChunk(published[0].stored);  // checks the header and the payload checksum
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->header.key, key);
+  EXPECT_EQ(decoded->header.model_fingerprint, f.fingerprint);
+  EXPECT_EQ(decoded->header.layout, f.Layout());
+  EXPECT_EQ(decoded->payload, payload);
+  EXPECT_EQ(f.pipeline->stats().published, 1u);
+  EXPECT_EQ(f.pipeline->stats().publish_bytes_in_flight, 0u);
+  EXPECT_EQ(f.tier->outstanding_leases(), 0u);
+}
+
+TEST(ChunkPipeline, UnusableBytesAreRecomputedNeverImported) {
+  for (int variant = 0; variant < 4; ++variant) {
+    Fixture f(Always());
+    const Hash128 key = f.RandomKey();
+    const std::string payload = f.RandomPayload();
+    switch (variant) {
+      case 0:  // the tier reports corruption
+        f.tier->Store(key, f.Stored(key, payload));
+        f.tier->SetFaults({.corrupt = true});
+        break;
+      case 1:  // the tier hands back flipped bytes: the pipeline's checksum catches them
+        f.tier->Store(key, f.Stored(key, payload));
+        f.tier->SetFaults({.flip_bytes = true});
+        break;
+      case 2:  // another model's chunk under this key
+        f.tier->Store(key, f.Stored(key, payload, Hash128{9, 9}));
+        break;
+      case 3:  // the connection dies mid-fetch
+        f.tier->Store(key, f.Stored(key, payload));
+        f.tier->SetFaults({.dies_in_fetch = true});
+        break;
+    }
+    f.pipeline->Request({f.RequestFor(key)});
+    auto outcomes = f.Await(1);
+    ASSERT_EQ(outcomes.size(), 1u) << variant;
+    EXPECT_FALSE(outcomes[0].fetched) << variant;
+    EXPECT_EQ(outcomes[0].reason, ComputeReason::kFailed) << variant;
+    EXPECT_FALSE(outcomes[0].publish) << variant;  // the tier holds the key: nothing to publish
+    EXPECT_EQ(f.pipeline->stats().fetch_failures, 1u) << variant;
+    EXPECT_EQ(f.pipeline->stats().computed_failed, 1u) << variant;
+  }
+}
+
+TEST(ChunkPipeline, RecomputesWhenFetchingIsMeasuredSlower) {
+  Fixture f;  // auto
+  f.tier->SetFaults({.fetch_delay = milliseconds(150)});
+  const Hash128 first = f.RandomKey(), second = f.RandomKey();
+  f.tier->Store(first, f.Stored(first, f.RandomPayload()));
+  f.tier->Store(second, f.Stored(second, f.RandomPayload()));
+  // Steps: 512 prefill tokens cost 2 ms more than none, so 20 tokens cost ~0.08 ms.
+  for (int i = 0; i < 8; ++i) {
+    f.pipeline->RecordStep(0, 0.001);
+    f.pipeline->RecordStep(512, 0.003);
+  }
+  f.pipeline->Request({f.RequestFor(first)});  // unmeasured source: fetched, which measures it
+  auto outcomes = f.Await(1);
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_TRUE(outcomes[0].fetched);
+  f.pipeline->Request({f.RequestFor(second)});
+  outcomes = f.Await(1);
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_FALSE(outcomes[0].fetched);
+  EXPECT_EQ(outcomes[0].reason, ComputeReason::kChosen);
+  EXPECT_FALSE(outcomes[0].publish);
+  EXPECT_EQ(outcomes[0].lease_id, 0u);
+  EXPECT_EQ(f.tier->fetches(), 1);
+  EXPECT_EQ(f.pipeline->stats().computed_chosen, 1u);
+  EXPECT_EQ(f.pipeline->stats().computed_miss, 0u);
+}
+
+TEST(ChunkPipeline, FetchesWhenComputingIsMeasuredSlower) {
+  Fixture f;  // auto
+  const Hash128 first = f.RandomKey(), second = f.RandomKey();
+  const std::string payload = f.RandomPayload();
+  f.tier->Store(first, f.Stored(first, f.RandomPayload()));
+  f.tier->Store(second, f.Stored(second, payload));
+  for (int i = 0; i < 8; ++i) {  // 20 tokens cost about 4 s: anything fetches faster
+    f.pipeline->RecordStep(0, 0.001);
+    f.pipeline->RecordStep(512, 100.0);
+  }
+  for (const Hash128& key : {first, second}) {
+    f.pipeline->Request({f.RequestFor(key)});
+    auto outcomes = f.Await(1);
+    ASSERT_EQ(outcomes.size(), 1u);
+    ASSERT_TRUE(outcomes[0].fetched);
+    if (key == second) {
+      EXPECT_EQ(f.RoundTrip(std::move(outcomes[0].staged), 8), payload);
+    }
+  }
+  EXPECT_EQ(f.pipeline->stats().computed_chosen, 0u);
+}
+
+TEST(ChunkPipeline, NeverPolicyRecomputesEveryHit) {
+  Fixture f(ChunkPipelineOptions{.fetch_policy = FetchPolicy::kNever});
+  const Hash128 key = f.RandomKey();
+  f.tier->Store(key, f.Stored(key, f.RandomPayload()));
+  f.pipeline->Request({f.RequestFor(key)});
+  auto outcomes = f.Await(1);
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_EQ(outcomes[0].reason, ComputeReason::kChosen);
+  EXPECT_EQ(f.tier->fetches(), 0);
+}
+
+TEST(ChunkPipeline, APublicationPastTheBudgetIsDroppedAndItsLeaseReleased) {
+  Fixture f(ChunkPipelineOptions{.max_publish_bytes = 1000});
+  const Hash128 key = f.RandomKey();
+  f.pipeline->Request({f.RequestFor(key)});
+  auto outcomes = f.Await(1);
+  ASSERT_EQ(outcomes.size(), 1u);
+  ASSERT_NE(outcomes[0].lease_id, 0u);
+  ASSERT_GT(f.Layout().payload_bytes(), 1000u);
+  EXPECT_FALSE(f.pipeline->TryReservePublish(key, f.Layout().payload_bytes(), outcomes[0].lease_id));
+  f.pipeline->Flush();
+  // The release is asynchronous: give it a moment.
+  const auto give_up = Clock::now() + std::chrono::seconds(5);
+  while (f.tier->outstanding_leases() > 0 && Clock::now() < give_up) std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_EQ(f.tier->outstanding_leases(), 0u);
+  EXPECT_EQ(f.tier->released(), std::vector<uint64_t>{outcomes[0].lease_id});
+  EXPECT_EQ(f.pipeline->stats().publications_dropped, 1u);
+  EXPECT_TRUE(f.tier->published().empty());
+}
+
+TEST(ChunkPipeline, TheCallerNeverWaitsForASlowTier) {
+  Fixture f(Always());
+  f.tier->SetFaults({.lookup_delay = milliseconds(300),
+                     .fetch_delay = milliseconds(300),
+                     .lease_delay = milliseconds(300),
+                     .publish_delay = milliseconds(300)});
+  std::vector<Hash128> keys;
+  for (int i = 0; i < 6; ++i) keys.push_back(f.RandomKey());
+  f.tier->Store(keys[0], f.Stored(keys[0], f.RandomPayload()));
+  const auto start = Clock::now();
+  for (const Hash128& key : keys) f.pipeline->Request({f.RequestFor(key)});
+  for (int i = 0; i < 20; ++i) (void)f.pipeline->Poll();
+  const auto spent = Clock::now() - start;
+  EXPECT_LT(spent, milliseconds(50) * testing::SlowdownFactor());
+  const auto outcomes = f.Await(keys.size());
+  EXPECT_EQ(outcomes.size(), keys.size());
+}
+
+TEST(ChunkPipeline, AFullQueueComputesWithoutAskingAndEveryChunkGetsOneOutcome) {
+  Fixture f(ChunkPipelineOptions{.tier_threads = 1, .max_queued_tasks = 1});
+  f.tier->SetFaults({.lookup_delay = milliseconds(100)});
+  std::vector<Hash128> keys;
+  for (int i = 0; i < 6; ++i) {
+    keys.push_back(f.RandomKey());
+    f.pipeline->Request({f.RequestFor(keys.back())});
+  }
+  const auto outcomes = f.Await(keys.size());
+  ASSERT_EQ(outcomes.size(), keys.size());
+  std::set<std::string> seen;
+  for (const ChunkOutcome& o : outcomes) seen.insert(o.key.ToHex());
+  EXPECT_EQ(seen.size(), keys.size());
+  EXPECT_GE(f.pipeline->stats().computed_busy, 1u);
+  EXPECT_EQ(f.pipeline->stats().computed_busy + f.pipeline->stats().computed_miss, keys.size());
+}
+
+TEST(ChunkPipeline, AWaiterFetchesTheHoldersPublication) {
+  Fixture f(Always());
+  const Hash128 key = f.RandomKey();
+  const std::string payload = f.RandomPayload();
+  f.tier->HoldForever(key, milliseconds(10000));
+  std::thread holder([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    f.tier->Store(key, f.Stored(key, payload));
+  });
+  f.pipeline->Request({f.RequestFor(key)});
+  auto outcomes = f.Await(1);
+  holder.join();
+  ASSERT_EQ(outcomes.size(), 1u);
+  ASSERT_TRUE(outcomes[0].fetched);
+  EXPECT_EQ(f.RoundTrip(std::move(outcomes[0].staged), 0), payload);
+  EXPECT_EQ(f.pipeline->stats().lease_waits, 1u);
+}
+
+TEST(ChunkPipeline, AHungHolderCostsAtMostMaxWaitThenAComputationWithoutALease) {
+  Fixture f(ChunkPipelineOptions{.lease_ttl = milliseconds(10000), .max_lease_wait = milliseconds(300)});
+  const Hash128 key = f.RandomKey();
+  f.tier->HoldForever(key, milliseconds(10000));
+  const auto start = Clock::now();
+  f.pipeline->Request({f.RequestFor(key)});
+  auto outcomes = f.Await(1);
+  const auto waited = Clock::now() - start;
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_FALSE(outcomes[0].fetched);
+  EXPECT_EQ(outcomes[0].lease_id, 0u);
+  EXPECT_FALSE(outcomes[0].publish);  // the holder still owns the key
+  EXPECT_GE(waited, milliseconds(300));
+  EXPECT_LT(waited, milliseconds(3000) * testing::SlowdownFactor());
+}
+
+TEST(DecayingLinearFit, RecoversALineAndFallsBackThroughTheOrigin) {
+  std::mt19937_64 rng(testing::FreshSeed());
+  const double a = 0.002 + (rng() % 100) * 1e-5, b = 1e-9 * (1 + rng() % 50);
+  DecayingLinearFit fit(0.95);
+  EXPECT_FALSE(fit.Predict(1).has_value());
+  for (int i = 0; i < 200; ++i) {
+    const double x = static_cast<double>(rng() % (64 << 20));
+    fit.Add(x, a + b * x);
+  }
+  EXPECT_NEAR(fit.intercept(), a, a * 1e-6);
+  EXPECT_NEAR(fit.slope(), b, b * 1e-6);
+  DecayingLinearFit constant(0.9);
+  for (int i = 0; i < 5; ++i) constant.Add(1000, 0.5);
+  EXPECT_NEAR(*constant.Predict(2000), 1.0, 1e-9);  // x never varied: proportional
+}
+
+}  // namespace
+}  // namespace lazykv

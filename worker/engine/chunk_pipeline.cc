@@ -1,0 +1,388 @@
+#include "worker/engine/chunk_pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace lazykv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// The cost model's name for where a hit rests.
+std::string SourceName(ChunkSource source, const std::string& origin) {
+  return origin.empty() ? ChunkSourceName(source) : absl::StrFormat("%s %s", ChunkSourceName(source), origin);
+}
+
+// The pieces of `pieces` from byte `offset` on.
+MutablePieces Tail(const MutablePieces& pieces, uint64_t offset) {
+  MutablePieces out;
+  for (std::span<char> piece : pieces) {
+    if (offset >= piece.size()) {
+      offset -= piece.size();
+      continue;
+    }
+    out.push_back(piece.subspan(offset));
+    offset = 0;
+  }
+  return out;
+}
+
+// Lease waits are cut into slices so that a stopping pipeline is not held for long.
+constexpr std::chrono::milliseconds kLeaseWaitSlice{1000};
+
+}  // namespace
+
+absl::StatusOr<FetchPolicy> ParseFetchPolicy(std::string_view name) {
+  if (name == "auto") return FetchPolicy::kAuto;
+  if (name == "always") return FetchPolicy::kAlways;
+  if (name == "never") return FetchPolicy::kNever;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--fetch-policy: '%s' is not one of auto, always, never", std::string(name)));
+}
+
+const char* FetchPolicyName(FetchPolicy policy) {
+  switch (policy) {
+    case FetchPolicy::kAuto:
+      return "auto";
+    case FetchPolicy::kAlways:
+      return "always";
+    case FetchPolicy::kNever:
+      return "never";
+  }
+  return "?";
+}
+
+struct ChunkPipeline::Lookup {
+  std::vector<ChunkRequest> chunks;
+};
+
+ChunkPipeline::ChunkPipeline(std::shared_ptr<ChunkTier> tier, Backend* backend, Hash128 fingerprint, KvDtype kv_dtype,
+                             ChunkPipelineOptions options)
+    : tier_(std::move(tier)),
+      backend_(backend),
+      fingerprint_(fingerprint),
+      kv_dtype_(kv_dtype),
+      options_(options),
+      publishers_(options.publish_threads, std::numeric_limits<size_t>::max()),
+      workers_(options.tier_threads, static_cast<size_t>(std::max(1, options.max_queued_tasks))) {}
+
+ChunkPipeline::~ChunkPipeline() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  Flush();
+}
+
+void ChunkPipeline::Request(std::vector<ChunkRequest> chunks) {
+  if (chunks.empty()) return;
+  {
+    MutexLock lock(&mu_);
+    stats_.requested += chunks.size();
+  }
+  auto lookup = std::make_shared<Lookup>();
+  lookup->chunks = std::move(chunks);
+  if (!workers_.TrySubmit([this, lookup] { RunLookup(lookup); })) {
+    for (const ChunkRequest& chunk : lookup->chunks) {
+      ChunkOutcome outcome;
+      outcome.key = chunk.key;
+      outcome.reason = ComputeReason::kBusy;
+      Deliver(std::move(outcome));
+    }
+  }
+}
+
+void ChunkPipeline::RunLookup(std::shared_ptr<Lookup> lookup) {
+  std::vector<Hash128> keys;
+  for (const ChunkRequest& chunk : lookup->chunks) keys.push_back(chunk.key);
+  std::vector<std::optional<TierHit>> hits = tier_->Lookup(keys);
+  hits.resize(keys.size());
+  // Each chunk goes on by itself (fetches of one request in parallel); on a full queue the
+  // rest run here, on this pool thread.
+  for (size_t i = 0; i < lookup->chunks.size(); ++i) {
+    const ChunkRequest chunk = lookup->chunks[i];
+    std::optional<TierHit> hit = std::move(hits[i]);
+    const bool last = i + 1 == lookup->chunks.size();
+    if (last || !workers_.TrySubmit([this, chunk, hit] { Resolve(chunk, hit); })) Resolve(chunk, hit);
+  }
+}
+
+bool ChunkPipeline::ShouldFetch(const TierHit& hit, int num_tokens, bool* explore) {
+  *explore = false;
+  switch (options_.fetch_policy) {
+    case FetchPolicy::kAlways:
+      return true;
+    case FetchPolicy::kNever:
+      return false;
+    case FetchPolicy::kAuto:
+      break;
+  }
+  const auto choice = cost_.Decide(SourceName(hit.source, hit.origin), hit.stored_bytes, num_tokens);
+  *explore = choice == FetchCostModel::Choice::kExplore;
+  return choice != FetchCostModel::Choice::kRecompute;
+}
+
+void ChunkPipeline::Resolve(const ChunkRequest& chunk, const std::optional<TierHit>& hit) {
+  if (!hit) {
+    LeaseOrWait(chunk, ComputeReason::kMiss);
+    return;
+  }
+  bool explore = false;
+  if (!ShouldFetch(*hit, chunk.num_tokens, &explore)) {
+    ChunkOutcome outcome;
+    outcome.key = chunk.key;
+    outcome.reason = ComputeReason::kChosen;
+    outcome.publish = false;  // the tier holds it already
+    Deliver(std::move(outcome));
+    return;
+  }
+  ChunkSource source = hit->source;
+  uint64_t bytes = 0;
+  if (std::unique_ptr<StagedChunk> staged = FetchAndStage(chunk, &source, &bytes)) {
+    ChunkOutcome outcome;
+    outcome.key = chunk.key;
+    outcome.fetched = true;
+    outcome.staged = std::move(staged);
+    outcome.source = source;
+    outcome.stored_bytes = bytes;
+    Deliver(std::move(outcome));
+    return;
+  }
+  LeaseOrWait(chunk, ComputeReason::kFailed);
+}
+
+std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& chunk, ChunkSource* source,
+                                                          uint64_t* bytes) {
+  const auto start = Clock::now();
+  auto staged = [&]() -> absl::StatusOr<std::unique_ptr<StagedChunk>> {
+    ASSIGN_OR_RETURN(FetchedChunk fetched, tier_->Fetch(chunk.key));
+    *source = fetched.source;
+    *bytes = fetched.stored.size();
+    std::string header_bytes(std::min<uint64_t>(kChunkHeaderBytes, fetched.stored.size()), '\0');
+    fetched.stored.CopyTo(0, header_bytes.size(), header_bytes.data());
+    ASSIGN_OR_RETURN(const ChunkHeader header, DecodeChunkHeader(header_bytes));
+    const ChunkLayout expected = MakeChunkLayout(backend_->config(), kv_dtype_, chunk.num_tokens, chunk.anchor_tokens);
+    if (header.key != chunk.key || header.model_fingerprint != fingerprint_ || !(header.layout == expected)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "fetched chunk does not fit this model: key %s, fingerprint %s, %d tokens after %d anchor tokens",
+          header.key.ToHex(), header.model_fingerprint.ToHex(), header.layout.num_tokens, header.layout.anchor_tokens));
+    }
+    const ChunkBytes payload = fetched.stored.Slice(kChunkHeaderBytes, fetched.stored.size());
+    if (!fetched.payload_verified) RETURN_IF_ERROR(VerifyChunkPayload(header, payload.pieces()));
+    if (payload.size() != header.payload_bytes) return absl::DataLossError("fetched chunk is truncated");
+    std::string origin = std::move(fetched.origin);
+    ASSIGN_OR_RETURN(std::unique_ptr<StagedChunk> out, backend_->StageChunk(payload));
+    cost_.RecordFetch(SourceName(*source, origin), *bytes, SecondsSince(start));
+    return out;
+  }();
+  MutexLock lock(&mu_);
+  if (!staged.ok()) {
+    ++stats_.fetch_failures;
+    if (staged.status().code() != absl::StatusCode::kNotFound) {
+      spdlog::warn("fetch of chunk {} failed, computing it: {}", chunk.key.ToHex(), staged.status().ToString());
+    }
+    return nullptr;
+  }
+  ++stats_.fetched;
+  stats_.fetched_bytes += *bytes;
+  return *std::move(staged);
+}
+
+void ChunkPipeline::LeaseOrWait(const ChunkRequest& chunk, ComputeReason reason) {
+  ChunkOutcome outcome;
+  outcome.key = chunk.key;
+  outcome.reason = reason;
+  const auto give_up_at = Clock::now() + options_.max_lease_wait;
+  std::chrono::milliseconds wait{0};
+  bool counted_wait = false;
+  while (true) {
+    const LeaseAnswer answer = tier_->Lease(chunk.key, options_.lease_ttl, wait);
+    switch (answer.state) {
+      case LeaseAnswer::State::kGranted:
+      case LeaseAnswer::State::kUnavailable:
+        outcome.lease_id = answer.lease_id;
+        Deliver(std::move(outcome));
+        return;
+      case LeaseAnswer::State::kStored: {
+        // Stored since the lookup (another worker published it), or stored but unreadable.
+        ChunkSource source = ChunkSource::kHost;
+        uint64_t bytes = 0;
+        if (reason == ComputeReason::kMiss) {
+          if (std::unique_ptr<StagedChunk> staged = FetchAndStage(chunk, &source, &bytes)) {
+            ChunkOutcome fetched;
+            fetched.key = chunk.key;
+            fetched.fetched = true;
+            fetched.staged = std::move(staged);
+            fetched.source = source;
+            fetched.stored_bytes = bytes;
+            Deliver(std::move(fetched));
+            return;
+          }
+          outcome.reason = ComputeReason::kFailed;
+        }
+        outcome.publish = false;
+        Deliver(std::move(outcome));
+        return;
+      }
+      case LeaseAnswer::State::kHeld: {
+        const auto now = Clock::now();
+        bool stopping;
+        {
+          MutexLock lock(&mu_);
+          stopping = stopping_;
+          if (!counted_wait) ++stats_.lease_waits;
+        }
+        counted_wait = true;
+        if (now >= give_up_at || stopping) {  // waited long enough: the holder publishes
+          outcome.publish = false;
+          Deliver(std::move(outcome));
+          return;
+        }
+        // Wait for the publication, or past the lease's expiry (then it is granted to us).
+        wait = std::min({answer.remaining + std::chrono::milliseconds(50), kLeaseWaitSlice,
+                         std::chrono::duration_cast<std::chrono::milliseconds>(give_up_at - now)});
+        break;
+      }
+    }
+  }
+}
+
+void ChunkPipeline::Deliver(ChunkOutcome outcome) {
+  {
+    MutexLock lock(&mu_);
+    if (!outcome.fetched) {
+      switch (outcome.reason) {
+        case ComputeReason::kMiss:
+          ++stats_.computed_miss;
+          break;
+        case ComputeReason::kChosen:
+          ++stats_.computed_chosen;
+          break;
+        case ComputeReason::kFailed:
+          ++stats_.computed_failed;
+          break;
+        case ComputeReason::kBusy:
+          ++stats_.computed_busy;
+          break;
+      }
+    }
+    outcomes_.push_back(std::move(outcome));
+  }
+  outcome_ready_.SignalAll();
+}
+
+std::vector<ChunkOutcome> ChunkPipeline::Poll() {
+  MutexLock lock(&mu_);
+  std::vector<ChunkOutcome> out;
+  out.reserve(outcomes_.size());
+  for (ChunkOutcome& outcome : outcomes_) out.push_back(std::move(outcome));
+  outcomes_.clear();
+  return out;
+}
+
+void ChunkPipeline::WaitForOutcome(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  MutexLock lock(&mu_);
+  while (outcomes_.empty()) {
+    if (outcome_ready_.WaitUntil(&mu_, deadline)) continue;
+    if (Clock::now() >= deadline) return;
+  }
+}
+
+bool ChunkPipeline::TryReservePublish(const Hash128& key, uint64_t payload_bytes, uint64_t lease_id) {
+  {
+    MutexLock lock(&mu_);
+    if (stats_.publish_bytes_in_flight + payload_bytes <= options_.max_publish_bytes) {
+      stats_.publish_bytes_in_flight += payload_bytes;
+      ++publications_in_flight_;
+      return true;
+    }
+    ++stats_.publications_dropped;
+  }
+  ReleaseLease(key, lease_id);  // let another worker compute and publish it
+  return false;
+}
+
+void ChunkPipeline::CancelPublish(const Hash128& key, uint64_t payload_bytes, uint64_t lease_id) {
+  {
+    MutexLock lock(&mu_);
+    stats_.publish_bytes_in_flight -= payload_bytes;
+    ++stats_.publications_dropped;
+    if (--publications_in_flight_ == 0) publish_idle_.SignalAll();
+  }
+  ReleaseLease(key, lease_id);
+}
+
+void ChunkPipeline::Publish(const Hash128& key, const ChunkLayout& layout, uint64_t lease_id,
+                            std::unique_ptr<ExportedChunk> exported) {
+  // std::function needs a copyable callable: the exported chunk travels in a shared_ptr.
+  std::shared_ptr<ExportedChunk> shared(std::move(exported));
+  publishers_.Submit(
+      [this, key, layout, lease_id, shared]() mutable { RunPublication(key, layout, lease_id, std::move(shared)); });
+}
+
+void ChunkPipeline::RunPublication(const Hash128& key, const ChunkLayout& layout, uint64_t lease_id,
+                                   std::shared_ptr<ExportedChunk> exported) {
+  const uint64_t payload_bytes = layout.payload_bytes();
+  const absl::Status status = [&]() -> absl::Status {
+    if (exported->payload_bytes() != payload_bytes) {
+      return absl::InternalError(
+          absl::StrFormat("captured %d bytes for a %d-byte payload", exported->payload_bytes(), payload_bytes));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<PublishSlot> slot,
+                     tier_->BeginPublish(key, fingerprint_, kChunkHeaderBytes + payload_bytes, lease_id));
+    const MutablePieces& pieces = slot->Pieces();
+    const MutablePieces payload = Tail(pieces, kChunkHeaderBytes);
+    RETURN_IF_ERROR(exported->CopyTo(payload));
+    exported.reset();  // staging memory back as soon as the bytes are out
+    PayloadChecksummer checksum;
+    for (std::span<char> piece : payload) checksum.Update(std::string_view(piece.data(), piece.size()));
+    ChunkHeader header{.layout_version = kChunkFormatVersion,
+                       .key = key,
+                       .model_fingerprint = fingerprint_,
+                       .layout = layout,
+                       .payload_bytes = payload_bytes,
+                       .payload_checksum = checksum.Finish()};
+    WriteToPieces(pieces, 0, EncodeChunkHeader(header));
+    return slot->Commit();
+  }();
+  exported.reset();
+  if (!status.ok()) {
+    spdlog::warn("publishing chunk {} failed: {}", key.ToHex(), status.ToString());
+    if (lease_id != 0) tier_->ReleaseLease(key, lease_id);  // let a waiter compute it
+  }
+  MutexLock lock(&mu_);
+  stats_.publish_bytes_in_flight -= payload_bytes;
+  if (status.ok()) {
+    ++stats_.published;
+    stats_.published_bytes += kChunkHeaderBytes + payload_bytes;
+  } else {
+    ++stats_.publish_failures;
+  }
+  if (--publications_in_flight_ == 0) publish_idle_.SignalAll();
+}
+
+void ChunkPipeline::ReleaseLease(const Hash128& key, uint64_t lease_id) {
+  if (lease_id == 0) return;
+  publishers_.Submit([this, key, lease_id] { tier_->ReleaseLease(key, lease_id); });
+}
+
+void ChunkPipeline::RecordStep(int prefill_tokens, double seconds) { cost_.RecordStep(prefill_tokens, seconds); }
+
+void ChunkPipeline::Flush() {
+  MutexLock lock(&mu_);
+  while (publications_in_flight_ > 0) publish_idle_.Wait(&mu_);
+}
+
+ChunkPipelineStats ChunkPipeline::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace lazykv

@@ -1,0 +1,109 @@
+#include "worker/tier/fetch_cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lazykv {
+
+void DecayingLinearFit::Add(double x, double y) {
+  w_ = w_ * decay_ + 1;
+  x_ = x_ * decay_ + x;
+  y_ = y_ * decay_ + y;
+  xx_ = xx_ * decay_ + x * x;
+  xy_ = xy_ * decay_ + x * y;
+  ++samples_;
+}
+
+void DecayingLinearFit::Solve(double* intercept, double* slope) const {
+  const double mean_x = x_ / w_, mean_y = y_ / w_;
+  const double var_x = xx_ / w_ - mean_x * mean_x;
+  // x spread under 1% of its mean: the slope is not identifiable; go through the origin.
+  if (var_x > 1e-4 * mean_x * mean_x && var_x > 0) {
+    const double b = (xy_ / w_ - mean_x * mean_y) / var_x;
+    const double a = mean_y - b * mean_x;
+    if (b >= 0 && a >= 0) {
+      *intercept = a;
+      *slope = b;
+      return;
+    }
+    if (b >= 0) {  // a negative intercept: a line through the origin fits the samples better
+      *intercept = 0;
+      *slope = xy_ / xx_;
+      return;
+    }
+  }
+  *intercept = mean_x > 0 ? 0 : mean_y;
+  *slope = mean_x > 0 ? mean_y / mean_x : 0;
+}
+
+std::optional<double> DecayingLinearFit::Predict(double x) const {
+  if (samples_ == 0) return std::nullopt;
+  double a, b;
+  Solve(&a, &b);
+  return a + b * x;
+}
+
+double DecayingLinearFit::intercept() const {
+  if (samples_ == 0) return 0;
+  double a, b;
+  Solve(&a, &b);
+  return a;
+}
+
+double DecayingLinearFit::slope() const {
+  if (samples_ == 0) return 0;
+  double a, b;
+  Solve(&a, &b);
+  return b;
+}
+
+void FetchCostModel::RecordFetch(const std::string& source, uint64_t bytes, double seconds) {
+  MutexLock lock(&mu_);
+  sources_.try_emplace(source, options_.decay).first->second.fit.Add(static_cast<double>(bytes), seconds);
+}
+
+void FetchCostModel::RecordStep(int prefill_tokens, double seconds) {
+  MutexLock lock(&mu_);
+  steps_.Add(prefill_tokens, seconds);
+}
+
+std::optional<double> FetchCostModel::FetchSeconds(const std::string& source, uint64_t bytes) const {
+  MutexLock lock(&mu_);
+  auto it = sources_.find(source);
+  if (it == sources_.end()) return std::nullopt;
+  return it->second.fit.Predict(static_cast<double>(bytes));
+}
+
+std::optional<double> FetchCostModel::ComputeSeconds(int tokens) const {
+  MutexLock lock(&mu_);
+  if (steps_.samples() == 0) return std::nullopt;
+  return steps_.slope() * tokens;
+}
+
+FetchCostModel::Choice FetchCostModel::Decide(const std::string& source, uint64_t bytes, int tokens) {
+  const std::optional<double> fetch = FetchSeconds(source, bytes);
+  const std::optional<double> compute = ComputeSeconds(tokens);
+  // Unmeasured either way: fetch, which measures the source (the step rate comes anyway).
+  if (!fetch || !compute || *compute <= 0 || *fetch < *compute) return Choice::kFetch;
+  MutexLock lock(&mu_);
+  Source& s = sources_.try_emplace(source, options_.decay).first->second;
+  if (options_.explore_every > 0 && ++s.recomputes % options_.explore_every == 0) return Choice::kExplore;
+  return Choice::kRecompute;
+}
+
+std::vector<FetchCostModel::SourceEstimate> FetchCostModel::Sources() const {
+  MutexLock lock(&mu_);
+  std::vector<SourceEstimate> out;
+  for (const auto& [name, s] : sources_) {
+    const double slope = s.fit.slope();
+    out.push_back(SourceEstimate{name, s.fit.intercept(), slope > 0 ? 1.0 / slope : 0.0, s.fit.samples()});
+  }
+  return out;
+}
+
+double FetchCostModel::PrefillSecondsPerToken() const {
+  MutexLock lock(&mu_);
+  return steps_.slope();
+}
+
+}  // namespace lazykv

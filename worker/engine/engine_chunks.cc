@@ -226,9 +226,11 @@ void Engine::CompleteJob(ChunkJob& job, std::span<const KvBlockRef> blocks, Chun
                          std::vector<EngineEvent>* events) {
   auto node = jobs_.extract(job.key);  // keeps the job alive while its waiters move on
   const std::vector<KvBlockRef> chunk(blocks.begin(), blocks.end());
+  bool owner_counted = false;  // a document repeated within a request is fetched or computed once
   for (const auto& [id, s] : job.waiters) {
     Request& r = *running_.at(id);
-    if (id == job.owner) {
+    if (id == job.owner && !owner_counted) {
+      owner_counted = true;
       TakeChunk(r, s, chunk, source, fetched_bytes, job.recompute);
     } else {
       TakeChunk(r, s, chunk, ChunkSource::kPool, 0, false);

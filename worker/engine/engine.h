@@ -122,6 +122,17 @@ struct EngineStats {
   int reserved_blocks = 0;    // worst-case blocks the running requests may need
 };
 
+// Where the scheduling thread's time went, summed over every Step (a profile of the step
+// with the cache tier on: chunk bookkeeping and publication captures should stay a
+// small fraction of the forward passes).
+struct StepTimings {
+  uint64_t steps = 0;
+  double chunk_seconds = 0;    // admission and the chunk pipeline's outcomes (imports enqueued)
+  double batch_seconds = 0;    // planning, the forward pass, sampling, events
+  double forward_seconds = 0;  // of batch_seconds: Backend::ForwardAndSample
+  double publish_seconds = 0;  // of batch_seconds: capturing computed chunks for publication
+};
+
 // Continuous batching over one backend. Requests are submitted, admitted when the pool
 // can hold their worst case, and advanced by Step(): every step runs one forward pass
 // over every decoding request plus up to max_prefill_tokens of prefill work (documents
@@ -160,6 +171,7 @@ class Engine {
   // The chunk pipeline to the cache tier (null without one).
   ChunkPipeline* pipeline() const { return pipeline_.get(); }
   EngineStats stats() const;
+  const StepTimings& step_timings() const { return timings_; }
   // The KV blocks admission reserves for `request` alone (its worst case, its shared
   // chunks included): what decides how many requests run at once when they share nothing.
   int ReservedBlocks(const GenerateRequest& request) const {
@@ -233,6 +245,7 @@ class Engine {
   std::vector<EngineEvent> pending_events_;                // cancellations, reported at the next Step
   std::unordered_map<Hash128, std::unique_ptr<ChunkJob>, Hash128Hasher> jobs_;
   int reserved_blocks_ = 0;  // running requests' private worst cases
+  StepTimings timings_;
   SharedChunkReservations shared_reservations_;
   // Last: destroyed first, while the backend its threads use still lives.
   std::unique_ptr<ChunkPipeline> pipeline_;

@@ -11,12 +11,18 @@
 namespace lazykv {
 
 int Engine::Step(std::vector<EngineEvent>* events) {
+  const auto start = SteadyClock::now();
   Admit();
   AdvanceChunkJobs(events);
+  const auto chunks_done = SteadyClock::now();
   std::vector<PrefillWork> prefill = PlanPrefill();
   const int ran = RunBatch(prefill, events);
   events->insert(events->end(), pending_events_.begin(), pending_events_.end());
   pending_events_.clear();
+  const auto end = SteadyClock::now();
+  ++timings_.steps;
+  timings_.chunk_seconds += SecondsBetween(start, chunks_done);
+  timings_.batch_seconds += SecondsBetween(chunks_done, end);
   return ran;
 }
 
@@ -119,10 +125,12 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
   if (!steps.empty()) {
     const auto start = SteadyClock::now();
     const absl::Status s = backend_->ForwardAndSample(steps, sampling, &sampled, &logits);
+    const double forward_seconds = SecondsBetween(start, SteadyClock::now());
+    timings_.forward_seconds += forward_seconds;
     if (pipeline_ && s.ok()) {
       int prefill_tokens = 0;
       for (const Target& t : targets) prefill_tokens += t.decode ? 0 : static_cast<int>(t.count);
-      pipeline_->RecordStep(prefill_tokens, SecondsBetween(start, SteadyClock::now()));
+      pipeline_->RecordStep(prefill_tokens, forward_seconds);
     }
     if (!s.ok()) {
       spdlog::error("forward pass over {} sequences failed: {}", steps.size(), s.ToString());
@@ -183,7 +191,9 @@ void Engine::FinishEncoding(ChunkJob& job, std::vector<EngineEvent>* events) {
   const std::vector<KvBlockRef> blocks(job.encoder.table().begin() + job.context_entries, job.encoder.table().end());
   index_.Insert(job.key, blocks);
   if (pipeline_ && job.publish) {
+    const auto start = SteadyClock::now();
     PublishChunk(job.key, blocks, job.is_anchor ? 0 : static_cast<int>(options_.anchor.size()), job.lease_id);
+    timings_.publish_seconds += SecondsBetween(start, SteadyClock::now());
   }
   CompleteJob(job, blocks, ChunkSource::kComputed, 0, events);  // ends the job (usage: job.recompute)
 }

@@ -57,6 +57,29 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   return absl::OkStatus();
 }
 
+// Where the scheduling thread's time went, and what the chunk pipeline decided and measured.
+void LogStepProfile(const Engine& engine) {
+  const StepTimings& t = engine.step_timings();
+  spdlog::info(
+      "steps: {} in {:.3f} s: chunk bookkeeping {:.3f} s, batches {:.3f} s (forward {:.3f} s, publication "
+      "captures {:.3f} s)",
+      t.steps, t.chunk_seconds + t.batch_seconds, t.chunk_seconds, t.batch_seconds, t.forward_seconds,
+      t.publish_seconds);
+  ChunkPipeline* pipeline = engine.pipeline();
+  if (pipeline == nullptr) return;
+  const ChunkPipelineStats s = pipeline->stats();
+  spdlog::info(
+      "chunk pipeline: {} requested; {} fetched ({} bytes, {} failed); computed: {} misses, {} by choice, {} "
+      "after a failed fetch, {} busy; {} published ({} failed, {} dropped); {} lease waits",
+      s.requested, s.fetched, s.fetched_bytes, s.fetch_failures, s.computed_miss, s.computed_chosen, s.computed_failed,
+      s.computed_busy, s.published, s.publish_failures, s.publications_dropped, s.lease_waits);
+  for (const auto& e : pipeline->cost_model().Sources()) {
+    spdlog::info("fetch cost: {}: {:.3f} ms + {:.2f} GB/s over {} fetches", e.source, e.latency_seconds * 1e3,
+                 e.bytes_per_second / 1e9, e.samples);
+  }
+  spdlog::info("prefill cost: {:.2f} us per token", pipeline->cost_model().PrefillSecondsPerToken() * 1e6);
+}
+
 int Serve(int argc, char** argv) {
   WorkerFlags flags;
   if (absl::Status s = ParseWorkerFlags(argc, argv, flags); !s.ok()) return ExitForFlagError(s, "lazykv-worker");
@@ -98,6 +121,7 @@ int Serve(int argc, char** argv) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms));
   loop.Stop();
   if (tier != nullptr) tier->Flush();  // computed chunks reach the cache tier
+  LogStepProfile(loop.engine());
   spdlog::info("stopped cleanly");
   return 0;
 }

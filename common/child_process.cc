@@ -66,6 +66,10 @@ int ServerProcess::Stop(int signal) {
   return WEXITSTATUS(status);
 }
 
+void ServerProcess::Signal(int signal) const {
+  if (pid_ > 0) kill(pid_, signal);
+}
+
 std::string HttpGet(const std::string& address, const std::string& path) {
   const size_t colon = address.rfind(':');
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

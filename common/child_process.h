@@ -26,6 +26,9 @@ class ServerProcess {
 
   // Sends `signal` and waits for the exit; returns the exit code (128 + signal if killed).
   int Stop(int signal);
+  // Sends `signal` without waiting (SIGSTOP and SIGCONT: a server that hangs, then
+  // resumes). No effect once stopped.
+  void Signal(int signal) const;
 
  private:
   pid_t pid_ = -1;

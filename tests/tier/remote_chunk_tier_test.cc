@@ -1,12 +1,13 @@
 // RemoteChunkTier against a real lazykv-cache-server process: deadlines from observed
-// latency, a hung (SIGSTOPped) server costing one short deadline and then nothing until
-// the prober finds it back, and a refusal (RESOURCE_EXHAUSTED) that is a miss, neither
-// retried nor marking the server down. ServerEstimator's arithmetic on its own.
+// latency, a hung (SIGSTOPped) server costing one short deadline (calls under way to it
+// are cancelled) and then nothing until the prober finds it back, and a refusal (RESOURCE_EXHAUSTED) that is a miss,
+// neither retried nor marking the server down. ServerEstimator's arithmetic on its own.
 #include "worker/tier/remote_chunk_tier.h"
 
 #include <signal.h>
 
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -87,6 +88,15 @@ TEST(RemoteChunkTierTest, HungServerIsSkippedFastAndComesBackAfterResume) {
                 estimates[0].bandwidth_bytes_per_s / 1e6);
   }
 
+  // A lease wait under way when the server hangs (another holder has the lease).
+  const Hash128 held{rng(), rng()};
+  ASSERT_EQ(tier->Lease(held, milliseconds(20000), milliseconds(0)).state, LeaseAnswer::State::kGranted);
+  auto waiter = std::async(std::launch::async, [&] {
+    const LeaseAnswer answer = tier->Lease(held, milliseconds(20000), milliseconds(10000));
+    return std::make_pair(answer.state, Clock::now());
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+
   server->Signal(SIGSTOP);
   // The first lookup waits one short deadline (tens of ms), not seconds.
   auto start = Clock::now();
@@ -95,6 +105,12 @@ TEST(RemoteChunkTierTest, HungServerIsSkippedFastAndComesBackAfterResume) {
   std::printf("first lookup of the hung server: %.1f ms\n", first_ms);
   EXPECT_LT(first_ms, 300.0 * slow);
   EXPECT_FALSE(tier->Estimates()[0].up);
+  // Marking it down ended the lease wait too, instead of its 10 s.
+  const auto [waited_state, waited_end] = waiter.get();
+  EXPECT_EQ(waited_state, LeaseAnswer::State::kUnavailable);
+  const double waiter_ms = std::chrono::duration<double, std::milli>(waited_end - start).count();
+  std::printf("lease wait under way ended %.1f ms after the pause\n", waiter_ms);
+  EXPECT_LT(waiter_ms, 300.0 * slow);
   // Then its keys are misses with no call at all.
   start = Clock::now();
   for (int i = 0; i < 100; ++i) {

@@ -110,13 +110,18 @@ std::chrono::microseconds RemoteChunkTier::TransferDeadline(Server& server, uint
 }
 
 void RemoteChunkTier::MarkDown(Server& server, const grpc::Status& status, std::string_view call) {
+  size_t cancelled = 0;
   {
     MutexLock lock(&server.mu);
     if (!server.up) return;
     server.up = false;
+    for (grpc::ClientContext* context : server.in_flight) context->TryCancel();
+    cancelled = server.in_flight.size();
   }
-  spdlog::warn("cache server {} is down: {} failed ({}: {}); its keys are misses until it answers a health check",
-               server.address, std::string(call), static_cast<int>(status.error_code()), status.error_message());
+  spdlog::warn(
+      "cache server {} is down: {} failed ({}: {}); {} calls under way cancelled; its keys are misses until it answers "
+      "a health check",
+      server.address, std::string(call), static_cast<int>(status.error_code()), status.error_message(), cancelled);
   MutexLock lock(&prober_mu_);
   prober_wake_.Signal();
 }
@@ -128,9 +133,21 @@ RemoteChunkTier::Attempted RemoteChunkTier::Run(Server& server, std::chrono::mic
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + deadline);
+    {
+      MutexLock lock(&server.mu);
+      if (!server.up) {
+        out.status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "cache server " + server.address + " is down");
+        return out;
+      }
+      server.in_flight.insert(&context);
+    }
     const auto start = Clock::now();
     out.status = call(context);
     out.elapsed = Clock::now() - start;
+    {
+      MutexLock lock(&server.mu);
+      server.in_flight.erase(&context);
+    }
     const grpc::StatusCode code = out.status.error_code();
     if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
       MarkDown(server, out.status,

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,6 +80,9 @@ class RemoteChunkTier final : public ChunkTier {
     mutable Mutex mu;
     bool up ABSL_GUARDED_BY(mu) = true;
     ServerEstimator estimator ABSL_GUARDED_BY(mu);
+    // Calls under way (Run's), cancelled when the server goes down: a lease wait or a
+    // transfer to a hung server ends then, not at its own deadline.
+    std::set<grpc::ClientContext*> in_flight ABSL_GUARDED_BY(mu);
   };
   // A call's outcome: its status, and how long the answered try took.
   struct Attempted {
@@ -89,11 +93,11 @@ class RemoteChunkTier final : public ChunkTier {
   static bool Up(Server& server) ABSL_LOCKS_EXCLUDED(server.mu);
   std::chrono::microseconds CallDeadline(Server& server) ABSL_LOCKS_EXCLUDED(server.mu);
   std::chrono::microseconds TransferDeadline(Server& server, uint64_t bytes) ABSL_LOCKS_EXCLUDED(server.mu);
-  // Logs the transition once and wakes the prober.
+  // Logs the transition once, cancels the calls under way and wakes the prober.
   void MarkDown(Server& server, const grpc::Status& status, std::string_view call) ABSL_LOCKS_EXCLUDED(server.mu);
   // Runs `call` (a fresh context each try) under `deadline`, retrying up to `retries`
   // times on UNAVAILABLE or ABORTED; marks the server down on DEADLINE_EXCEEDED or a
-  // last UNAVAILABLE.
+  // last UNAVAILABLE. UNAVAILABLE without a call when the server is already down.
   template <typename Call>
   Attempted Run(Server& server, std::chrono::microseconds deadline, int retries, std::string_view name, Call call);
   bool AnyDown() const;

@@ -22,7 +22,9 @@ std::optional<FetchedChunk> ChunkResolver::TryFetch(const Hash128& key) {
   MutexLock lock(&mu_);
   if (!fetched.ok()) {
     ++stats_.fetch_failures;
-    if (fetched.status().code() != absl::StatusCode::kNotFound) {
+    // Not found: evicted since the lookup. Unavailable: a down server, logged by the tier.
+    if (fetched.status().code() != absl::StatusCode::kNotFound &&
+        fetched.status().code() != absl::StatusCode::kUnavailable) {
       spdlog::warn("fetch of chunk {} failed, computing it: {}", key.ToHex(), std::string(fetched.status().message()));
     }
     return std::nullopt;
@@ -88,7 +90,12 @@ void ChunkResolver::PublisherLoop() {
     lock.Unlock();
     const absl::Status status = tier_->Publish(p.key, p.fingerprint, p.stored, p.lease_id);
     if (!status.ok()) {
-      spdlog::warn("publishing chunk {} failed: {}", p.key.ToHex(), std::string(status.message()));
+      // A down server is logged once by the tier, not once per chunk.
+      if (status.code() == absl::StatusCode::kUnavailable) {
+        spdlog::debug("publishing chunk {} failed: {}", p.key.ToHex(), std::string(status.message()));
+      } else {
+        spdlog::warn("publishing chunk {} failed: {}", p.key.ToHex(), std::string(status.message()));
+      }
       if (p.lease_id != 0) tier_->ReleaseLease(p.key, p.lease_id);  // let a waiter compute it
     }
     lock.Lock();

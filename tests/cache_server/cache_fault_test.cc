@@ -95,7 +95,8 @@ TEST(CacheFaultTest, ServerHungForTenSecondsUnderLoadFailsNoRequestAndKeepsTtft)
   const std::string worker_log = dir + "/worker.log";
   ServerProcess worker(LAZYKV_WORKER,
                        {"--listen", "127.0.0.1:0", "--device", "cpu", "--model", ModelPath("stories260K.bin"),
-                        "--tokenizer", ModelPath("tok512.bin"), "--kv-pool", "4MiB", "--cache-servers", addresses},
+                        "--tokenizer", ModelPath("tok512.bin"), "--kv-pool", "4MiB", "--cache-servers", addresses,
+                        "--cache-min-deadline-ms", std::to_string(20 * SlowdownFactor())},
                        worker_log);
   ASSERT_TRUE(worker.started()) << "see " << worker_log;
 

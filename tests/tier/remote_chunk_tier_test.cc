@@ -26,7 +26,11 @@ double MsSince(Clock::time_point start) {
 }
 
 std::unique_ptr<RemoteChunkTier> MakeTier(const std::string& address) {
-  auto tier = RemoteChunkTier::Create(RemoteTierOptions{.servers = {address}, .holder = "test"});
+  // The default deadlines, scaled for slow builds (sanitizers).
+  auto tier = RemoteChunkTier::Create(RemoteTierOptions{.servers = {address},
+                                                        .holder = "test",
+                                                        .initial_call_deadline = milliseconds(100 * SlowdownFactor()),
+                                                        .min_call_deadline = milliseconds(20 * SlowdownFactor())});
   EXPECT_TRUE(tier.ok()) << tier.status();
   return *std::move(tier);
 }

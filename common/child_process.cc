@@ -67,7 +67,11 @@ int ServerProcess::Stop(int signal) {
 }
 
 void ServerProcess::Signal(int signal) const {
-  if (pid_ > 0) kill(pid_, signal);
+  if (pid_ <= 0) return;
+  kill(pid_, signal);
+  int status = 0;
+  if (signal == SIGSTOP) waitpid(pid_, &status, WUNTRACED);
+  if (signal == SIGCONT) waitpid(pid_, &status, WCONTINUED);
 }
 
 std::string HttpGet(const std::string& address, const std::string& path) {

@@ -146,6 +146,33 @@ TEST(RemoteChunkTierTest, HungServerIsSkippedFastAndComesBackAfterResume) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(RemoteChunkTierTest, DestructorCancelsAHealthCheckOfAHungServer) {
+  const int slow = SlowdownFactor();
+  std::mt19937_64 rng(FreshSeed());
+  const std::string dir = TempDir("remote_tier_destroy");
+  auto server = StartCacheServer(dir);
+  ASSERT_TRUE(server->started()) << server->first_line();
+  // Probes of a down server get at least the first-call deadline: 2 s here.
+  auto tier = *RemoteChunkTier::Create(RemoteTierOptions{.servers = {server->address()},
+                                                         .holder = "test",
+                                                         .initial_call_deadline = milliseconds(2000),
+                                                         .min_call_deadline = milliseconds(20 * slow)});
+  const Hash128 keys[] = {Hash128{rng(), rng()}};
+  for (int i = 0; i < 10; ++i) tier->Lookup(keys);
+  server->Signal(SIGSTOP);
+  tier->Lookup(keys);
+  ASSERT_FALSE(tier->Estimates()[0].up);
+  std::this_thread::sleep_for(milliseconds(400));  // a probe is under way
+  const auto start = Clock::now();
+  tier.reset();
+  const double destroy_ms = MsSince(start);
+  std::printf("destroyed in %.1f ms during a health check of a hung server\n", destroy_ms);
+  EXPECT_LT(destroy_ms, 500.0 * slow);
+  server->Signal(SIGCONT);
+  server.reset();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RemoteChunkTierTest, RefusedChunkIsAMissNotRetriedAndTheServerStaysUp) {
   std::mt19937_64 rng(FreshSeed());
   const std::string dir = TempDir("remote_tier_refused");

@@ -77,9 +77,10 @@ RemoteChunkTier::~RemoteChunkTier() {
   {
     MutexLock lock(&prober_mu_);
     stopping_ = true;
+    if (probe_ != nullptr) probe_->TryCancel();
   }
   prober_wake_.SignalAll();
-  prober_.join();  // a probe in flight ends within its deadline
+  prober_.join();
 }
 
 size_t RemoteChunkTier::OwnerOf(const Hash128& key) const { return RendezvousOwner(key, options_.servers); }
@@ -194,11 +195,20 @@ void RemoteChunkTier::Probe(Server& server) {
       options_.lookup_deadline);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + deadline);
+  {
+    MutexLock lock(&prober_mu_);
+    if (stopping_) return;
+    probe_ = &context;  // the destructor cancels it
+  }
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
   const auto start = Clock::now();
   const grpc::Status status = server.health->Check(&context, request, &response);
   const auto elapsed = Clock::now() - start;
+  {
+    MutexLock lock(&prober_mu_);
+    probe_ = nullptr;
+  }
   if (!status.ok() || response.status() != grpc::health::v1::HealthCheckResponse::SERVING) return;
   {
     MutexLock lock(&server.mu);

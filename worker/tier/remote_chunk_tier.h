@@ -102,13 +102,14 @@ class RemoteChunkTier final : public ChunkTier {
   Attempted Run(Server& server, std::chrono::microseconds deadline, int retries, std::string_view name, Call call);
   bool AnyDown() const;
   void ProberLoop() ABSL_LOCKS_EXCLUDED(prober_mu_);
-  void Probe(Server& server);  // one health check; marks the server up when it answers
+  void Probe(Server& server) ABSL_LOCKS_EXCLUDED(prober_mu_);  // one health check; up when it answers
 
   const RemoteTierOptions options_;
   std::vector<std::unique_ptr<Server>> servers_;
   Mutex prober_mu_;      // taken before any Server::mu, never while holding one
   CondVar prober_wake_;  // a server went down, or stopping_
   bool stopping_ ABSL_GUARDED_BY(prober_mu_) = false;
+  grpc::ClientContext* probe_ ABSL_GUARDED_BY(prober_mu_) = nullptr;  // the health check under way
   std::thread prober_;
 };
 

@@ -66,6 +66,14 @@ int ServerProcess::Stop(int signal) {
   return WEXITSTATUS(status);
 }
 
+void ServerProcess::Signal(int signal) const {
+  if (pid_ <= 0) return;
+  kill(pid_, signal);
+  int status = 0;
+  if (signal == SIGSTOP) waitpid(pid_, &status, WUNTRACED);
+  if (signal == SIGCONT) waitpid(pid_, &status, WCONTINUED);
+}
+
 std::string HttpGet(const std::string& address, const std::string& path) {
   const size_t colon = address.rfind(':');
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

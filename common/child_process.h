@@ -26,6 +26,10 @@ class ServerProcess {
 
   // Sends `signal` and waits for the exit; returns the exit code (128 + signal if killed).
   int Stop(int signal);
+  // Sends `signal` (SIGSTOP and SIGCONT: a server that hangs, then resumes) without
+  // waiting for an exit; after SIGSTOP or SIGCONT, returns once the process has stopped
+  // or resumed (delivery is asynchronous). No effect once stopped by Stop.
+  void Signal(int signal) const;
 
  private:
   pid_t pid_ = -1;

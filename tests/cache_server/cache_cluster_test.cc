@@ -76,7 +76,8 @@ TEST(CacheClusterTest, TwoCliEnginesComputeEachDocumentOnceFleetWide) {
       out << j.dump() << "\n";
     }
   }
-  const std::string cli = std::string(LAZYKV_CLI) + " run " + model + " --json --requests " + requests;
+  const std::string cli = std::string(LAZYKV_CLI) + " run " + model + " --json --requests " + requests +
+                          " --cache-min-deadline-ms " + std::to_string(20 * SlowdownFactor());
   // Two engines at once, sharing the cache server.
   auto a = std::async(std::launch::async, [&] { return RunCommand(cli + " --cache-servers " + server->address()); });
   auto b = std::async(std::launch::async, [&] { return RunCommand(cli + " --cache-servers " + server->address()); });
@@ -121,7 +122,12 @@ TEST(CacheClusterTest, ThreeServersOneKilledMidRunLosesOnlyItsKeys) {
     EXPECT_TRUE(backend.ok());
     EngineOptions options;
     if (with_tier) {
-      auto tier = RemoteChunkTier::Create(RemoteTierOptions{.servers = addresses, .holder = "test"});
+      // Deadlines scaled for slow builds: a spurious "down" would turn fetches into computations.
+      auto tier = RemoteChunkTier::Create(
+          RemoteTierOptions{.servers = addresses,
+                            .holder = "test",
+                            .initial_call_deadline = std::chrono::milliseconds(100 * SlowdownFactor()),
+                            .min_call_deadline = std::chrono::milliseconds(20 * SlowdownFactor())});
       EXPECT_TRUE(tier.ok());
       options.tier = *std::move(tier);
       options.pipeline.fetch_policy = FetchPolicy::kAlways;  // this test is about where chunks come from

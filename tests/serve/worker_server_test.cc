@@ -313,10 +313,11 @@ TEST(WorkerServerTest, TwoWorkersSharingACacheServerComputeEachDocumentOnce) {
   std::vector<std::unique_ptr<ServerProcess>> workers;
   for (int w = 0; w < 2; ++w) {
     workers.push_back(
-        StartWorker(dir + "/w" + std::to_string(w), {"--model", ModelPath("stories260K.bin"), "--tokenizer",
-                                                     ModelPath("tok512.bin"), "--cache-servers", cache->address(),
-                                                     // single flight is the point here, not fetch-or-recompute
-                                                     "--fetch-policy", "always"}));
+        StartWorker(dir + "/w" + std::to_string(w),
+                    {"--model", ModelPath("stories260K.bin"), "--tokenizer", ModelPath("tok512.bin"), "--cache-servers",
+                     cache->address(), "--cache-min-deadline-ms", std::to_string(20 * SlowdownFactor()),
+                     // single flight is the point here, not fetch-or-recompute
+                     "--fetch-policy", "always"}));
   }
   // 10 random documents (token ids), 12 requests of 3 in random orders, sent to both
   // workers at once, in opposite orders.

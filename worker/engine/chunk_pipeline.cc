@@ -184,7 +184,9 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
   MutexLock lock(&mu_);
   if (!staged.ok()) {
     ++stats_.fetch_failures;
-    if (staged.status().code() != absl::StatusCode::kNotFound) {
+    // Not found: evicted since the lookup. Unavailable: a down server, logged once by the tier.
+    if (staged.status().code() != absl::StatusCode::kNotFound &&
+        staged.status().code() != absl::StatusCode::kUnavailable) {
       spdlog::warn("fetch of chunk {} failed, computing it: {}", chunk.key.ToHex(), staged.status().ToString());
     }
     return nullptr;
@@ -354,7 +356,11 @@ void ChunkPipeline::RunPublication(const Hash128& key, const ChunkLayout& layout
   }();
   exported.reset();
   if (!status.ok()) {
-    spdlog::warn("publishing chunk {} failed: {}", key.ToHex(), status.ToString());
+    if (status.code() == absl::StatusCode::kUnavailable) {  // a down server: logged once by the tier
+      spdlog::debug("publishing chunk {} failed: {}", key.ToHex(), status.ToString());
+    } else {
+      spdlog::warn("publishing chunk {} failed: {}", key.ToHex(), status.ToString());
+    }
     if (lease_id != 0) tier_->ReleaseLease(key, lease_id);  // let a waiter compute it
   }
   MutexLock lock(&mu_);

@@ -62,7 +62,12 @@ absl::StatusOr<std::shared_ptr<ChunkTier>> SetUpCacheTier(const CacheTierSetup& 
   std::unique_ptr<ChunkTier> tier;
   if (!setup.servers.empty()) {
     ASSIGN_OR_RETURN(auto servers, ParseServerList(setup.servers));
-    ASSIGN_OR_RETURN(tier, RemoteChunkTier::Create(RemoteTierOptions{.servers = servers, .holder = setup.holder}));
+    if (setup.min_call_deadline_ms <= 0) return absl::InvalidArgumentError("--cache-min-deadline-ms must be positive");
+    const std::chrono::milliseconds floor(setup.min_call_deadline_ms);
+    ASSIGN_OR_RETURN(tier, RemoteChunkTier::Create(RemoteTierOptions{.servers = servers,
+                                                                     .holder = setup.holder,
+                                                                     .initial_call_deadline = 5 * floor,
+                                                                     .min_call_deadline = floor}));
   } else {
     cache::TieredStoreOptions store;
     store.host_capacity_bytes = setup.host_bytes;

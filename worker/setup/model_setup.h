@@ -17,8 +17,9 @@ namespace lazykv {
 // else the same store embedded in this process (host RAM + RocksDB under `dir`).
 struct CacheTierSetup {
   bool enabled = true;
-  std::string servers;  // HOST:PORT,...
-  std::string dir;      // embedded disk tier; empty: DefaultCacheDir()
+  std::string servers;            // HOST:PORT,...
+  int min_call_deadline_ms = 20;  // floor of a cache server call's deadline; 5x before any sample
+  std::string dir;                // embedded disk tier; empty: DefaultCacheDir()
   uint64_t host_bytes = 256ull << 20;
   uint64_t disk_bytes = 2ull << 30;
   std::string holder;  // this process's name in lease logs

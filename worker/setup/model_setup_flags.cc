@@ -16,6 +16,9 @@ const char kModelSetupUsage[] =
   --kv-pool BYTES        KV pool size (default 256MiB)
   --max-prefill-tokens N prefill tokens per scheduling step (default 512)
   --cache-servers LIST   share chunk KV through cache servers HOST:PORT,... (lazykv-cache-server)
+  --cache-min-deadline-ms N  floor of a cache server call's deadline, otherwise set from the
+                         server's observed latency (default 20; 5x before the first answer); a
+                         server that misses one is skipped until it answers a health check
   --cache-dir DIR        without --cache-servers: the embedded cache tier's RocksDB directory
                          (default $LAZYKV_CACHE_DIR, $XDG_CACHE_HOME/lazykv or ~/.cache/lazykv)
   --cache-host-capacity B  embedded tier's host RAM (default 256MiB)
@@ -47,6 +50,7 @@ void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
   parser.AddByteSize("--kv-pool", &s.kv_pool_bytes);
   parser.AddInt("--max-prefill-tokens", &s.engine.max_prefill_tokens);
   parser.AddString("--cache-servers", &s.cache_tier.servers);
+  parser.AddInt("--cache-min-deadline-ms", &s.cache_tier.min_call_deadline_ms);
   parser.AddString("--cache-dir", &s.cache_tier.dir);
   parser.AddByteSize("--cache-host-capacity", &s.cache_tier.host_bytes);
   parser.AddByteSize("--cache-disk-capacity", &s.cache_tier.disk_bytes);

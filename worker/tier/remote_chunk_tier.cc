@@ -21,9 +21,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool Transient(grpc::StatusCode code) {
-  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED ||
-         code == grpc::StatusCode::ABORTED || code == grpc::StatusCode::RESOURCE_EXHAUSTED;
+bool Retryable(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::ABORTED;
 }
 
 }  // namespace
@@ -51,6 +50,10 @@ absl::StatusOr<std::unique_ptr<RemoteChunkTier>> RemoteChunkTier::Create(RemoteT
 }
 
 RemoteChunkTier::RemoteChunkTier(RemoteTierOptions options) : options_(std::move(options)) {
+  const DeadlinePolicy policy{.initial_call = options_.initial_call_deadline,
+                              .min_call = options_.min_call_deadline,
+                              .max_call = options_.lookup_deadline,
+                              .max_transfer = options_.transfer_deadline};
   for (const std::string& address : options_.servers) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(static_cast<int>(options_.slice_bytes + (1 << 20)));
@@ -60,53 +63,160 @@ RemoteChunkTier::RemoteChunkTier(RemoteTierOptions options) : options_(std::move
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    auto server = std::make_unique<Server>();
+    auto server = std::make_unique<Server>(policy);
     server->address = address;
     server->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
     server->stub = v1::KvCache::NewStub(server->channel);
+    server->health = grpc::health::v1::Health::NewStub(server->channel);
     servers_.push_back(std::move(server));
   }
+  prober_ = std::thread([this] { ProberLoop(); });
+}
+
+RemoteChunkTier::~RemoteChunkTier() {
+  {
+    MutexLock lock(&prober_mu_);
+    stopping_ = true;
+    if (probe_ != nullptr) probe_->TryCancel();
+  }
+  prober_wake_.SignalAll();
+  prober_.join();
 }
 
 size_t RemoteChunkTier::OwnerOf(const Hash128& key) const { return RendezvousOwner(key, options_.servers); }
 
-bool RemoteChunkTier::Available(Server& server) {
-  MutexLock lock(&server.mu);
-  return Clock::now() >= server.down_until;
+std::vector<ServerEstimate> RemoteChunkTier::Estimates() const {
+  std::vector<ServerEstimate> out;
+  for (const auto& server : servers_) {
+    MutexLock lock(&server->mu);
+    out.push_back(ServerEstimate{server->address, server->up, server->estimator.latency_ms(),
+                                 server->estimator.bandwidth_bytes_per_s()});
+  }
+  return out;
 }
 
-void RemoteChunkTier::Succeeded(Server& server) {
+bool RemoteChunkTier::Up(Server& server) {
   MutexLock lock(&server.mu);
-  if (server.backoff.count() > 0) spdlog::info("cache server {} is back", server.address);
-  server.backoff = std::chrono::milliseconds(0);
+  return server.up;
 }
 
-void RemoteChunkTier::Failed(Server& server, const grpc::Status& status, std::string_view call) {
+std::chrono::microseconds RemoteChunkTier::CallDeadline(Server& server) {
   MutexLock lock(&server.mu);
-  server.backoff =
-      server.backoff.count() == 0 ? options_.initial_backoff : std::min(server.backoff * 2, options_.max_backoff);
-  server.down_until = Clock::now() + server.backoff;
-  spdlog::warn("cache server {} failed {} ({}: {}); its keys are misses for {} ms", server.address, std::string(call),
-               static_cast<int>(status.error_code()), status.error_message(), server.backoff.count());
+  return server.estimator.CallDeadline();
+}
+
+std::chrono::microseconds RemoteChunkTier::TransferDeadline(Server& server, uint64_t bytes) {
+  MutexLock lock(&server.mu);
+  return server.estimator.TransferDeadline(bytes);
+}
+
+void RemoteChunkTier::MarkDown(Server& server, const grpc::Status& status, std::string_view call) {
+  size_t cancelled = 0;
+  {
+    MutexLock lock(&server.mu);
+    if (!server.up) return;
+    server.up = false;
+    for (grpc::ClientContext* context : server.in_flight) context->TryCancel();
+    cancelled = server.in_flight.size();
+  }
+  spdlog::warn(
+      "cache server {} is down: {} failed ({}: {}); {} calls under way cancelled; its keys are misses until it answers "
+      "a health check",
+      server.address, std::string(call), static_cast<int>(status.error_code()), status.error_message(), cancelled);
+  MutexLock lock(&prober_mu_);
+  prober_wake_.Signal();
 }
 
 template <typename Call>
-grpc::Status RemoteChunkTier::WithRetries(Server& server, std::chrono::milliseconds deadline, std::string_view name,
-                                          Call call) {
-  grpc::Status status;
-  for (int attempt = 0; attempt <= options_.max_retries; ++attempt) {
-    if (attempt > 0) std::this_thread::sleep_for(options_.retry_delay * attempt);
+RemoteChunkTier::Attempted RemoteChunkTier::Run(Server& server, std::chrono::microseconds deadline, int retries,
+                                                std::string_view name, Call call) {
+  Attempted out;
+  for (int attempt = 0;; ++attempt) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + deadline);
-    status = call(context);
-    if (status.ok()) {
-      Succeeded(server);
-      return status;
+    {
+      MutexLock lock(&server.mu);
+      if (!server.up) {
+        out.status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "cache server " + server.address + " is down");
+        return out;
+      }
+      server.in_flight.insert(&context);
     }
-    if (!Transient(status.error_code())) return status;
+    const auto start = Clock::now();
+    out.status = call(context);
+    out.elapsed = Clock::now() - start;
+    {
+      MutexLock lock(&server.mu);
+      server.in_flight.erase(&context);
+    }
+    const grpc::StatusCode code = out.status.error_code();
+    if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      MarkDown(server, out.status,
+               absl::StrFormat("%s (deadline %.1f ms)", std::string(name), deadline.count() / 1000.0));
+      return out;
+    }
+    if (!Retryable(code) || attempt >= retries) {
+      if (code == grpc::StatusCode::UNAVAILABLE) MarkDown(server, out.status, name);
+      return out;
+    }
+    std::this_thread::sleep_for(options_.retry_delay);
   }
-  Failed(server, status, name);
-  return status;
+}
+
+bool RemoteChunkTier::AnyDown() const {
+  for (const auto& server : servers_) {
+    MutexLock lock(&server->mu);
+    if (!server->up) return true;
+  }
+  return false;
+}
+
+void RemoteChunkTier::ProberLoop() {
+  MutexLock lock(&prober_mu_);
+  while (true) {
+    while (!stopping_ && !AnyDown()) prober_wake_.Wait(&prober_mu_);
+    // A server that has just failed is not asked again at once.
+    const auto next = Clock::now() + options_.probe_interval;
+    while (!stopping_ && Clock::now() < next) prober_wake_.WaitUntil(&prober_mu_, next);
+    if (stopping_) return;
+    lock.Unlock();
+    for (const auto& server : servers_) {
+      if (!Up(*server)) Probe(*server);
+    }
+    lock.Lock();
+  }
+}
+
+void RemoteChunkTier::Probe(Server& server) {
+  // Not on any request's path: at least the first-call deadline, so that a server a
+  // little slower than its old estimate can come back (its answer updates the estimate).
+  const auto deadline = std::min<std::chrono::microseconds>(
+      std::max<std::chrono::microseconds>(CallDeadline(server), options_.initial_call_deadline),
+      options_.lookup_deadline);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + deadline);
+  {
+    MutexLock lock(&prober_mu_);
+    if (stopping_) return;
+    probe_ = &context;  // the destructor cancels it
+  }
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  const auto start = Clock::now();
+  const grpc::Status status = server.health->Check(&context, request, &response);
+  const auto elapsed = Clock::now() - start;
+  {
+    MutexLock lock(&prober_mu_);
+    probe_ = nullptr;
+  }
+  if (!status.ok() || response.status() != grpc::health::v1::HealthCheckResponse::SERVING) return;
+  {
+    MutexLock lock(&server.mu);
+    server.estimator.ObserveCall(elapsed);
+    server.up = true;
+  }
+  spdlog::info("cache server {} is back (health check answered in {:.1f} ms)", server.address,
+               std::chrono::duration<double, std::milli>(elapsed).count());
 }
 
 std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash128> keys) {
@@ -114,17 +224,22 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
   std::vector<std::vector<size_t>> by_owner(servers_.size());
   for (size_t i = 0; i < keys.size(); ++i) by_owner[OwnerOf(keys[i])].push_back(i);
   for (size_t s = 0; s < servers_.size(); ++s) {
-    if (by_owner[s].empty() || !Available(*servers_[s])) continue;
+    Server& server = *servers_[s];
+    if (by_owner[s].empty() || !Up(server)) continue;
     v1::LookupRequest request;
     for (size_t i : by_owner[s]) *request.add_keys() = ToProto(keys[i]);
     v1::LookupResponse response;
-    const grpc::Status status = WithRetries(
-        *servers_[s], options_.lookup_deadline, "lookup",
-        [&](grpc::ClientContext& context) { return servers_[s]->stub->Lookup(&context, request, &response); });
-    if (!status.ok() || response.results_size() != static_cast<int>(by_owner[s].size())) continue;
+    const Attempted call =
+        Run(server, CallDeadline(server), options_.max_retries, "lookup",
+            [&](grpc::ClientContext& context) { return server.stub->Lookup(&context, request, &response); });
+    if (!call.status.ok() || response.results_size() != static_cast<int>(by_owner[s].size())) continue;
+    MutexLock lock(&server.mu);
+    server.estimator.ObserveCall(call.elapsed);
     for (size_t j = 0; j < by_owner[s].size(); ++j) {
       const v1::LookupResult& r = response.results(static_cast<int>(j));
-      if (r.found()) out[by_owner[s][j]] = TierHit{ChunkSource::kRemote, r.stored_bytes(), servers_[s]->address};
+      if (!r.found()) continue;
+      out[by_owner[s][j]] = TierHit{ChunkSource::kRemote, r.stored_bytes(), server.address};
+      server.estimator.ObserveChunkSize(r.stored_bytes());
     }
   }
   return out;
@@ -132,32 +247,41 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
 
 absl::StatusOr<FetchedChunk> RemoteChunkTier::Fetch(const Hash128& key) {
   Server& server = *servers_[OwnerOf(key)];
-  if (!Available(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));
+  if (!Up(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));
   v1::GetRequest request;
   *request.mutable_key() = ToProto(key);
   std::string stored;
-  const grpc::Status status = WithRetries(server, options_.transfer_deadline, "get", [&](grpc::ClientContext& context) {
-    stored.clear();
-    v1::Tier tier = v1::TIER_UNSPECIFIED;
-    return GetChunkInto(server.channel.get(), &context, request, &stored, &tier);
-  });
-  if (!status.ok()) return FromGrpcStatus(status);
+  const Attempted call =
+      Run(server, TransferDeadline(server, 0), options_.max_retries, "get", [&](grpc::ClientContext& context) {
+        stored.clear();
+        v1::Tier tier = v1::TIER_UNSPECIFIED;
+        return GetChunkInto(server.channel.get(), &context, request, &stored, &tier);
+      });
+  if (!call.status.ok()) return FromGrpcStatus(call.status);
+  {
+    MutexLock lock(&server.mu);
+    server.estimator.ObserveTransfer(stored.size(), call.elapsed);
+  }
   return FetchedChunk{ChunkBytes::FromString(std::move(stored)), ChunkSource::kRemote, server.address};
 }
 
 LeaseAnswer RemoteChunkTier::Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) {
   Server& server = *servers_[OwnerOf(key)];
-  if (!Available(server)) return {LeaseAnswer::State::kUnavailable};
+  if (!Up(server)) return {LeaseAnswer::State::kUnavailable};
   v1::LeaseRequest request;
   *request.mutable_key() = ToProto(key);
   request.set_holder(options_.holder);
   request.set_ttl_ms(static_cast<uint32_t>(ttl.count()));
   request.set_wait_ms(static_cast<uint32_t>(wait.count()));
   v1::LeaseResponse response;
-  const grpc::Status status =
-      WithRetries(server, options_.lookup_deadline + wait, "lease",
-                  [&](grpc::ClientContext& context) { return server.stub->Lease(&context, request, &response); });
-  if (!status.ok()) return {LeaseAnswer::State::kUnavailable};
+  const Attempted call =
+      Run(server, CallDeadline(server) + wait, options_.max_retries, "lease",
+          [&](grpc::ClientContext& context) { return server.stub->Lease(&context, request, &response); });
+  if (!call.status.ok()) return {LeaseAnswer::State::kUnavailable};
+  if (wait.count() == 0) {  // a wait would count as latency
+    MutexLock lock(&server.mu);
+    server.estimator.ObserveCall(call.elapsed);
+  }
   const std::chrono::milliseconds remaining(response.expires_in_ms());
   switch (response.outcome()) {
     case v1::LeaseResponse::GRANTED:
@@ -173,28 +297,41 @@ LeaseAnswer RemoteChunkTier::Lease(const Hash128& key, std::chrono::milliseconds
 
 void RemoteChunkTier::ReleaseLease(const Hash128& key, uint64_t lease_id) {
   Server& server = *servers_[OwnerOf(key)];
+  if (!Up(server)) return;  // the lease expires by itself
   v1::ReleaseLeaseRequest request;
   *request.mutable_key() = ToProto(key);
   request.set_lease_id(lease_id);
   v1::ReleaseLeaseResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + options_.lookup_deadline);
-  (void)server.stub->ReleaseLease(&context, request, &response);  // an expired lease needs no release
+  // No retry: an expired lease needs no release.
+  const Attempted call = Run(server, CallDeadline(server), 0, "release", [&](grpc::ClientContext& context) {
+    return server.stub->ReleaseLease(&context, request, &response);
+  });
+  if (call.status.ok()) {
+    MutexLock lock(&server.mu);
+    server.estimator.ObserveCall(call.elapsed);
+  }
 }
 
 absl::Status RemoteChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                                       uint64_t lease_id) {
   Server& server = *servers_[OwnerOf(key)];
-  if (!Available(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));
+  if (!Up(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));
   if (stored.size() < kChunkHeaderBytes) return absl::InvalidArgumentError("publish: chunk shorter than its header");
   const std::string_view bytes(stored);
-  const grpc::Status status = WithRetries(server, options_.transfer_deadline, "put", [&](grpc::ClientContext& context) {
-    v1::PutResponse response;
-    return PutChunkSlices(*server.stub, &context, ToProto(key), ToProto(model_fingerprint), lease_id,
-                          bytes.substr(0, kChunkHeaderBytes), bytes.substr(kChunkHeaderBytes), options_.slice_bytes,
-                          &response);
-  });
-  return FromGrpcStatus(status);
+  // A chunk the server refuses (too large: RESOURCE_EXHAUSTED or INVALID_ARGUMENT; a lost
+  // lease: FAILED_PRECONDITION) is not retried: Run retries only UNAVAILABLE and ABORTED.
+  const Attempted call = Run(server, TransferDeadline(server, stored.size()), options_.max_retries, "put",
+                             [&](grpc::ClientContext& context) {
+                               v1::PutResponse response;
+                               return PutChunkSlices(*server.stub, &context, ToProto(key), ToProto(model_fingerprint),
+                                                     lease_id, bytes.substr(0, kChunkHeaderBytes),
+                                                     bytes.substr(kChunkHeaderBytes), options_.slice_bytes, &response);
+                             });
+  if (call.status.ok()) {
+    MutexLock lock(&server.mu);
+    server.estimator.ObserveTransfer(stored.size(), call.elapsed);
+  }
+  return FromGrpcStatus(call.status);
 }
 
 std::string RemoteChunkTier::Describe() const {

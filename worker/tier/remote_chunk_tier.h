@@ -1,39 +1,61 @@
 // The cache servers as one tier: the owner of a key among N servers by rendezvous
-// hashing, lookups batched per owner, deadlines on every call and bounded retries. A
-// server that fails is marked down with exponential backoff: its keys are misses (the
-// worker computes them) until a later call finds it back.
+// hashing, lookups batched per owner. Built to fail fast on a sick server (DESIGN.md
+// section 4): every call's deadline comes from what this worker has observed of that
+// server (server_estimator.h: tens of milliseconds for a lookup or lease, more for a
+// transfer by its size), the request path retries at most once and only on UNAVAILABLE
+// or ABORTED, and a server that misses a deadline or stays UNAVAILABLE is marked down at
+// once: its keys are misses (the worker computes them) with no network call until a
+// background prober finds it answering health checks again. RESOURCE_EXHAUSTED (a busy
+// or full server, or a chunk too large for it) is a miss for that call only.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/mutex.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/kvcache.grpc.pb.h"
 #include "worker/tier/chunk_tier.h"
+#include "worker/tier/server_estimator.h"
 
 namespace lazykv {
 
 struct RemoteTierOptions {
   std::vector<std::string> servers;  // HOST:PORT each
   std::string holder;                // this worker's name, in lease logs
+  // Ceilings: a small call's deadline (lookup, lease before its wait, release, probe) and
+  // a transfer's. The deadlines themselves come from observed latency and throughput.
   std::chrono::milliseconds lookup_deadline{2000};
   std::chrono::milliseconds transfer_deadline{60000};
-  int max_retries = 2;  // per call, on transient errors
-  std::chrono::milliseconds retry_delay{50};
-  std::chrono::milliseconds initial_backoff{250};  // a failed server is skipped this long, doubling
-  std::chrono::milliseconds max_backoff{5000};
+  std::chrono::milliseconds initial_call_deadline{100};  // a small call before any sample
+  std::chrono::milliseconds min_call_deadline{20};       // floor of a small call's deadline
+  int max_retries = 1;                                   // per call, on UNAVAILABLE or ABORTED only
+  std::chrono::milliseconds retry_delay{10};
+  std::chrono::milliseconds probe_interval{150};  // between health checks of a down server
   uint32_t slice_bytes = 4 << 20;
 };
 
 // "host:1,host:2" → servers; INVALID_ARGUMENT naming the bad entry.
 absl::StatusOr<std::vector<std::string>> ParseServerList(std::string_view list);
 
-// Thread-safe, as every ChunkTier: gRPC stubs are, and each server's health is guarded.
+// What the tier currently believes of one server (for status pages and logs).
+struct ServerEstimate {
+  std::string address;
+  bool up = true;
+  double latency_ms = 0;             // smoothed round trip of small calls; 0: no sample yet
+  double bandwidth_bytes_per_s = 0;  // smoothed transfer throughput; 0: no sample yet
+};
+
+// Thread-safe, as every ChunkTier: gRPC stubs are, and each server's state is behind
+// its own mutex. One thread of its own probes down servers; the destructor stops it.
 class RemoteChunkTier final : public ChunkTier {
  public:
   static absl::StatusOr<std::unique_ptr<RemoteChunkTier>> Create(RemoteTierOptions options);
+  ~RemoteChunkTier() override;
 
   std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) override;
   absl::StatusOr<FetchedChunk> Fetch(const Hash128& key) override;
@@ -45,26 +67,50 @@ class RemoteChunkTier final : public ChunkTier {
 
   // Index of the server owning `key` (in options().servers).
   size_t OwnerOf(const Hash128& key) const;
+  // One entry per server, in options().servers order.
+  std::vector<ServerEstimate> Estimates() const;
 
  private:
   struct Server {
+    explicit Server(DeadlinePolicy policy) : estimator(policy) {}
     std::string address;
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<v1::KvCache::Stub> stub;
-    Mutex mu;
-    std::chrono::steady_clock::time_point down_until ABSL_GUARDED_BY(mu){};
-    std::chrono::milliseconds backoff ABSL_GUARDED_BY(mu){0};
+    std::unique_ptr<grpc::health::v1::Health::Stub> health;
+    mutable Mutex mu;
+    bool up ABSL_GUARDED_BY(mu) = true;
+    ServerEstimator estimator ABSL_GUARDED_BY(mu);
+    // Calls under way (Run's), cancelled when the server goes down: a lease wait or a
+    // transfer to a hung server ends then, not at its own deadline.
+    std::set<grpc::ClientContext*> in_flight ABSL_GUARDED_BY(mu);
+  };
+  // A call's outcome: its status, and how long the answered try took.
+  struct Attempted {
+    grpc::Status status;
+    std::chrono::nanoseconds elapsed{0};
   };
   explicit RemoteChunkTier(RemoteTierOptions options);
-  bool Available(Server& server);
-  void Succeeded(Server& server);
-  void Failed(Server& server, const grpc::Status& status, std::string_view call);
-  // Runs `call` (a fresh context each try) with retries on transient errors.
+  static bool Up(Server& server) ABSL_LOCKS_EXCLUDED(server.mu);
+  std::chrono::microseconds CallDeadline(Server& server) ABSL_LOCKS_EXCLUDED(server.mu);
+  std::chrono::microseconds TransferDeadline(Server& server, uint64_t bytes) ABSL_LOCKS_EXCLUDED(server.mu);
+  // Logs the transition once, cancels the calls under way and wakes the prober.
+  void MarkDown(Server& server, const grpc::Status& status, std::string_view call) ABSL_LOCKS_EXCLUDED(server.mu);
+  // Runs `call` (a fresh context each try) under `deadline`, retrying up to `retries`
+  // times on UNAVAILABLE or ABORTED; marks the server down on DEADLINE_EXCEEDED or a
+  // last UNAVAILABLE. UNAVAILABLE without a call when the server is already down.
   template <typename Call>
-  grpc::Status WithRetries(Server& server, std::chrono::milliseconds deadline, std::string_view name, Call call);
+  Attempted Run(Server& server, std::chrono::microseconds deadline, int retries, std::string_view name, Call call);
+  bool AnyDown() const;
+  void ProberLoop() ABSL_LOCKS_EXCLUDED(prober_mu_);
+  void Probe(Server& server) ABSL_LOCKS_EXCLUDED(prober_mu_);  // one health check; up when it answers
 
-  RemoteTierOptions options_;
+  const RemoteTierOptions options_;
   std::vector<std::unique_ptr<Server>> servers_;
+  Mutex prober_mu_;      // taken before any Server::mu, never while holding one
+  CondVar prober_wake_;  // a server went down, or stopping_
+  bool stopping_ ABSL_GUARDED_BY(prober_mu_) = false;
+  grpc::ClientContext* probe_ ABSL_GUARDED_BY(prober_mu_) = nullptr;  // the health check under way
+  std::thread prober_;
 };
 
 }  // namespace lazykv

@@ -31,10 +31,12 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/engine/engine_compare_util.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/fake_chunk_tier.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/test_util.h"
 #include "worker/backend/cpu_backend.h"
@@ -318,6 +320,142 @@ TEST(CudaBackendTest, ChunkExportImportRoundTrip) {
   cudaFreeHost(pinned);
   // A payload that does not match the blocks is refused.
   EXPECT_FALSE((*gpu)->ImportChunk(std::string_view(gpu_payload).substr(2), third).ok());
+}
+
+// The split transfer: a capture is only enqueued, so its blocks may be overwritten by
+// later passes before the copy-out (on another thread) and the copy still holds the old
+// KV; payloads staged from pinned 256 KiB pieces and from pageable memory by several
+// threads at once import exactly; a staging budget smaller than a chunk refuses it.
+TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const ModelConfig config = *SyntheticConfig("small");
+  auto gpu = CreateSyntheticCudaBackend(config, seed, 16, 128);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  Backend& backend = **gpu;
+  const std::vector<KvBlockRef> blocks = {{3, 16, 0}, {7, 16, 0}, {1, 13, 0}};
+  const std::vector<int32_t> first = RandomTokens(rng, 45, config.vocab_size);
+  const std::vector<int32_t> second = RandomTokens(rng, 45, config.vocab_size);
+  std::vector<std::vector<float>> unused;
+  const SequenceStep step1{first, blocks, LogitsWanted::kNone};
+  ASSERT_TRUE(backend.Forward({&step1, 1}, &unused).ok());
+  std::string expected;
+  ASSERT_TRUE(backend.ExportChunk(blocks, &expected).ok());
+  auto captured = backend.CaptureChunk(blocks);
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  const SequenceStep step2{second, blocks, LogitsWanted::kNone};  // rewrites the same blocks
+  ASSERT_TRUE(backend.Forward({&step2, 1}, &unused).ok());
+  std::string copied(expected.size(), '\0');
+  absl::Status copy_status;
+  std::thread publisher([&] {
+    // Two pieces, split off the middle: the copy-out honours piece boundaries.
+    const size_t half = copied.size() / 2 + 3;
+    copy_status = (*captured)->CopyTo(MutablePieces{std::span<char>(copied.data(), half),
+                                                    std::span<char>(copied.data() + half, copied.size() - half)});
+  });
+  publisher.join();
+  ASSERT_TRUE(copy_status.ok()) << copy_status;
+  EXPECT_TRUE(copied == expected);  // the KV of the first pass, not the second
+  std::string now;
+  ASSERT_TRUE(backend.ExportChunk(blocks, &now).ok());
+  EXPECT_FALSE(now == expected);  // the second pass did rewrite them
+
+  // Four threads stage the first payload at once, two from pinned 256 KiB pieces (the
+  // first shorter, as behind a chunk header) and two from a pageable string.
+  char* pinned = nullptr;
+  CUDA_OK(cudaMallocHost(&pinned, expected.size()));
+  std::memcpy(pinned, expected.data(), expected.size());
+  std::vector<std::string_view> pieces;
+  for (size_t at = 0, n = 1000; at < expected.size(); at += n, n = 256 << 10) {
+    pieces.emplace_back(pinned + at, std::min(n, expected.size() - at));
+  }
+  std::vector<absl::StatusOr<std::unique_ptr<StagedChunk>>> staged;
+  for (int t = 0; t < 4; ++t) staged.emplace_back(absl::UnknownError("not run"));
+  std::vector<std::thread> stagers;
+  for (int t = 0; t < 4; ++t) {
+    stagers.emplace_back([&, t] {
+      staged[t] = t % 2 == 0 ? backend.StageChunk(ChunkBytes(pieces, nullptr))
+                             : backend.StageChunk(ChunkBytes::FromString(expected));
+    });
+  }
+  for (std::thread& t : stagers) t.join();
+  for (int t = 0; t < 4; ++t) {
+    ASSERT_TRUE(staged[t].ok()) << staged[t].status();
+    const std::vector<KvBlockRef> target = {{20 + 3 * t, 16, 0}, {21 + 3 * t, 16, 0}, {22 + 3 * t, 13, 0}};
+    ASSERT_TRUE(backend.ImportStaged(*std::move(staged[t]), target).ok());
+    std::string back;
+    ASSERT_TRUE(backend.ExportChunk(target, &back).ok());
+    EXPECT_TRUE(back == expected) << "stager " << t;
+  }
+  cudaFreeHost(pinned);
+  // Staged bytes for other blocks than they fit are refused.
+  auto wrong = backend.StageChunk(ChunkBytes::FromString(expected.substr(4)));
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_FALSE(backend.ImportStaged(*std::move(wrong), blocks).ok());
+
+  // A budget smaller than one chunk: capture and staging are refused, nothing crashes.
+  auto tight = CreateSyntheticCudaBackend(config, seed, 16, 128,
+                                          CudaBackendOptions{.transfer_staging_bytes = expected.size() / 2});
+  ASSERT_TRUE(tight.ok());
+  ASSERT_TRUE((*tight)->Forward({&step1, 1}, &unused).ok());
+  auto refused = (*tight)->CaptureChunk(blocks);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  auto refused_stage = (*tight)->StageChunk(ChunkBytes::FromString(expected));
+  EXPECT_EQ(refused_stage.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// The chunk pipeline over the GPU: a fresh engine served from a tier that a first engine
+// filled (captures copied out by publisher threads, fetches staged by pipeline threads)
+// generates exactly what the first one did, and fetched every document.
+TEST(CudaBackendTest, AWarmTierServesAFreshGpuEngineExactly) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const ModelConfig config = *SyntheticConfig("small");
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < 5; ++d) docs.push_back(RandomTokens(rng, 20 + rng() % 50, config.vocab_size));
+  std::vector<GenerateRequest> requests;
+  for (int r = 0; r < 4; ++r) {
+    GenerateRequest request;
+    for (int k = 0; k < 3; ++k) request.docs.push_back(docs[(r + k) % docs.size()]);
+    request.prompt = RandomTokens(rng, 6, config.vocab_size);
+    request.sampling.max_tokens = 8;
+    requests.push_back(request);
+  }
+  auto tier = std::make_shared<FakeChunkTier>();
+  auto make_engine = [&] {
+    auto backend = CreateSyntheticCudaBackend(config, seed, 16, 512);
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    EngineOptions options;
+    options.tier = tier;
+    options.pipeline.fetch_policy = FetchPolicy::kAlways;
+    return *Engine::Create(*std::move(backend), options);
+  };
+  std::vector<std::vector<int32_t>> cold_tokens;
+  {
+    auto cold = make_engine();
+    for (const GenerateRequest& request : requests) {
+      auto result = cold->Generate(request);
+      ASSERT_TRUE(result.ok()) << result.status();
+      cold_tokens.push_back(result->tokens);
+    }
+    cold->pipeline()->Flush();
+    EXPECT_EQ(cold->pipeline()->stats().published, docs.size() + 1);  // and the anchor
+  }
+  auto warm = make_engine();
+  int fetched_tokens = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    auto result = warm->Generate(requests[r]);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->tokens, cold_tokens[r]) << r;
+    EXPECT_EQ(result->usage.chunk_misses, 0);
+    fetched_tokens += result->usage.host_tokens;
+  }
+  EXPECT_GT(fetched_tokens, 0);
+  EXPECT_EQ(warm->pipeline()->stats().fetched, docs.size() + 1);
 }
 
 }  // namespace

@@ -18,15 +18,13 @@ CudaBackend::~CudaBackend() {
     if (p != nullptr) cudaFree(p);
   }
   gemm_.reset();
-  if (event_ != nullptr) cudaEventDestroy(event_);
-  if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
 absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
-  RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "copy stream"));
-  RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "event"));
+  RETURN_IF_ERROR(Cuda(cudaGetDevice(&device_), "device"));
+  streams_ = std::make_shared<StreamPool>(device_);
   ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create(stream_));
   const size_t pool_bytes = LayerPoolBytes() * c_.n_layers;
   RETURN_IF_ERROR(Cuda(cudaMalloc(&k_pool_, pool_bytes), "KV pool (K)"));
@@ -83,98 +81,16 @@ absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
   return Cuda(cudaStreamSynchronize(stream_), "materialize");
 }
 
-absl::StatusOr<cuda::KvTransferParams> CudaBackend::TransferParams(const ChunkLayout& layout,
-                                                                   std::span<const KvBlockRef> blocks) {
-  std::vector<int32_t> ids, counts, offsets;
-  int32_t offset = 0;
-  for (const KvBlockRef& ref : blocks) {
-    ids.push_back(ref.block);
-    counts.push_back(ref.num_tokens);
-    offsets.push_back(offset);
-    offset += ref.num_tokens;
-  }
-  MetaPack pack;
-  const size_t o_ids = pack.Add(ids), o_counts = pack.Add(counts), o_offsets = pack.Add(offsets);
-  RETURN_IF_ERROR(pack.Upload(meta_host_, meta_, stream_));
-  RETURN_IF_ERROR(staging_.Reserve(std::max<size_t>(16, layout.payload_bytes())));
-  cuda::KvTransferParams p;
-  p.payload = staging_.as<char>();
-  p.kv = LayerKv(0);  // all layers, from layer 0 on
-  p.kv.block_ids = meta_.as<int32_t>(o_ids * sizeof(int32_t));
-  p.kv.block_tokens = meta_.as<int32_t>(o_counts * sizeof(int32_t));
-  p.token_offsets = meta_.as<int32_t>(o_offsets * sizeof(int32_t));
-  p.num_blocks_in_chunk = static_cast<int>(blocks.size());
-  p.chunk_tokens = static_cast<int>(layout.num_tokens);
-  p.pool_blocks = num_blocks_;
-  return p;
-}
-
-// Device -> host: one gather of every layer into the staging payload, one copy back.
-absl::Status CudaBackend::ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload) {
-  int tokens = 0;
-  for (const KvBlockRef& ref : blocks) tokens += ref.num_tokens;
-  const ChunkLayout layout = MakeChunkLayout(c_, ChunkDtype(), tokens, 0);
-  payload->resize(layout.payload_bytes());
-  RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload->size(), blocks, block_size_, num_blocks_));
-  ASSIGN_OR_RETURN(cuda::KvTransferParams p, TransferParams(layout, blocks));
-  p.first_layer = 0;
-  p.num_layers = c_.n_layers;
-  p.to_pool = false;
-  RETURN_IF_ERROR(Cuda(cuda::LaunchKvTransfer(p, stream_), "chunk gather"));
-  RETURN_IF_ERROR(payload_host_.Reserve(std::max<size_t>(16, payload->size())));
-  RETURN_IF_ERROR(
-      Cuda(cudaMemcpyAsync(payload_host_.as<char>(), p.payload, payload->size(), cudaMemcpyDeviceToHost, stream_),
-           "chunk export copy"));
-  RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "chunk export"));
-  std::memcpy(payload->data(), payload_host_.as<char>(), payload->size());
-  return absl::OkStatus();
-}
-
-// Host -> device, layer by layer: each layer's K and V planes (contiguous in the payload)
-// go up on the copy stream while the previous layer is scattered into its blocks, so the
-// scatter hides behind the copy. A payload in pageable memory is first staged in pinned
-// memory (the driver would stage it anyway, at a lower rate).
-absl::Status CudaBackend::ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) {
-  int tokens = 0;
-  for (const KvBlockRef& ref : blocks) tokens += ref.num_tokens;
-  const ChunkLayout layout = MakeChunkLayout(c_, ChunkDtype(), tokens, 0);
-  RETURN_IF_ERROR(ValidateChunkBlocks(layout, payload.size(), blocks, block_size_, num_blocks_));
-  ASSIGN_OR_RETURN(cuda::KvTransferParams p, TransferParams(layout, blocks));
-  const char* source = payload.data();
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, source) != cudaSuccess || attributes.type != cudaMemoryTypeHost) {
-    cudaGetLastError();  // clear a non-sticky error from the query
-    RETURN_IF_ERROR(payload_host_.Reserve(std::max<size_t>(16, payload.size())));
-    std::memcpy(payload_host_.as<char>(), payload.data(), payload.size());
-    source = payload_host_.as<char>();
-  }
-  // The copy stream only reads `source` and writes the staging payload; each scatter on
-  // stream_ waits for its layer's copy (one event, re-recorded: a wait takes the latest).
-  const size_t layer_bytes = 2 * layout.plane_bytes();
-  p.num_layers = 1;
-  p.to_pool = true;
-  for (int l = 0; l < c_.n_layers; ++l) {
-    const size_t offset = layout.plane_offset(l, 0);
-    RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(static_cast<char*>(p.payload) + offset, source + offset, layer_bytes,
-                                         cudaMemcpyHostToDevice, copy_stream_),
-                         "chunk import copy"));
-    RETURN_IF_ERROR(Cuda(cudaEventRecord(event_, copy_stream_), "event"));
-    RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(stream_, event_, 0), "event wait"));
-    p.first_layer = l;
-    RETURN_IF_ERROR(Cuda(cuda::LaunchKvTransfer(p, stream_), "chunk scatter"));
-  }
-  return Cuda(cudaStreamSynchronize(stream_), "chunk import");
-}
-
 }  // namespace cuda_backend
 
 namespace {
 
 using cuda_backend::CudaBackend;
 
-absl::StatusOr<std::unique_ptr<Backend>> Finish(std::unique_ptr<DeviceWeights> weights, int block_size,
-                                                int num_blocks) {
-  auto backend = std::make_unique<CudaBackend>(std::move(weights), block_size, num_blocks);
+absl::StatusOr<std::unique_ptr<Backend>> Finish(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks,
+                                                const CudaBackendOptions& options) {
+  auto backend =
+      std::make_unique<CudaBackend>(std::move(weights), block_size, num_blocks, options.transfer_staging_bytes);
   RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));
 }
@@ -205,7 +121,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const ModelWeights& w
   RETURN_IF_ERROR(CheckPoolShape(block_size, num_blocks));
   RETURN_IF_ERROR(weights.config.Validate());
   ASSIGN_OR_RETURN(auto device_weights, DeviceWeights::Upload(weights, ElementOf(options.precision)));
-  return Finish(std::move(device_weights), block_size, num_blocks);
+  return Finish(std::move(device_weights), block_size, num_blocks, options);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelConfig& config, uint64_t seed,
@@ -213,7 +129,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelC
                                                                     CudaBackendOptions options) {
   RETURN_IF_ERROR(CheckPoolShape(block_size, num_blocks));
   ASSIGN_OR_RETURN(auto device_weights, DeviceWeights::Synthetic(config, seed, ElementOf(options.precision)));
-  return Finish(std::move(device_weights), block_size, num_blocks);
+  return Finish(std::move(device_weights), block_size, num_blocks, options);
 }
 
 }  // namespace lazykv

@@ -30,6 +30,10 @@ enum class CudaPrecision {
 
 struct CudaBackendOptions {
   CudaPrecision precision = CudaPrecision::kBf16;
+  // Device memory for chunks in transit (captured for publication and not yet copied out,
+  // or fetched and staged but not yet imported); past it a capture or a staging fails
+  // RESOURCE_EXHAUSTED (the publication is dropped, the chunk computed).
+  uint64_t transfer_staging_bytes = 1ull << 30;
 };
 
 // Bytes of K and V one block holds across all layers.

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
@@ -106,17 +107,50 @@ struct LogitsRows {
   int count;
 };
 
+// Device memory for chunks in transit (captured and not yet copied out, or staged and not
+// yet imported), bounded. Thread-safe.
+class TransferBudget {
+ public:
+  explicit TransferBudget(uint64_t limit) : limit_(limit) {}
+  bool TryTake(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void Release(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t used() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t limit() const { return limit_; }
+
+ private:
+  const uint64_t limit_;
+  mutable Mutex mu_;
+  uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Streams for the chunk pipeline's threads, reused (creating one per transfer costs more
+// than a small copy). Thread-safe.
+class StreamPool {
+ public:
+  explicit StreamPool(int device) : device_(device) {}
+  ~StreamPool();
+  // A stream of its own for the caller (the device made current on the calling thread).
+  absl::StatusOr<cudaStream_t> Acquire() ABSL_LOCKS_EXCLUDED(mu_);
+  void Release(cudaStream_t stream) ABSL_LOCKS_EXCLUDED(mu_);  // pending work may remain on it
+
+ private:
+  const int device_;
+  Mutex mu_;
+  std::vector<cudaStream_t> free_ ABSL_GUARDED_BY(mu_);
+};
+
 // Bytes of K and V one pool block holds across all layers.
 uint64_t KvBytesPerBlock(const ModelConfig& config, int block_size, cuda::Element element);
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks)
+  CudaBackend(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks, uint64_t transfer_staging_bytes)
       : w_(std::move(weights)),
         c_(w_->config()),
         element_(w_->element()),
         block_size_(block_size),
-        num_blocks_(num_blocks) {}
+        num_blocks_(num_blocks),
+        budget_(std::make_shared<TransferBudget>(transfer_staging_bytes)) {}
   ~CudaBackend() override;
   absl::Status Init();
 
@@ -131,8 +165,11 @@ class CudaBackend : public Backend {
   absl::Status ForwardAndSample(std::span<const SequenceStep> steps, std::span<const StepSampling> sampling,
                                 std::vector<SampledToken>* tokens, std::vector<std::vector<float>>* logits) override;
   absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) override;
-  absl::Status ExportChunk(std::span<const KvBlockRef> blocks, std::string* payload) override;
-  absl::Status ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) override;
+  // cuda_chunk_transfer.cc. StageChunk and ExportedChunk::CopyTo run on other threads:
+  // they touch only their own streams, the budget and the stream-ordered allocator.
+  absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) override;
+  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload) override;
+  absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) override;
 
  private:
   size_t PoolElems() const { return static_cast<size_t>(num_blocks_) * block_size_ * c_.kv_dim(); }
@@ -157,8 +194,10 @@ class CudaBackend : public Backend {
   template <typename Keep>
   absl::Status CopyLogitsBack(const std::vector<LogitsRows>& wanted, Keep keep,
                               std::vector<std::vector<float>>* logits);
-  // Chunk payload <-> blocks: the block ids, token counts and offsets on the device.
-  absl::StatusOr<cuda::KvTransferParams> TransferParams(const ChunkLayout& layout, std::span<const KvBlockRef> blocks);
+  // Enqueues the transfer kernel between a device payload and `blocks` on stream_ (all
+  // layers), with its metadata uploaded into `meta` (3 * blocks.size() ints, device).
+  absl::Status EnqueueTransfer(const ChunkLayout& layout, std::span<const KvBlockRef> blocks, void* payload,
+                               int32_t* meta, bool to_pool);
 
   std::unique_ptr<DeviceWeights> w_;
   const ModelConfig& c_;
@@ -166,18 +205,19 @@ class CudaBackend : public Backend {
   int block_size_;
   int num_blocks_;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t copy_stream_ = nullptr;  // host -> device copies that overlap the scatter
-  cudaEvent_t event_ = nullptr;
+  int device_ = 0;                          // the device of stream_ (set on the pipeline's threads too)
+  std::shared_ptr<TransferBudget> budget_;  // shared with chunks in transit
+  std::shared_ptr<StreamPool> streams_;     // the pipeline threads' streams (made in Init)
   std::unique_ptr<cuda::Gemm> gemm_;
   void* k_pool_ = nullptr;  // [n_layers][num_blocks][block_size][kv_dim] of element_
   void* v_pool_ = nullptr;
   double* inv_freq_ = nullptr;
   int activation_rows_ = 0;
   // Activations: x_, y_, qkv_, q_, attn_, gu_ fp32; xb_, attn_in_, h_ (GEMM inputs) of element_.
-  DeviceBuffer x_, y_, xb_, qkv_, q_, attn_, attn_in_, gu_, h_, attn_ws_, meta_, staging_;
+  DeviceBuffer x_, y_, xb_, qkv_, q_, attn_, attn_in_, gu_, h_, attn_ws_, meta_;
   DeviceBuffer out_rows_, logits_;  // the output layer's gathered rows (element_) and its logits
   DeviceBuffer sample_rows_, sample_out_, sample_ws_;
-  PinnedBuffer meta_host_, logits_host_, payload_host_, sample_rows_host_, sample_out_host_;
+  PinnedBuffer meta_host_, logits_host_, sample_rows_host_, sample_out_host_;
 };
 
 }  // namespace lazykv::cuda_backend

@@ -105,30 +105,56 @@ absl::Status DiskTier::LoadIndex() {
   return absl::OkStatus();
 }
 
+// The index is updated under the lock, the RocksDB write (tens of MiB) runs outside it,
+// so lookups and reads of other chunks never wait for a write. The victims leave the
+// index first and their records go in the same batch as the new value.
 absl::StatusOr<std::vector<Hash128>> DiskTier::Put(const Hash128& key, const std::vector<std::string_view>& pieces,
                                                    uint64_t size) {
   if (size > capacity_) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("chunk of %d bytes exceeds the disk tier's capacity of %d bytes", size, capacity_));
   }
-  MutexLock lock(&mu_);
   std::vector<Hash128> evicted;
-  if (index_.contains(key)) RETURN_IF_ERROR(DeleteLocked(key));
-  while (used_ + size > capacity_ && !lru_.empty()) {
-    evicted.push_back(lru_.back());
-    RETURN_IF_ERROR(DeleteLocked(lru_.back()));
+  rocksdb::WriteBatch batch;
+  uint64_t seq = 0;
+  auto unindex = [&](const Hash128& victim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = index_.find(victim);
+    used_ -= it->second.size;
+    lru_.erase(it->second.pos);
+    index_.erase(it);
+    (void)batch.Delete(RecordKey('v', victim));
+    (void)batch.Delete(RecordKey('m', victim));
+  };
+  {
+    MutexLock lock(&mu_);
+    if (index_.contains(key)) unindex(key);
+    while (used_ + reserved_ + size > capacity_ && !lru_.empty()) {
+      evicted.push_back(lru_.back());
+      unindex(lru_.back());
+    }
+    reserved_ += size;
+    seq = next_seq_++;
   }
   std::vector<rocksdb::Slice> slices(pieces.begin(), pieces.end());
   const std::string value_key = RecordKey('v', key), meta_key = RecordKey('m', key);
-  const MetaRecord meta{size, next_seq_++};
-  rocksdb::WriteBatch batch;
+  const MetaRecord meta{size, seq};
   const rocksdb::Slice value_key_slice(value_key);
-  RETURN_IF_ERROR(FromRocks(batch.Put(rocksdb::SliceParts(&value_key_slice, 1),
-                                      rocksdb::SliceParts(slices.data(), static_cast<int>(slices.size()))),
-                            "batch"));
-  RETURN_IF_ERROR(
-      FromRocks(batch.Put(meta_key, rocksdb::Slice(reinterpret_cast<const char*>(&meta), sizeof(meta))), "batch"));
-  RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write"));
+  absl::Status status = FromRocks(batch.Put(rocksdb::SliceParts(&value_key_slice, 1),
+                                            rocksdb::SliceParts(slices.data(), static_cast<int>(slices.size()))),
+                                  "batch");
+  if (status.ok()) {
+    status =
+        FromRocks(batch.Put(meta_key, rocksdb::Slice(reinterpret_cast<const char*>(&meta), sizeof(meta))), "batch");
+  }
+  if (status.ok()) status = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
+  MutexLock lock(&mu_);
+  reserved_ -= size;
+  if (!status.ok()) return status;  // the victims' records stay on disk, unindexed, until the next start
+  if (auto it = index_.find(key); it != index_.end()) {  // a concurrent Put of the same key won
+    used_ -= it->second.size;
+    lru_.erase(it->second.pos);
+    index_.erase(it);
+  }
   lru_.push_front(key);
   index_[key] = Entry{size, lru_.begin()};
   used_ += size;

@@ -29,8 +29,9 @@ struct DiskTierOptions {
   uint64_t capacity_bytes = 0;
 };
 
-// Thread-safe: every method may be called from any thread. RocksDB calls are made under
-// the tier's lock, so the index and the stored records never disagree.
+// Thread-safe: every method may be called from any thread. The index is changed under the
+// tier's lock; a chunk's value is written outside it (lookups never wait for a write) and
+// enters the index once on disk, so the index never names a value that is not there.
 class DiskTier {
  public:
   static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
@@ -63,6 +64,7 @@ class DiskTier {
   const uint64_t capacity_;
   mutable Mutex mu_;
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;  // bytes being written (not yet in the index)
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::list<Hash128> lru_ ABSL_GUARDED_BY(mu_);  // front: most recent
   std::unordered_map<Hash128, Entry, Hash128Hasher> index_ ABSL_GUARDED_BY(mu_);

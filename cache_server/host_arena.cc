@@ -96,6 +96,12 @@ std::vector<std::string_view> HostValue::Pieces(uint64_t offset, uint64_t length
   return pieces;
 }
 
+std::vector<std::span<char>> HostValue::WritablePieces() {
+  std::vector<std::span<char>> out;
+  for (std::string_view piece : Pieces(0, size_)) out.emplace_back(const_cast<char*>(piece.data()), piece.size());
+  return out;
+}
+
 void HostValue::Read(uint64_t offset, uint64_t length, char* out) const {
   for (std::string_view piece : Pieces(offset, length)) {
     std::memcpy(out, piece.data(), piece.size());

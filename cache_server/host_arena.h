@@ -70,6 +70,8 @@ class HostValue {
   void Read(uint64_t offset, uint64_t length, char* out) const;
   // Contiguous pieces covering [offset, offset + length), in order.
   std::vector<std::string_view> Pieces(uint64_t offset, uint64_t length) const;
+  // The whole value's pages as writable pieces, for its one writer (before it is shared).
+  std::vector<std::span<char>> WritablePieces();
 
  private:
   HostArena* arena_;

@@ -75,6 +75,12 @@ class ChunkWriter {
   uint64_t written() const { return written_; }
   // INVALID_ARGUMENT when the bytes overrun the announced size.
   absl::Status Append(std::string_view bytes);
+  // The value's pages, to be written in place (instead of Append); Commit then takes every
+  // byte as written. For a writer that fills the whole chunk (the embedded tier's publisher).
+  std::vector<std::span<char>> WritablePieces() {
+    written_ = value_->size();
+    return value_->WritablePieces();
+  }
 
  private:
   friend class TieredStore;

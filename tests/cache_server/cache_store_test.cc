@@ -1,10 +1,14 @@
 // The cache tier's parts without the network: eviction policies, the host page arena
 // under churn, and single flight in the lease table.
+#include <atomic>
+#include <cstring>
+#include <filesystem>
 #include <future>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "cache_server/disk_tier.h"
 #include "cache_server/eviction_policy.h"
 #include "cache_server/lease_table.h"
 #include "cache_server/tiered_store.h"
@@ -66,6 +70,46 @@ TEST(EvictionPolicyTest, EveryInsertedKeyLeavesExactlyOnce) {
     while (auto victim = policy->PopVictim()) EXPECT_TRUE(popped.insert(victim->low).second) << name;
     EXPECT_EQ(popped, inserted) << name;
   }
+}
+
+// A 96 MiB write runs outside the disk tier's lock: lookups of other chunks answer while
+// it is under way, in a small fraction of its time.
+TEST(DiskTierTest, LookupsDoNotWaitForALargeWrite) {
+  std::mt19937_64 rng(FreshSeed());
+  const std::string dir = TempDir("disk_tier_lock");
+  auto disk = cache::DiskTier::Open(cache::DiskTierOptions{.path = dir + "/db", .capacity_bytes = 1ull << 30});
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  const TestChunk small = RandomTestChunk(rng, 4096);
+  const std::string small_stored = small.stored();
+  ASSERT_TRUE((*disk)->Put(small.key, {small_stored}, small_stored.size()).ok());
+  std::string big(96 << 20, '\0');
+  for (size_t i = 0; i < big.size(); i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(big.data() + i, &r, 8);
+  }
+  std::atomic<bool> writing{true};
+  std::chrono::steady_clock::duration longest_lookup{0};
+  int lookups = 0;
+  std::thread reader([&] {
+    while (writing.load()) {
+      const auto start = std::chrono::steady_clock::now();
+      EXPECT_TRUE((*disk)->SizeOf(small.key).has_value());
+      longest_lookup = std::max(longest_lookup, std::chrono::steady_clock::now() - start);
+      ++lookups;
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*disk)->Put(Hash128{rng(), rng()}, {big}, big.size()).ok());
+  const auto write_time = std::chrono::steady_clock::now() - start;
+  writing = false;
+  reader.join();
+  const double write_ms = std::chrono::duration<double, std::milli>(write_time).count();
+  const double lookup_ms = std::chrono::duration<double, std::milli>(longest_lookup).count();
+  std::printf("96 MiB write %.1f ms; %d lookups meanwhile, the longest %.3f ms\n", write_ms, lookups, lookup_ms);
+  EXPECT_GT(lookups, 1);
+  EXPECT_LT(lookup_ms, write_ms / 4);
+  disk->reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TieredStoreTest, HostTierChurnNeverFragmentsAndStaysUnderCapacity) {

@@ -35,8 +35,44 @@ std::vector<std::optional<TierHit>> EmbeddedChunkTier::Lookup(std::span<const Ha
 }
 
 absl::StatusOr<FetchedChunk> EmbeddedChunkTier::Fetch(const Hash128& key) {
-  ASSIGN_OR_RETURN(const cache::ChunkReader reader, store_->Read(key));
-  return FetchedChunk{ChunkBytes::FromString(reader.ReadAll()), SourceOf(reader.tier()), ""};
+  ASSIGN_OR_RETURN(cache::ChunkReader reader, store_->Read(key));  // checked as it was read
+  auto owner = std::make_shared<const cache::ChunkReader>(std::move(reader));
+  const ChunkSource source = SourceOf(owner->tier());
+  std::vector<std::string_view> pieces = owner->Pieces(0, owner->size());
+  return FetchedChunk{ChunkBytes(std::move(pieces), std::move(owner)), source, "", /*payload_verified=*/true};
+}
+
+namespace {
+
+// A chunk written straight into the store's host pages, committed (checked) at the end.
+class EmbeddedPublishSlot final : public PublishSlot {
+ public:
+  EmbeddedPublishSlot(cache::TieredStore* store, cache::LeaseTable* leases, const Hash128& key,
+                      std::unique_ptr<cache::ChunkWriter> writer)
+      : store_(store), leases_(leases), key_(key), writer_(std::move(writer)), pieces_(writer_->WritablePieces()) {}
+  const MutablePieces& Pieces() override { return pieces_; }
+  absl::Status Commit() override {
+    if (writer_ == nullptr) return absl::FailedPreconditionError("publish slot committed twice");
+    auto stored = store_->Commit(key_, std::move(writer_));
+    leases_->Published(key_);
+    return stored.status();
+  }
+
+ private:
+  cache::TieredStore* store_;
+  cache::LeaseTable* leases_;
+  Hash128 key_;
+  std::unique_ptr<cache::ChunkWriter> writer_;  // its pages go back if never committed
+  MutablePieces pieces_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PublishSlot>> EmbeddedChunkTier::BeginPublish(const Hash128& key,
+                                                                             const Hash128& model_fingerprint,
+                                                                             uint64_t stored_bytes, uint64_t lease_id) {
+  ASSIGN_OR_RETURN(std::unique_ptr<cache::ChunkWriter> writer, store_->BeginPut(stored_bytes));
+  return std::unique_ptr<PublishSlot>(new EmbeddedPublishSlot(store_.get(), &leases_, key, std::move(writer)));
 }
 
 LeaseAnswer EmbeddedChunkTier::Lease(const Hash128& key, std::chrono::milliseconds ttl,

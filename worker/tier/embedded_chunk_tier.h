@@ -10,7 +10,8 @@
 
 namespace lazykv {
 
-// Thread-safe, as every ChunkTier: the store and the lease table are.
+// Thread-safe, as every ChunkTier: the store and the lease table are. Fetch hands out the
+// store's pages in place (the fetched chunk keeps them alive), already checked.
 class EmbeddedChunkTier final : public ChunkTier {
  public:
   static absl::StatusOr<std::unique_ptr<EmbeddedChunkTier>> Open(const cache::TieredStoreOptions& options);
@@ -21,6 +22,10 @@ class EmbeddedChunkTier final : public ChunkTier {
   void ReleaseLease(const Hash128& key, uint64_t lease_id) override;
   absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                        uint64_t lease_id) override;
+  // The store's own host pages, written in place by the publisher (no copy between the
+  // export and the store); may wait up to the store's space_wait for room.
+  absl::StatusOr<std::unique_ptr<PublishSlot>> BeginPublish(const Hash128& key, const Hash128& model_fingerprint,
+                                                            uint64_t stored_bytes, uint64_t lease_id) override;
   std::string Describe() const override;
 
   cache::TieredStore& store() { return *store_; }

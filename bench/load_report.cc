@@ -17,14 +17,20 @@ json ToJson(const UsageCounts& u) {
           {"pool_tokens", u.pool_tokens},
           {"host_tokens", u.host_tokens},
           {"disk_tokens", u.disk_tokens},
+          {"remote_tokens", u.remote_tokens},
           {"computed_tokens", u.computed_tokens},
           {"document_tokens", u.document_tokens},
           {"document_cached_tokens", u.document_cached_tokens},
           {"document_computed_tokens", u.document_computed_tokens},
           {"chunk_hits", u.chunk_hits},
           {"chunk_misses", u.chunk_misses},
+          {"chunk_recomputes", u.chunk_recomputes},
+          {"recomputed_tokens", u.recomputed_tokens},
           {"kv_bytes_copied", u.kv_bytes_copied},
-          {"kv_bytes_fetched", u.kv_bytes_fetched}};
+          {"kv_bytes_fetched", u.kv_bytes_fetched},
+          {"host_bytes_fetched", u.host_bytes_fetched},
+          {"disk_bytes_fetched", u.disk_bytes_fetched},
+          {"remote_bytes_fetched", u.remote_bytes_fetched}};
 }
 
 json ToJson(const RequestResult& r) {
@@ -92,10 +98,16 @@ std::string FormatLoadTable(const LoadSummary& s) {
                          s.usage.document_cached_tokens, s.usage.document_tokens);
   out += absl::StrFormat("%-16s %.4f (%d document tokens prefilled, %d distinct)\n", "fleet compute", s.fleet_compute,
                          s.usage.document_computed_tokens, s.distinct_document_tokens);
-  out += absl::StrFormat("%-16s pool %d, host %d, disk %d, computed %d\n", "prompt tokens", s.usage.pool_tokens,
-                         s.usage.host_tokens, s.usage.disk_tokens, s.usage.computed_tokens);
-  out += absl::StrFormat("%-16s copied %s, fetched %s\n", "KV bytes", FormatByteSize(s.usage.kv_bytes_copied),
-                         FormatByteSize(s.usage.kv_bytes_fetched));
+  out += absl::StrFormat("%-16s %d chunks, %d tokens (the tier held them; recomputing was judged faster or the "
+                         "fetch failed; part of fleet compute, not misses)\n",
+                         "recomputed", s.usage.chunk_recomputes, s.usage.recomputed_tokens);
+  out += absl::StrFormat("%-16s pool %d, host %d, disk %d, remote %d, computed %d\n", "prompt tokens",
+                         s.usage.pool_tokens, s.usage.host_tokens, s.usage.disk_tokens, s.usage.remote_tokens,
+                         s.usage.computed_tokens);
+  out += absl::StrFormat("%-16s copied %s, fetched %s (host %s, disk %s, remote %s)\n", "KV bytes",
+                         FormatByteSize(s.usage.kv_bytes_copied), FormatByteSize(s.usage.kv_bytes_fetched),
+                         FormatByteSize(s.usage.host_bytes_fetched), FormatByteSize(s.usage.disk_bytes_fetched),
+                         FormatByteSize(s.usage.remote_bytes_fetched));
   if (!s.modes_served.empty()) {
     out += absl::StrFormat("%-16s", "modes served");
     for (const auto& [mode, n] : s.modes_served) out += absl::StrFormat(" %s %d", mode.empty() ? "?" : mode, n);

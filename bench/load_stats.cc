@@ -44,14 +44,20 @@ UsageCounts& UsageCounts::operator+=(const UsageCounts& o) {
   pool_tokens += o.pool_tokens;
   host_tokens += o.host_tokens;
   disk_tokens += o.disk_tokens;
+  remote_tokens += o.remote_tokens;
   computed_tokens += o.computed_tokens;
   document_tokens += o.document_tokens;
   document_cached_tokens += o.document_cached_tokens;
   document_computed_tokens += o.document_computed_tokens;
   chunk_hits += o.chunk_hits;
   chunk_misses += o.chunk_misses;
+  chunk_recomputes += o.chunk_recomputes;
+  recomputed_tokens += o.recomputed_tokens;
   kv_bytes_copied += o.kv_bytes_copied;
   kv_bytes_fetched += o.kv_bytes_fetched;
+  host_bytes_fetched += o.host_bytes_fetched;
+  disk_bytes_fetched += o.disk_bytes_fetched;
+  remote_bytes_fetched += o.remote_bytes_fetched;
   return *this;
 }
 

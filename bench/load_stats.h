@@ -25,10 +25,12 @@ Distribution Summarize(const std::vector<double>& values);
 // The server's per-request usage (proto/generate.proto's Usage), widened for sums.
 struct UsageCounts {
   int64_t prompt_tokens = 0, completion_tokens = 0;
-  int64_t pool_tokens = 0, host_tokens = 0, disk_tokens = 0, computed_tokens = 0;
+  int64_t pool_tokens = 0, host_tokens = 0, disk_tokens = 0, remote_tokens = 0, computed_tokens = 0;
   int64_t document_tokens = 0, document_cached_tokens = 0, document_computed_tokens = 0;
   int64_t chunk_hits = 0, chunk_misses = 0;
+  int64_t chunk_recomputes = 0, recomputed_tokens = 0;  // held by the tier, computed by choice: not misses
   uint64_t kv_bytes_copied = 0, kv_bytes_fetched = 0;
+  uint64_t host_bytes_fetched = 0, disk_bytes_fetched = 0, remote_bytes_fetched = 0;
 
   UsageCounts& operator+=(const UsageCounts& o);
 };

@@ -316,6 +316,32 @@ TEST(ChunkPipeline, AHungHolderCostsAtMostMaxWaitThenAComputationWithoutALease) 
   EXPECT_LT(waited, milliseconds(3000) * testing::SlowdownFactor());
 }
 
+TEST(FetchCostModel, AnUnmeasuredSourceGetsOneProbeAtATime) {
+  FetchCostModel model(FetchCostOptions{.decay = 0.9, .explore_every = 4});
+  using Choice = FetchCostModel::Choice;
+  // A burst before any measurement: one probe, the rest recompute.
+  EXPECT_EQ(model.Decide("disk", 64 << 20, 512), Choice::kExplore);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(model.Decide("disk", 64 << 20, 512), Choice::kRecompute);
+  EXPECT_EQ(model.Decide("host", 64 << 20, 512), Choice::kExplore);  // per source
+  model.ProbeDone("host");
+  EXPECT_EQ(model.Decide("host", 64 << 20, 512), Choice::kExplore);  // still unmeasured: probe again
+  // The probe measured a slow disk (300 ms for 64 MiB) against 50 ms of compute.
+  model.RecordFetch("disk", 64 << 20, 0.3);
+  for (int i = 0; i < 8; ++i) model.RecordStep(i % 2 == 0 ? 0 : 512, i % 2 == 0 ? 0.01 : 0.06);
+  int explores = 0, recomputes = 0;
+  for (int i = 0; i < 8; ++i) {
+    const Choice c = model.Decide("disk", 64 << 20, 512);
+    explores += c == Choice::kExplore;
+    recomputes += c == Choice::kRecompute;
+    if (c == Choice::kExplore) model.ProbeDone("disk");
+  }
+  EXPECT_EQ(explores, 2);  // one in explore_every, to keep measuring
+  EXPECT_EQ(recomputes, 6);
+  // A fast source (2 ms) wins against the same compute.
+  model.RecordFetch("host", 64 << 20, 0.002);
+  EXPECT_EQ(model.Decide("host", 64 << 20, 512), Choice::kFetch);
+}
+
 TEST(DecayingLinearFit, RecoversALineAndFallsBackThroughTheOrigin) {
   std::mt19937_64 rng(testing::FreshSeed());
   const double a = 0.002 + (rng() % 100) * 1e-5, b = 1e-9 * (1 + rng() % 50);

@@ -94,7 +94,7 @@ TEST_P(BatchingTest, ConcurrentRequestsGetWhatEachGetsAlone) {
       EXPECT_LT(RelativeError(got.step_logits[s], alone->step_logits[s]), 1e-5) << "step " << s;
     }
     const Usage& u = got.usage;
-    EXPECT_EQ(u.pool_tokens + u.host_tokens + u.disk_tokens, u.cached_tokens);
+    EXPECT_EQ(u.pool_tokens + u.host_tokens + u.disk_tokens + u.remote_tokens, u.cached_tokens);
     EXPECT_EQ(u.cached_tokens + u.computed_tokens, u.prompt_tokens);
     EXPECT_EQ(u.document_cached_tokens + u.document_computed_tokens, u.document_tokens);
     chunk_misses += u.chunk_misses;

@@ -156,7 +156,8 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
                 expected->finish_reason == "stop" ? v1::FINISH_REASON_STOP : v1::FINISH_REASON_LENGTH);
       const v1::Usage& u = done.usage();
       EXPECT_EQ(u.prompt_tokens(), static_cast<int>(expected->prompt_token_ids.size()));
-      EXPECT_EQ(u.pool_tokens() + u.host_tokens() + u.disk_tokens() + u.computed_tokens(), u.prompt_tokens());
+      EXPECT_EQ(u.pool_tokens() + u.host_tokens() + u.disk_tokens() + u.remote_tokens() + u.computed_tokens(),
+                u.prompt_tokens());
       EXPECT_EQ(u.document_cached_tokens() + u.document_computed_tokens(), u.document_tokens());
       EXPECT_EQ(u.completion_tokens(), static_cast<int>(reply.tokens.size()));
       EXPECT_LE(done.timings().ttft_ms(), done.timings().total_ms());
@@ -357,21 +358,29 @@ TEST(WorkerServerTest, TwoWorkersSharingACacheServerComputeEachDocumentOnce) {
   }
   std::vector<std::vector<Reply>> replies;
   for (auto& run : runs) replies.push_back(run.get());
-  int computed = 0;
+  int computed = 0, remote = 0;
   for (int w = 0; w < 2; ++w) {
     int doc_tokens = 0, doc_cached = 0;
     for (size_t r = 0; r < requests.size(); ++r) {
       const Reply& reply = replies[w][r];
       ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
       EXPECT_EQ(reply.tokens, replies[0][r].tokens) << "request " << r;  // same KV, same greedy output
-      computed += reply.done.usage().document_computed_tokens();
+      const v1::Usage& u = reply.done.usage();
+      computed += u.document_computed_tokens();
+      remote += u.remote_tokens();
+      EXPECT_EQ(u.host_tokens() + u.disk_tokens(), 0);  // a cache server, not an embedded tier
+      EXPECT_EQ(u.remote_bytes_fetched(), u.kv_bytes_fetched());
+      EXPECT_EQ(u.remote_tokens() > 0, u.remote_bytes_fetched() > 0);
+      EXPECT_EQ(u.chunk_recomputes(), 0);  // --fetch-policy always
       doc_tokens += reply.done.usage().document_tokens();
       doc_cached += reply.done.usage().document_cached_tokens();
     }
     std::cout << "worker " << w << " hit ratio " << static_cast<double>(doc_cached) / doc_tokens << "\n";
   }
-  // Fleet compute 1.0: each distinct document prefilled once across both workers.
+  // Fleet compute 1.0: each distinct document prefilled once across both workers; what one
+  // computed, the other fetched from the cache server.
   EXPECT_EQ(computed, distinct_doc_tokens);
+  EXPECT_GT(remote, 0);
   for (auto& worker : workers) EXPECT_EQ(worker->Stop(SIGTERM), 0);
 }
 

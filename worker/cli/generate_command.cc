@@ -90,10 +90,10 @@ int GenerateCommand(int argc, char** argv) {
   }
   const v1::Usage& u = done.usage();
   std::cerr << absl::StrFormat(
-      "[%s] finish=%s prompt_tokens=%d (pool=%d host=%d disk=%d computed=%d) completion_tokens=%d "
-      "queue=%.1fms ttft=%.1fms total=%.1fms\n",
+      "[%s] finish=%s prompt_tokens=%d (pool=%d host=%d disk=%d remote=%d computed=%d, of which recomputed=%d) "
+      "completion_tokens=%d queue=%.1fms ttft=%.1fms total=%.1fms\n",
       done.mode(), v1::FinishReason_Name(done.finish_reason()), u.prompt_tokens(), u.pool_tokens(), u.host_tokens(),
-      u.disk_tokens(), u.computed_tokens(), u.completion_tokens(), done.timings().queue_ms(), done.timings().ttft_ms(),
+      u.disk_tokens(), u.remote_tokens(), u.computed_tokens(), u.recomputed_tokens(), u.completion_tokens(), done.timings().queue_ms(), done.timings().ttft_ms(),
       done.timings().total_ms());
   return 0;
 }

@@ -92,11 +92,12 @@ void PrintHuman(size_t index, const GenerateRequest& request, const GenerateResu
   const Usage& u = result.usage;
   const double decode_seconds = result.total_seconds - result.ttft_seconds;
   std::cout << absl::StrFormat(
-      "[%d] mode=%s docs=%d prompt_tokens=%d cached=%d (pool=%d host=%d disk=%d) computed=%d chunks(hit=%d miss=%d) "
-      "kv_copied=%dB "
+      "[%d] mode=%s docs=%d prompt_tokens=%d cached=%d (pool=%d host=%d disk=%d remote=%d) computed=%d "
+      "chunks(hit=%d miss=%d recomputed=%d) kv_copied=%dB "
       "ttft=%.2fms decode=%.0f tok/s\n",
       index, AttentionModeName(result.mode), request.docs.size(), u.prompt_tokens, u.cached_tokens, u.pool_tokens,
-      u.host_tokens, u.disk_tokens, u.computed_tokens, u.chunk_hits, u.chunk_misses, u.kv_bytes_copied,
+      u.host_tokens, u.disk_tokens, u.remote_tokens, u.computed_tokens, u.chunk_hits, u.chunk_misses,
+      u.chunk_recomputes, u.kv_bytes_copied,
       result.ttft_seconds * 1e3,
       result.tokens.size() > 1 && decode_seconds > 0 ? (result.tokens.size() - 1) / decode_seconds : 0.0);
   std::cout << "    " << DecodeContinuation(tokenizer, result.prompt_token_ids, result.tokens) << "\n";

@@ -124,6 +124,7 @@ bool ChunkPipeline::ShouldFetch(const TierHit& hit, int num_tokens, bool* explor
       break;
   }
   const auto choice = cost_.Decide(SourceName(hit.source, hit.origin), hit.stored_bytes, num_tokens);
+  // Unmeasured sources get one fetch at a time; the burst behind it computes.
   *explore = choice == FetchCostModel::Choice::kExplore;
   return choice != FetchCostModel::Choice::kRecompute;
 }
@@ -144,7 +145,10 @@ void ChunkPipeline::Resolve(const ChunkRequest& chunk, const std::optional<TierH
   }
   ChunkSource source = hit->source;
   uint64_t bytes = 0;
-  if (std::unique_ptr<StagedChunk> staged = FetchAndStage(chunk, &source, &bytes)) {
+  std::unique_ptr<StagedChunk> staged = FetchAndStage(chunk, &source, &bytes);
+  // The probe is over either way (a chunk may be fetched from elsewhere than its hit said).
+  if (explore) cost_.ProbeDone(SourceName(hit->source, hit->origin));
+  if (staged) {
     ChunkOutcome outcome;
     outcome.key = chunk.key;
     outcome.fetched = true;

@@ -41,15 +41,39 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
   prompt_tokens_pool_ = &prompt.Add({{"source", "gpu"}});
   prompt_tokens_host_ = &prompt.Add({{"source", "host"}});
   prompt_tokens_disk_ = &prompt.Add({{"source", "disk"}});
+  prompt_tokens_remote_ = &prompt.Add({{"source", "remote"}});
   prompt_tokens_computed_ = &prompt.Add({{"source", "computed"}});
   document_tokens_ = Counter("lazykv_worker_document_tokens_total", "Document tokens requested", r);
   document_cached_tokens_ =
       Counter("lazykv_worker_document_cached_tokens_total", "Document tokens whose KV was reused", r);
   chunk_hits_ = Counter("lazykv_worker_chunk_hits_total", "Documents and anchors reused, from any source", r);
-  chunk_misses_ = Counter("lazykv_worker_chunk_misses_total", "Documents and anchors encoded", r);
+  chunk_misses_ = Counter("lazykv_worker_chunk_misses_total", "Documents and anchors encoded, held nowhere", r);
+  chunk_recomputes_ = Counter("lazykv_worker_chunk_recomputes_total",
+                              "Documents and anchors the cache tier held but this worker encoded (recomputing "
+                              "judged faster than fetching, or the fetch failed)",
+                              r);
   kv_bytes_copied_ =
       Counter("lazykv_worker_kv_bytes_copied_total", "KV bytes re-rotated into private copies (the block baseline)", r);
-  kv_bytes_fetched_ = Counter("lazykv_worker_kv_bytes_fetched_total", "Chunk bytes fetched from the cache tier", r);
+  auto& fetched = Family(prometheus::BuildCounter(), "lazykv_worker_kv_bytes_fetched_total",
+                         "Chunk bytes fetched from the cache tier, by source", r);
+  kv_bytes_fetched_host_ = &fetched.Add({{"source", "host"}});
+  kv_bytes_fetched_disk_ = &fetched.Add({{"source", "disk"}});
+  kv_bytes_fetched_remote_ = &fetched.Add({{"source", "remote"}});
+  auto& decisions = Family(prometheus::BuildCounter(), "lazykv_worker_chunk_decisions_total",
+                           "What the chunk pipeline did with a chunk missing from the pool", r);
+  decision_fetch_ = &decisions.Add({{"decision", "fetch"}});
+  decision_miss_ = &decisions.Add({{"decision", "miss"}});
+  decision_chosen_ = &decisions.Add({{"decision", "recompute_chosen"}});
+  decision_failed_ = &decisions.Add({{"decision", "recompute_failed"}});
+  decision_busy_ = &decisions.Add({{"decision", "busy"}});
+  published_ = Counter("lazykv_worker_chunks_published_total", "Computed chunks published to the cache tier", r);
+  publish_failures_ =
+      Counter("lazykv_worker_chunk_publish_failures_total", "Publications the cache tier refused or lost", r);
+  publications_dropped_ = Counter("lazykv_worker_publications_dropped_total",
+                                  "Publications dropped because the publication budget was full (never waited for)", r);
+  lease_waits_ = Counter("lazykv_worker_lease_waits_total", "Chunks waited for while another worker computed them", r);
+  publish_bytes_in_flight_ =
+      Gauge("lazykv_worker_publish_bytes_in_flight", "Captured chunk bytes not yet published (the budget's use)", r);
   auto& blocks = Family(prometheus::BuildGauge(), "lazykv_worker_kv_blocks", "KV pool blocks, by state", r);
   blocks_used_ = &blocks.Add({{"state", "used"}});
   blocks_cached_ = &blocks.Add({{"state", "cached"}});
@@ -67,13 +91,35 @@ void WorkerMetrics::ObserveFinished(const GenerateResult& result) {
   prompt_tokens_pool_->Increment(u.pool_tokens);
   prompt_tokens_host_->Increment(u.host_tokens);
   prompt_tokens_disk_->Increment(u.disk_tokens);
+  prompt_tokens_remote_->Increment(u.remote_tokens);
   prompt_tokens_computed_->Increment(u.computed_tokens);
   document_tokens_->Increment(u.document_tokens);
   document_cached_tokens_->Increment(u.document_cached_tokens);
   chunk_hits_->Increment(u.chunk_hits);
   chunk_misses_->Increment(u.chunk_misses);
+  chunk_recomputes_->Increment(u.chunk_recomputes);
   kv_bytes_copied_->Increment(static_cast<double>(u.kv_bytes_copied));
-  kv_bytes_fetched_->Increment(static_cast<double>(u.kv_bytes_fetched));
+  kv_bytes_fetched_host_->Increment(static_cast<double>(u.host_bytes_fetched));
+  kv_bytes_fetched_disk_->Increment(static_cast<double>(u.disk_bytes_fetched));
+  kv_bytes_fetched_remote_->Increment(static_cast<double>(u.remote_bytes_fetched));
+}
+
+void WorkerMetrics::ObservePipeline(const ChunkPipelineStats& s) {
+  const ChunkPipelineStats& last = last_pipeline_;
+  auto add = [](prometheus::Counter* counter, uint64_t now, uint64_t before) {
+    if (now > before) counter->Increment(static_cast<double>(now - before));
+  };
+  add(decision_fetch_, s.fetched, last.fetched);
+  add(decision_miss_, s.computed_miss, last.computed_miss);
+  add(decision_chosen_, s.computed_chosen, last.computed_chosen);
+  add(decision_failed_, s.computed_failed, last.computed_failed);
+  add(decision_busy_, s.computed_busy, last.computed_busy);
+  add(published_, s.published, last.published);
+  add(publish_failures_, s.publish_failures, last.publish_failures);
+  add(publications_dropped_, s.publications_dropped, last.publications_dropped);
+  add(lease_waits_, s.lease_waits, last.lease_waits);
+  publish_bytes_in_flight_->Set(static_cast<double>(s.publish_bytes_in_flight));
+  last_pipeline_ = s;
 }
 
 void WorkerMetrics::CountRequest(const std::string& outcome) { requests_->Add({{"outcome", outcome}}).Increment(); }

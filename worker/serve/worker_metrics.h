@@ -28,6 +28,9 @@ class WorkerMetrics {
   // outcome: "ok", or a gRPC status code name.
   void CountRequest(const std::string& outcome);
   void SetEngineState(const EngineStats& stats);
+  // The chunk pipeline's counters so far (its decisions, publications, lease waits): the
+  // metrics advance by the difference from the last snapshot. Called by one thread.
+  void ObservePipeline(const ChunkPipelineStats& stats);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -39,13 +42,29 @@ class WorkerMetrics {
   prometheus::Counter* prompt_tokens_pool_;
   prometheus::Counter* prompt_tokens_host_;
   prometheus::Counter* prompt_tokens_disk_;
+  prometheus::Counter* prompt_tokens_remote_;
   prometheus::Counter* prompt_tokens_computed_;
   prometheus::Counter* document_tokens_;
   prometheus::Counter* document_cached_tokens_;
   prometheus::Counter* chunk_hits_;
   prometheus::Counter* chunk_misses_;
+  prometheus::Counter* chunk_recomputes_;
   prometheus::Counter* kv_bytes_copied_;
-  prometheus::Counter* kv_bytes_fetched_;
+  prometheus::Counter* kv_bytes_fetched_host_;
+  prometheus::Counter* kv_bytes_fetched_disk_;
+  prometheus::Counter* kv_bytes_fetched_remote_;
+  // From the chunk pipeline's snapshots.
+  ChunkPipelineStats last_pipeline_;
+  prometheus::Counter* decision_fetch_;
+  prometheus::Counter* decision_miss_;
+  prometheus::Counter* decision_chosen_;
+  prometheus::Counter* decision_failed_;
+  prometheus::Counter* decision_busy_;
+  prometheus::Counter* published_;
+  prometheus::Counter* publish_failures_;
+  prometheus::Counter* publications_dropped_;
+  prometheus::Counter* lease_waits_;
+  prometheus::Gauge* publish_bytes_in_flight_;
   prometheus::Gauge* blocks_used_;
   prometheus::Gauge* blocks_cached_;
   prometheus::Gauge* blocks_free_;

@@ -59,7 +59,14 @@ double DecayingLinearFit::slope() const {
 
 void FetchCostModel::RecordFetch(const std::string& source, uint64_t bytes, double seconds) {
   MutexLock lock(&mu_);
-  sources_.try_emplace(source, options_.decay).first->second.fit.Add(static_cast<double>(bytes), seconds);
+  Source& s = sources_.try_emplace(source, options_.decay).first->second;
+  s.fit.Add(static_cast<double>(bytes), seconds);
+  s.probing = false;
+}
+
+void FetchCostModel::ProbeDone(const std::string& source) {
+  MutexLock lock(&mu_);
+  if (auto it = sources_.find(source); it != sources_.end()) it->second.probing = false;
 }
 
 void FetchCostModel::RecordStep(int prefill_tokens, double seconds) {
@@ -81,13 +88,21 @@ std::optional<double> FetchCostModel::ComputeSeconds(int tokens) const {
 }
 
 FetchCostModel::Choice FetchCostModel::Decide(const std::string& source, uint64_t bytes, int tokens) {
-  const std::optional<double> fetch = FetchSeconds(source, bytes);
   const std::optional<double> compute = ComputeSeconds(tokens);
-  // Unmeasured either way: fetch, which measures the source (the step rate comes anyway).
-  if (!fetch || !compute || *compute <= 0 || *fetch < *compute) return Choice::kFetch;
   MutexLock lock(&mu_);
   Source& s = sources_.try_emplace(source, options_.decay).first->second;
-  if (options_.explore_every > 0 && ++s.recomputes % options_.explore_every == 0) return Choice::kExplore;
+  if (s.fit.samples() == 0) {  // unmeasured: one probe at a time
+    if (s.probing) return Choice::kRecompute;
+    s.probing = true;
+    return Choice::kExplore;
+  }
+  const double fetch = *s.fit.Predict(static_cast<double>(bytes));
+  // The step rate is measured from the first forward pass on; before it, trust the source.
+  if (!compute || *compute <= 0 || fetch < *compute) return Choice::kFetch;
+  if (options_.explore_every > 0 && ++s.recomputes % options_.explore_every == 0 && !s.probing) {
+    s.probing = true;
+    return Choice::kExplore;
+  }
   return Choice::kRecompute;
 }
 

@@ -60,11 +60,16 @@ class FetchCostModel {
   std::optional<double> ComputeSeconds(int tokens) const ABSL_LOCKS_EXCLUDED(mu_);
 
   enum class Choice {
-    kFetch,      // expected sooner than recomputing (or not measured yet: fetching measures it)
-    kRecompute,  // recomputing is expected sooner
-    kExplore,    // recomputing is expected sooner, but this fetch refreshes the estimate
+    kFetch,      // expected sooner than recomputing
+    kRecompute,  // recomputing is expected sooner, or the source is being measured by another fetch
+    kExplore,    // a fetch that measures the source: unmeasured, or one in explore_every recompute choices
   };
+  // An unmeasured source gets one fetch at a time (a probe), so a burst of requests does
+  // not send every chunk to a source that may be far slower than computing; the others
+  // are recomputed until the probe reports. After kExplore, call ProbeDone for the
+  // source once the fetch is over (RecordFetch of the same source also ends it).
   Choice Decide(const std::string& source, uint64_t bytes, int tokens) ABSL_LOCKS_EXCLUDED(mu_);
+  void ProbeDone(const std::string& source) ABSL_LOCKS_EXCLUDED(mu_);
 
   struct SourceEstimate {
     std::string source;
@@ -81,6 +86,7 @@ class FetchCostModel {
     explicit Source(double decay) : fit(decay) {}
     DecayingLinearFit fit;
     uint64_t recomputes = 0;
+    bool probing = false;  // a measuring fetch is under way
   };
   const FetchCostOptions options_;
   mutable Mutex mu_;

@@ -294,7 +294,12 @@ void Engine::PublishChunk(const Hash128& key, std::span<const KvBlockRef> blocks
   // Enqueued only: the blocks may be reused at once, and the bytes leave on the pipeline.
   auto captured = backend_->CaptureChunk(blocks);
   if (!captured.ok()) {
-    spdlog::warn("cannot capture chunk {} for publication: {}", key.ToHex(), captured.status().ToString());
+    // Staging full is backpressure (counted as a drop), not a fault.
+    if (captured.status().code() == absl::StatusCode::kResourceExhausted) {
+      spdlog::debug("cannot capture chunk {} for publication: {}", key.ToHex(), captured.status().ToString());
+    } else {
+      spdlog::warn("cannot capture chunk {} for publication: {}", key.ToHex(), captured.status().ToString());
+    }
     pipeline_->CancelPublish(key, layout.payload_bytes(), lease_id);
     return;
   }

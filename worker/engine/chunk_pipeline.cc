@@ -33,6 +33,17 @@ MutablePieces Tail(const MutablePieces& pieces, uint64_t offset) {
   return out;
 }
 
+ChunkOutcome FetchedOutcome(const Hash128& key, std::unique_ptr<StagedChunk> staged, ChunkSource source,
+                            uint64_t stored_bytes) {
+  ChunkOutcome outcome;
+  outcome.key = key;
+  outcome.fetched = true;
+  outcome.staged = std::move(staged);
+  outcome.source = source;
+  outcome.stored_bytes = stored_bytes;
+  return outcome;
+}
+
 // Lease waits are cut into slices so that a stopping pipeline is not held for long.
 constexpr std::chrono::milliseconds kLeaseWaitSlice{1000};
 
@@ -149,13 +160,7 @@ void ChunkPipeline::Resolve(const ChunkRequest& chunk, const std::optional<TierH
   // The probe is over either way (a chunk may be fetched from elsewhere than its hit said).
   if (explore) cost_.ProbeDone(SourceName(hit->source, hit->origin));
   if (staged) {
-    ChunkOutcome outcome;
-    outcome.key = chunk.key;
-    outcome.fetched = true;
-    outcome.staged = std::move(staged);
-    outcome.source = source;
-    outcome.stored_bytes = bytes;
-    Deliver(std::move(outcome));
+    Deliver(FetchedOutcome(chunk.key, std::move(staged), source, bytes));
     return;
   }
   LeaseOrWait(chunk, ComputeReason::kFailed);
@@ -221,13 +226,7 @@ void ChunkPipeline::LeaseOrWait(const ChunkRequest& chunk, ComputeReason reason)
         uint64_t bytes = 0;
         if (reason == ComputeReason::kMiss) {
           if (std::unique_ptr<StagedChunk> staged = FetchAndStage(chunk, &source, &bytes)) {
-            ChunkOutcome fetched;
-            fetched.key = chunk.key;
-            fetched.fetched = true;
-            fetched.staged = std::move(staged);
-            fetched.source = source;
-            fetched.stored_bytes = bytes;
-            Deliver(std::move(fetched));
+            Deliver(FetchedOutcome(chunk.key, std::move(staged), source, bytes));
             return;
           }
           outcome.reason = ComputeReason::kFailed;

@@ -25,6 +25,13 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
   RETURN_IF_ERROR(Cuda(cudaGetDevice(&device_), "device"));
   streams_ = std::make_shared<StreamPool>(device_);
+  // Transfer staging comes from the stream-ordered allocator; by default it hands freed
+  // memory back to the driver at every synchronize, so each 64 MiB chunk would map fresh
+  // pages. Keep up to the staging budget pooled.
+  cudaMemPool_t mem_pool = nullptr;
+  RETURN_IF_ERROR(Cuda(cudaDeviceGetDefaultMemPool(&mem_pool, device_), "memory pool"));
+  uint64_t keep = budget_->limit();
+  RETURN_IF_ERROR(Cuda(cudaMemPoolSetAttribute(mem_pool, cudaMemPoolAttrReleaseThreshold, &keep), "memory pool"));
   ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create(stream_));
   const size_t pool_bytes = LayerPoolBytes() * c_.n_layers;
   RETURN_IF_ERROR(Cuda(cudaMalloc(&k_pool_, pool_bytes), "KV pool (K)"));

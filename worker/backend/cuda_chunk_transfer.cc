@@ -231,10 +231,18 @@ uint64_t TransferBudget::used() const {
 absl::Status CudaBackend::EnqueueTransfer(const ChunkLayout& layout, std::span<const KvBlockRef> blocks, void* payload,
                                           int32_t* meta, bool to_pool) {
   const std::vector<int32_t> host_meta = TransferMeta(blocks);
-  // From pageable memory: copied out of host_meta before the call returns.
-  RETURN_IF_ERROR(
-      Cuda(cudaMemcpyAsync(meta, host_meta.data(), host_meta.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-           "transfer metadata"));
+  // From pageable memory, read during the call (no wait for the work queued on stream_,
+  // which a plain cudaMemcpyAsync from pageable memory may do).
+  void* dst = meta;
+  const void* src = host_meta.data();
+  size_t bytes = host_meta.size() * sizeof(int32_t);
+  cudaMemcpyAttributes attributes{};
+  attributes.srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
+  size_t attribute_index = 0;
+  if (cudaMemcpyBatchAsync(&dst, &src, &bytes, 1, &attributes, &attribute_index, 1, stream_) != cudaSuccess) {
+    cudaGetLastError();  // not supported here
+    RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(meta, src, bytes, cudaMemcpyHostToDevice, stream_), "transfer metadata"));
+  }
   cuda::KvTransferParams p;
   p.payload = payload;
   p.kv = LayerKv(0);  // all layers, from layer 0 on

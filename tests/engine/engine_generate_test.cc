@@ -45,7 +45,9 @@ TEST(SamplingTest, SeededSamplingIsReproducibleAndSeedsDiffer) {
   auto engine = MakeEngine(weights, AttentionMode::kLazy);
   GenerateRequest request;
   request.prompt = {5, 6, 7};
-  request.sampling = SamplingParams{.max_tokens = 24, .temperature = 1.5f, .top_p = 0.95f, .seed = 42};
+  // No nucleus cut: with random weights one token can hold over 95% of the mass at every
+  // step, and then every seed would pick the same tokens (a rare flake seen once).
+  request.sampling = SamplingParams{.max_tokens = 24, .temperature = 1.5f, .top_p = 1.0f, .seed = 42};
   auto a = engine->Generate(request);
   auto b = engine->Generate(request);
   ASSERT_TRUE(a.ok() && b.ok());

@@ -45,5 +45,5 @@ u = s.get("usage", {})
 print(f'{sys.argv[3]:8s} {sys.argv[2]:4s}: TTFT p50 {s["ttft_ms"]["p50"]:8.2f} ms  p90 {s["ttft_ms"]["p90"]:8.2f} ms  '
       f'{s["request_throughput"]:6.2f} req/s  usage {json.dumps(u)}')
 PY
-  grep -h "chunks fetched\|cache tier:" "$out/$run"/worker-lazy.log | tail -2 || true
+  grep -h "chunk pipeline:\|fetch cost" "$out/$run"/worker-lazy.log || true
 done

@@ -118,10 +118,7 @@ absl::StatusOr<std::vector<Hash128>> DiskTier::Put(const Hash128& key, const std
   rocksdb::WriteBatch batch;
   uint64_t seq = 0;
   auto unindex = [&](const Hash128& victim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = index_.find(victim);
-    used_ -= it->second.size;
-    lru_.erase(it->second.pos);
-    index_.erase(it);
+    UnindexLocked(victim);
     (void)batch.Delete(RecordKey('v', victim));
     (void)batch.Delete(RecordKey('m', victim));
   };
@@ -149,12 +146,8 @@ absl::StatusOr<std::vector<Hash128>> DiskTier::Put(const Hash128& key, const std
   if (status.ok()) status = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
   MutexLock lock(&mu_);
   reserved_ -= size;
-  if (!status.ok()) return status;  // the victims' records stay on disk, unindexed, until the next start
-  if (auto it = index_.find(key); it != index_.end()) {  // a concurrent Put of the same key won
-    used_ -= it->second.size;
-    lru_.erase(it->second.pos);
-    index_.erase(it);
-  }
+  if (!status.ok()) return status;               // the victims' records stay on disk, unindexed, until the next start
+  if (index_.contains(key)) UnindexLocked(key);  // a concurrent Put of the same key won
   lru_.push_front(key);
   index_[key] = Entry{size, lru_.begin()};
   used_ += size;
@@ -203,15 +196,19 @@ bool DiskTier::Delete(const Hash128& key) {
   return DeleteLocked(key).ok();
 }
 
-absl::Status DiskTier::DeleteLocked(const Hash128& key) {
+void DiskTier::UnindexLocked(const Hash128& key) {
   auto it = index_.find(key);
+  used_ -= it->second.size;
+  lru_.erase(it->second.pos);
+  index_.erase(it);
+}
+
+absl::Status DiskTier::DeleteLocked(const Hash128& key) {
   rocksdb::WriteBatch batch;
   RETURN_IF_ERROR(FromRocks(batch.Delete(RecordKey('v', key)), "batch"));
   RETURN_IF_ERROR(FromRocks(batch.Delete(RecordKey('m', key)), "batch"));
   RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "delete"));
-  used_ -= it->second.size;
-  lru_.erase(it->second.pos);
-  index_.erase(it);
+  UnindexLocked(key);
   return absl::OkStatus();
 }
 

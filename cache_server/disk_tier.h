@@ -59,6 +59,8 @@ class DiskTier {
   DiskTier(std::unique_ptr<rocksdb::DB> db, uint64_t capacity);
   absl::Status LoadIndex() ABSL_LOCKS_EXCLUDED(mu_);  // at Open, before the tier is shared
   absl::Status DeleteLocked(const Hash128& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops an indexed key from the index and the byte count (its records stay).
+  void UnindexLocked(const Hash128& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::unique_ptr<rocksdb::DB> db_;
   const uint64_t capacity_;

@@ -97,8 +97,7 @@ void PrintHuman(size_t index, const GenerateRequest& request, const GenerateResu
       "ttft=%.2fms decode=%.0f tok/s\n",
       index, AttentionModeName(result.mode), request.docs.size(), u.prompt_tokens, u.cached_tokens, u.pool_tokens,
       u.host_tokens, u.disk_tokens, u.remote_tokens, u.computed_tokens, u.chunk_hits, u.chunk_misses,
-      u.chunk_recomputes, u.kv_bytes_copied,
-      result.ttft_seconds * 1e3,
+      u.chunk_recomputes, u.kv_bytes_copied, result.ttft_seconds * 1e3,
       result.tokens.size() > 1 && decode_seconds > 0 ? (result.tokens.size() - 1) / decode_seconds : 0.0);
   std::cout << "    " << DecodeContinuation(tokenizer, result.prompt_token_ids, result.tokens) << "\n";
 }
@@ -138,12 +137,7 @@ int RunCommand(int argc, char** argv) {
   // Pending publications reach the cache tier before the process ends.
   if (ChunkPipeline* pipeline = loaded->engine->pipeline()) {
     pipeline->Flush();
-    const ChunkPipelineStats stats = pipeline->stats();
-    spdlog::info(
-        "cache tier: {} chunks fetched, {} computed ({} misses, {} by choice), {} published ({} failed), {} lease "
-        "waits",
-        stats.fetched, stats.computed_miss + stats.computed_chosen + stats.computed_failed + stats.computed_busy,
-        stats.computed_miss, stats.computed_chosen, stats.published, stats.publish_failures, stats.lease_waits);
+    spdlog::info("chunk pipeline: {}", FormatPipelineStats(pipeline->stats()));
   }
   return 0;
 }

@@ -69,9 +69,13 @@ const char* FetchPolicyName(FetchPolicy policy) {
   return "?";
 }
 
-struct ChunkPipeline::Lookup {
-  std::vector<ChunkRequest> chunks;
-};
+std::string FormatPipelineStats(const ChunkPipelineStats& s) {
+  return absl::StrFormat(
+      "%d requested; %d fetched (%d bytes, %d failed); computed: %d misses, %d by choice, %d after a failed fetch, "
+      "%d busy; %d published (%d failed, %d dropped); %d lease waits",
+      s.requested, s.fetched, s.fetched_bytes, s.fetch_failures, s.computed_miss, s.computed_chosen, s.computed_failed,
+      s.computed_busy, s.published, s.publish_failures, s.publications_dropped, s.lease_waits);
+}
 
 ChunkPipeline::ChunkPipeline(std::shared_ptr<ChunkTier> tier, Backend* backend, Hash128 fingerprint, KvDtype kv_dtype,
                              ChunkPipelineOptions options)
@@ -97,10 +101,10 @@ void ChunkPipeline::Request(std::vector<ChunkRequest> chunks) {
     MutexLock lock(&mu_);
     stats_.requested += chunks.size();
   }
-  auto lookup = std::make_shared<Lookup>();
-  lookup->chunks = std::move(chunks);
-  if (!workers_.TrySubmit([this, lookup] { RunLookup(lookup); })) {
-    for (const ChunkRequest& chunk : lookup->chunks) {
+  // Shared, not moved into the task: a refused task is dropped, and its chunks still need outcomes.
+  auto shared = std::make_shared<const std::vector<ChunkRequest>>(std::move(chunks));
+  if (!workers_.TrySubmit([this, shared] { RunLookup(*shared); })) {
+    for (const ChunkRequest& chunk : *shared) {
       ChunkOutcome outcome;
       outcome.key = chunk.key;
       outcome.reason = ComputeReason::kBusy;
@@ -109,17 +113,17 @@ void ChunkPipeline::Request(std::vector<ChunkRequest> chunks) {
   }
 }
 
-void ChunkPipeline::RunLookup(std::shared_ptr<Lookup> lookup) {
+void ChunkPipeline::RunLookup(const std::vector<ChunkRequest>& chunks) {
   std::vector<Hash128> keys;
-  for (const ChunkRequest& chunk : lookup->chunks) keys.push_back(chunk.key);
+  for (const ChunkRequest& chunk : chunks) keys.push_back(chunk.key);
   std::vector<std::optional<TierHit>> hits = tier_->Lookup(keys);
   hits.resize(keys.size());
   // Each chunk goes on by itself (fetches of one request in parallel); on a full queue the
   // rest run here, on this pool thread.
-  for (size_t i = 0; i < lookup->chunks.size(); ++i) {
-    const ChunkRequest chunk = lookup->chunks[i];
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ChunkRequest chunk = chunks[i];
     std::optional<TierHit> hit = std::move(hits[i]);
-    const bool last = i + 1 == lookup->chunks.size();
+    const bool last = i + 1 == chunks.size();
     if (last || !workers_.TrySubmit([this, chunk, hit] { Resolve(chunk, hit); })) Resolve(chunk, hit);
   }
 }

@@ -83,6 +83,9 @@ struct ChunkPipelineStats {
   uint64_t publish_bytes_in_flight = 0;
 };
 
+// One line for logs: what was requested, fetched, computed (and why), published.
+std::string FormatPipelineStats(const ChunkPipelineStats& stats);
+
 // Thread-safety: Request, Poll, Publish, ReleaseLease, RecordPrefill and the accessors
 // are called by the engine's scheduling thread and never block on the tier; Flush and
 // WaitForOutcome block by design. Internally the work runs on the pipeline's threads;
@@ -127,11 +130,9 @@ class ChunkPipeline {
   ChunkPipelineStats stats() const;
   FetchCostModel& cost_model() { return cost_; }
   ChunkTier& tier() { return *tier_; }
-  const ChunkPipelineOptions& options() const { return options_; }
 
  private:
-  struct Lookup;
-  void RunLookup(std::shared_ptr<Lookup> lookup) ABSL_LOCKS_EXCLUDED(mu_);
+  void RunLookup(const std::vector<ChunkRequest>& chunks) ABSL_LOCKS_EXCLUDED(mu_);
   void Resolve(const ChunkRequest& chunk, const std::optional<TierHit>& hit) ABSL_LOCKS_EXCLUDED(mu_);
   // Fetches, checks and stages a chunk; null when any step fails.
   std::unique_ptr<StagedChunk> FetchAndStage(const ChunkRequest& chunk, ChunkSource* source, uint64_t* bytes)

@@ -67,12 +67,7 @@ void LogStepProfile(const Engine& engine) {
       t.publish_seconds);
   ChunkPipeline* pipeline = engine.pipeline();
   if (pipeline == nullptr) return;
-  const ChunkPipelineStats s = pipeline->stats();
-  spdlog::info(
-      "chunk pipeline: {} requested; {} fetched ({} bytes, {} failed); computed: {} misses, {} by choice, {} "
-      "after a failed fetch, {} busy; {} published ({} failed, {} dropped); {} lease waits",
-      s.requested, s.fetched, s.fetched_bytes, s.fetch_failures, s.computed_miss, s.computed_chosen, s.computed_failed,
-      s.computed_busy, s.published, s.publish_failures, s.publications_dropped, s.lease_waits);
+  spdlog::info("chunk pipeline: {}", FormatPipelineStats(pipeline->stats()));
   for (const auto& e : pipeline->cost_model().Sources()) {
     spdlog::info("fetch cost: {}: {:.3f} ms + {:.2f} GB/s over {} fetches", e.source, e.latency_seconds * 1e3,
                  e.bytes_per_second / 1e9, e.samples);

@@ -5,7 +5,8 @@
 //     16-token blocks: 64 MiB) between pool blocks and pinned 256 KiB host pages (as the
 //     embedded tier holds it): import (StageChunk + ImportStaged) against the pinned H2D
 //     cudaMemcpy and export (CaptureChunk + CopyTo) against the pinned D2H cudaMemcpy of the
-//     same bytes in the same run (floor 85% each), the calling thread's share of each, and
+//     same bytes in the same run (floor 85% each; also timed in alternation with the memcpy,
+//     pair by pair, so drift over the run falls on both), the calling thread's share of each, and
 //     from or to a pageable string for information;
 //  3. with --e2e: a Zipf RAG trace (bench/rag_trace.h) through a fresh engine per mode over
 //     the one backend, one request at a time, TTFT and throughput per mode;
@@ -54,6 +55,35 @@ double MedianSeconds(Fn&& fn, int reps) {
   }
   std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
   return t[reps / 2];
+}
+
+// A candidate against its baseline, timed in alternation (baseline, candidate, baseline, ...)
+// after 3 warm-ups of each, so that drift of the PCIe link or the clocks over the run falls
+// on both alike: the medians of each and the median of the per-pair ratios.
+struct Paired {
+  double baseline_s, candidate_s, ratio;  // ratio: baseline time / candidate time
+};
+template <typename Base, typename Candidate>
+Paired PairedMedians(Base&& base, Candidate&& candidate, int reps) {
+  for (int i = 0; i < 3; ++i) {
+    base();
+    candidate();
+  }
+  std::vector<double> b, c, r;
+  for (int i = 0; i < reps; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    base();
+    b.push_back(Seconds(start));
+    start = std::chrono::steady_clock::now();
+    candidate();
+    c.push_back(Seconds(start));
+    r.push_back(b.back() / c.back());
+  }
+  auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  return Paired{median(b), median(c), median(r)};
 }
 
 double ScatterBench(Backend& backend) {
@@ -110,8 +140,11 @@ double ScatterBench(Backend& backend) {
   }
   const ChunkBytes paged(in_pieces, nullptr);
   double enqueue_import_s = 0;
+  std::vector<double> stage_s;  // StageChunk alone (the H2D copy into device staging)
   auto import_paged = [&] {
+    const auto stage_start = std::chrono::steady_clock::now();
     auto staged = backend.StageChunk(paged);  // a pipeline thread's part
+    stage_s.push_back(Seconds(stage_start));
     if (!staged.ok()) {
       std::fprintf(stderr, "StageChunk: %s\n", staged.status().ToString().c_str());
       std::exit(1);
@@ -126,6 +159,9 @@ double ScatterBench(Backend& backend) {
     CHECK_CUDA(cudaDeviceSynchronize());  // the scatter done
   };
   const double import_s = MedianSeconds(import_paged, 30);
+  std::nth_element(stage_s.begin(), stage_s.begin() + stage_s.size() / 2, stage_s.end());
+  const double stage_median_s = stage_s[stage_s.size() / 2];
+  const Paired import_paired = PairedMedians(h2d, import_paged, 40);
   double enqueue_capture_s = 0;
   auto export_paged = [&] {
     const auto start = std::chrono::steady_clock::now();
@@ -134,6 +170,7 @@ double ScatterBench(Backend& backend) {
     if (!captured.ok() || !(*captured)->CopyTo(out_pieces).ok()) std::exit(1);  // a publisher thread's part
   };
   const double export_s = MedianSeconds(export_paged, 30);
+  const Paired export_paired = PairedMedians(d2h, export_paged, 40);
   bool same = true;
   for (size_t i = 0, at = 0; i < out_pieces.size(); at += out_pieces[i].size(), ++i) {
     same = same && std::memcmp(out_pieces[i].data(), pinned + at, out_pieces[i].size()) == 0;
@@ -177,13 +214,20 @@ double ScatterBench(Backend& backend) {
               gb / d2h2_s);
   std::printf(
       "import: StageChunk from %zu pinned 256 KiB pieces + ImportStaged %8.3f ms %7.2f GB/s = %.1f%% of the best "
-      "pinned H2D memcpy (floor 85%%); ImportStaged on the calling thread at most %.3f ms\n",
-      in_pieces.size(), import_s * 1e3, gb / import_s, 100.0 * memcpy_best / import_s, enqueue_import_s * 1e3);
+      "pinned H2D memcpy (floor 85%%); ImportStaged on the calling thread at most %.3f ms; StageChunk alone "
+      "%.3f ms (%.1f%%)\n",
+      in_pieces.size(), import_s * 1e3, gb / import_s, 100.0 * memcpy_best / import_s, enqueue_import_s * 1e3,
+      stage_median_s * 1e3, 100.0 * memcpy_best / stage_median_s);
   std::printf(
       "export: CaptureChunk + CopyTo into %zu pinned 256 KiB pieces %8.3f ms %7.2f GB/s = %.1f%% of the best "
       "pinned D2H memcpy (floor 85%%); CaptureChunk on the calling thread at most %.3f ms; round trip %s\n",
       out_pieces.size(), export_s * 1e3, gb / export_s, 100.0 * d2h_best / export_s, enqueue_capture_s * 1e3,
       same ? "exact" : "DIFFERS");
+  std::printf(
+      "paired with the memcpy in alternation (40 pairs): import %.3f ms vs H2D %.3f ms, median ratio %.1f%%; "
+      "export %.3f ms vs D2H %.3f ms, median ratio %.1f%% (floor 85%%)\n",
+      import_paired.candidate_s * 1e3, import_paired.baseline_s * 1e3, 100.0 * import_paired.ratio,
+      export_paired.candidate_s * 1e3, export_paired.baseline_s * 1e3, 100.0 * export_paired.ratio);
   std::printf(
       "import from one pageable string %8.3f ms %7.2f GB/s; export to a string %8.3f ms %7.2f GB/s; round trip %s\n",
       pageable_s * 1e3, gb / pageable_s, export_string_s * 1e3, gb / export_string_s,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 
 namespace lazykv::testing {
 
@@ -66,9 +67,36 @@ std::vector<double> Norm(const std::vector<double>& x, const std::vector<float>&
   return y;
 }
 
+// Inverse frequencies written out again here, not taken from the code under test
+// (RopeInverseFrequencies): the plain theta^(-2i/d), and Llama 3.1's scaling as Hugging
+// Face's _compute_llama3_parameters defines it.
+std::vector<double> ReferenceInverseFrequencies(const RopeConfig& rope, int head_dim) {
+  std::vector<double> inv;
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double plain = 1.0 / std::pow(rope.theta, static_cast<double>(2 * i) / head_dim);
+    if (!rope.llama3_scaling) {
+      inv.push_back(plain);
+      continue;
+    }
+    const double wavelen = 2 * M_PI / plain;
+    const double low_freq_wavelen = rope.original_max_position / rope.low_freq_factor;
+    const double high_freq_wavelen = rope.original_max_position / rope.high_freq_factor;
+    if (wavelen < high_freq_wavelen) {
+      inv.push_back(plain);
+    } else if (wavelen > low_freq_wavelen) {
+      inv.push_back(plain / rope.scaling_factor);
+    } else {
+      const double smooth = (rope.original_max_position / wavelen - rope.low_freq_factor) /
+                            (rope.high_freq_factor - rope.low_freq_factor);
+      inv.push_back((1 - smooth) * plain / rope.scaling_factor + smooth * plain);
+    }
+  }
+  return inv;
+}
+
 // RoPE written out from the definition, per variant.
 void Rope(std::vector<double>& v, size_t offset, int head_dim, int64_t position, const RopeConfig& rope) {
-  const std::vector<double> inv = RopeInverseFrequencies(rope, head_dim);
+  const std::vector<double> inv = ReferenceInverseFrequencies(rope, head_dim);
   for (int i = 0; i < head_dim / 2; ++i) {
     const size_t a = rope.style == RopeStyle::kInterleaved ? offset + 2 * i : offset + i;
     const size_t b = rope.style == RopeStyle::kInterleaved ? offset + 2 * i + 1 : offset + i + head_dim / 2;
@@ -82,6 +110,17 @@ void Rope(std::vector<double>& v, size_t offset, int head_dim, int64_t position,
 }  // namespace
 
 std::vector<std::vector<float>> NaiveForward(const ModelWeights& w, const std::vector<int32_t>& tokens) {
+  std::vector<int64_t> positions(tokens.size());
+  std::iota(positions.begin(), positions.end(), 0);
+  return NaiveForwardMasked(
+      w, tokens, positions, [](size_t query, size_t key) { return key <= query; },
+      std::vector<bool>(tokens.size(), true));
+}
+
+std::vector<std::vector<float>> NaiveForwardMasked(const ModelWeights& w, const std::vector<int32_t>& tokens,
+                                                   const std::vector<int64_t>& positions,
+                                                   const std::function<bool(size_t, size_t)>& visible,
+                                                   const std::vector<bool>& want_logits) {
   const ModelConfig& c = w.config;
   const size_t n = tokens.size(), dim = c.dim, hd = c.head_dim;
   std::vector<std::vector<double>> x(n, std::vector<double>(dim));
@@ -95,24 +134,26 @@ std::vector<std::vector<float>> NaiveForward(const ModelWeights& w, const std::v
       q[t] = MatVec(lw.wq, xn, c.q_dim());
       k[t] = MatVec(lw.wk, xn, c.kv_dim());
       v[t] = MatVec(lw.wv, xn, c.kv_dim());
-      for (int h = 0; h < c.n_heads; ++h) Rope(q[t], h * hd, hd, t, c.rope);
-      for (int h = 0; h < c.n_kv_heads; ++h) Rope(k[t], h * hd, hd, t, c.rope);
+      for (int h = 0; h < c.n_heads; ++h) Rope(q[t], h * hd, hd, positions[t], c.rope);
+      for (int h = 0; h < c.n_kv_heads; ++h) Rope(k[t], h * hd, hd, positions[t], c.rope);
     }
     for (size_t t = 0; t < n; ++t) {
       std::vector<double> attn(c.q_dim(), 0.0);
       for (int h = 0; h < c.n_heads; ++h) {
         const size_t kvh = h / (c.n_heads / c.n_kv_heads);
-        std::vector<double> scores(t + 1);
+        std::vector<double> scores(n, -INFINITY);
         double max_score = -INFINITY;
-        for (size_t j = 0; j <= t; ++j) {
+        for (size_t j = 0; j < n; ++j) {
+          if (!visible(t, j)) continue;
           double dot = 0;
           for (size_t d = 0; d < hd; ++d) dot += q[t][h * hd + d] * k[j][kvh * hd + d];
           scores[j] = dot / std::sqrt(static_cast<double>(hd));
           max_score = std::max(max_score, scores[j]);
         }
         double sum = 0;
-        for (double& s : scores) sum += s = std::exp(s - max_score);
-        for (size_t j = 0; j <= t; ++j) {
+        for (double& s : scores) sum += s = std::exp(s - max_score);  // exp(-inf) = 0: masked
+        for (size_t j = 0; j < n; ++j) {
+          if (scores[j] == 0) continue;
           for (size_t d = 0; d < hd; ++d) attn[h * hd + d] += scores[j] / sum * v[j][kvh * hd + d];
         }
       }
@@ -128,6 +169,7 @@ std::vector<std::vector<float>> NaiveForward(const ModelWeights& w, const std::v
   }
   std::vector<std::vector<float>> logits(n);
   for (size_t t = 0; t < n; ++t) {
+    if (!want_logits[t]) continue;
     const auto out = MatVec(w.output_matrix(), Norm(x[t], w.final_norm, c.norm_eps), c.vocab_size);
     logits[t].assign(out.begin(), out.end());
   }

@@ -1,8 +1,10 @@
 // Shared test helpers: where the trained checkpoints live, fresh random seeds, and an
-// independent naive Llama forward pass (dense causal attention, no paging, no lazy RoPE).
+// independent naive Llama forward pass (dense attention with explicit positions and mask,
+// no paging, no lazy RoPE).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +29,15 @@ uint64_t FreshSeed();
 
 // Logits at every position of `tokens`, computed plainly over the whole sequence.
 std::vector<std::vector<float>> NaiveForward(const ModelWeights& w, const std::vector<int32_t>& tokens);
+
+// The same dense forward pass with explicit RoPE positions and an explicit mask: token
+// `query` attends to token `key` iff visible(query, key) (each token must see at least
+// itself). Logits only where want_logits (elsewhere empty). Its RoPE frequencies are
+// computed here, not by the code under test.
+std::vector<std::vector<float>> NaiveForwardMasked(const ModelWeights& w, const std::vector<int32_t>& tokens,
+                                                   const std::vector<int64_t>& positions,
+                                                   const std::function<bool(size_t, size_t)>& visible,
+                                                   const std::vector<bool>& want_logits);
 
 // max |a - b| / max |b|: error relative to the reference's scale.
 double RelativeError(const std::vector<float>& a, const std::vector<float>& reference);

@@ -1,5 +1,8 @@
 #include "worker/engine/engine.h"
 
+#include <string_view>
+#include <unordered_set>
+
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -69,7 +72,16 @@ EngineStats Engine::stats() const {
                      .queued_requests = static_cast<int>(queued_.size()),
                      .running_requests = static_cast<int>(running_.size()),
                      .decoding_requests = decoding,
-                     .reserved_blocks = reserved_blocks_ + shared_reservations_.reserved_blocks()};
+                     .reserved_blocks = reserved_blocks_ + shared_reservations_.reserved_blocks(),
+                     .peak_used_blocks = allocator_.peak_allocated()};
+}
+
+int Engine::CountHeldBlocks() const {
+  std::vector<int> index_references(allocator_.num_blocks(), 0);
+  index_.CountReferences(index_references);
+  int held = 0;
+  for (int b = 0; b < allocator_.num_blocks(); ++b) held += allocator_.refcount(b) > index_references[b];
+  return held;
 }
 
 absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
@@ -111,29 +123,42 @@ int SharedDocumentCount(const GenerateRequest& request) {
 int Engine::WorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const {
   int64_t needed = PrivateWorstCaseBlocks(request, mode);
   const int shared_docs = UsesChunks(mode) ? SharedDocumentCount(request) : -1;
-  if (shared_docs >= 0) {  // the blocks of SharedChunksOf, without hashing the documents
+  if (shared_docs >= 0) {  // the blocks of SharedChunksOf (a repeated document once), without hashing
     const int bs = backend_->block_size();
     needed += CeilDiv(options_.anchor.size(), bs);
-    for (int d = 0; d < shared_docs; ++d) needed += CeilDiv(request.docs[d].size(), bs);
+    std::unordered_set<std::string_view> seen;
+    for (int d = 0; d < shared_docs; ++d) {
+      const std::vector<int32_t>& doc = request.docs[d];
+      const std::string_view bytes(reinterpret_cast<const char*>(doc.data()), doc.size() * sizeof(int32_t));
+      if (seen.insert(bytes).second) needed += CeilDiv(doc.size(), bs);
+    }
   }
   return static_cast<int>(std::min<int64_t>(needed, INT32_MAX));
 }
 
-// Every segment may start a block. In lazy and block modes the shared chunks are counted
-// apart (SharedChunksOf); the block baseline also holds the re-rotated copies it makes.
+// Exactly what the request's own sequence will hold at most: its own tokens plus every
+// token fed back while decoding (the last sampled token is never fed), from a fresh block
+// after any shared chunk. In lazy and block modes the shared chunks are counted apart
+// (SharedChunksOf); the block baseline also holds a re-rotated copy of each document it
+// moves (every shared document but the first, which sits where it was encoded).
 int Engine::PrivateWorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const {
   const int bs = backend_->block_size();
-  int64_t needed;
-  if (!UsesChunks(mode) || SharedDocumentCount(request) < 0) {
-    int64_t total = options_.anchor.size() + request.prompt.size() + request.sampling.max_tokens;
+  const int64_t fed = std::max(request.sampling.max_tokens - 1, 0);
+  const int shared_docs = UsesChunks(mode) ? SharedDocumentCount(request) : -1;
+  if (shared_docs < 0) {  // one sequence from position 0: anchor, documents, prompt
+    int64_t total = options_.anchor.size() + request.prompt.size() + fed;
     for (const auto& doc : request.docs) total += doc.size();
-    needed = CeilDiv(total, bs) + 2 + static_cast<int64_t>(request.docs.size());
-  } else {  // only the request's own tokens (each shared chunk's blocks are whole, counted apart)
-    const size_t own = request.prompt.empty() ? request.docs.back().size() : request.prompt.size();
-    needed = CeilDiv(own + request.sampling.max_tokens, bs) + 2;
+    return static_cast<int>(std::min<int64_t>(CeilDiv(total, bs), INT32_MAX));
   }
+  const size_t own = request.prompt.empty() ? request.docs.back().size() : request.prompt.size();
+  int64_t needed = CeilDiv(own + fed, bs);
   if (mode == AttentionMode::kBlock) {
-    for (const auto& doc : request.docs) needed += CeilDiv(doc.size(), bs);
+    bool first = true;
+    for (int d = 0; d < shared_docs; ++d) {
+      if (request.docs[d].empty()) continue;
+      if (!first) needed += CeilDiv(request.docs[d].size(), bs);
+      first = false;
+    }
   }
   return static_cast<int>(std::min<int64_t>(needed, INT32_MAX));
 }

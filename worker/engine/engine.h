@@ -120,6 +120,7 @@ struct EngineStats {
   int running_requests = 0;   // admitted, not finished
   int decoding_requests = 0;  // of the running, those past prefill: the next step's decode batch
   int reserved_blocks = 0;    // worst-case blocks the running requests may need
+  int peak_used_blocks = 0;   // the most blocks allocated at once since the engine started (held + cached)
 };
 
 // Where the scheduling thread's time went, summed over every Step (a profile of the step
@@ -172,6 +173,10 @@ class Engine {
   ChunkPipeline* pipeline() const { return pipeline_.get(); }
   EngineStats stats() const;
   const StepTimings& step_timings() const { return timings_; }
+  // Blocks that running requests and chunk encodings hold now (referenced by anything but
+  // the cache index, so not evictable): what admission's reservations must cover.
+  // O(pool size): for tests and benchmarks, not for every step.
+  int CountHeldBlocks() const;
   // The KV blocks admission reserves for `request` alone (its worst case, its shared
   // chunks included): what decides how many requests run at once when they share nothing.
   int ReservedBlocks(const GenerateRequest& request) const {

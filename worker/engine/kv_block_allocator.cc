@@ -1,5 +1,6 @@
 #include "worker/engine/kv_block_allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "spdlog/spdlog.h"
@@ -16,6 +17,7 @@ std::optional<int32_t> KvBlockAllocator::Allocate() {
   const int32_t block = free_.back();
   free_.pop_back();
   refcounts_[block] = 1;
+  peak_allocated_ = std::max(peak_allocated_, num_blocks() - num_free());
   return block;
 }
 

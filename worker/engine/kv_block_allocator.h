@@ -26,10 +26,13 @@ class KvBlockAllocator {
   int refcount(int32_t block) const { return refcounts_[block]; }
   int num_free() const { return static_cast<int>(free_.size()); }
   int num_blocks() const { return static_cast<int>(refcounts_.size()); }
+  // The most blocks allocated at once so far.
+  int peak_allocated() const { return peak_allocated_; }
 
  private:
   std::vector<int32_t> refcounts_;
   std::vector<int32_t> free_;  // a stack: recently freed blocks are reused first
+  int peak_allocated_ = 0;
 };
 
 }  // namespace lazykv

@@ -37,6 +37,12 @@ void KvCacheIndex::Release(const CachedKv& entry) {
   num_blocks_ -= entry.blocks.size();
 }
 
+void KvCacheIndex::CountReferences(std::vector<int>& per_block) const {
+  for (const CachedKv& entry : lru_) {
+    for (const KvBlockRef& ref : entry.blocks) ++per_block[ref.block];
+  }
+}
+
 bool KvCacheIndex::EvictUntilFree(int needed) {
   for (auto it = lru_.end(); allocator_->num_free() < needed && it != lru_.begin();) {
     --it;

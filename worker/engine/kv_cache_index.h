@@ -45,6 +45,9 @@ class KvCacheIndex {
   size_t size() const { return entries_.size(); }
   uint64_t evictions() const { return evictions_; }
   size_t num_blocks() const { return num_blocks_; }
+  // Adds the index's own references to per_block[block] (one per entry holding it).
+  // REQUIRES: per_block.size() is the pool's block count.
+  void CountReferences(std::vector<int>& per_block) const;
 
  private:
   bool Evictable(const CachedKv& entry) const;

@@ -101,6 +101,55 @@ class ScriptedBackend : public Backend {
   size_t calls_ = 0;
 };
 
+TEST(SamplingTest, UnseededRequestsGetFreshSeedsThatReplay) {
+  // Without a seed, two sampled requests must not repeat each other (a default seed of 0
+  // made every unseeded request draw the same tokens); the seed drawn is reported, and
+  // sending it back replays the request exactly.
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  auto config = SyntheticConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  const ModelWeights weights = MakeSyntheticWeights(*config, seed);
+  auto engine = MakeEngine(weights, AttentionMode::kLazy);
+  std::mt19937_64 rng(seed);
+  GenerateRequest request;
+  request.prompt = RandomTokens(rng, 5, weights.config.vocab_size);
+  request.sampling = SamplingParams{.max_tokens = 16, .temperature = 2.0f, .top_p = 1.0f, .seed = std::nullopt};
+  auto a = engine->Generate(request);
+  auto b = engine->Generate(request);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  EXPECT_NE(a->seed, b->seed);
+  EXPECT_NE(a->tokens, b->tokens) << "two unseeded sampled requests drew the same 16 tokens";
+  request.sampling.seed = a->seed;
+  auto replay = engine->Generate(request);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->seed, a->seed);
+  EXPECT_EQ(replay->tokens, a->tokens);
+  EXPECT_EQ(replay->logprobs, a->logprobs);
+}
+
+TEST(TimingTest, QueueTtftAndTotalCountFromTheArrivalStamp) {
+  // A server stamps the call's arrival before tokenizing and handing it to the engine
+  // thread: the engine's timings count from there, not from Submit.
+  auto config = SyntheticConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  const ModelWeights weights = MakeSyntheticWeights(*config, 3);
+  auto engine = MakeEngine(weights, AttentionMode::kLazy);
+  GenerateRequest request;
+  request.prompt = {5, 6, 7};
+  request.sampling.max_tokens = 2;
+  auto unstamped = engine->Generate(request);
+  ASSERT_TRUE(unstamped.ok());
+  request.arrival = std::chrono::steady_clock::now() - std::chrono::milliseconds(300);
+  auto stamped = engine->Generate(request);
+  ASSERT_TRUE(stamped.ok());
+  EXPECT_LT(unstamped->queue_seconds, 0.25);
+  EXPECT_GE(stamped->queue_seconds, 0.3);
+  EXPECT_GE(stamped->ttft_seconds, stamped->queue_seconds);
+  EXPECT_GE(stamped->total_seconds, stamped->ttft_seconds);
+  EXPECT_LT(stamped->total_seconds, 0.3 + 30.0);
+}
+
 TEST(SamplingTest, StopsAtEosOrMaxTokensAndReportsWhich) {
   const ModelConfig config = *SyntheticConfig("tiny");
   const int32_t eos = config.eos_id;

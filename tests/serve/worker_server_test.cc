@@ -114,7 +114,7 @@ const std::vector<std::string> kDocs = {
 };
 
 TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
-  if (ModelsDir().empty()) GTEST_SKIP() << "no ../shared/models";
+  if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no stories260K in ../shared/models";
   const std::string dir = TempDir("worker_stream");
   auto worker = StartWorker(dir, StoriesFlags(dir));
   auto stub = Stub(worker->address());
@@ -205,7 +205,7 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
 }
 
 TEST(WorkerServerTest, BadInputGetsInvalidArgumentNamingTheFieldAndTheWorkerGoesOn) {
-  if (ModelsDir().empty()) GTEST_SKIP() << "no ../shared/models";
+  if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no stories260K in ../shared/models";
   const std::string dir = TempDir("worker_bad");
   std::vector<std::string> flags = StoriesFlags(dir);
   flags.insert(flags.end(), {"--kv-pool", "256KiB"});  // 12 blocks of 16 tokens
@@ -307,7 +307,7 @@ TEST(WorkerServerTest, AdmissionQueuesForPoolRoomAndRefusesPastTheBound) {
 }
 
 TEST(WorkerServerTest, TwoWorkersSharingACacheServerComputeEachDocumentOnce) {
-  if (ModelsDir().empty()) GTEST_SKIP() << "no ../shared/models";
+  if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no stories260K in ../shared/models";
   const std::string dir = TempDir("worker_fleet");
   auto cache = StartCacheServer(dir);
   ASSERT_TRUE(cache->started());

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "absl/status/status.h"
@@ -12,7 +13,9 @@ struct SamplingParams {
   int max_tokens = 64;
   float temperature = 0.0f;  // 0: greedy
   float top_p = 1.0f;
-  uint64_t seed = 0;
+  // Absent: the engine draws a fresh seed per request (and reports it, so that the request
+  // can be replayed); two unseeded sampled requests do not repeat each other.
+  std::optional<uint64_t> seed;
 
   absl::Status Validate() const;
 };

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "common/flag_parser.h"
@@ -18,7 +19,7 @@ constexpr char kUsage[] = R"(usage: lazykv generate --server HOST:PORT [--doc TE
   --max-tokens N         tokens to generate (default: the worker's)
   --temperature T        0 is greedy (default 0)
   --top-p P              nucleus sampling mass (default 1)
-  --seed S               sampling seed (default 0)
+  --seed S               sampling seed (default: the worker draws one, printed)
   --stop TEXT            stop before this text (repeatable)
   --mode MODE            override the worker's attention mode (benchmarks)
   --deadline-ms N        give up after N ms (default 60000)
@@ -33,7 +34,7 @@ int GenerateCommand(int argc, char** argv) {
   int deadline_ms = 60000;
   int max_tokens = 0;
   float temperature = 0, top_p = 0;
-  uint64_t seed = 0;
+  std::optional<uint64_t> seed;
   std::string prompt, mode;
   FlagParser parser(kUsage);
   parser.AddString("--server", &server);
@@ -45,7 +46,12 @@ int GenerateCommand(int argc, char** argv) {
   parser.AddInt("--max-tokens", &max_tokens);
   parser.AddFloat("--temperature", &temperature);
   parser.AddFloat("--top-p", &top_p);
-  parser.AddUint64("--seed", &seed);
+  parser.Add("--seed", [&](const std::string& v) {
+    uint64_t value = 0;
+    if (!absl::SimpleAtoi(v, &value)) return absl::InvalidArgumentError(absl::StrCat("--seed: not a number: ", v));
+    seed = value;
+    return absl::OkStatus();
+  });
   parser.Add("--stop", [&](const std::string& v) {
     request.mutable_sampling()->add_stop(v);
     return absl::OkStatus();
@@ -64,7 +70,7 @@ int GenerateCommand(int argc, char** argv) {
   request.mutable_sampling()->set_max_tokens(max_tokens);
   request.mutable_sampling()->set_temperature(temperature);
   request.mutable_sampling()->set_top_p(top_p);
-  request.mutable_sampling()->set_seed(seed);
+  if (seed) request.mutable_sampling()->set_seed(*seed);
   request.set_mode(mode);
 
   auto stub = v1::Generation::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
@@ -91,10 +97,10 @@ int GenerateCommand(int argc, char** argv) {
   const v1::Usage& u = done.usage();
   std::cerr << absl::StrFormat(
       "[%s] finish=%s prompt_tokens=%d (pool=%d host=%d disk=%d remote=%d computed=%d, of which recomputed=%d) "
-      "completion_tokens=%d queue=%.1fms ttft=%.1fms total=%.1fms\n",
+      "completion_tokens=%d seed=%d queue=%.1fms ttft=%.1fms total=%.1fms\n",
       done.mode(), v1::FinishReason_Name(done.finish_reason()), u.prompt_tokens(), u.pool_tokens(), u.host_tokens(),
-      u.disk_tokens(), u.remote_tokens(), u.computed_tokens(), u.recomputed_tokens(), u.completion_tokens(), done.timings().queue_ms(), done.timings().ttft_ms(),
-      done.timings().total_ms());
+      u.disk_tokens(), u.remote_tokens(), u.computed_tokens(), u.recomputed_tokens(), u.completion_tokens(),
+      done.seed(), done.timings().queue_ms(), done.timings().ttft_ms(), done.timings().total_ms());
   return 0;
 }
 

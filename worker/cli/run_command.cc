@@ -25,7 +25,7 @@ constexpr char kUsage[] = R"(usage: lazykv run --model PATH|synthetic:NAME [opti
   --max-tokens N         tokens to generate (default 64)
   --temperature T        0 is greedy (default 0)
   --top-p P              nucleus sampling mass (default 1)
-  --seed S               sampling seed (default 0)
+  --seed S               sampling seed (default: a fresh one per request, printed)
   --json                 one JSON object per request on stdout
 )";
 
@@ -50,7 +50,12 @@ absl::Status ParseFlags(int argc, char** argv, RunFlags& flags) {
   parser.AddInt("--max-tokens", &flags.defaults.sampling.max_tokens);
   parser.AddFloat("--temperature", &flags.defaults.sampling.temperature);
   parser.AddFloat("--top-p", &flags.defaults.sampling.top_p);
-  parser.AddUint64("--seed", &flags.defaults.sampling.seed);
+  parser.Add("--seed", [&](const std::string& v) {
+    uint64_t seed = 0;
+    if (!absl::SimpleAtoi(v, &seed)) return absl::InvalidArgumentError(absl::StrCat("--seed: not a number: ", v));
+    flags.defaults.sampling.seed = seed;
+    return absl::OkStatus();
+  });
   parser.AddSwitch("--json", &flags.json);
   RETURN_IF_ERROR(parser.Parse(argc, argv));
   if (absl::Status s = FinishModelSetupFlags(flags.model, absl::StrFormat("lazykv-run-%d", getpid())); !s.ok()) {
@@ -99,6 +104,7 @@ void PrintHuman(size_t index, const GenerateRequest& request, const GenerateResu
       u.host_tokens, u.disk_tokens, u.remote_tokens, u.computed_tokens, u.chunk_hits, u.chunk_misses,
       u.chunk_recomputes, u.kv_bytes_copied, result.ttft_seconds * 1e3,
       result.tokens.size() > 1 && decode_seconds > 0 ? (result.tokens.size() - 1) / decode_seconds : 0.0);
+  if (request.sampling.temperature > 0) std::cout << absl::StrFormat("    sampled with seed %d\n", result.seed);
   std::cout << "    " << DecodeContinuation(tokenizer, result.prompt_token_ids, result.tokens) << "\n";
 }
 

@@ -202,7 +202,7 @@ absl::StatusOr<RequestId> Engine::Submit(GenerateRequest input) {
   RETURN_IF_ERROR(ValidateRequest(input));
   auto request = std::make_unique<Request>(&allocator_);
   request->id = next_id_++;
-  request->submitted = SteadyClock::now();
+  request->arrived = input.arrival.value_or(SteadyClock::now());
   request->result.mode = input.mode.value_or(options_.mode);
   request->reserved_blocks = PrivateWorstCaseBlocks(input, request->result.mode);
   request->shared_chunks = SharedChunksOf(input, request->result.mode);
@@ -252,7 +252,7 @@ void Engine::Admit() {
     queued_.pop_front();
     reserved_blocks_ += request->reserved_blocks;
     shared_reservations_.Add(request->shared_chunks);
-    request->result.queue_seconds = SecondsBetween(request->submitted, SteadyClock::now());
+    request->result.queue_seconds = SecondsBetween(request->arrived, SteadyClock::now());
     Request& r = *request;
     running_.emplace(r.id, std::move(request));
     StartRequest(r);
@@ -270,7 +270,8 @@ void Engine::StartRequest(Request& r) {
   }
   all.insert(all.end(), in.prompt.begin(), in.prompt.end());
   r.result.usage.prompt_tokens = static_cast<int>(all.size());
-  r.rng.emplace(in.sampling.seed);
+  r.result.seed = in.sampling.seed ? *in.sampling.seed : fresh_seeds_();
+  r.rng.emplace(r.result.seed);
   r.phase = Request::Phase::kPrefill;
   switch (r.result.mode) {
     case AttentionMode::kNone:
@@ -303,7 +304,7 @@ void Engine::Release(Request& r) {
 }
 
 void Engine::Finish(Request& r, std::vector<EngineEvent>* events) {
-  r.result.total_seconds = SecondsBetween(r.submitted, SteadyClock::now());
+  r.result.total_seconds = SecondsBetween(r.arrived, SteadyClock::now());
   if (r.result.tokens.empty() && r.result.finish_reason == "length") r.result.ttft_seconds = r.result.total_seconds;
   Release(r);
   events->push_back(EngineEvent{.id = r.id,

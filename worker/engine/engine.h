@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -53,6 +54,10 @@ struct GenerateRequest {
   SamplingParams sampling;
   std::optional<AttentionMode> mode;  // overrides EngineOptions::mode
   bool record_logits = false;         // keep each decoding step's logits (tests)
+  // When the request arrived (a server stamps the call's arrival, before tokenizing and
+  // queueing for the engine thread): queue time, TTFT and total time count from here.
+  // Absent: from Submit.
+  std::optional<std::chrono::steady_clock::time_point> arrival;
 };
 
 struct Usage {
@@ -87,9 +92,10 @@ struct GenerateResult {
   std::string finish_reason;  // "stop" (EOS) or "length" (max_tokens)
   Usage usage;
   std::vector<std::vector<float>> step_logits;  // when record_logits
-  double queue_seconds = 0;                     // submission to admission (KV blocks reserved)
-  double ttft_seconds = 0;                      // submission to the first sampled token
-  double total_seconds = 0;                     // submission to the end of decoding
+  uint64_t seed = 0;                            // the sampling seed used (drawn when the request gave none)
+  double queue_seconds = 0;                     // arrival to admission (KV blocks reserved)
+  double ttft_seconds = 0;                      // arrival to the first sampled token
+  double total_seconds = 0;                     // arrival to the end of decoding
 };
 
 // What one scheduling step did to a request.
@@ -252,6 +258,7 @@ class Engine {
   int reserved_blocks_ = 0;  // running requests' private worst cases
   StepTimings timings_;
   SharedChunkReservations shared_reservations_;
+  std::mt19937_64 fresh_seeds_{std::random_device{}()};  // seeds for requests that give none
   // Last: destroyed first, while the backend its threads use still lives.
   std::unique_ptr<ChunkPipeline> pipeline_;
 };

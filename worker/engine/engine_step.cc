@@ -203,7 +203,7 @@ void Engine::SampleNext(Request& r, const SampledToken& next, std::span<const fl
   GenerateResult& result = r.result;
   if (r.input.record_logits) result.step_logits.emplace_back(logits.begin(), logits.end());
   if (result.tokens.empty() && result.ttft_seconds == 0) {
-    result.ttft_seconds = SecondsBetween(r.submitted, SteadyClock::now());
+    result.ttft_seconds = SecondsBetween(r.arrived, SteadyClock::now());
   }
   if (next.id == config().eos_id) {
     result.finish_reason = "stop";

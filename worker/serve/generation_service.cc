@@ -108,6 +108,7 @@ void FillDone(const GenerateResult& result, const std::string& request_id, int s
   usage->set_host_bytes_fetched(u.host_bytes_fetched);
   usage->set_disk_bytes_fetched(u.disk_bytes_fetched);
   usage->set_remote_bytes_fetched(u.remote_bytes_fetched);
+  done->set_seed(result.seed);
   v1::Timings* timings = done->mutable_timings();
   timings->set_queue_ms(result.queue_seconds * 1e3);
   timings->set_ttft_ms(result.ttft_seconds * 1e3);
@@ -154,7 +155,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
   request.sampling.max_tokens = s.max_tokens() == 0 ? options.default_max_tokens : s.max_tokens();
   request.sampling.temperature = s.temperature();
   request.sampling.top_p = s.top_p() == 0 ? 1.0f : s.top_p();
-  request.sampling.seed = s.seed();
+  if (s.has_seed()) request.sampling.seed = s.seed();
   if (absl::Status status = request.sampling.Validate(); !status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("sampling.", status.message()));
   }
@@ -181,6 +182,7 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
   const Clock::time_point arrival = Clock::now();
   auto request = ToEngineRequest(*call, *tokenizer_, options_);
   if (!request.ok()) return ToGrpcStatus(request.status());
+  request->arrival = arrival;  // queue time and TTFT count from here, as total_ms does
   // The text of the first tokens depends on what precedes them (a leading space).
   std::vector<int32_t> context_tokens = loop_->engine().anchor();
   const auto& last = request->prompt.empty() && !request->docs.empty() ? request->docs.back() : request->prompt;

@@ -35,7 +35,8 @@ std::unique_ptr<Engine> MakeEngine(const ModelWeights& w, AttentionMode mode) {
     std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
     std::exit(1);
   }
-  return *Engine::Create(*std::move(backend), EngineOptions{.mode = mode, .anchor = {}, .tier = nullptr, .pipeline = {}});
+  return *Engine::Create(*std::move(backend),
+                         EngineOptions{.mode = mode, .anchor = {}, .tier = nullptr, .pipeline = {}});
 }
 
 ModeResult RunMode(const ModelWeights& w, AttentionMode mode, const std::vector<GenerateRequest>& requests) {

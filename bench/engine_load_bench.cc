@@ -108,6 +108,7 @@ absl::StatusOr<ModeLoadResult> RunEngineLoad(Engine& engine, const RagTrace& tra
   const size_t max_in_flight = options.max_concurrency > 0 ? options.max_concurrency : n;
   std::unordered_map<RequestId, InFlight> in_flight;
   std::vector<double> ttft_ms, queue_ms;
+  std::map<int64_t, std::vector<double>> ttft_by_cached;
   StepCounters counters;
   std::vector<EngineEvent> events;
   const Clock::time_point start = Clock::now();
@@ -154,6 +155,7 @@ absl::StatusOr<ModeLoadResult> RunEngineLoad(Engine& engine, const RagTrace& tra
         const InFlight& f = it->second;
         // The engine's TTFT runs from submission; the client's from when it could send.
         ttft_ms.push_back((result.ttft_seconds + SecondsBetween(f.sendable, f.submitted)) * 1e3);
+        ttft_by_cached[result.usage.cached_documents].push_back(ttft_ms.back());
         queue_ms.push_back(result.queue_seconds * 1e3);
         out.tokens[f.index] = result.tokens;
         out.output_tokens += static_cast<int64_t>(result.tokens.size());
@@ -178,6 +180,7 @@ absl::StatusOr<ModeLoadResult> RunEngineLoad(Engine& engine, const RagTrace& tra
 
   out.duration_s = SecondsBetween(start, last_done);
   out.ttft_ms = Summarize(ttft_ms);
+  for (const auto& [cached, values] : ttft_by_cached) out.ttft_ms_by_cached_documents[cached] = Summarize(values);
   out.queue_ms = Summarize(queue_ms);
   if (out.duration_s > 0) {
     out.request_throughput = out.completed / out.duration_s;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,8 @@ struct ModeLoadResult {
   // From when a request could be sent (its arrival, or a concurrency slot freeing) to its
   // first token, as vLLM's benchmark_serving measures it.
   Distribution ttft_ms;
+  // The same TTFT per number of the request's documents found cached.
+  std::map<int64_t, Distribution> ttft_ms_by_cached_documents;
   Distribution queue_ms;          // submission to admission (waiting for KV pool room)
   double request_throughput = 0;  // completed requests per second
   double output_throughput = 0;   // generated tokens per second

@@ -76,6 +76,18 @@ std::string FormatLoadTable(const std::vector<ModeLoadResult>& results) {
   return out;
 }
 
+std::string FormatTtftByCachedTable(const std::vector<ModeLoadResult>& results) {
+  std::string out = "TTFT p50 by the number of a request's documents found cached, ms (requests):\n";
+  for (const ModeLoadResult& r : results) {
+    out += absl::StrFormat("%-7s", AttentionModeName(r.mode));
+    for (const auto& [cached, d] : r.ttft_ms_by_cached_documents) {
+      out += absl::StrFormat(" %d: %.1f (%d)", cached, d.p50, d.count);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 std::string FormatStepTable(const std::vector<ModeLoadResult>& results) {
   std::string out = absl::StrFormat("%-7s %8s %10s %13s %12s %14s %13s\n", "mode", "steps", "step_ms", "decode_steps",
                                     "decode_batch", "decode_step_ms", "ms_per_token");
@@ -129,12 +141,19 @@ absl::Status RunModesAndReport(Backend& backend, const RagTrace& trace, const st
   };
   auto results = RunModesUnderLoad(backend, trace, modes, options, on_mode_done);
   if (!results.ok()) return results.status();
-  std::printf("\n%s%s\n%s%s", FormatLoadCapacity(*results, backend.block_size(), backend.kv_bytes_per_block()).c_str(),
-              FormatLoadTable(*results).c_str(), FormatStepTable(*results).c_str(),
-              FormatLazyBlockRatios(*results).c_str());
+  std::printf("\n%s%s\n%s%s%s",
+              FormatLoadCapacity(*results, backend.block_size(), backend.kv_bytes_per_block()).c_str(),
+              FormatLoadTable(*results).c_str(), FormatTtftByCachedTable(*results).c_str(),
+              FormatStepTable(*results).c_str(), FormatLazyBlockRatios(*results).c_str());
   if (!written) return absl::UnavailableError(absl::StrFormat("cannot write %s", json_path));
   std::printf("JSON: %s\n", json_path.c_str());
   return absl::OkStatus();
+}
+
+json TtftByCachedToJson(const ModeLoadResult& r) {
+  json by = json::object();
+  for (const auto& [cached, d] : r.ttft_ms_by_cached_documents) by[std::to_string(cached)] = ToJson(d);
+  return by;
 }
 
 json ToJson(const ModeLoadResult& r) {
@@ -145,6 +164,7 @@ json ToJson(const ModeLoadResult& r) {
           {"first_error", r.first_error},
           {"duration_s", r.duration_s},
           {"ttft_ms", ToJson(r.ttft_ms)},
+          {"ttft_ms_by_cached_documents", TtftByCachedToJson(r)},
           {"queue_ms", ToJson(r.queue_ms)},
           {"request_throughput", r.request_throughput},
           {"output_token_throughput", r.output_throughput},

@@ -23,6 +23,9 @@ std::string FormatLoadRow(const ModeLoadResult& r);
 // time, and time per decoded token.
 std::string FormatStepTable(const std::vector<ModeLoadResult>& results);
 
+// TTFT p50 per number of a request's documents found cached, a line per mode.
+std::string FormatTtftByCachedTable(const std::vector<ModeLoadResult>& results);
+
 // Lazy against block: how much lower lazy's TTFT and how much higher its throughput (an
 // empty string without both modes).
 std::string FormatLazyBlockRatios(const std::vector<ModeLoadResult>& results);

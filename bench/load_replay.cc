@@ -211,6 +211,7 @@ class Replayer {
                                .document_computed_tokens = u.document_computed_tokens(),
                                .chunk_hits = u.chunk_hits(),
                                .chunk_misses = u.chunk_misses(),
+                               .cached_documents = u.cached_documents(),
                                .chunk_recomputes = u.chunk_recomputes(),
                                .recomputed_tokens = u.recomputed_tokens(),
                                .kv_bytes_copied = u.kv_bytes_copied(),

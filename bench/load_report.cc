@@ -23,6 +23,7 @@ json ToJson(const UsageCounts& u) {
           {"document_cached_tokens", u.document_cached_tokens},
           {"document_computed_tokens", u.document_computed_tokens},
           {"chunk_hits", u.chunk_hits},
+          {"cached_documents", u.cached_documents},
           {"chunk_misses", u.chunk_misses},
           {"chunk_recomputes", u.chunk_recomputes},
           {"recomputed_tokens", u.recomputed_tokens},
@@ -54,6 +55,21 @@ json ToJson(const RequestResult& r) {
   return j;
 }
 
+json TtftByCachedToJson(const LoadSummary& s) {
+  json by = json::object();
+  for (const auto& [cached, d] : s.ttft_ms_by_cached_documents) by[std::to_string(cached)] = ToJson(d);
+  return by;
+}
+
+// "k: p50 ms (n)" per number of cached documents.
+std::string FormatTtftByCached(const LoadSummary& s) {
+  std::string out;
+  for (const auto& [cached, d] : s.ttft_ms_by_cached_documents) {
+    out += absl::StrFormat(" %d: %.1f (%d)", cached, d.p50, d.count);
+  }
+  return out;
+}
+
 json ToJson(const LoadSummary& s) {
   return {{"requests", s.requests},
           {"succeeded", s.succeeded},
@@ -63,6 +79,7 @@ json ToJson(const LoadSummary& s) {
           {"request_throughput", s.request_throughput},
           {"output_token_throughput", s.output_token_throughput},
           {"ttft_ms", ToJson(s.ttft_ms)},
+          {"ttft_ms_by_cached_documents", TtftByCachedToJson(s)},
           {"itl_ms", ToJson(s.itl_ms)},
           {"total_ms", ToJson(s.total_ms)},
           {"server_queue_ms", ToJson(s.server_queue_ms)},
@@ -92,18 +109,20 @@ std::string FormatLoadTable(const LoadSummary& s) {
   row("total", s.total_ms);
   row("server TTFT", s.server_ttft_ms);
   row("server queue", s.server_queue_ms);
+  out += absl::StrFormat("%-16s%s\n", "TTFT p50 by cached documents (n)", FormatTtftByCached(s));
   out += absl::StrFormat("%-16s %.2f req/s, %.1f output tok/s\n", "throughput", s.request_throughput,
                          s.output_token_throughput);
   out += absl::StrFormat("%-16s %.4f (%d of %d document tokens from cache)\n", "hit ratio", s.hit_ratio,
                          s.usage.document_cached_tokens, s.usage.document_tokens);
   out += absl::StrFormat("%-16s %.4f (%d document tokens prefilled, %d distinct)\n", "fleet compute", s.fleet_compute,
                          s.usage.document_computed_tokens, s.distinct_document_tokens);
-  out += absl::StrFormat("%-16s %d chunks, %d tokens (the tier held them; recomputing was judged faster or the "
-                         "fetch failed; part of fleet compute, not misses)\n",
-                         "recomputed", s.usage.chunk_recomputes, s.usage.recomputed_tokens);
-  out += absl::StrFormat("%-16s pool %d, host %d, disk %d, remote %d, computed %d\n", "prompt tokens",
-                         s.usage.pool_tokens, s.usage.host_tokens, s.usage.disk_tokens, s.usage.remote_tokens,
-                         s.usage.computed_tokens);
+  out += absl::StrFormat(
+      "%-16s %d chunks, %d tokens (the tier held them; recomputing was judged faster or the "
+      "fetch failed; part of fleet compute, not misses)\n",
+      "recomputed", s.usage.chunk_recomputes, s.usage.recomputed_tokens);
+  out +=
+      absl::StrFormat("%-16s pool %d, host %d, disk %d, remote %d, computed %d\n", "prompt tokens", s.usage.pool_tokens,
+                      s.usage.host_tokens, s.usage.disk_tokens, s.usage.remote_tokens, s.usage.computed_tokens);
   out += absl::StrFormat("%-16s copied %s, fetched %s (host %s, disk %s, remote %s)\n", "KV bytes",
                          FormatByteSize(s.usage.kv_bytes_copied), FormatByteSize(s.usage.kv_bytes_fetched),
                          FormatByteSize(s.usage.host_bytes_fetched), FormatByteSize(s.usage.disk_bytes_fetched),
@@ -127,6 +146,8 @@ std::string FormatCompareTable(const std::vector<std::pair<std::string, LoadSumm
                            s.hit_ratio, s.fleet_compute, s.usage.computed_tokens,
                            FormatByteSize(s.usage.kv_bytes_copied), s.requests - s.succeeded);
   }
+  out += "TTFT p50 by the number of a request's documents found cached, ms (requests):\n";
+  for (const auto& [mode, s] : rows) out += absl::StrFormat("%-7s%s\n", mode, FormatTtftByCached(s));
   out +=
       "(latencies in ms; hit: document tokens from cache / requested; fleet: document tokens prefilled / "
       "distinct; computed: prompt tokens prefilled)\n";

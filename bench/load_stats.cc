@@ -50,6 +50,7 @@ UsageCounts& UsageCounts::operator+=(const UsageCounts& o) {
   document_cached_tokens += o.document_cached_tokens;
   document_computed_tokens += o.document_computed_tokens;
   chunk_hits += o.chunk_hits;
+  cached_documents += o.cached_documents;
   chunk_misses += o.chunk_misses;
   chunk_recomputes += o.chunk_recomputes;
   recomputed_tokens += o.recomputed_tokens;
@@ -79,6 +80,7 @@ LoadSummary SummarizeRun(const std::vector<RequestResult>& results, double wall_
   s.wall_s = wall_s;
   s.distinct_document_tokens = distinct_document_tokens;
   std::vector<double> ttft, itl, total, queue, server_ttft, server_total;
+  std::map<int64_t, std::vector<double>> ttft_by_cached;
   for (const RequestResult& r : results) {
     if (!r.ok()) {
       ++s.errors[r.status];
@@ -87,7 +89,10 @@ LoadSummary SummarizeRun(const std::vector<RequestResult>& results, double wall_
     ++s.succeeded;
     ++s.modes_served[r.mode];
     s.usage += r.usage;
-    if (r.ttft_ms >= 0) ttft.push_back(r.ttft_ms);
+    if (r.ttft_ms >= 0) {
+      ttft.push_back(r.ttft_ms);
+      ttft_by_cached[r.usage.cached_documents].push_back(r.ttft_ms);
+    }
     itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
     total.push_back(r.total_ms);
     queue.push_back(r.server_queue_ms);
@@ -95,6 +100,7 @@ LoadSummary SummarizeRun(const std::vector<RequestResult>& results, double wall_
     server_total.push_back(r.server_total_ms);
   }
   s.ttft_ms = Summarize(ttft);
+  for (const auto& [cached, values] : ttft_by_cached) s.ttft_ms_by_cached_documents[cached] = Summarize(values);
   s.itl_ms = Summarize(itl);
   s.total_ms = Summarize(total);
   s.server_queue_ms = Summarize(queue);

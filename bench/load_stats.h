@@ -28,6 +28,7 @@ struct UsageCounts {
   int64_t pool_tokens = 0, host_tokens = 0, disk_tokens = 0, remote_tokens = 0, computed_tokens = 0;
   int64_t document_tokens = 0, document_cached_tokens = 0, document_computed_tokens = 0;
   int64_t chunk_hits = 0, chunk_misses = 0;
+  int64_t cached_documents = 0;                         // per request: its documents reused whole
   int64_t chunk_recomputes = 0, recomputed_tokens = 0;  // held by the tier, computed by choice: not misses
   uint64_t kv_bytes_copied = 0, kv_bytes_fetched = 0;
   uint64_t host_bytes_fetched = 0, disk_bytes_fetched = 0, remote_bytes_fetched = 0;
@@ -60,9 +61,12 @@ struct LoadSummary {
   std::map<std::string, int64_t> errors;        // status code name -> requests
   std::map<std::string, int64_t> modes_served;  // the mode each successful request reports
   double wall_s = 0;
-  double request_throughput = 0;                                  // successful requests per second
-  double output_token_throughput = 0;                             // completion tokens per second
-  Distribution ttft_ms, itl_ms, total_ms;                         // client-side
+  double request_throughput = 0;           // successful requests per second
+  double output_token_throughput = 0;      // completion tokens per second
+  Distribution ttft_ms, itl_ms, total_ms;  // client-side
+  // Client-side TTFT of the requests with k of their documents cached, per k: a hit-heavy
+  // mix and a miss-heavy mix are not the same latency, whatever the mode.
+  std::map<int64_t, Distribution> ttft_ms_by_cached_documents;
   Distribution server_queue_ms, server_ttft_ms, server_total_ms;  // the server's timings
   UsageCounts usage;                                              // summed over the successful requests
   // Document tokens served from any cache over document tokens requested.

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Plots `lazykv-bench compare` results: the TTFT distribution (CDF) per mode and the
-throughput per mode. Usage: plot_compare.py DIR/compare.json DIR/compare.png
+"""Plots `lazykv-bench compare` results: the TTFT distribution (CDF, log axis: lazy and
+block sit far left of prefix and none) per mode, TTFT by the number of a request's documents
+found cached, and the throughput per mode. Usage: plot_compare.py DIR/compare.json DIR/compare.png
 
 Uses Debian's python3-matplotlib (scripts/setup.sh installs it)."""
 import json
@@ -16,7 +17,7 @@ def main(json_path, png_path):
     with open(json_path) as f:
         results = json.load(f)
     modes = results["modes"]
-    fig, (cdf, bars) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (cdf, by_cached, bars) = plt.subplots(1, 3, figsize=(17, 4.5))
 
     for run in modes:
         ttft = sorted(r["ttft_ms"] for r in run["requests"] if r["status"] == "OK" and r["ttft_ms"] >= 0)
@@ -24,12 +25,26 @@ def main(json_path, png_path):
             continue
         fraction = [(i + 1) / len(ttft) for i in range(len(ttft))]
         cdf.step(ttft, fraction, where="post", label=run["mode"])
-    cdf.set_xlabel("time to first token (ms, client-side)")
+    cdf.set_xscale("log")
+    cdf.set_xlabel("time to first token (ms, client-side, log scale)")
     cdf.set_ylabel("fraction of requests")
     cdf.set_title("TTFT distribution")
     cdf.set_ylim(0, 1.02)
     cdf.grid(alpha=0.3)
     cdf.legend()
+
+    for run in modes:
+        by = run["summary"].get("ttft_ms_by_cached_documents", {})
+        if not by:
+            continue
+        cached = sorted(by, key=int)
+        by_cached.plot([int(k) for k in cached], [by[k]["p50"] for k in cached], marker="o", label=run["mode"])
+    by_cached.set_yscale("log")
+    by_cached.set_xlabel("documents of the request found cached")
+    by_cached.set_ylabel("TTFT p50 (ms, log scale)")
+    by_cached.set_title("TTFT by cached documents")
+    by_cached.grid(alpha=0.3)
+    by_cached.legend()
 
     names = [run["mode"] for run in modes]
     tokens = [run["summary"]["output_token_throughput"] for run in modes]

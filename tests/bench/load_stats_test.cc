@@ -83,6 +83,7 @@ RequestResult RandomResult(std::mt19937_64& rng, int id) {
   auto count = [&] { return static_cast<int64_t>(rng() % 1000); };
   r.usage = UsageCounts{count(), count(), count(), count(), count(),        count(),       count(),
                         count(), count(), count(), count(), rng() % 100000, rng() % 100000};
+  r.usage.cached_documents = static_cast<int64_t>(rng() % 5);
   r.server_queue_ms = rng() % 20;
   r.server_ttft_ms = rng() % 200;
   r.server_total_ms = rng() % 2000;
@@ -104,6 +105,7 @@ TEST(LoadStatsTest, SummarizeRunMatchesPlainLoops) {
     uint64_t copied = 0;
     std::map<std::string, int64_t> errors, modes;
     std::vector<double> ttft, itl, queue;
+    std::map<int64_t, std::vector<double>> ttft_by_cached;
     for (const RequestResult& r : results) {
       if (r.status != "OK") {
         ++errors[r.status];
@@ -120,6 +122,7 @@ TEST(LoadStatsTest, SummarizeRunMatchesPlainLoops) {
       copied += r.usage.kv_bytes_copied;
       fetched += static_cast<int64_t>(r.usage.kv_bytes_fetched);
       if (r.ttft_ms >= 0) ttft.push_back(r.ttft_ms);
+      if (r.ttft_ms >= 0) ttft_by_cached[r.usage.cached_documents].push_back(r.ttft_ms);
       for (double x : r.itl_ms) itl.push_back(x);
       queue.push_back(r.server_queue_ms);
     }
@@ -139,6 +142,11 @@ TEST(LoadStatsTest, SummarizeRunMatchesPlainLoops) {
     EXPECT_EQ(s.ttft_ms.count, static_cast<int64_t>(ttft.size()));
     if (!ttft.empty()) {
       EXPECT_NEAR(s.ttft_ms.p99, NaivePercentile(ttft, 99), 1e-9 * (1 + s.ttft_ms.p99));
+    }
+    ASSERT_EQ(s.ttft_ms_by_cached_documents.size(), ttft_by_cached.size());
+    for (const auto& [k, values] : ttft_by_cached) {
+      EXPECT_EQ(s.ttft_ms_by_cached_documents.at(k).count, static_cast<int64_t>(values.size()));
+      EXPECT_NEAR(s.ttft_ms_by_cached_documents.at(k).p50, NaivePercentile(values, 50), 1e-9 * (1 + values[0]));
     }
     EXPECT_EQ(s.itl_ms.count, static_cast<int64_t>(itl.size()));
     if (!itl.empty()) {

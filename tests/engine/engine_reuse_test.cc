@@ -52,11 +52,13 @@ TEST(ReuseTest, LazyReusesEveryDocumentWhateverItsPosition) {
     ASSERT_TRUE(first.ok()) << first.status();
     EXPECT_EQ(first->usage.cached_tokens, 0);
     EXPECT_EQ(first->usage.chunk_misses, 4);  // the anchor and three documents
+    EXPECT_EQ(first->usage.cached_documents, 0);
     EXPECT_EQ(first->usage.computed_tokens, first->usage.prompt_tokens);
 
     auto second = engine->Generate(Request(c, {2, 0, 1}, c.prompt_b));
     ASSERT_TRUE(second.ok()) << second.status();
     EXPECT_EQ(second->usage.chunk_hits, 4);
+    EXPECT_EQ(second->usage.cached_documents, 3);
     EXPECT_EQ(second->usage.chunk_misses, 0);
     EXPECT_EQ(second->usage.cached_tokens, 1 + c.doc_tokens({0, 1, 2}));  // anchor + all documents
     EXPECT_EQ(second->usage.computed_tokens, static_cast<int>(c.prompt_b.size()));
@@ -85,6 +87,13 @@ TEST(ReuseTest, PrefixReusesOnlyTheUnchangedPrefix) {
   ASSERT_TRUE(same_order.ok());
   const int shared = 1 + c.doc_tokens({0, 1, 2});
   EXPECT_EQ(same_order->usage.cached_tokens, shared / kBlock * kBlock);
+  // Documents reused whole: those ending within the reused blocks.
+  int whole = 0;
+  for (int end = 1, d = 0; d < 3; ++d) {
+    end += c.doc_tokens({d});
+    whole += end <= shared / kBlock * kBlock;
+  }
+  EXPECT_EQ(same_order->usage.cached_documents, whole);
 
   // Reordered: the first block differs, so nothing is reused.
   auto reordered = engine->Generate(Request(c, {2, 0, 1}, c.prompt_b));

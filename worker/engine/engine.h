@@ -72,6 +72,7 @@ struct Usage {
   int document_cached_tokens = 0;    // of those, reused (any source)
   int document_computed_tokens = 0;  // of those, computed by this request
   int chunk_hits = 0;                // documents (and the anchor) reused, from any source
+  int cached_documents = 0;          // the request's documents whose KV was reused whole (any source)
   int chunk_misses = 0;              // documents (and the anchor) encoded by this request: held nowhere
   // Documents (and the anchor) the cache tier held but this request encoded, because
   // recomputing was judged faster than fetching (or the fetch failed). Not misses.

@@ -109,7 +109,10 @@ void Engine::TakeChunk(Request& r, size_t s, std::span<const KvBlockRef> blocks,
   }
   ++u.chunk_hits;
   u.cached_tokens += n;
-  if (!segment.is_anchor) u.document_cached_tokens += n;
+  if (!segment.is_anchor) {
+    u.document_cached_tokens += n;
+    ++u.cached_documents;
+  }
   u.kv_bytes_fetched += fetched_bytes;
   switch (source) {
     case ChunkSource::kHost:
@@ -347,6 +350,11 @@ void Engine::AttachCachedPrefix(Request& r) {
   const int64_t anchor = static_cast<int64_t>(options_.anchor.size());
   u.document_cached_tokens = static_cast<int>(std::clamp<int64_t>(reused - anchor, 0, u.document_tokens));
   u.document_computed_tokens = u.document_tokens - u.document_cached_tokens;
+  int64_t doc_end = anchor;
+  for (const auto& doc : r.input.docs) {
+    doc_end += static_cast<int64_t>(doc.size());
+    if (!doc.empty() && doc_end <= static_cast<int64_t>(reused)) ++u.cached_documents;
+  }
   r.own.assign(all.begin() + reused, all.end());
 }
 

@@ -100,6 +100,7 @@ void FillDone(const GenerateResult& result, const std::string& request_id, int s
   usage->set_document_cached_tokens(u.document_cached_tokens);
   usage->set_document_computed_tokens(u.document_computed_tokens);
   usage->set_chunk_hits(u.chunk_hits);
+  usage->set_cached_documents(u.cached_documents);
   usage->set_chunk_misses(u.chunk_misses);
   usage->set_chunk_recomputes(u.chunk_recomputes);
   usage->set_recomputed_tokens(u.recomputed_tokens);

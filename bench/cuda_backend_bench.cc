@@ -8,6 +8,8 @@
 //     same bytes in the same run (floor 85% each; also timed in alternation with the memcpy,
 //     pair by pair, so drift over the run falls on both), the calling thread's share of each, and
 //     from or to a pageable string for information;
+//     The block baseline's materialize (CopyBlocksRotated) of that chunk against a device copy of
+//     the same bytes, timed in alternation.
 //  3. with --e2e: a Zipf RAG trace (bench/rag_trace.h) through a fresh engine per mode over
 //     the one backend, one request at a time, TTFT and throughput per mode;
 //  4. with --e2e-batched (alone): the same trace under load through continuous batching
@@ -38,6 +40,13 @@
 
 namespace lazykv {
 namespace {
+
+// Ends the run with the failing call's status on stderr.
+void CheckOk(const absl::Status& status, const char* what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, status.ToString().c_str());
+  std::exit(1);
+}
 
 double Seconds(std::chrono::steady_clock::time_point a) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
@@ -167,7 +176,8 @@ double ScatterBench(Backend& backend) {
     const auto start = std::chrono::steady_clock::now();
     auto captured = backend.CaptureChunk(blocks);  // the scheduling thread's part
     enqueue_capture_s = std::max(enqueue_capture_s, Seconds(start));
-    if (!captured.ok() || !(*captured)->CopyTo(out_pieces).ok()) std::exit(1);  // a publisher thread's part
+    CheckOk(captured.status(), "CaptureChunk");
+    CheckOk((*captured)->CopyTo(out_pieces), "CopyTo");  // a publisher thread's part
   };
   const double export_s = MedianSeconds(export_paged, 30);
   const Paired export_paired = PairedMedians(d2h, export_paged, 40);
@@ -179,16 +189,13 @@ double ScatterBench(Backend& backend) {
   const double d2h2_s = MedianSeconds(d2h, 30);
   const double pageable_s = MedianSeconds(
       [&] {
-        if (!backend.ImportChunk(pageable, blocks).ok()) std::exit(1);
+        CheckOk(backend.ImportChunk(pageable, blocks), "ImportChunk");
         CHECK_CUDA(cudaDeviceSynchronize());
       },
       10);
   std::string exported;
-  const double export_string_s = MedianSeconds(
-      [&] {
-        if (!backend.ExportChunk(blocks, &exported).ok()) std::exit(1);
-      },
-      10);
+  const double export_string_s =
+      MedianSeconds([&] { CheckOk(backend.ExportChunk(blocks, &exported), "ExportChunk"); }, 10);
   const bool same_string = exported.size() == bytes && std::memcmp(exported.data(), pinned, bytes) == 0;
   // Device-to-device ceiling: 1 GiB copy, bytes read plus written.
   const size_t big = 1ull << 30;
@@ -202,10 +209,32 @@ double ScatterBench(Backend& backend) {
         CHECK_CUDA(cudaDeviceSynchronize());
       },
       20);
+  // The block baseline's materialize (CopyBlocksRotated: keys re-rotated, values copied)
+  // of the chunk's blocks into fresh blocks, against a device copy of the same bytes,
+  // timed in alternation.
+  std::vector<BlockCopy> copies;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    copies.push_back(BlockCopy{blocks[i].block, ids[blocks.size() + i], blocks[i].num_tokens, 1000});
+  }
+  const Paired materialize = PairedMedians(
+      [&] {
+        CHECK_CUDA(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+        CHECK_CUDA(cudaDeviceSynchronize());
+      },
+      [&] {
+        CheckOk(backend.CopyBlocksRotated(copies), "CopyBlocksRotated");
+        CHECK_CUDA(cudaDeviceSynchronize());
+      },
+      40);
   const double gb = bytes / 1e9;
   const double memcpy_best = std::min(memcpy_s, memcpy2_s);
   const double d2h_best = std::min(d2h_s, d2h2_s);
   std::printf("ceiling: device-to-device copy %.0f GB/s (read + write, 1 GiB)\n", 2 * big / 1e9 / d2d_s);
+  std::printf(
+      "materialize (block's copy, keys re-rotated) of the chunk: %.3f ms, %.0f GB/s read + write; a device copy of "
+      "the same bytes %.3f ms, %.0f GB/s; materialize at %.1f%% of the copy (paired medians, 40 pairs)\n",
+      materialize.candidate_s * 1e3, 2 * bytes / 1e9 / materialize.candidate_s, materialize.baseline_s * 1e3,
+      2 * bytes / 1e9 / materialize.baseline_s, 100.0 * materialize.ratio);
   std::printf("chunk: %d tokens, %d layers, %d KV heads, head dim %d, bf16, %d-token blocks: %.1f MiB in %zu blocks\n",
               tokens, c.n_layers, c.n_kv_heads, c.head_dim, bs, bytes / 1048576.0, blocks.size());
   std::printf("pinned cudaMemcpy H2D      %8.3f ms %7.2f GB/s (before), %7.2f GB/s (after)\n", memcpy_s * 1e3,
@@ -341,8 +370,18 @@ void EndToEnd(Backend& backend, int num_requests, int max_tokens) {
       num_requests, max_tokens);
   std::printf("%-7s %12s %12s %12s %10s %10s %10s %12s\n", "mode", "mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms",
               "req_per_s", "tok_per_s", "cached", "computed");
-  for (AttentionMode mode :
-       {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kBlock, AttentionMode::kLazy}) {
+  const std::vector<AttentionMode> modes = {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kBlock,
+                                            AttentionMode::kLazy};
+  for (AttentionMode mode : modes) {  // every mode warmed alike, on a throwaway engine
+    EngineOptions engine_options;
+    engine_options.mode = mode;
+    auto engine = Engine::Create(std::make_unique<BorrowedBackend>(&backend), engine_options);
+    if (!engine.ok()) std::exit(1);
+    for (const GenerateRequest& request : TraceToRequests(RagWorkload(backend.config().vocab_size, 4, 8, 2))) {
+      if (!(*engine)->Generate(request).ok()) std::exit(1);
+    }
+  }
+  for (AttentionMode mode : modes) {
     EngineOptions engine_options;
     engine_options.mode = mode;
     auto engine = Engine::Create(std::make_unique<BorrowedBackend>(&backend), engine_options);
@@ -395,9 +434,9 @@ struct BatchedOptions {
 // one fresh engine per mode over the backend (bench/engine_load_bench.h).
 int EndToEndBatched(Backend& backend, const BatchedOptions& options, const std::string& gpu) {
   const RagTrace trace = RagWorkload(backend.config().vocab_size, options.requests, options.max_tokens, 1);
-  {  // Warm-up (cuBLASLt plans, buffers grown) on a throwaway engine, so the first mode pays nothing extra.
+  {  // Warm-up (cuBLASLt plans, buffers grown, each mode's kernels) on throwaway engines, every mode alike.
     const RagTrace warmup = RagWorkload(backend.config().vocab_size, 8, 8, 2);
-    if (auto w = RunModesUnderLoad(backend, warmup, {AttentionMode::kLazy}, options.load); !w.ok()) {
+    if (auto w = RunModesUnderLoad(backend, warmup, options.modes, options.load); !w.ok()) {
       std::fprintf(stderr, "warm-up: %s\n", w.status().ToString().c_str());
       return 1;
     }

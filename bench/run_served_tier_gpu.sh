@@ -26,7 +26,7 @@ run() {  # name, then lazykv-bench compare arguments
   timeout 300 lazykv-bench compare --worker "$bin/lazykv-worker" --trace "$trace" --modes lazy,block "${model[@]}" \
     "$@" --out-dir "$out/$name" > "$out/$name.txt" 2>&1
   echo "rc=$?"
-  grep -A4 "^mode" "$out/$name.txt"
+  grep -A6 "^mode" "$out/$name.txt"
   grep -h "steps:\|chunk pipeline:\|fetch cost\|prefill cost" "$out/$name"/worker-*.log
 }
 for part in $parts; do

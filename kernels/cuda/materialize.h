@@ -9,10 +9,12 @@
 
 namespace lazykv::cuda {
 
-// The block baseline's materialize on the GPU: for each copy i, the first num_tokens[i]
-// slots of dst_blocks[i] get src_blocks[i]'s keys rotated by deltas[i] and its values. kv:
-// one layer's pools (read and written), element, geometry and RoPE; its block table is not
-// read (the copies are their own lists).
+// The block baseline's materialize on the GPU: for each copy i and each of num_layers
+// layers, the first num_tokens[i] slots of dst_blocks[i] get src_blocks[i]'s keys rotated by
+// deltas[i] and its values. kv: the first layer's pools (read and written), element,
+// geometry and RoPE; its block table is not read (the copies are their own lists). Layer l's
+// pools start l * pool_blocks blocks after the first's (the backend's layout). In place
+// (src == dst) is allowed.
 struct MaterializeParams {
   PagedKv kv;
   const int32_t* src_blocks = nullptr;
@@ -20,6 +22,8 @@ struct MaterializeParams {
   const int32_t* num_tokens = nullptr;
   const int32_t* deltas = nullptr;
   int num_copies = 0;
+  int num_layers = 1;
+  int pool_blocks = 0;  // blocks per layer's pool (needed when num_layers > 1)
 };
 
 cudaError_t LaunchMaterialize(const MaterializeParams& p, cudaStream_t stream);

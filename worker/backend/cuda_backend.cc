@@ -71,21 +71,26 @@ absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
     deltas.push_back(copy.delta);
   }
   if (copies.empty()) return absl::OkStatus();
-  MetaPack pack;
-  const size_t o_src = pack.Add(src), o_dst = pack.Add(dst), o_counts = pack.Add(counts), o_deltas = pack.Add(deltas);
-  RETURN_IF_ERROR(pack.Upload(meta_host_, meta_, stream_));
-  auto meta = [&](size_t offset) { return meta_.as<int32_t>(offset * sizeof(int32_t)); };
+  // The lists go up from pageable memory, read during the call: nothing on the host is
+  // reused under an upload in flight, so the copy needs no synchronize (the forward pass
+  // that follows on stream_ sees it in order).
+  std::vector<int32_t> lists = src;
+  lists.insert(lists.end(), dst.begin(), dst.end());
+  lists.insert(lists.end(), counts.begin(), counts.end());
+  lists.insert(lists.end(), deltas.begin(), deltas.end());
+  RETURN_IF_ERROR(meta_.Reserve(lists.size() * sizeof(int32_t)));  // grows it (synchronizing) only when too small
+  RETURN_IF_ERROR(UploadDuringCall(meta_.as<int32_t>(0), lists.data(), lists.size() * sizeof(int32_t)));
+  const size_t n = copies.size();
   cuda::MaterializeParams m;
-  m.src_blocks = meta(o_src);
-  m.dst_blocks = meta(o_dst);
-  m.num_tokens = meta(o_counts);
-  m.deltas = meta(o_deltas);
-  m.num_copies = static_cast<int>(copies.size());
-  for (int l = 0; l < c_.n_layers; ++l) {
-    m.kv = LayerKv(l);
-    RETURN_IF_ERROR(Cuda(cuda::LaunchMaterialize(m, stream_), "materialize"));
-  }
-  return Cuda(cudaStreamSynchronize(stream_), "materialize");
+  m.kv = LayerKv(0);
+  m.src_blocks = meta_.as<int32_t>(0);
+  m.dst_blocks = m.src_blocks + n;
+  m.num_tokens = m.src_blocks + 2 * n;
+  m.deltas = m.src_blocks + 3 * n;
+  m.num_copies = static_cast<int>(n);
+  m.num_layers = c_.n_layers;
+  m.pool_blocks = num_blocks_;
+  return Cuda(cuda::LaunchMaterialize(m, stream_), "materialize");
 }
 
 }  // namespace cuda_backend

@@ -194,6 +194,10 @@ class CudaBackend : public Backend {
   template <typename Keep>
   absl::Status CopyLogitsBack(const std::vector<LogitsRows>& wanted, Keep keep,
                               std::vector<std::vector<float>>* logits);
+  // Copies `bytes` from pageable host memory to `device` on stream_, reading the host bytes
+  // during the call (no wait for the work queued on stream_, which a plain cudaMemcpyAsync
+  // from pageable memory may do, and no host buffer left in use afterwards).
+  absl::Status UploadDuringCall(void* device, const void* host, size_t bytes);
   // Enqueues the transfer kernel between a device payload and `blocks` on stream_ (all
   // layers), with its metadata uploaded into `meta` (3 * blocks.size() ints, device).
   absl::Status EnqueueTransfer(const ChunkLayout& layout, std::span<const KvBlockRef> blocks, void* payload,

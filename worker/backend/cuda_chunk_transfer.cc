@@ -226,23 +226,23 @@ uint64_t TransferBudget::used() const {
   return used_;
 }
 
+absl::Status CudaBackend::UploadDuringCall(void* device, const void* host, size_t bytes) {
+  cudaMemcpyAttributes attributes{};
+  attributes.srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
+  size_t attribute_index = 0;
+  if (cudaMemcpyBatchAsync(&device, &host, &bytes, 1, &attributes, &attribute_index, 1, stream_) == cudaSuccess) {
+    return absl::OkStatus();
+  }
+  cudaGetLastError();  // not supported here: a plain copy (it may wait for stream_'s work)
+  return Cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+}
+
 // Enqueues the transfer kernel between `payload` (device) and `blocks` on stream_, with
 // its metadata in `meta` (device, 3 * blocks.size() ints).
 absl::Status CudaBackend::EnqueueTransfer(const ChunkLayout& layout, std::span<const KvBlockRef> blocks, void* payload,
                                           int32_t* meta, bool to_pool) {
   const std::vector<int32_t> host_meta = TransferMeta(blocks);
-  // From pageable memory, read during the call (no wait for the work queued on stream_,
-  // which a plain cudaMemcpyAsync from pageable memory may do).
-  void* dst = meta;
-  const void* src = host_meta.data();
-  size_t bytes = host_meta.size() * sizeof(int32_t);
-  cudaMemcpyAttributes attributes{};
-  attributes.srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
-  size_t attribute_index = 0;
-  if (cudaMemcpyBatchAsync(&dst, &src, &bytes, 1, &attributes, &attribute_index, 1, stream_) != cudaSuccess) {
-    cudaGetLastError();  // not supported here
-    RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(meta, src, bytes, cudaMemcpyHostToDevice, stream_), "transfer metadata"));
-  }
+  RETURN_IF_ERROR(UploadDuringCall(meta, host_meta.data(), host_meta.size() * sizeof(int32_t)));
   cuda::KvTransferParams p;
   p.payload = payload;
   p.kv = LayerKv(0);  // all layers, from layer 0 on

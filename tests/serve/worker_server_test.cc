@@ -208,7 +208,7 @@ TEST(WorkerServerTest, BadInputGetsInvalidArgumentNamingTheFieldAndTheWorkerGoes
   if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no stories260K in ../shared/models";
   const std::string dir = TempDir("worker_bad");
   std::vector<std::string> flags = StoriesFlags(dir);
-  flags.insert(flags.end(), {"--kv-pool", "256KiB"});  // 12 blocks of 16 tokens
+  flags.insert(flags.end(), {"--kv-pool", "256KiB", "--max-text-bytes", "4KiB"});  // 12 blocks of 16 tokens
   auto worker = StartWorker(dir, flags);
   auto stub = Stub(worker->address());
   auto expect_invalid = [&](const v1::GenerateRequest& request, const std::string& needle) {
@@ -232,6 +232,11 @@ TEST(WorkerServerTest, BadInputGetsInvalidArgumentNamingTheFieldAndTheWorkerGoes
   expect_invalid(request, "sampling.top_p");
   request = TextRequest({kDocs[0], ""}, "x", 10);
   expect_invalid(request, "documents[1] is empty");
+  // Texts past --max-text-bytes are refused by size, before tokenizing.
+  request = TextRequest({kDocs[0], std::string(4097, 'a')}, "x", 10);
+  expect_invalid(request, "documents[1].text: 4097 bytes, at most 4096");
+  request = TextRequest({kDocs[0]}, std::string(5000, 'b'), 10);
+  expect_invalid(request, "prompt_text: 5000 bytes");
   request = TextRequest({kDocs[0], kDocs[1], kDocs[2]}, "Once upon a time", 200);  // fits the context, not the pool
   expect_invalid(request, "KV blocks");
   // Nothing was lost: a good request still works.

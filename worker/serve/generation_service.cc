@@ -125,6 +125,18 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
     return absl::InvalidArgumentError(absl::StrFormat("documents: %d documents, at most %d are accepted",
                                                       call.documents_size(), options.max_documents));
   }
+  // Sizes first: a request over a limit costs no tokenizing.
+  for (int d = 0; d < call.documents_size(); ++d) {
+    if (call.documents(d).content_case() == v1::Document::kText &&
+        call.documents(d).text().size() > options.max_text_bytes) {
+      return absl::InvalidArgumentError(absl::StrFormat("documents[%d].text: %d bytes, at most %d are accepted", d,
+                                                        call.documents(d).text().size(), options.max_text_bytes));
+    }
+  }
+  if (call.prompt_case() == v1::GenerateRequest::kPromptText && call.prompt_text().size() > options.max_text_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("prompt_text: %d bytes, at most %d are accepted",
+                                                      call.prompt_text().size(), options.max_text_bytes));
+  }
   for (int d = 0; d < call.documents_size(); ++d) {
     const v1::Document& doc = call.documents(d);
     std::vector<int32_t> tokens;

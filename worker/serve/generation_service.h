@@ -18,6 +18,8 @@ struct GenerationServiceOptions {
   int max_documents = 1024;
   int max_stop_strings = 16;
   size_t max_stop_bytes = 256;
+  // Each document's text and the prompt text, checked before anything is tokenized.
+  size_t max_text_bytes = 1 << 20;
 };
 
 // The engine request a call asks for; INVALID_ARGUMENT names the offending field.

@@ -27,6 +27,7 @@ constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PAT
   --max-queued-requests N  requests that may wait for KV pool room; past it RESOURCE_EXHAUSTED (default 64)
   --default-max-tokens N   when a call does not set sampling.max_tokens (default 64)
   --max-message-bytes B    largest gRPC message (default 16MiB)
+  --max-text-bytes B       largest document text or prompt text, checked before tokenizing (default 1MiB)
   --shutdown-grace-ms N    time given to in-flight calls on SIGTERM (default 10000)
 )";
 
@@ -47,6 +48,7 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   parser.AddInt("--max-queued-requests", &f.model.setup.engine.max_queued_requests);
   parser.AddInt("--default-max-tokens", &f.service.default_max_tokens);
   parser.AddByteSize("--max-message-bytes", &f.max_message_bytes);
+  parser.AddByteSize("--max-text-bytes", &f.service.max_text_bytes);
   parser.AddInt("--shutdown-grace-ms", &f.shutdown_grace_ms);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return s;
   if (f.listen.empty()) return absl::InvalidArgumentError(absl::StrCat("--listen is required\n", parser.usage()));

@@ -1,8 +1,11 @@
 // The llama2.c tokenizer (run.c's encode/decode): characters, then greedy merges of the
 // best-scoring adjacent pair, with byte fallback for characters not in the vocabulary.
 #include <cstring>
-#include <unordered_map>
+#include <queue>
+#include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "common/mapped_file.h"
 #include "common/status_macros.h"
@@ -20,10 +23,24 @@ class Llama2cTokenizer : public Tokenizer {
   Llama2cTokenizer(std::vector<std::string> pieces, std::vector<float> scores)
       : pieces_(std::move(pieces)), scores_(std::move(scores)) {
     for (size_t i = 0; i < pieces_.size(); ++i) ids_.emplace(pieces_[i], static_cast<int32_t>(i));  // first wins
+    // Every merge the vocabulary can make: a piece split anywhere into two pieces. The
+    // merge loop then looks pairs up by id instead of concatenating strings.
+    for (const std::string& piece : pieces_) {
+      const int merged = Lookup(piece);
+      for (size_t k = 1; k < piece.size(); ++k) {
+        const int left = Lookup(std::string_view(piece).substr(0, k));
+        const int right = Lookup(std::string_view(piece).substr(k));
+        if (left >= 0 && right >= 0) merges_.emplace(PairKey(left, right), merged);
+      }
+      spaces_lead_ = spaces_lead_ && piece.find_first_not_of(' ') >= piece.rfind(' ') + 1;
+    }
   }
 
   int vocab_size() const override { return static_cast<int>(pieces_.size()); }
 
+  // run.c's greedy merges (the best-scoring adjacent pair first, the leftmost of equals),
+  // found with a heap of candidate pairs over a linked list of symbols instead of a scan
+  // per merge: O(n log n) where the scan is O(n^2).
   std::vector<int32_t> Encode(std::string_view text) const override {
     std::vector<int32_t> tokens;
     if (text.empty()) return tokens;
@@ -40,25 +57,23 @@ class Llama2cTokenizer : public Tokenizer {
       }
       i += len;
     }
-    std::string merged;
-    while (true) {
-      float best_score = -1e10f;
-      int best_id = -1;
-      size_t best_index = 0;
-      for (size_t i = 0; i + 1 < tokens.size(); ++i) {
-        merged = pieces_[tokens[i]] + pieces_[tokens[i + 1]];
-        const int id = Lookup(merged);
-        if (id >= 0 && scores_[id] > best_score) {
-          best_score = scores_[id];
-          best_id = id;
-          best_index = i;
-        }
+    if (!spaces_lead_) return Merge(tokens);
+    // In a vocabulary whose pieces hold spaces only at their start, no merge joins a
+    // non-space to a following space: the text is merged word by word (the same result,
+    // with small heaps that stay in cache).
+    std::vector<int32_t> out, word;
+    out.reserve(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i > 0 && pieces_[tokens[i]].starts_with(' ') && !pieces_[tokens[i - 1]].ends_with(' ')) {
+        const std::vector<int32_t> merged = Merge(word);
+        out.insert(out.end(), merged.begin(), merged.end());
+        word.clear();
       }
-      if (best_id < 0) break;
-      tokens[best_index] = best_id;
-      tokens.erase(tokens.begin() + best_index + 1);
+      word.push_back(tokens[i]);
     }
-    return tokens;
+    const std::vector<int32_t> merged = Merge(word);
+    out.insert(out.end(), merged.begin(), merged.end());
+    return out;
   }
 
   std::string Decode(std::span<const int32_t> ids) const override {
@@ -79,13 +94,68 @@ class Llama2cTokenizer : public Tokenizer {
 
  private:
   int Lookup(std::string_view piece) const {
-    auto it = ids_.find(std::string(piece));
+    auto it = ids_.find(absl::string_view(piece.data(), piece.size()));
     return it == ids_.end() ? -1 : it->second;
   }
 
+  // A candidate merge of the symbol at `left` with its right neighbour, as they were when
+  // it was found; stale once either changed.
+  struct Candidate {
+    float score;
+    int32_t left, left_id, right_id, merged_id;
+  };
+  struct Worse {  // heap order: higher score first, then the leftmost
+    bool operator()(const Candidate& a, const Candidate& b) const {
+      return a.score != b.score ? a.score < b.score : a.left > b.left;
+    }
+  };
+
+  std::vector<int32_t> Merge(std::vector<int32_t> ids) const {
+    const int n = static_cast<int>(ids.size());
+    std::vector<int32_t> next(n), prev(n);
+    for (int i = 0; i < n; ++i) {
+      next[i] = i + 1 < n ? i + 1 : -1;
+      prev[i] = i - 1;
+    }
+    std::priority_queue<Candidate, std::vector<Candidate>, Worse> heap;
+    auto consider = [&](int left) {
+      if (left < 0 || next[left] < 0) return;
+      const int right = next[left];
+      auto it = merges_.find(PairKey(ids[left], ids[right]));
+      if (it == merges_.end()) return;
+      const int id = it->second;
+      if (scores_[id] > kNoMerge) heap.push(Candidate{scores_[id], left, ids[left], ids[right], id});
+    };
+    for (int i = 0; i + 1 < n; ++i) consider(i);
+    while (!heap.empty()) {
+      const Candidate c = heap.top();
+      heap.pop();
+      const int right = next[c.left];
+      if (ids[c.left] != c.left_id || right < 0 || ids[right] != c.right_id) continue;  // stale
+      ids[c.left] = c.merged_id;
+      ids[right] = -1;  // removed
+      next[c.left] = next[right];
+      if (next[right] >= 0) prev[next[right]] = c.left;
+      consider(prev[c.left]);
+      consider(c.left);
+    }
+    std::vector<int32_t> out;
+    for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(ids[i]);
+    return out;
+  }
+
+  static uint64_t PairKey(int32_t left, int32_t right) {
+    return static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32 | static_cast<uint32_t>(right);
+  }
+
+  // run.c starts its best score at -1e10: pairs scoring no higher never merge.
+  static constexpr float kNoMerge = -1e10f;
+
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
-  std::unordered_map<std::string, int32_t> ids_;
+  absl::flat_hash_map<std::string, int32_t> ids_;
+  absl::flat_hash_map<uint64_t, int32_t> merges_;  // (left id, right id) -> the merged piece's id
+  bool spaces_lead_ = true;                        // every piece's spaces come before its other characters
 };
 
 }  // namespace

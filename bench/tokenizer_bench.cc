@@ -1,0 +1,87 @@
+// Tokenizer throughput: the llama2.c BPE (heap-driven merges) against SentencePiece's BPE
+// on the same vocabulary (tok32000.bin and tok32000.model, the stories15M tokenizer) in the
+// same run, on English-like text of growing size: MB/s should stay flat as the text grows
+// (linear-ish), where run.c's scan per merge grew quadratically.
+// usage: tokenizer_bench [--models DIR] [--max-bytes N] [--seed S]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/flag_parser.h"
+#include "worker/tokenizer/tokenizer.h"
+
+namespace lazykv {
+namespace {
+
+std::string EnglishLikeText(size_t bytes, uint64_t seed) {
+  static const std::vector<std::string> kWords = {
+      "Once", "upon",   "a",        "time",    "there",        "was",        "little", "girl",  "named",
+      "Lily", "She",    "loved",    "to",      "play",         "with",       "her",    "red",   "ball",
+      "in",   "the",    "park",     "One",     "day",          "saw",        "big",    "dog",   "and",
+      "said", "Hello",  "happy",    "friends", "together",     "because",    "wanted", "share", "toys",
+      "mom",  "smiled", "everyone", "laughed", "\xe2\x80\x94", "caf\xc3\xa9"};
+  std::mt19937_64 rng(seed);
+  std::string text;
+  while (text.size() < bytes) {
+    text += kWords[rng() % kWords.size()];
+    const int r = static_cast<int>(rng() % 20);
+    text += r == 0 ? ". " : r == 1 ? ", " : r == 2 ? "\n" : " ";
+  }
+  text.resize(bytes);
+  while (!text.empty() && (static_cast<uint8_t>(text.back()) & 0xC0) == 0x80) text.pop_back();  // whole code points
+  return text;
+}
+
+// Best of `reps` timings of one Encode (seconds), and the token count.
+std::pair<double, size_t> TimeEncode(const Tokenizer& tokenizer, const std::string& text, int reps) {
+  double best = 1e30;
+  size_t tokens = 0;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    tokens = tokenizer.Encode(text).size();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return {best, tokens};
+}
+
+int Main(int argc, char** argv) {
+  std::string models = LAZYKV_DEFAULT_MODELS_DIR;
+  uint64_t max_bytes = 4 << 20, seed = 1;
+  FlagParser parser("usage: tokenizer_bench [--models DIR] [--max-bytes N] [--seed S]\n");
+  parser.AddString("--models", &models);
+  parser.AddByteSize("--max-bytes", &max_bytes);
+  parser.AddUint64("--seed", &seed);
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return absl::IsCancelled(s) ? 0 : 2;
+  }
+  auto bpe = LoadTokenizer(models + "/tok32000.bin");
+  auto sp = LoadTokenizer(models + "/tok32000.model");
+  if (!bpe.ok() || !sp.ok()) {
+    std::fprintf(stderr, "cannot load the tokenizers: %s %s\n", bpe.status().ToString().c_str(),
+                 sp.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("%10s %10s %14s %14s %12s %14s\n", "text", "tokens", "llama2c MB/s", "sentencepiece", "ratio",
+              "llama2c ms");
+  for (size_t bytes = 16 << 10; bytes <= max_bytes; bytes *= 4) {
+    const std::string text = EnglishLikeText(bytes, seed);
+    const int reps = bytes <= (256u << 10) ? 5 : 2;
+    const auto [bpe_s, bpe_tokens] = TimeEncode(**bpe, text, reps);
+    const auto [sp_s, sp_tokens] = TimeEncode(**sp, text, reps);
+    const double mb = text.size() / 1e6;
+    std::printf("%9zuK %10zu %14.2f %14.2f %11.2fx %14.1f\n", text.size() >> 10, bpe_tokens, mb / bpe_s, mb / sp_s,
+                sp_s / bpe_s, bpe_s * 1e3);
+    (void)sp_tokens;
+  }
+  std::printf("(MB/s best of several runs; ratio: SentencePiece's time over llama2c's, same text)\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace lazykv
+
+int main(int argc, char** argv) { return lazykv::Main(argc, argv); }

@@ -23,7 +23,9 @@ constexpr size_t kOffAnchor = 64;
 constexpr size_t kOffDtype = 68;
 constexpr size_t kOffPayloadBytes = 72;
 constexpr size_t kOffPayloadChecksum = 80;
-constexpr size_t kOffHeaderChecksum = 88;  // XXH3-64 of bytes [0, 88); bytes 96.. are zero
+constexpr size_t kOffHeaderChecksum = 88;  // XXH3-64 of bytes [0, 88)
+constexpr size_t kOffMac = 96;             // [96, 128): the MAC (chunk_mac.h), zero when unsigned
+static_assert(kOffHeaderChecksum == kChunkMacCoveredHeaderBytes && kOffMac + kChunkMacBytes == kChunkHeaderBytes);
 
 template <typename T>
 void Put(std::string& out, size_t offset, T value) {
@@ -91,6 +93,7 @@ std::string EncodeChunkHeader(const ChunkHeader& h) {
   Put<uint64_t>(out, kOffPayloadBytes, h.payload_bytes);
   Put<uint64_t>(out, kOffPayloadChecksum, h.payload_checksum);
   Put<uint64_t>(out, kOffHeaderChecksum, XXH3_64bits(out.data(), kOffHeaderChecksum));
+  std::memcpy(out.data() + kOffMac, h.mac.data(), kChunkMacBytes);
   return out;
 }
 
@@ -129,6 +132,7 @@ absl::StatusOr<ChunkHeader> DecodeChunkHeader(std::string_view bytes) {
   h.layout.dtype = static_cast<KvDtype>(dtype);
   h.payload_bytes = Get<uint64_t>(bytes, kOffPayloadBytes);
   h.payload_checksum = Get<uint64_t>(bytes, kOffPayloadChecksum);
+  std::memcpy(h.mac.data(), bytes.data() + kOffMac, kChunkMacBytes);
   if (h.payload_bytes != h.layout.payload_bytes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "chunk header: payload_bytes %d disagrees with the layout (%d layers x 2 x %d tokens x %d bytes per row = %d)",

@@ -3,7 +3,8 @@
 //
 // Header (little-endian): magic "LKVCHUNK", layout version, header size, chunk key,
 // model fingerprint, layout (layers, KV heads, head dim, tokens, anchor tokens, dtype),
-// payload size, XXH3-64 of the payload, XXH3-64 of the header bytes before it.
+// payload size, XXH3-64 of the payload, XXH3-64 of the header bytes before it, and in the
+// last 32 bytes a MAC under the fleet's secret (all zero when unsigned; chunk_mac.h).
 //
 // Payload: for each layer, all K rows then all V rows, token-major:
 //   [layer][K|V][token][n_kv_heads * head_dim]
@@ -11,6 +12,7 @@
 // per block. The keys are rotated at their chunk-local positions anchor_tokens + i.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -23,6 +25,8 @@
 namespace lazykv {
 
 inline constexpr size_t kChunkHeaderBytes = 128;
+inline constexpr size_t kChunkMacBytes = 32;               // the header's last 32 bytes (chunk_mac.h)
+inline constexpr size_t kChunkMacCoveredHeaderBytes = 88;  // the header fields a MAC covers
 inline constexpr char kChunkMagic[8] = {'L', 'K', 'V', 'C', 'H', 'U', 'N', 'K'};
 
 enum class KvDtype : uint32_t { kFp32 = 1, kBf16 = 2, kFp16 = 3 };
@@ -57,6 +61,7 @@ struct ChunkHeader {
   ChunkLayout layout;
   uint64_t payload_bytes = 0;
   uint64_t payload_checksum = 0;
+  std::array<uint8_t, kChunkMacBytes> mac{};  // HMAC-SHA256 (chunk_mac.h); all zero: unsigned
 };
 
 uint64_t ChunkPayloadChecksum(std::string_view payload);

@@ -12,6 +12,7 @@ packages=(
   librocksdb-dev
   prometheus-cpp-dev
   libxxhash-dev
+  libssl-dev
   libsentencepiece-dev
   nlohmann-json3-dev
   libspdlog-dev

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
+#include "common/chunk_values.h"
 #include "common/status_macros.h"
 
 namespace lazykv {
@@ -71,10 +72,10 @@ const char* FetchPolicyName(FetchPolicy policy) {
 
 std::string FormatPipelineStats(const ChunkPipelineStats& s) {
   return absl::StrFormat(
-      "%d requested; %d fetched (%d bytes, %d failed); computed: %d misses, %d by choice, %d after a failed fetch, "
-      "%d busy; %d published (%d failed, %d dropped); %d lease waits",
-      s.requested, s.fetched, s.fetched_bytes, s.fetch_failures, s.computed_miss, s.computed_chosen, s.computed_failed,
-      s.computed_busy, s.published, s.publish_failures, s.publications_dropped, s.lease_waits);
+      "%d requested; %d fetched (%d bytes, %d failed, %d of them rejected); computed: %d misses, %d by choice, %d "
+      "after a failed fetch, %d busy; %d published (%d failed, %d dropped); %d lease waits",
+      s.requested, s.fetched, s.fetched_bytes, s.fetch_failures, s.chunks_rejected, s.computed_miss, s.computed_chosen,
+      s.computed_failed, s.computed_busy, s.published, s.publish_failures, s.publications_dropped, s.lease_waits);
 }
 
 ChunkPipeline::ChunkPipeline(std::shared_ptr<ChunkTier> tier, Backend* backend, Hash128 fingerprint, KvDtype kv_dtype,
@@ -189,6 +190,11 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
     const ChunkBytes payload = fetched.stored.Slice(kChunkHeaderBytes, fetched.stored.size());
     if (!fetched.payload_verified) RETURN_IF_ERROR(VerifyChunkPayload(header, payload.pieces()));
     if (payload.size() != header.payload_bytes) return absl::DataLossError("fetched chunk is truncated");
+    // Nothing unsigned or non-finite reaches the GPU (PERMISSION_DENIED, DATA_LOSS: rejected).
+    if (options_.mac) RETURN_IF_ERROR(options_.mac->Verify(header, payload.pieces()));
+    if (absl::Status finite = CheckPayloadFinite(header.layout.dtype, payload.pieces()); !finite.ok()) {
+      return absl::PermissionDeniedError(absl::StrCat("fetched chunk refused: ", finite.message()));
+    }
     std::string origin = std::move(fetched.origin);
     ASSIGN_OR_RETURN(std::unique_ptr<StagedChunk> out, backend_->StageChunk(payload));
     cost_.RecordFetch(SourceName(*source, origin), *bytes, SecondsSince(start));
@@ -197,6 +203,7 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
   MutexLock lock(&mu_);
   if (!staged.ok()) {
     ++stats_.fetch_failures;
+    if (staged.status().code() == absl::StatusCode::kPermissionDenied) ++stats_.chunks_rejected;
     // Not found: evicted since the lookup. Unavailable: a down server, logged once by the tier.
     if (staged.status().code() != absl::StatusCode::kNotFound &&
         staged.status().code() != absl::StatusCode::kUnavailable) {
@@ -358,6 +365,11 @@ void ChunkPipeline::RunPublication(const Hash128& key, const ChunkLayout& layout
                        .layout = layout,
                        .payload_bytes = payload_bytes,
                        .payload_checksum = checksum.Finish()};
+    if (options_.mac) {
+      std::vector<std::string_view> views;
+      for (std::span<char> piece : payload) views.emplace_back(piece.data(), piece.size());
+      header.mac = options_.mac->Sign(header, views);
+    }
     WriteToPieces(pieces, 0, EncodeChunkHeader(header));
     return slot->Commit();
   }();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/chunk_codec.h"
+#include "common/chunk_mac.h"
 #include "common/mutex.h"
 #include "worker/backend/backend.h"
 #include "worker/tier/bounded_executor.h"
@@ -41,6 +42,9 @@ struct ChunkPipelineOptions {
   std::chrono::milliseconds lease_ttl{10000};
   std::chrono::milliseconds max_lease_wait{30000};  // in total, for one chunk
   FetchPolicy fetch_policy = FetchPolicy::kAuto;
+  // The fleet's chunk MAC (common/chunk_mac.h): chunks published are signed, chunks fetched
+  // are checked before staging. Null: neither (a fleet without a secret trusts its tier).
+  std::shared_ptr<const ChunkMac> mac;
 };
 
 // Why a chunk is computed here.
@@ -71,6 +75,7 @@ struct ChunkPipelineStats {
   uint64_t fetched = 0;
   uint64_t fetched_bytes = 0;
   uint64_t fetch_failures = 0;
+  uint64_t chunks_rejected = 0;  // of the failures: a MAC that does not match, or non-finite values
   uint64_t computed_miss = 0;
   uint64_t computed_chosen = 0;
   uint64_t computed_failed = 0;

@@ -67,6 +67,8 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
   decision_failed_ = &decisions.Add({{"decision", "recompute_failed"}});
   decision_busy_ = &decisions.Add({{"decision", "busy"}});
   published_ = Counter("lazykv_worker_chunks_published_total", "Computed chunks published to the cache tier", r);
+  chunks_rejected_ = Counter("lazykv_worker_chunks_rejected_total",
+                             "Fetched chunks refused before use: a MAC that does not match, or non-finite values", r);
   publish_failures_ =
       Counter("lazykv_worker_chunk_publish_failures_total", "Publications the cache tier refused or lost", r);
   publications_dropped_ = Counter("lazykv_worker_publications_dropped_total",
@@ -115,6 +117,7 @@ void WorkerMetrics::ObservePipeline(const ChunkPipelineStats& s) {
   add(decision_failed_, s.computed_failed, last.computed_failed);
   add(decision_busy_, s.computed_busy, last.computed_busy);
   add(published_, s.published, last.published);
+  add(chunks_rejected_, s.chunks_rejected, last.chunks_rejected);
   add(publish_failures_, s.publish_failures, last.publish_failures);
   add(publications_dropped_, s.publications_dropped, last.publications_dropped);
   add(lease_waits_, s.lease_waits, last.lease_waits);

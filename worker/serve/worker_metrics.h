@@ -62,6 +62,7 @@ class WorkerMetrics {
   prometheus::Counter* decision_busy_;
   prometheus::Counter* published_;
   prometheus::Counter* publish_failures_;
+  prometheus::Counter* chunks_rejected_;
   prometheus::Counter* publications_dropped_;
   prometheus::Counter* lease_waits_;
   prometheus::Gauge* publish_bytes_in_flight_;

@@ -1,6 +1,7 @@
 #include "worker/setup/model_setup_flags.h"
 
 #include "absl/strings/str_format.h"
+#include "common/chunk_mac.h"
 #include "common/status_macros.h"
 
 namespace lazykv {
@@ -28,6 +29,9 @@ const char kModelSetupUsage[] =
                          measured to be faster than recomputing it (auto, default), always, or never
   --publish-budget BYTES computed chunks waiting to be published, at most (default 1GiB); past it a
                          publication is dropped and counted, never waited for
+  --chunk-mac-key-file F the fleet's secret (32+ bytes): chunks this worker publishes are signed
+                         with it (HMAC-SHA256), and fetched chunks whose MAC does not match are
+                         refused and recomputed (default: chunks are neither signed nor checked)
 )";
 
 void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
@@ -60,6 +64,10 @@ void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
     return absl::OkStatus();
   });
   parser.AddByteSize("--publish-budget", &s.engine.pipeline.max_publish_bytes);
+  parser.Add("--chunk-mac-key-file", [&s](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(s.engine.pipeline.mac, ChunkMac::FromKeyFile(v));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status FinishModelSetupFlags(ModelSetupFlags& flags, const std::string& holder) {

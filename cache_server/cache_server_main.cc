@@ -26,6 +26,8 @@ constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --dat
   --max-streams N           concurrent get/put streams and lease waits (default 64)
   --page-size BYTES         host RAM page (default 256KiB)
   --lease-ttl-ms N          default lease lifetime (default 10000)
+  --stream-idle-timeout-ms N  a get or put stream moving no message for this long is cancelled,
+                            freeing its slot and reserved space (default 10000)
   --shutdown-grace-ms N     time given to in-flight calls on SIGTERM (default 10000)
   --no-pin                  do not page-lock host RAM even with a GPU present
   --gpu-capacity BYTES      reserved for the GPU tier (not built yet; 0 only)
@@ -40,6 +42,7 @@ struct ServerFlags {
   uint64_t max_message_bytes = 16 << 20;
   uint64_t gpu_capacity = 0;
   int lease_ttl_ms = 10000;
+  int stream_idle_timeout_ms = 10000;
   int shutdown_grace_ms = 10000;
   bool no_pin = false;
 };
@@ -58,6 +61,7 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   parser.AddInt("--max-streams", &f.limits.max_concurrent_streams);
   parser.AddByteSize("--page-size", &f.store.page_bytes);
   parser.AddInt("--lease-ttl-ms", &f.lease_ttl_ms);
+  parser.AddInt("--stream-idle-timeout-ms", &f.stream_idle_timeout_ms);
   parser.AddInt("--shutdown-grace-ms", &f.shutdown_grace_ms);
   parser.AddSwitch("--no-pin", &f.no_pin);
   parser.AddByteSize("--gpu-capacity", &f.gpu_capacity);
@@ -74,6 +78,8 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
                         f.limits.slice_bytes + (64 << 10), f.limits.slice_bytes));
   }
   if (f.lease_ttl_ms <= 0) return absl::InvalidArgumentError("--lease-ttl-ms must be positive");
+  if (f.stream_idle_timeout_ms <= 0) return absl::InvalidArgumentError("--stream-idle-timeout-ms must be positive");
+  f.limits.stream_idle_timeout = std::chrono::milliseconds(f.stream_idle_timeout_ms);
   f.limits.default_lease_ttl = std::chrono::milliseconds(f.lease_ttl_ms);
   f.store.pin_host_memory = !f.no_pin;
   return absl::OkStatus();

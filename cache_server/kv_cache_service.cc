@@ -51,8 +51,18 @@ class KvCacheService::StreamSlot {
   bool taken_;
 };
 
+grpc::Status KvCacheService::IdleTimeout(const std::string& what) {
+  metrics_.CountRejected("stream_idle_timeout");
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, absl::StrFormat("%s for stream_idle_timeout=%dms; cancelled",
+                                                                           what, limits_.stream_idle_timeout.count()));
+}
+
 KvCacheService::KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits)
-    : store_(store), leases_(leases), limits_(limits), metrics_(store->metrics()) {
+    : store_(store),
+      leases_(leases),
+      limits_(limits),
+      metrics_(store->metrics()),
+      watchdog_(std::make_unique<StreamWatchdog>(limits.stream_idle_timeout)) {
   // Method 1 of KvCache is Get (proto/kvcache.proto): served by StreamChunk.
   MarkMethodStreamed(1, new grpc::internal::SplitServerStreamingHandler<v1::GetRequest, OutgoingGetResponse>(
                             [this](grpc::ServerContext* context,
@@ -85,6 +95,7 @@ grpc::Status KvCacheService::StreamChunk(grpc::ServerContext* context,
   LatencyTimer timer(metrics_, "get");
   StreamSlot slot(this);
   if (!slot.taken()) return slot.Refusal();
+  StreamWatchdog::Watch watch(watchdog_.get(), context);
   v1::GetRequest request;
   if (!stream->Read(&request)) return Invalid("empty get request");
   if (!request.has_key()) return Invalid("key is required");
@@ -105,7 +116,11 @@ grpc::Status KvCacheService::StreamChunk(grpc::ServerContext* context,
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the get");
     grpc::WriteOptions options;
     if (offset == size) options.set_last_message();
-    if (!stream->Write(message, options)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    if (!stream->Write(message, options)) {
+      if (watch.timed_out()) return IdleTimeout("get: the client read nothing");
+      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    }
+    watch.Progress();
     message.header.clear();
     message.tier = v1::TIER_UNSPECIFIED;
   } while (offset < size);
@@ -117,13 +132,17 @@ grpc::Status KvCacheService::Put(grpc::ServerContext* context, grpc::ServerReade
   LatencyTimer timer(metrics_, "put");
   StreamSlot slot(this);
   if (!slot.taken()) return slot.Refusal();
-  return DoPut(context, reader, response);
+  StreamWatchdog::Watch watch(watchdog_.get(), context);
+  const grpc::Status status = DoPut(context, reader, response, watch);
+  if (!status.ok() && watch.timed_out()) return IdleTimeout("put: the client sent nothing");
+  return status;
 }
 
 grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
-                                   v1::PutResponse* response) {
+                                   v1::PutResponse* response, StreamWatchdog::Watch& watch) {
   v1::PutRequest message;
   if (!reader->Read(&message)) return Invalid("empty put stream: the first message must carry key and header");
+  watch.Progress();
   if (!message.has_key()) return Invalid("key is required in the first message");
   if (!message.has_model_fingerprint()) return Invalid("model_fingerprint is required in the first message");
   const Hash128 key = FromProto(message.key());
@@ -156,6 +175,7 @@ grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerRea
   absl::Status appended = (*writer)->Append(message.header());
   if (appended.ok()) appended = (*writer)->Append(message.data());
   while (appended.ok() && reader->Read(&message)) {
+    watch.Progress();
     if (message.has_key() || !message.header().empty()) {
       return Invalid("key and header belong in the first message only");
     }

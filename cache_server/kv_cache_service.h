@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cache_server/lease_table.h"
+#include "cache_server/stream_watchdog.h"
 #include "cache_server/tiered_store.h"
 #include "common/chunk_wire.h"
 #include "proto/kvcache.grpc.pb.h"
@@ -22,6 +23,9 @@ struct ServiceLimits {
   std::chrono::milliseconds default_lease_ttl{10000};
   std::chrono::milliseconds max_lease_ttl{120000};
   std::chrono::milliseconds max_lease_wait{60000};
+  // A Get or Put stream that moves no message for this long is cancelled (its slot and its
+  // reserved space freed): a stalled client cannot hold them.
+  std::chrono::milliseconds stream_idle_timeout{10000};
 };
 
 // Thread-safe: gRPC runs its handlers on many threads at once; the store and the lease
@@ -49,13 +53,17 @@ class KvCacheService final : public v1::KvCache::Service {
  private:
   class StreamSlot;
   grpc::Status DoPut(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
-                     v1::PutResponse* response);
+                     v1::PutResponse* response, StreamWatchdog::Watch& watch);
+  // A stream the watchdog cancelled: counted (rejected{reason="stream_idle_timeout"}); the
+  // status is for the server's own accounting, the client sees CANCELLED.
+  grpc::Status IdleTimeout(const std::string& what);
 
   TieredStore* store_;
   LeaseTable* leases_;
   ServiceLimits limits_;
   CacheMetrics& metrics_;
   std::atomic<int> active_streams_{0};
+  std::unique_ptr<StreamWatchdog> watchdog_;  // after what its scans may touch (the contexts are the calls')
 };
 
 v1::Tier ToProtoTier(StoreTier tier);

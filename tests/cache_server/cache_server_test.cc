@@ -308,6 +308,49 @@ TEST_F(CacheServerTest, StreamLimitRefusesPastItAndKeepsServing) {
   EXPECT_TRUE(ok.stored == c.stored());
 }
 
+TEST_F(CacheServerTest, StalledStreamsAreCancelledAndFreeTheirSlotAndSpace) {
+  // One stream slot and 8 MiB of host RAM. A client opens a Put announcing a 6 MiB chunk,
+  // sends its first message and stalls: without a stream idle timeout it would hold the
+  // slot and the reserved space for good. The watchdog cancels it, and the same work from
+  // a well-behaved client then succeeds; the stalled client's call ends CANCELLED (the
+  // server cancelled it).
+  auto server = Start({"--max-streams", "1", "--host-capacity", "8MiB", "--disk-capacity", "0", "--metrics-listen",
+                       "127.0.0.1:0", "--stream-idle-timeout-ms", std::to_string(300 * SlowdownFactor())});
+  auto stub = CacheStub(server->address());
+  const TestChunk big = RandomTestChunk(rng_, 6 << 20);
+  grpc::ClientContext stalled_context;
+  stalled_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::PutResponse stalled_response;
+  auto stalled = stub->Put(&stalled_context, &stalled_response);
+  v1::PutRequest first;
+  *first.mutable_key() = ToProto(big.key);
+  *first.mutable_model_fingerprint() = ToProto(big.fingerprint);
+  first.set_header(EncodeChunkHeader(big.header));
+  first.set_data(big.payload.substr(0, 4096));
+  ASSERT_TRUE(stalled->Write(first));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100 * SlowdownFactor()));
+  // While it holds the only slot, others are refused...
+  const TestChunk small = RandomTestChunk(rng_, 1000);
+  EXPECT_EQ(PutChunk(*stub, small).status.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  // ...until the watchdog cancels it (no message for 300 ms).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10 * SlowdownFactor());
+  PutOutcome retried;
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    retried = PutChunk(*stub, small);
+  } while (!retried.status.ok() && std::chrono::steady_clock::now() < give_up);
+  ASSERT_TRUE(retried.status.ok()) << retried.status.error_message();
+  // The space reserved for the stalled chunk is back: a 6 MiB chunk fits again.
+  const TestChunk big2 = RandomTestChunk(rng_, 6 << 20);
+  const PutOutcome second = PutChunk(*stub, big2);
+  EXPECT_TRUE(second.status.ok()) << second.status.error_message();
+  const grpc::Status stalled_status = stalled->Finish();
+  EXPECT_EQ(stalled_status.error_code(), StatusCode::CANCELLED) << stalled_status.error_message();
+  EXPECT_FALSE(RawGet(*stub, big.key).status.ok());  // nothing half-written was stored
+  EXPECT_TRUE(RawGet(*stub, small.key).status.ok());
+  EXPECT_NE(HttpGet(server->metrics_address(), "/metrics").find("stream_idle_timeout"), std::string::npos);
+}
+
 TEST_F(CacheServerTest, HealthMetricsAndGracefulShutdown) {
   // gRPC's shutdown waits on connections that saw a health check; the grace period caps it.
   auto server = Start({"--metrics-listen", "127.0.0.1:0", "--shutdown-grace-ms", "1000"});

@@ -17,12 +17,6 @@ namespace {
 
 constexpr double kTolerance = 1e-4;
 
-ModelWeights RandomModel(const std::string& shape, uint64_t seed) {
-  auto config = SyntheticConfig(shape);
-  EXPECT_TRUE(config.ok());
-  return MakeSyntheticWeights(*config, seed);
-}
-
 class RopeVariantTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RopeVariantTest, NoneModeMatchesNaiveDenseAttention) {

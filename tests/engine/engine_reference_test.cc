@@ -15,6 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/engine/engine_compare_util.h"
+#include "tests/engine/engine_test_util.h"
 #include "tests/test_util.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/model/llama2c_loader.h"
@@ -102,12 +103,6 @@ double ExpectModesMatchReference(const ModelWeights& weights, const std::vector<
     }
   }
   return worst;
-}
-
-ModelWeights RandomModel(const std::string& shape, uint64_t seed) {
-  auto config = SyntheticConfig(shape);
-  EXPECT_TRUE(config.ok());
-  return MakeSyntheticWeights(*config, seed);
 }
 
 class PlacedReferenceTest : public ::testing::TestWithParam<std::string> {};

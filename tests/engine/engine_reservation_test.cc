@@ -88,9 +88,7 @@ TEST(EngineReservationTest, ReservedEqualsPeakHeldInEveryMode) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
-  auto config = SyntheticConfig("tiny");
-  ASSERT_TRUE(config.ok());
-  const ModelWeights weights = MakeSyntheticWeights(*config, seed);
+  const ModelWeights weights = RandomModel("tiny", seed);
   const int vocab = weights.config.vocab_size;
   int exact_checks = 0;
   for (int round = 0; round < 12; ++round) {
@@ -157,9 +155,7 @@ TEST(EngineReservationTest, ConcurrentRequestsSharingDocumentsNeverHoldMoreThanR
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
-  auto config = SyntheticConfig("tiny");
-  ASSERT_TRUE(config.ok());
-  const ModelWeights weights = MakeSyntheticWeights(*config, seed);
+  const ModelWeights weights = RandomModel("tiny", seed);
   std::vector<std::vector<int32_t>> corpus;
   for (int d = 0; d < 6; ++d) {
     corpus.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(5, 40)(rng), weights.config.vocab_size));

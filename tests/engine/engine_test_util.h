@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/engine/engine.h"
+#include "worker/model/synthetic_model.h"
 
 namespace lazykv::testing {
 
@@ -19,6 +20,13 @@ inline std::unique_ptr<Engine> MakeEngine(const ModelWeights& weights, Attention
   auto engine = Engine::Create(*std::move(backend), options);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return *std::move(engine);
+}
+
+// A random model of a synthetic shape ("tiny", "tiny-hf", "tiny-llama3", ...), drawn from `seed`.
+inline ModelWeights RandomModel(const std::string& shape, uint64_t seed) {
+  auto config = SyntheticConfig(shape);
+  EXPECT_TRUE(config.ok()) << config.status();
+  return MakeSyntheticWeights(*config, seed);
 }
 
 // Every block is free or held by the cache index: no request leaked a reference.

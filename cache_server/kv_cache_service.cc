@@ -164,6 +164,13 @@ grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerRea
                                    header->model_fingerprint.ToHex(), fingerprint.ToHex()));
   }
   const uint64_t size = kChunkHeaderBytes + header->payload_bytes;
+  if (leases_->HeldByAnother(key, message.lease_id())) {
+    metrics_.CountRejected("lease_held");
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrFormat("key %s is leased to another caller: a put under it must carry that lease_id "
+                                        "(lease_id %d does not match)",
+                                        key.ToHex(), message.lease_id()));
+  }
   if (store_->Locate(key)) {
     leases_->Published(key);
     response->set_already_stored(true);

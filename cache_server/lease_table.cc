@@ -1,9 +1,16 @@
 #include "cache_server/lease_table.h"
 
+#include <random>
+
 namespace lazykv::cache {
 
 LeaseTable::LeaseTable(std::function<bool(const Hash128&)> is_stored, CacheMetrics* metrics)
-    : is_stored_(std::move(is_stored)), metrics_(metrics) {}
+    : is_stored_(std::move(is_stored)), metrics_(metrics) {
+  std::random_device device;
+  MutexLock lock(&mu_);
+  // Random high bits; 0 stays "no lease" (ids only count up from here, 2^32 grants apart).
+  next_id_ = (static_cast<uint64_t>(device()) << 32 | 1) & ~(1ull << 63);
+}
 
 LeaseTable::Result LeaseTable::Acquire(const Hash128& key, const std::string& holder, std::chrono::milliseconds ttl,
                                        Clock::time_point wait_until) {
@@ -44,6 +51,12 @@ void LeaseTable::Published(const Hash128& key) {
     leases_.erase(key);
   }
   changed_.SignalAll();
+}
+
+bool LeaseTable::HeldByAnother(const Hash128& key, uint64_t lease_id) const {
+  MutexLock lock(&mu_);
+  auto it = leases_.find(key);
+  return it != leases_.end() && it->second.expiry > Clock::now() && it->second.id != lease_id;
 }
 
 bool LeaseTable::Release(const Hash128& key, uint64_t lease_id) {

@@ -40,6 +40,9 @@ class LeaseTable {
                  Clock::time_point wait_until);
   // The chunk was stored: its lease (whoever holds it) ends and every waiter wakes.
   void Published(const Hash128& key);
+  // Whether an unexpired lease on `key` belongs to another caller than `lease_id`'s holder
+  // (a Put must then carry that lease: nobody else may publish under a leased key).
+  bool HeldByAnother(const Hash128& key, uint64_t lease_id) const;
   // The holder gives up (it failed to compute): the next waiter is granted the lease.
   bool Release(const Hash128& key, uint64_t lease_id);
   // Wakes every waiter with kShuttingDown; later calls return it at once.
@@ -58,7 +61,8 @@ class LeaseTable {
   mutable Mutex mu_;
   CondVar changed_;  // a lease ended, or shutting_down_
   std::unordered_map<Hash128, Lease, Hash128Hasher> leases_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Lease ids start at a random point, so ids from before a restart do not match new leases.
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <future>
+#include <set>
 #include <thread>
 
 #include "common/grpc_util.h"
@@ -268,6 +269,18 @@ TEST_F(CacheServerTest, LeaseGrantsOnceWakesWaitersOnPublicationAndExpires) {
   const v1::LeaseResponse first = Lease(*stub, c.key, 10000, 0);
   EXPECT_EQ(first.outcome(), v1::LeaseResponse::GRANTED);
   EXPECT_EQ(Lease(*stub, c.key, 10000, 0).outcome(), v1::LeaseResponse::HELD);
+  // Nobody but the holder publishes under a leased key: without its lease, or with a made-up
+  // one, a Put is refused and stores nothing.
+  const TestChunk forged = RandomTestChunk(rng_, 100000);
+  ChunkHeader forged_header = forged.header;
+  forged_header.key = c.key;
+  for (uint64_t lease_id : {uint64_t{0}, first.lease_id() + 1}) {
+    const PutOutcome squatter =
+        RawPut(*stub, c.key, forged.fingerprint, EncodeChunkHeader(forged_header), forged.payload, lease_id);
+    EXPECT_EQ(squatter.status.error_code(), StatusCode::PERMISSION_DENIED) << squatter.status.error_message();
+    EXPECT_NE(squatter.status.error_message().find("leased to another caller"), std::string::npos);
+  }
+  EXPECT_EQ(RawGet(*stub, c.key).status.error_code(), StatusCode::NOT_FOUND);
   // A waiter is woken by the publication.
   auto waiter = std::async(std::launch::async, [&] { return Lease(*stub, c.key, 10000, 10000); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -286,6 +299,20 @@ TEST_F(CacheServerTest, LeaseGrantsOnceWakesWaitersOnPublicationAndExpires) {
   EXPECT_EQ(s.lease_grants(), 3u);
   EXPECT_EQ(s.lease_expiries(), 1u);
   EXPECT_EQ(s.lease_waits(), 2u);
+}
+
+TEST_F(CacheServerTest, LeaseIdsDoNotRepeatAcrossRestarts) {
+  // A lease id from before a restart must not match a lease granted after it.
+  std::set<uint64_t> ids;
+  for (int run = 0; run < 2; ++run) {
+    auto server = Start();
+    auto stub = CacheStub(server->address());
+    const v1::LeaseResponse lease = Lease(*stub, Hash128{rng_(), rng_()}, 10000, 0);
+    ASSERT_EQ(lease.outcome(), v1::LeaseResponse::GRANTED);
+    EXPECT_NE(lease.lease_id(), 0u);
+    ids.insert(lease.lease_id());
+  }
+  EXPECT_EQ(ids.size(), 2u);
 }
 
 TEST_F(CacheServerTest, StreamLimitRefusesPastItAndKeepsServing) {

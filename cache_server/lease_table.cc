@@ -8,7 +8,7 @@ LeaseTable::LeaseTable(std::function<bool(const Hash128&)> is_stored, CacheMetri
     : is_stored_(std::move(is_stored)), metrics_(metrics) {
   std::random_device device;
   MutexLock lock(&mu_);
-  // Random high bits; 0 stays "no lease" (ids only count up from here, 2^32 grants apart).
+  // Random high bits, the low bit set: never 0 ("no lease"), and far from another run's ids.
   next_id_ = (static_cast<uint64_t>(device()) << 32 | 1) & ~(1ull << 63);
 }
 

@@ -51,7 +51,6 @@ void StreamWatchdog::Scan() {
       if (entry.cancelled || now - entry.last_progress < idle_timeout_) continue;
       entry.cancelled = true;
       entry.context->TryCancel();
-      cancelled_.fetch_add(1);
     }
   }
 }

@@ -3,12 +3,11 @@
 // stops reading a Get) has no timeout of its own, and would hold its stream slot and the
 // space reserved for its chunk for as long as the client likes. The watchdog cancels such
 // a call (ServerContext::TryCancel), which ends the blocked Read or Write.
-// Thread-safe: handlers on any thread Start and Progress; one thread of its own scans.
+// Thread-safe: handlers on any thread hold Watches; one thread of its own scans.
 #pragma once
 
 #include <grpcpp/server_context.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -45,9 +44,6 @@ class StreamWatchdog {
     uint64_t id_;
   };
 
-  std::chrono::milliseconds idle_timeout() const { return idle_timeout_; }
-  uint64_t cancelled() const { return cancelled_.load(); }
-
  private:
   struct Entry {
     grpc::ServerContext* context;
@@ -62,7 +58,6 @@ class StreamWatchdog {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   CondVar wake_;
-  std::atomic<uint64_t> cancelled_{0};
   std::thread thread_;  // last: starts after the state it reads
 };
 

@@ -34,6 +34,15 @@ void FlagParser::AddUint64(const std::string& name, uint64_t* out) {
   Add(name, [out](const std::string& v) { return absl::SimpleAtoi(v, out) ? absl::OkStatus() : NotANumber(v); });
 }
 
+void FlagParser::AddUint64(const std::string& name, std::optional<uint64_t>* out) {
+  Add(name, [out](const std::string& v) {
+    uint64_t value = 0;
+    if (!absl::SimpleAtoi(v, &value)) return NotANumber(v);
+    *out = value;
+    return absl::OkStatus();
+  });
+}
+
 void FlagParser::AddDouble(const std::string& name, double* out) {
   Add(name, [out](const std::string& v) { return absl::SimpleAtod(v, out) ? absl::OkStatus() : NotANumber(v); });
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -21,6 +22,7 @@ class FlagParser {
   void AddString(const std::string& name, std::string* out);
   void AddInt(const std::string& name, int* out);
   void AddUint64(const std::string& name, uint64_t* out);
+  void AddUint64(const std::string& name, std::optional<uint64_t>* out);  // absent unless given
   void AddDouble(const std::string& name, double* out);
   void AddFloat(const std::string& name, float* out);
   void AddByteSize(const std::string& name, uint64_t* out);  // 8GiB, 512MiB, 4096

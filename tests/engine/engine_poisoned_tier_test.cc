@@ -22,15 +22,11 @@ using testing::FakeChunkTier;
 
 std::unique_ptr<Engine> EngineWithTier(const ModelWeights& weights, std::shared_ptr<FakeChunkTier> tier,
                                        std::shared_ptr<const ChunkMac> mac) {
-  auto backend = CreateCpuBackend(weights, 16, 2048);
-  EXPECT_TRUE(backend.ok());
   EngineOptions options;
   options.tier = std::move(tier);
   options.pipeline.fetch_policy = FetchPolicy::kAlways;
   options.pipeline.mac = std::move(mac);
-  auto engine = Engine::Create(*std::move(backend), options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  return *std::move(engine);
+  return testing::MakeEngine(weights, std::move(options));
 }
 
 // The stored form of `payload` under `header`'s key and layout, signed by `mac` (or not).

@@ -28,16 +28,11 @@ namespace {
 constexpr double kTolerance = 1e-4;
 
 std::unique_ptr<Engine> MakeEngineWithAnchor(const ModelWeights& weights, AttentionMode mode, int block_size,
-                                             std::vector<int32_t> anchor, int max_prefill_tokens = 512) {
-  auto backend = CreateCpuBackend(weights, block_size, 2048);
-  EXPECT_TRUE(backend.ok()) << backend.status();
+                                             std::vector<int32_t> anchor) {
   EngineOptions options;
   options.mode = mode;
   options.anchor = std::move(anchor);
-  options.max_prefill_tokens = max_prefill_tokens;
-  auto engine = Engine::Create(*std::move(backend), options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  return *std::move(engine);
+  return MakeEngine(weights, std::move(options), block_size);
 }
 
 // Logits of the reference at each tail position from the prompt's last token on: entry s

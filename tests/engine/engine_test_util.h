@@ -10,16 +10,22 @@
 
 namespace lazykv::testing {
 
-inline std::unique_ptr<Engine> MakeEngine(const ModelWeights& weights, AttentionMode mode, int block_size = 16,
-                                          int num_blocks = 2048, int max_prefill_tokens = 512) {
+// An engine with `options` over a CPU backend of the weights.
+inline std::unique_ptr<Engine> MakeEngine(const ModelWeights& weights, EngineOptions options, int block_size = 16,
+                                          int num_blocks = 2048) {
   auto backend = CreateCpuBackend(weights, block_size, num_blocks);
   EXPECT_TRUE(backend.ok()) << backend.status();
+  auto engine = Engine::Create(*std::move(backend), std::move(options));
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return *std::move(engine);
+}
+
+inline std::unique_ptr<Engine> MakeEngine(const ModelWeights& weights, AttentionMode mode, int block_size = 16,
+                                          int num_blocks = 2048, int max_prefill_tokens = 512) {
   EngineOptions options;
   options.mode = mode;
   options.max_prefill_tokens = max_prefill_tokens;
-  auto engine = Engine::Create(*std::move(backend), options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  return *std::move(engine);
+  return MakeEngine(weights, std::move(options), block_size, num_blocks);
 }
 
 // A random model of a synthetic shape ("tiny", "tiny-hf", "tiny-llama3", ...), drawn from `seed`.

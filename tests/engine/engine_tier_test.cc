@@ -46,14 +46,10 @@ Workload MakeWorkload(std::mt19937_64& rng) {
 
 std::unique_ptr<Engine> EngineWithTier(const ModelWeights& weights, std::shared_ptr<FakeChunkTier> tier,
                                        FetchPolicy policy = FetchPolicy::kAlways) {
-  auto backend = CreateCpuBackend(weights, 16, 2048);
-  EXPECT_TRUE(backend.ok());
   EngineOptions options;
   options.tier = std::move(tier);
   options.pipeline.fetch_policy = policy;
-  auto engine = Engine::Create(*std::move(backend), options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  return *std::move(engine);
+  return testing::MakeEngine(weights, std::move(options));
 }
 
 struct RunResult {

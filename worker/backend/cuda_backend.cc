@@ -63,24 +63,20 @@ cuda::PagedKv CudaBackend::LayerKv(int layer) const {
 
 absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
   RETURN_IF_ERROR(ValidateBlockCopies(copies, block_size_, num_blocks_));
-  std::vector<int32_t> src, dst, counts, deltas;
-  for (const BlockCopy& copy : copies) {
-    src.push_back(copy.src_block);
-    dst.push_back(copy.dst_block);
-    counts.push_back(copy.num_tokens);
-    deltas.push_back(copy.delta);
-  }
   if (copies.empty()) return absl::OkStatus();
-  // The lists go up from pageable memory, read during the call: nothing on the host is
-  // reused under an upload in flight, so the copy needs no synchronize (the forward pass
-  // that follows on stream_ sees it in order).
-  std::vector<int32_t> lists = src;
-  lists.insert(lists.end(), dst.begin(), dst.end());
-  lists.insert(lists.end(), counts.begin(), counts.end());
-  lists.insert(lists.end(), deltas.begin(), deltas.end());
+  // Four lists of n: sources, destinations, token counts, deltas. They go up from pageable
+  // memory, read during the call: nothing on the host is reused under an upload in flight,
+  // so the copy needs no synchronize (the forward pass that follows on stream_ sees it in order).
+  const size_t n = copies.size();
+  std::vector<int32_t> lists(4 * n);
+  for (size_t i = 0; i < n; ++i) {
+    lists[i] = copies[i].src_block;
+    lists[n + i] = copies[i].dst_block;
+    lists[2 * n + i] = copies[i].num_tokens;
+    lists[3 * n + i] = copies[i].delta;
+  }
   RETURN_IF_ERROR(meta_.Reserve(lists.size() * sizeof(int32_t)));  // grows it (synchronizing) only when too small
   RETURN_IF_ERROR(UploadDuringCall(meta_.as<int32_t>(0), lists.data(), lists.size() * sizeof(int32_t)));
-  const size_t n = copies.size();
   cuda::MaterializeParams m;
   m.kv = LayerKv(0);
   m.src_blocks = meta_.as<int32_t>(0);

@@ -46,12 +46,7 @@ int GenerateCommand(int argc, char** argv) {
   parser.AddInt("--max-tokens", &max_tokens);
   parser.AddFloat("--temperature", &temperature);
   parser.AddFloat("--top-p", &top_p);
-  parser.Add("--seed", [&](const std::string& v) {
-    uint64_t value = 0;
-    if (!absl::SimpleAtoi(v, &value)) return absl::InvalidArgumentError(absl::StrCat("--seed: not a number: ", v));
-    seed = value;
-    return absl::OkStatus();
-  });
+  parser.AddUint64("--seed", &seed);
   parser.Add("--stop", [&](const std::string& v) {
     request.mutable_sampling()->add_stop(v);
     return absl::OkStatus();

@@ -50,12 +50,7 @@ absl::Status ParseFlags(int argc, char** argv, RunFlags& flags) {
   parser.AddInt("--max-tokens", &flags.defaults.sampling.max_tokens);
   parser.AddFloat("--temperature", &flags.defaults.sampling.temperature);
   parser.AddFloat("--top-p", &flags.defaults.sampling.top_p);
-  parser.Add("--seed", [&](const std::string& v) {
-    uint64_t seed = 0;
-    if (!absl::SimpleAtoi(v, &seed)) return absl::InvalidArgumentError(absl::StrCat("--seed: not a number: ", v));
-    flags.defaults.sampling.seed = seed;
-    return absl::OkStatus();
-  });
+  parser.AddUint64("--seed", &flags.defaults.sampling.seed);
   parser.AddSwitch("--json", &flags.json);
   RETURN_IF_ERROR(parser.Parse(argc, argv));
   if (absl::Status s = FinishModelSetupFlags(flags.model, absl::StrFormat("lazykv-run-%d", getpid())); !s.ok()) {

@@ -136,26 +136,22 @@ void Engine::TakeChunk(Request& r, size_t s, std::span<const KvBlockRef> blocks,
 absl::Status Engine::AttachSegments(Request& r) {
   // The block baseline's moved documents are copied now; the request holds the copies
   // (reserved privately) and lets go of the sources, so their reservation goes too.
-  std::vector<SharedChunkReservations::Chunk> copied_sources;
+  // Segment s is shared_chunks[s]: split them into the sources just copied and the chunks
+  // still reserved (what Release will undo).
+  std::vector<SharedChunkReservations::Chunk> copied_sources, kept;
   for (size_t s = 0; s < r.segments.size(); ++s) {
     ChunkSegment& segment = r.segments[s];
     if (segment.is_anchor) {
       r.seq.AdoptBlocks(segment.blocks, 0);
     } else {
       RETURN_IF_ERROR(AttachChunk(r.seq, r.result.mode, segment.blocks, segment.delta, r.result.usage));
-      if (r.result.mode == AttentionMode::kBlock && segment.delta != 0) copied_sources.push_back(r.shared_chunks[s]);
     }
+    const bool copied = !segment.is_anchor && r.result.mode == AttentionMode::kBlock && segment.delta != 0;
+    (copied ? copied_sources : kept).push_back(r.shared_chunks[s]);
     segment.blocks.clear();
   }
   if (!copied_sources.empty()) {
     shared_reservations_.Remove(copied_sources);
-    // What Release will undo: the chunks still reserved (segment s is shared_chunks[s]).
-    std::vector<SharedChunkReservations::Chunk> kept;
-    for (size_t s = 0; s < r.segments.size(); ++s) {
-      if (r.segments[s].is_anchor || r.result.mode != AttentionMode::kBlock || r.segments[s].delta == 0) {
-        kept.push_back(r.shared_chunks[s]);
-      }
-    }
     r.shared_chunks = std::move(kept);
   }
   r.segments_attached = true;

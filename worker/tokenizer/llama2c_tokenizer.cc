@@ -57,22 +57,22 @@ class Llama2cTokenizer : public Tokenizer {
       }
       i += len;
     }
-    if (!spaces_lead_) return Merge(tokens);
+    std::vector<int32_t> out;
+    out.reserve(tokens.size());
+    if (!spaces_lead_) {
+      MergeInto(tokens, out);
+      return out;
+    }
     // In a vocabulary whose pieces hold spaces only at their start, no merge joins a
     // non-space to a following space: the text is merged word by word (the same result,
     // with small heaps that stay in cache).
-    std::vector<int32_t> out, word;
-    out.reserve(tokens.size());
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (i > 0 && pieces_[tokens[i]].starts_with(' ') && !pieces_[tokens[i - 1]].ends_with(' ')) {
-        const std::vector<int32_t> merged = Merge(word);
-        out.insert(out.end(), merged.begin(), merged.end());
-        word.clear();
+    size_t word = 0;  // the current word's first symbol
+    for (size_t i = 1; i <= tokens.size(); ++i) {
+      if (i == tokens.size() || (pieces_[tokens[i]].starts_with(' ') && !pieces_[tokens[i - 1]].ends_with(' '))) {
+        MergeInto(std::span(tokens).subspan(word, i - word), out);
+        word = i;
       }
-      word.push_back(tokens[i]);
     }
-    const std::vector<int32_t> merged = Merge(word);
-    out.insert(out.end(), merged.begin(), merged.end());
     return out;
   }
 
@@ -110,7 +110,9 @@ class Llama2cTokenizer : public Tokenizer {
     }
   };
 
-  std::vector<int32_t> Merge(std::vector<int32_t> ids) const {
+  // Merges `symbols` and appends the result to `out`.
+  void MergeInto(std::span<const int32_t> symbols, std::vector<int32_t>& out) const {
+    std::vector<int32_t> ids(symbols.begin(), symbols.end());
     const int n = static_cast<int>(ids.size());
     std::vector<int32_t> next(n), prev(n);
     for (int i = 0; i < n; ++i) {
@@ -139,9 +141,7 @@ class Llama2cTokenizer : public Tokenizer {
       consider(prev[c.left]);
       consider(c.left);
     }
-    std::vector<int32_t> out;
     for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(ids[i]);
-    return out;
   }
 
   static uint64_t PairKey(int32_t left, int32_t right) {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/load_compare.h"
 #include "bench/load_replay.h"
@@ -77,6 +78,7 @@ questions go as token ids, greedy sampling.
   --mode MODE          per-request mode override: lazy | block | prefix | none (default: the worker's)
   --out FILE           the results as JSON (summary and every request)
   --deadline-ms N      per-request deadline; 0: none (default 0)
+Security (a worker with --tls-cert, --auth-tokens):
 )";
 
 constexpr char kCompareUsage[] =
@@ -97,6 +99,7 @@ throughput per mode; needs python3-matplotlib).
   --out-dir DIR        (default compare-results)
   --deadline-ms N      per-request deadline; 0: none (default 0)
   --plot-script PATH   (default the source tree's bench/plot_compare.py)
+Security towards --target (a worker with --tls-cert, --auth-tokens):
 )";
 
 absl::StatusOr<RagTrace> ReadTrace(const std::string& path) {
@@ -118,7 +121,8 @@ int FlagExit(const absl::Status& s) {
 int Load(int argc, char** argv) {
   ReplayOptions options;
   std::string trace_path, out_path;
-  FlagParser parser(kLoadUsage);
+  FlagParser parser(absl::StrCat(kLoadUsage, ClientSecurityUsage("")));
+  AddClientSecurityFlags(parser, options.security, "");
   parser.AddString("--target", &options.target);
   parser.AddString("--trace", &trace_path);
   parser.Add("--mode", [&](const std::string& v) {
@@ -128,7 +132,10 @@ int Load(int argc, char** argv) {
   parser.AddString("--out", &out_path);
   parser.AddInt("--deadline-ms", &options.deadline_ms);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return FlagExit(s);
-  if (options.target.empty() || trace_path.empty()) return FlagExit(absl::InvalidArgumentError(kLoadUsage));
+  if (options.target.empty() || trace_path.empty()) return FlagExit(absl::InvalidArgumentError(parser.usage()));
+  if (absl::Status s = CheckClientSecurity(options.target, options.security); !s.ok()) {
+    return FlagExit(absl::InvalidArgumentError(absl::StrCat("--", s.message())));
+  }
   auto trace = ReadTrace(trace_path);
   if (!trace.ok()) {
     std::cerr << "lazykv-bench load: " << trace.status().message() << "\n";
@@ -161,7 +168,8 @@ int Compare(int argc, char** argv) {
   CompareOptions options;
   options.plot_script = LAZYKV_PLOT_SCRIPT;
   std::string trace_path, modes;
-  FlagParser parser(kCompareUsage);
+  FlagParser parser(absl::StrCat(kCompareUsage, ClientSecurityUsage("")));
+  AddClientSecurityFlags(parser, options.target_security, "");
   parser.AddString("--worker", &options.worker);
   parser.AddString("--model", &options.model);
   parser.AddString("--tokenizer", &options.tokenizer);
@@ -182,7 +190,12 @@ int Compare(int argc, char** argv) {
       if (absl::Status s = CheckMode(mode); !s.ok()) return FlagExit(s);
     }
   }
-  if (trace_path.empty()) return FlagExit(absl::InvalidArgumentError(kCompareUsage));
+  if (trace_path.empty()) return FlagExit(absl::InvalidArgumentError(parser.usage()));
+  if (!options.target.empty()) {
+    if (absl::Status s = CheckClientSecurity(options.target, options.target_security); !s.ok()) {
+      return FlagExit(absl::InvalidArgumentError(absl::StrCat("--", s.message())));
+    }
+  }
   auto trace = ReadTrace(trace_path);
   if (!trace.ok()) {
     std::cerr << "lazykv-bench compare: " << trace.status().message() << "\n";

@@ -23,6 +23,7 @@ namespace fs = std::filesystem;
 ReplayOptions ReplayOptionsFor(const CompareOptions& o, const std::string& target, const std::string& mode) {
   ReplayOptions replay;
   replay.target = target;
+  if (target == o.target) replay.security = o.target_security;  // a worker it started itself is plaintext on loopback
   replay.mode = mode;
   replay.deadline_ms = o.deadline_ms;
   replay.progress = o.progress;

@@ -2,6 +2,8 @@
 // else identical, then one table, DIR/compare.json and DIR/compare.png.
 #pragma once
 
+#include "common/security/transport_security.h"
+
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@ struct CompareOptions {
   // (modes then differ only by the per-request override and share its state).
   std::string worker;
   std::string target;
+  ClientSecurityOptions target_security;  // TLS and token for --target
   std::string model, tokenizer;
   std::vector<std::string> worker_args;  // appended to each worker's command line
   std::vector<std::string> modes = {"lazy", "block", "prefix", "none"};

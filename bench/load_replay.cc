@@ -69,8 +69,7 @@ class Replayer {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetMaxSendMessageSize(64 << 20);
-    stub_ =
-        v1::Generation::NewStub(grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args));
+    stub_ = v1::Generation::NewStub(MakeClientChannel(options.target, options.security, args));
   }
 
   absl::Status CheckVocabulary(ReplayRun& run) {

@@ -4,6 +4,8 @@
 // concurrency of a load test is small, and blocking reads timestamp each delta simply.
 #pragma once
 
+#include "common/security/transport_security.h"
+
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@ namespace lazykv {
 
 struct ReplayOptions {
   std::string target{};   // HOST:PORT
+  ClientSecurityOptions security{};  // TLS and token for the target
   std::string mode{};     // the per-request mode override; empty: the worker's --mode
   int deadline_ms = 0;    // per request; 0: none
   bool progress = false;  // a progress bar on stderr

@@ -6,6 +6,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cache_server/kv_cache_service.h"
 #include "common/byte_size.h"
@@ -24,6 +25,10 @@ constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --dat
   --max-chunk-bytes BYTES   largest chunk accepted (default 256MiB)
   --max-message-bytes BYTES largest gRPC message (default 16MiB)
   --max-streams N           concurrent get/put streams and lease waits (default 64)
+  --max-streams-per-client N  of those, what one client may hold (default: half of --max-streams);
+                            a client is its token's name, else its certificate's name, else its host
+  --max-threads N           gRPC handler threads; calls past them get RESOURCE_EXHAUSTED
+                            (default: --max-streams + 64)
   --page-size BYTES         host RAM page (default 256KiB)
   --lease-ttl-ms N          default lease lifetime (default 10000)
   --stream-idle-timeout-ms N  a get or put stream moving no message for this long is cancelled,
@@ -32,11 +37,15 @@ constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --dat
   --no-pin                  do not page-lock host RAM even with a GPU present
   --gpu-capacity BYTES      reserved for the GPU tier (not built yet; 0 only)
 A port of 0 picks a free one; the address is printed on stdout.
+Security (plaintext and no tokens: loopback only):
 )";
 
 struct ServerFlags {
   std::string listen;
   std::string metrics_listen;
+  ServerSecurityOptions security;
+  int max_streams_per_client = 0;  // 0: half of max_concurrent_streams
+  int max_threads = 0;             // 0: max_concurrent_streams + 64
   TieredStoreOptions store;
   ServiceLimits limits;
   uint64_t max_message_bytes = 16 << 20;
@@ -49,7 +58,10 @@ struct ServerFlags {
 
 absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   f.store.disk_capacity_bytes = 4ull << 30;
-  FlagParser parser(kUsage);
+  FlagParser parser(absl::StrCat(kUsage, kServerSecurityUsage));
+  AddServerSecurityFlags(parser, f.security);
+  parser.AddInt("--max-streams-per-client", &f.max_streams_per_client);
+  parser.AddInt("--max-threads", &f.max_threads);
   parser.AddString("--listen", &f.listen);
   parser.AddString("--data-dir", &f.store.data_dir);
   parser.AddString("--metrics-listen", &f.metrics_listen);
@@ -72,6 +84,14 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   }
   if (f.gpu_capacity > 0) return absl::UnimplementedError("--gpu-capacity: the GPU tier is not built yet");
   if (f.limits.max_concurrent_streams <= 0) return absl::InvalidArgumentError("--max-streams must be positive");
+  if (f.max_streams_per_client < 0) return absl::InvalidArgumentError("--max-streams-per-client must be positive");
+  f.limits.max_streams_per_client = f.max_streams_per_client > 0
+                                        ? f.max_streams_per_client
+                                        : std::max(1, (f.limits.max_concurrent_streams + 1) / 2);
+  if (f.max_threads < 0) return absl::InvalidArgumentError("--max-threads must be positive");
+  // A lease wait and each stream hold a handler thread; the rest answer small calls.
+  if (f.max_threads == 0) f.max_threads = f.limits.max_concurrent_streams + 64;
+  if (absl::Status s = CheckServerSecurity(f.listen, f.security); !s.ok()) return s;
   if (f.max_message_bytes < f.limits.slice_bytes + (64 << 10)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--max-message-bytes must be at least %d (a %d-byte slice plus framing)",
@@ -98,17 +118,33 @@ int Serve(int argc, char** argv) {
   }
   TieredStore* store_ptr = store->get();
   LeaseTable leases([store_ptr](const Hash128& key) { return store_ptr->Locate(key).has_value(); }, metrics.get());
-  KvCacheService service(store_ptr, &leases, flags.limits);
-
-  auto exposer = StartMetricsExposer(flags.metrics_listen, metrics->registry());
-  if (!exposer.ok()) {
-    spdlog::error("{}", std::string(exposer.status().message()));
+  auto authorizer =
+      CallAuthorizer::Create(flags.security.auth_tokens_file, std::chrono::seconds(flags.security.reload_interval_s));
+  if (!authorizer.ok()) {
+    spdlog::error("{}", std::string(authorizer.status().message()));
     return 1;
+  }
+  KvCacheService service(store_ptr, &leases, flags.limits, authorizer->get());
+
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (!flags.metrics_listen.empty()) {
+    auto started_metrics =
+        MetricsServer::Start(flags.metrics_listen, metrics->registry(), flags.security, authorizer->get());
+    if (!started_metrics.ok()) {
+      spdlog::error("{}", std::string(started_metrics.status().message()));
+      return 1;
+    }
+    metrics_server = *std::move(started_metrics);
   }
 
   int port = 0;
   // Chunks are MiB-sized: a large flow-control window keeps a stream from stalling.
-  auto started = StartGrpcServer(flags.listen, &service, flags.max_message_bytes, 8 << 20, &port);
+  auto started = StartGrpcServer(GrpcServerOptions{.listen = flags.listen,
+                                                   .credentials = MakeServerCredentials(flags.security),
+                                                   .max_message_bytes = flags.max_message_bytes,
+                                                   .stream_window_bytes = 8 << 20,
+                                                   .max_threads = flags.max_threads},
+                                 &service, &port);
   if (!started.ok()) {
     spdlog::error("{}", std::string(started.status().message()));
     return 1;
@@ -118,7 +154,11 @@ int Serve(int argc, char** argv) {
   spdlog::info("host tier {} ({}), disk tier {} ({} chunks on disk), policy {}", FormatByteSize(stats.host_capacity),
                stats.host_pinned ? "pinned" : "pageable", FormatByteSize(stats.disk_capacity), stats.disk_entries,
                flags.store.eviction_policy);
-  PrintListening("lazykv-cache-server", flags.listen, port, exposer->get(), flags.metrics_listen);
+  spdlog::info("transport {}, tokens {}", flags.security.tls_cert_file.empty() ? "plaintext"
+                                          : flags.security.tls_client_ca_file.empty() ? "TLS"
+                                                                                       : "mutual TLS",
+               (*authorizer)->enabled() ? flags.security.auth_tokens_file : "off (every call allowed)");
+  PrintListening("lazykv-cache-server", flags.listen, port, metrics_server.get(), flags.metrics_listen);
 
   const int signal_number = WaitForTerminationSignal();
   spdlog::info("signal {}: draining streams and flushing", signal_number);

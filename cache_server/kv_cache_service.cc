@@ -27,29 +27,60 @@ class LatencyTimer {
 
 v1::Tier ToProtoTier(StoreTier tier) { return tier == StoreTier::kHost ? v1::TIER_HOST : v1::TIER_DISK; }
 
-// A place among the bounded number of concurrent streams, held for a call's duration.
+// A place among the bounded number of concurrent streams, and among the client's share of
+// them, held for a call's duration.
 class KvCacheService::StreamSlot {
  public:
-  explicit StreamSlot(KvCacheService* service) : service_(service) {
-    taken_ = service_->active_streams_.fetch_add(1) < service_->limits_.max_concurrent_streams;
+  StreamSlot(KvCacheService* service, std::string client) : service_(service), client_(std::move(client)) {
+    const ServiceLimits& limits = service_->limits_;
+    in_total_ = service_->active_streams_.fetch_add(1) < limits.max_concurrent_streams;
+    if (in_total_) {
+      MutexLock lock(&service_->client_streams_mu_);
+      in_share_ = ++service_->client_streams_[client_] <= limits.max_streams_per_client;
+    } else {
+      in_share_ = true;
+    }
     service_->metrics_.active_streams->Set(service_->active_streams_.load());
   }
   ~StreamSlot() {
+    if (in_total_) {
+      MutexLock lock(&service_->client_streams_mu_);
+      auto it = service_->client_streams_.find(client_);
+      if (--it->second == 0) service_->client_streams_.erase(it);
+    }
     service_->active_streams_.fetch_sub(1);
     service_->metrics_.active_streams->Set(service_->active_streams_.load());
   }
   grpc::Status Refusal() const {
-    service_->metrics_.CountRejected("max_concurrent_streams");
+    const ServiceLimits& limits = service_->limits_;
+    if (!in_total_) {
+      service_->metrics_.CountRejected("max_concurrent_streams");
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrFormat("server is at max_concurrent_streams=%d; retry later",
+                                          limits.max_concurrent_streams));
+    }
+    service_->metrics_.CountRejected("max_streams_per_client");
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrFormat("server is at max_concurrent_streams=%d; retry later",
-                                        service_->limits_.max_concurrent_streams));
+                        absl::StrFormat("client '%s' is at max_streams_per_client=%d; retry later", client_,
+                                        limits.max_streams_per_client));
   }
-  bool taken() const { return taken_; }
+  bool taken() const { return in_total_ && in_share_; }
 
  private:
   KvCacheService* service_;
-  bool taken_;
+  std::string client_;
+  bool in_total_;
+  bool in_share_;
 };
+
+absl::StatusOr<Principal> KvCacheService::Authorize(const grpc::ServerContext* context, Role role) {
+  absl::StatusOr<Principal> caller = authorizer_->Authorize(*context, role);
+  if (!caller.ok()) {
+    metrics_.CountRejected(caller.status().code() == absl::StatusCode::kPermissionDenied ? "permission_denied"
+                                                                                         : "unauthenticated");
+  }
+  return caller;
+}
 
 grpc::Status KvCacheService::IdleTimeout(const std::string& what) {
   metrics_.CountRejected("stream_idle_timeout");
@@ -57,11 +88,14 @@ grpc::Status KvCacheService::IdleTimeout(const std::string& what) {
                                                                            what, limits_.stream_idle_timeout.count()));
 }
 
-KvCacheService::KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits)
+KvCacheService::KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits,
+                               const CallAuthorizer* authorizer)
     : store_(store),
       leases_(leases),
       limits_(limits),
       metrics_(store->metrics()),
+      allow_all_(authorizer == nullptr ? CallAuthorizer::AllowAll() : nullptr),
+      authorizer_(authorizer == nullptr ? allow_all_.get() : authorizer),
       watchdog_(std::make_unique<StreamWatchdog>(limits.stream_idle_timeout)) {
   // Method 1 of KvCache is Get (proto/kvcache.proto): served by StreamChunk.
   MarkMethodStreamed(1, new grpc::internal::SplitServerStreamingHandler<v1::GetRequest, OutgoingGetResponse>(
@@ -71,9 +105,10 @@ KvCacheService::KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLi
                             }));
 }
 
-grpc::Status KvCacheService::Lookup(grpc::ServerContext*, const v1::LookupRequest* request,
+grpc::Status KvCacheService::Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                                     v1::LookupResponse* response) {
   LatencyTimer timer(metrics_, "lookup");
+  if (auto caller = Authorize(context, Role::kWorker); !caller.ok()) return ToGrpcStatus(caller.status());
   if (request->keys_size() > limits_.max_lookup_keys) {
     metrics_.CountRejected("max_lookup_keys");
     return Invalid(
@@ -93,7 +128,9 @@ grpc::Status KvCacheService::Lookup(grpc::ServerContext*, const v1::LookupReques
 grpc::Status KvCacheService::StreamChunk(grpc::ServerContext* context,
                                          grpc::ServerSplitStreamer<v1::GetRequest, OutgoingGetResponse>* stream) {
   LatencyTimer timer(metrics_, "get");
-  StreamSlot slot(this);
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  StreamSlot slot(this, caller->name);
   if (!slot.taken()) return slot.Refusal();
   StreamWatchdog::Watch watch(watchdog_.get(), context);
   v1::GetRequest request;
@@ -130,7 +167,9 @@ grpc::Status KvCacheService::StreamChunk(grpc::ServerContext* context,
 grpc::Status KvCacheService::Put(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
                                  v1::PutResponse* response) {
   LatencyTimer timer(metrics_, "put");
-  StreamSlot slot(this);
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  StreamSlot slot(this, caller->name);
   if (!slot.taken()) return slot.Refusal();
   StreamWatchdog::Watch watch(watchdog_.get(), context);
   const grpc::Status status = DoPut(context, reader, response, watch);
@@ -201,6 +240,8 @@ grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerRea
 grpc::Status KvCacheService::Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
                                    v1::LeaseResponse* response) {
   LatencyTimer timer(metrics_, "lease");
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (!request->has_key()) return Invalid("key is required");
   auto ttl = request->ttl_ms() == 0 ? limits_.default_lease_ttl : std::chrono::milliseconds(request->ttl_ms());
   if (ttl > limits_.max_lease_ttl) {
@@ -216,7 +257,7 @@ grpc::Status KvCacheService::Lease(grpc::ServerContext* context, const v1::Lease
   if (time_left < std::chrono::hours(24 * 365)) wait_until = std::min(wait_until, now + time_left * 9 / 10);
   std::optional<StreamSlot> slot;
   if (wait.count() > 0) {
-    slot.emplace(this);
+    slot.emplace(this, caller->name);
     if (!slot->taken()) return slot->Refusal();
   }
   const Hash128 key = FromProto(request->key());
@@ -240,8 +281,9 @@ grpc::Status KvCacheService::Lease(grpc::ServerContext* context, const v1::Lease
   return grpc::Status::OK;
 }
 
-grpc::Status KvCacheService::ReleaseLease(grpc::ServerContext*, const v1::ReleaseLeaseRequest* request,
+grpc::Status KvCacheService::ReleaseLease(grpc::ServerContext* context, const v1::ReleaseLeaseRequest* request,
                                           v1::ReleaseLeaseResponse*) {
+  if (auto caller = Authorize(context, Role::kWorker); !caller.ok()) return ToGrpcStatus(caller.status());
   if (!request->has_key()) return Invalid("key is required");
   if (!leases_->Release(FromProto(request->key()), request->lease_id())) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
@@ -251,8 +293,9 @@ grpc::Status KvCacheService::ReleaseLease(grpc::ServerContext*, const v1::Releas
   return grpc::Status::OK;
 }
 
-grpc::Status KvCacheService::Delete(grpc::ServerContext*, const v1::DeleteRequest* request,
+grpc::Status KvCacheService::Delete(grpc::ServerContext* context, const v1::DeleteRequest* request,
                                     v1::DeleteResponse* response) {
+  if (auto caller = Authorize(context, Role::kAdmin); !caller.ok()) return ToGrpcStatus(caller.status());
   if (request->keys_size() > limits_.max_lookup_keys) {
     return Invalid(
         absl::StrFormat("keys: %d keys exceed max_lookup_keys=%d", request->keys_size(), limits_.max_lookup_keys));
@@ -263,7 +306,9 @@ grpc::Status KvCacheService::Delete(grpc::ServerContext*, const v1::DeleteReques
   return grpc::Status::OK;
 }
 
-grpc::Status KvCacheService::Stats(grpc::ServerContext*, const v1::StatsRequest*, v1::StatsResponse* response) {
+grpc::Status KvCacheService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
+                                   v1::StatsResponse* response) {
+  if (auto caller = Authorize(context, Role::kAdmin); !caller.ok()) return ToGrpcStatus(caller.status());
   const TieredStoreStats s = store_->stats();
   auto tier = [&](v1::Tier which, const TierMetrics& m, uint64_t capacity, uint64_t used, uint64_t entries) {
     v1::TierStats* t = response->add_tiers();

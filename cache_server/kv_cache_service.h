@@ -11,13 +11,19 @@
 #include "cache_server/lease_table.h"
 #include "cache_server/stream_watchdog.h"
 #include "cache_server/tiered_store.h"
+#include "absl/container/flat_hash_map.h"
 #include "common/chunk_wire.h"
+#include "common/mutex.h"
+#include "common/security/call_authorizer.h"
 #include "proto/kvcache.grpc.pb.h"
 
 namespace lazykv::cache {
 
 struct ServiceLimits {
   int max_concurrent_streams = 64;  // Get and Put streams and lease waits, together
+  // Of those, what one client may hold at once (a client: its token's name, else its
+  // certificate's common name, else its host), so that one client cannot take them all.
+  int max_streams_per_client = 32;
   int max_lookup_keys = 4096;
   uint32_t slice_bytes = 4 << 20;  // payload bytes per Get message
   std::chrono::milliseconds default_lease_ttl{10000};
@@ -28,11 +34,16 @@ struct ServiceLimits {
   std::chrono::milliseconds stream_idle_timeout{10000};
 };
 
-// Thread-safe: gRPC runs its handlers on many threads at once; the store and the lease
-// table it uses are thread-safe, and its stream count is atomic.
+// Every call is authorized first (common/security/call_authorizer.h): Lookup, Get, Put,
+// Lease and ReleaseLease need the worker role, Delete and Stats the admin role.
+//
+// Thread-safe: gRPC runs its handlers on many threads at once; the store, the lease table
+// and the authorizer it uses are thread-safe, and its stream counts are atomic or locked.
 class KvCacheService final : public v1::KvCache::Service {
  public:
-  KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits);
+  // `authorizer` null: every call is allowed. It must outlive the service.
+  KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits,
+                 const CallAuthorizer* authorizer = nullptr);
 
   grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                       v1::LookupResponse* response) override;
@@ -57,12 +68,19 @@ class KvCacheService final : public v1::KvCache::Service {
   // A stream the watchdog cancelled: counted (rejected{reason="stream_idle_timeout"}); the
   // status is for the server's own accounting, the client sees CANCELLED.
   grpc::Status IdleTimeout(const std::string& what);
+  // The caller when it holds `role`; else the refusal (UNAUTHENTICATED or
+  // PERMISSION_DENIED), counted as rejected{reason}.
+  absl::StatusOr<Principal> Authorize(const grpc::ServerContext* context, Role role);
 
   TieredStore* store_;
   LeaseTable* leases_;
   ServiceLimits limits_;
   CacheMetrics& metrics_;
+  std::unique_ptr<CallAuthorizer> allow_all_;  // when constructed without an authorizer
+  const CallAuthorizer* authorizer_;
   std::atomic<int> active_streams_{0};
+  Mutex client_streams_mu_;
+  absl::flat_hash_map<std::string, int> client_streams_ ABSL_GUARDED_BY(client_streams_mu_);
   std::unique_ptr<StreamWatchdog> watchdog_;  // after what its scans may touch (the contexts are the calls')
 };
 

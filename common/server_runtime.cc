@@ -33,42 +33,40 @@ int WaitForTerminationSignal() {
   return signal_number;
 }
 
-absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
-    const std::string& address, const std::shared_ptr<prometheus::Registry>& registry) {
-  if (address.empty()) return nullptr;
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(address);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
-  }
-  exposer->RegisterCollectable(registry);
-  return exposer;
-}
-
-void PrintListening(const std::string& name, const std::string& listen, int port, const prometheus::Exposer* exposer,
+void PrintListening(const std::string& name, const std::string& listen, int port, const MetricsServer* metrics,
                     const std::string& metrics_listen) {
   std::cout << name << " listening on " << HostOf(listen) << ":" << port;
-  if (exposer != nullptr)
-    std::cout << " metrics on " << HostOf(metrics_listen) << ":" << exposer->GetListeningPorts().front();
+  if (metrics != nullptr) std::cout << " metrics on " << HostOf(metrics_listen) << ":" << metrics->port();
   std::cout << std::endl;
 }
 
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& listen, grpc::Service* service,
-                                                              size_t max_message_bytes, int stream_window_bytes,
-                                                              int* port) {
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options,
+                                                              grpc::Service* service, int* port) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   *port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), port);
+  builder.AddListeningPort(options.listen,
+                           options.credentials != nullptr ? options.credentials : grpc::InsecureServerCredentials(),
+                           port);
   builder.RegisterService(service);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
-  if (stream_window_bytes > 0) builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, stream_window_bytes);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  if (options.stream_window_bytes > 0) {
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, options.stream_window_bytes);
+  }
+  if (options.max_threads > 0) {
+    // Past this many handler threads a new call is refused with RESOURCE_EXHAUSTED
+    // instead of growing the process without bound.
+    grpc::ResourceQuota quota("lazykv-server");
+    quota.SetMaxThreads(options.max_threads);
+    builder.SetResourceQuota(quota);
+  }
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || *port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  if (server == nullptr || *port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
   server->GetHealthCheckService()->SetServingStatus(true);
   return server;
 }

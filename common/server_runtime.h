@@ -1,16 +1,17 @@
 // What every LazyKV server process does around its service: termination signals taken
-// by one thread, the Prometheus endpoint, and the "listening on" line that tests and
-// scripts wait for.
+// by one thread, the gRPC server, and the "listening on" line that tests and scripts
+// wait for. The /metrics endpoint is common/metrics_server.h.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
-#include <prometheus/exposer.h>
-#include <prometheus/registry.h>
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/metrics_server.h"
+#include "common/security/call_authorizer.h"
+#include "common/security/transport_security.h"
 
 namespace lazykv {
 
@@ -19,22 +20,24 @@ namespace lazykv {
 void BlockTerminationSignals();
 int WaitForTerminationSignal();  // the signal's number
 
-// /metrics on `address` (HOST:PORT, port 0 picks one); null when `address` is empty.
-absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
-    const std::string& address, const std::shared_ptr<prometheus::Registry>& registry);
+struct GrpcServerOptions {
+  std::string listen;                                    // HOST:PORT; port 0 picks one
+  std::shared_ptr<grpc::ServerCredentials> credentials;  // null: plaintext
+  size_t max_message_bytes = 16 << 20;                   // both ways
+  int stream_window_bytes = 0;  // per-stream flow-control window when above 0 (MiB-sized messages)
+  int max_threads = 0;          // gRPC resource quota on handler threads; 0: gRPC's default
+};
 
-// Builds and starts a gRPC server for `service` on `listen` (HOST:PORT, port 0 picks one):
-// the standard health service serving, messages capped at `max_message_bytes` both ways,
-// keepalives that notice dead peers on idle streams, and a per-stream flow-control window
-// of `stream_window_bytes` where it is above 0 (for MiB-sized messages). *port receives
-// the bound port; UNAVAILABLE when nothing could be bound.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& listen, grpc::Service* service,
-                                                              size_t max_message_bytes, int stream_window_bytes,
-                                                              int* port);
+// Builds and starts a gRPC server for `service`: the standard health service serving
+// (it needs no token: probes and load balancers call it), keepalives that notice dead
+// peers on idle streams, and the options' limits. *port receives the bound port;
+// UNAVAILABLE when nothing could be bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options,
+                                                              grpc::Service* service, int* port);
 
 // "NAME listening on HOST:PORT[ metrics on HOST:PORT]" on stdout (common/child_process.h
 // parses it).
-void PrintListening(const std::string& name, const std::string& listen, int port, const prometheus::Exposer* exposer,
+void PrintListening(const std::string& name, const std::string& listen, int port, const MetricsServer* metrics,
                     const std::string& metrics_listen);
 
 }  // namespace lazykv

@@ -12,7 +12,8 @@ packages=(
   librocksdb-dev
   prometheus-cpp-dev
   libxxhash-dev
-  libssl-dev
+  libssl-dev openssl
+  libcpp-httplib-dev
   libsentencepiece-dev
   nlohmann-json3-dev
   libspdlog-dev

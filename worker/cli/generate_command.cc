@@ -5,8 +5,10 @@
 #include <iostream>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flag_parser.h"
+#include "common/security/transport_security.h"
 #include "proto/generate.grpc.pb.h"
 
 namespace lazykv {
@@ -24,6 +26,7 @@ constexpr char kUsage[] = R"(usage: lazykv generate --server HOST:PORT [--doc TE
   --mode MODE            override the worker's attention mode (benchmarks)
   --deadline-ms N        give up after N ms (default 60000)
 The reply streams to stdout; usage and timings follow on stderr.
+Security (a worker with --tls-cert, --auth-tokens):
 )";
 
 }  // namespace
@@ -36,7 +39,9 @@ int GenerateCommand(int argc, char** argv) {
   float temperature = 0, top_p = 0;
   std::optional<uint64_t> seed;
   std::string prompt, mode;
-  FlagParser parser(kUsage);
+  ClientSecurityOptions security;
+  FlagParser parser(absl::StrCat(kUsage, ClientSecurityUsage("")));
+  AddClientSecurityFlags(parser, security, "");
   parser.AddString("--server", &server);
   parser.Add("--doc", [&](const std::string& v) {
     request.add_documents()->set_text(v);
@@ -58,7 +63,11 @@ int GenerateCommand(int argc, char** argv) {
     return absl::IsCancelled(s) ? 0 : 2;
   }
   if (server.empty()) {
-    std::cerr << "--server is required\n" << kUsage;
+    std::cerr << "--server is required\n" << parser.usage();
+    return 2;
+  }
+  if (absl::Status s = CheckClientSecurity(server, security); !s.ok()) {
+    std::cerr << "--" << s.message() << "\n";
     return 2;
   }
   if (!prompt.empty()) request.set_prompt_text(prompt);
@@ -68,7 +77,7 @@ int GenerateCommand(int argc, char** argv) {
   if (seed) request.mutable_sampling()->set_seed(*seed);
   request.set_mode(mode);
 
-  auto stub = v1::Generation::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  auto stub = v1::Generation::NewStub(MakeClientChannel(server, security));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
   auto reader = stub->Generate(&context, request);

@@ -39,7 +39,7 @@ struct RunFlags {
 };
 
 absl::Status ParseFlags(int argc, char** argv, RunFlags& flags) {
-  FlagParser parser(absl::StrCat(kUsage, kModelSetupUsage));
+  FlagParser parser(absl::StrCat(kUsage, ModelSetupUsage()));
   AddModelSetupFlags(parser, flags.model);
   parser.Add("--doc", [&](const std::string& v) {
     flags.docs.push_back(v);

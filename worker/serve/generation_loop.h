@@ -57,6 +57,7 @@ class GenerationLoop {
 
   // Immutable after construction: safe from any thread.
   const Engine& engine() const { return *engine_; }
+  WorkerMetrics& metrics() const { return *metrics_; }  // thread-safe (Prometheus counters)
 
  private:
   struct Control {

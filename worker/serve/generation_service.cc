@@ -190,9 +190,25 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
   return request;
 }
 
+GenerationService::GenerationService(GenerationLoop* loop, const Tokenizer* tokenizer, GenerationServiceOptions options,
+                                     const CallAuthorizer* authorizer)
+    : loop_(loop),
+      tokenizer_(tokenizer),
+      options_(options),
+      allow_all_(authorizer == nullptr ? CallAuthorizer::AllowAll() : nullptr),
+      authorizer_(authorizer == nullptr ? allow_all_.get() : authorizer) {}
+
+grpc::Status GenerationService::Authorize(const grpc::ServerContext* context) {
+  absl::StatusOr<Principal> caller = authorizer_->Authorize(*context, Role::kClient);
+  if (caller.ok()) return grpc::Status::OK;
+  loop_->metrics().CountRequest(std::string(absl::StatusCodeToString(caller.status().code())));
+  return ToGrpcStatus(caller.status());
+}
+
 grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1::GenerateRequest* call,
                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
   const Clock::time_point arrival = Clock::now();
+  if (grpc::Status refused = Authorize(context); !refused.ok()) return refused;
   auto request = ToEngineRequest(*call, *tokenizer_, options_);
   if (!request.ok()) return ToGrpcStatus(request.status());
   request->arrival = arrival;  // queue time and TTFT count from here, as total_ms does
@@ -250,8 +266,14 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
   }
 }
 
-grpc::Status GenerationService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* call,
+grpc::Status GenerationService::Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* call,
                                          v1::TokenizeResponse* reply) {
+  if (grpc::Status refused = Authorize(context); !refused.ok()) return refused;
+  if (call->text().size() > options_.max_text_bytes) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrFormat("text: %d bytes exceed max_text_bytes=%d", call->text().size(),
+                                        options_.max_text_bytes));
+  }
   for (int32_t id : tokenizer_->Encode(call->text())) reply->add_ids(id);
   reply->set_vocab_size(loop_->engine().config().vocab_size);
   reply->set_max_context(loop_->engine().config().max_seq_len);

@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "common/security/call_authorizer.h"
 #include "proto/generate.grpc.pb.h"
 #include "worker/serve/generation_loop.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -26,12 +27,15 @@ struct GenerationServiceOptions {
 absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call, const Tokenizer& tokenizer,
                                                 const GenerationServiceOptions& options);
 
+// Generate and Tokenize need the client role (common/security/call_authorizer.h).
+//
 // Thread-safe: gRPC handler threads call it at once; it reaches the engine only through
-// the GenerationLoop's queues, and the tokenizer is read-only.
+// the GenerationLoop's queues, and the tokenizer and the authorizer are thread-safe.
 class GenerationService final : public v1::Generation::Service {
  public:
-  GenerationService(GenerationLoop* loop, const Tokenizer* tokenizer, GenerationServiceOptions options)
-      : loop_(loop), tokenizer_(tokenizer), options_(options) {}
+  // `authorizer` null: every call is allowed. It must outlive the service.
+  GenerationService(GenerationLoop* loop, const Tokenizer* tokenizer, GenerationServiceOptions options,
+                    const CallAuthorizer* authorizer = nullptr);
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* call,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
@@ -39,9 +43,14 @@ class GenerationService final : public v1::Generation::Service {
                         v1::TokenizeResponse* reply) override;
 
  private:
+  // The refusal of a caller without the client role, counted as a request outcome; OK to go on.
+  grpc::Status Authorize(const grpc::ServerContext* context);
+
   GenerationLoop* loop_;
   const Tokenizer* tokenizer_;
   GenerationServiceOptions options_;
+  std::unique_ptr<CallAuthorizer> allow_all_;  // when constructed without an authorizer
+  const CallAuthorizer* authorizer_;
 };
 
 }  // namespace lazykv

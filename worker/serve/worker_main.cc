@@ -29,20 +29,27 @@ constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PAT
   --max-message-bytes B    largest gRPC message (default 16MiB)
   --max-text-bytes B       largest document text or prompt text, checked before tokenizing (default 1MiB)
   --shutdown-grace-ms N    time given to in-flight calls on SIGTERM (default 10000)
+  --max-threads N          gRPC handler threads (each Generate in flight holds one); calls past
+                           them get RESOURCE_EXHAUSTED (default 1024)
+Security of the Generation API and /metrics (plaintext and no tokens: loopback only):
 )";
 
 struct WorkerFlags {
   ModelSetupFlags model;
   std::string listen;
   std::string metrics_listen;
+  ServerSecurityOptions security;
+  int max_threads = 1024;
   GenerationServiceOptions service;
   uint64_t max_message_bytes = 16 << 20;
   int shutdown_grace_ms = 10000;
 };
 
 absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
-  FlagParser parser(absl::StrCat(kUsage, kModelSetupUsage));
+  FlagParser parser(absl::StrCat(kUsage, kServerSecurityUsage, ModelSetupUsage()));
   AddModelSetupFlags(parser, f.model);
+  AddServerSecurityFlags(parser, f.security);
+  parser.AddInt("--max-threads", &f.max_threads);
   parser.AddString("--listen", &f.listen);
   parser.AddString("--metrics-listen", &f.metrics_listen);
   parser.AddInt("--max-queued-requests", &f.model.setup.engine.max_queued_requests);
@@ -56,6 +63,8 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
     return absl::InvalidArgumentError(absl::StrCat(s.message(), "\n", parser.usage()));
   }
   if (f.service.default_max_tokens <= 0) return absl::InvalidArgumentError("--default-max-tokens must be positive");
+  if (f.max_threads <= 0) return absl::InvalidArgumentError("--max-threads must be positive");
+  if (absl::Status s = CheckServerSecurity(f.listen, f.security); !s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -89,16 +98,31 @@ int Serve(int argc, char** argv) {
   }
   ChunkPipeline* tier = loaded->engine->pipeline();
   auto metrics = std::make_shared<WorkerMetrics>();
-  auto exposer = StartMetricsExposer(flags.metrics_listen, metrics->registry());
-  if (!exposer.ok()) {
-    spdlog::error("{}", std::string(exposer.status().message()));
+  auto authorizer =
+      CallAuthorizer::Create(flags.security.auth_tokens_file, std::chrono::seconds(flags.security.reload_interval_s));
+  if (!authorizer.ok()) {
+    spdlog::error("{}", std::string(authorizer.status().message()));
     return 1;
   }
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (!flags.metrics_listen.empty()) {
+    auto started_metrics =
+        MetricsServer::Start(flags.metrics_listen, metrics->registry(), flags.security, authorizer->get());
+    if (!started_metrics.ok()) {
+      spdlog::error("{}", std::string(started_metrics.status().message()));
+      return 1;
+    }
+    metrics_server = *std::move(started_metrics);
+  }
   GenerationLoop loop(std::move(loaded->engine), metrics);
-  GenerationService service(&loop, loaded->tokenizer.get(), flags.service);
+  GenerationService service(&loop, loaded->tokenizer.get(), flags.service, authorizer->get());
 
   int port = 0;
-  auto started = StartGrpcServer(flags.listen, &service, flags.max_message_bytes, /*stream_window_bytes=*/0, &port);
+  auto started = StartGrpcServer(GrpcServerOptions{.listen = flags.listen,
+                                                   .credentials = MakeServerCredentials(flags.security),
+                                                   .max_message_bytes = flags.max_message_bytes,
+                                                   .max_threads = flags.max_threads},
+                                 &service, &port);
   if (!started.ok()) {
     spdlog::error("{}", std::string(started.status().message()));
     return 1;
@@ -108,7 +132,7 @@ int Serve(int argc, char** argv) {
   spdlog::info("model {} ({} layers, dim {}, vocab {}), mode {}, cache tier {}", config.name, config.n_layers,
                config.dim, config.vocab_size, AttentionModeName(loop.engine().default_mode()),
                tier != nullptr ? tier->tier().Describe() : "off");
-  PrintListening("lazykv-worker", flags.listen, port, exposer->get(), flags.metrics_listen);
+  PrintListening("lazykv-worker", flags.listen, port, metrics_server.get(), flags.metrics_listen);
 
   const int signal_number = WaitForTerminationSignal();
   spdlog::info("signal {}: finishing in-flight calls", signal_number);

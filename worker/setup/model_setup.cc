@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -63,9 +64,15 @@ absl::StatusOr<std::shared_ptr<ChunkTier>> SetUpCacheTier(const CacheTierSetup& 
   if (!setup.servers.empty()) {
     ASSIGN_OR_RETURN(auto servers, ParseServerList(setup.servers));
     if (setup.min_call_deadline_ms <= 0) return absl::InvalidArgumentError("--cache-min-deadline-ms must be positive");
+    for (const std::string& server : servers) {
+      if (absl::Status s = CheckClientSecurity(server, setup.security); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--cache-", s.message()));
+      }
+    }
     const std::chrono::milliseconds floor(setup.min_call_deadline_ms);
     ASSIGN_OR_RETURN(tier, RemoteChunkTier::Create(RemoteTierOptions{.servers = servers,
                                                                      .holder = setup.holder,
+                                                                     .security = setup.security,
                                                                      .initial_call_deadline = 5 * floor,
                                                                      .min_call_deadline = floor}));
   } else {

@@ -2,6 +2,8 @@
 // tokenizer, a backend and an engine.
 #pragma once
 
+#include "common/security/transport_security.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,6 +25,7 @@ struct CacheTierSetup {
   uint64_t host_bytes = 256ull << 20;
   uint64_t disk_bytes = 2ull << 30;
   std::string holder;  // this process's name in lease logs
+  ClientSecurityOptions security;  // TLS and token towards the cache servers
 };
 
 // $LAZYKV_CACHE_DIR, else $XDG_CACHE_HOME/lazykv, else ~/.cache/lazykv.

@@ -1,12 +1,14 @@
 #include "worker/setup/model_setup_flags.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/chunk_mac.h"
 #include "common/status_macros.h"
 
 namespace lazykv {
 
-const char kModelSetupUsage[] =
+namespace {
+constexpr char kUsage[] =
     R"(  --model PATH|synthetic:NAME  llama2.c .bin, Hugging Face directory, or synthetic weights
   --tokenizer PATH       llama2.c tokenizer.bin or SentencePiece .model (default: next to the model)
   --mode MODE            none | prefix | block | lazy (default lazy)
@@ -32,7 +34,11 @@ const char kModelSetupUsage[] =
   --chunk-mac-key-file F the fleet's secret (32+ bytes): chunks this worker publishes are signed
                          with it (HMAC-SHA256), and fetched chunks whose MAC does not match are
                          refused and recomputed (default: chunks are neither signed nor checked)
+ Towards the cache servers (--cache-servers):
 )";
+}  // namespace
+
+std::string ModelSetupUsage() { return absl::StrCat(kUsage, ClientSecurityUsage("cache-")); }
 
 void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
   ModelSetupOptions& s = flags.setup;
@@ -54,6 +60,7 @@ void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
   parser.AddByteSize("--kv-pool", &s.kv_pool_bytes);
   parser.AddInt("--max-prefill-tokens", &s.engine.max_prefill_tokens);
   parser.AddString("--cache-servers", &s.cache_tier.servers);
+  AddClientSecurityFlags(parser, s.cache_tier.security, "cache-");
   parser.AddInt("--cache-min-deadline-ms", &s.cache_tier.min_call_deadline_ms);
   parser.AddString("--cache-dir", &s.cache_tier.dir);
   parser.AddByteSize("--cache-host-capacity", &s.cache_tier.host_bytes);

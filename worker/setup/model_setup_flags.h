@@ -10,7 +10,7 @@
 namespace lazykv {
 
 // Usage lines for the flags below, to paste into a program's usage text.
-extern const char kModelSetupUsage[];
+std::string ModelSetupUsage();
 
 struct ModelSetupFlags {
   ModelSetupOptions setup;

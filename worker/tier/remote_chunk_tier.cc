@@ -65,7 +65,7 @@ RemoteChunkTier::RemoteChunkTier(RemoteTierOptions options) : options_(std::move
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     auto server = std::make_unique<Server>(policy);
     server->address = address;
-    server->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    server->channel = MakeClientChannel(address, options_.security, args);
     server->stub = v1::KvCache::NewStub(server->channel);
     server->health = grpc::health::v1::Health::NewStub(server->channel);
     servers_.push_back(std::move(server));

@@ -9,6 +9,8 @@
 // or full server, or a chunk too large for it) is a miss for that call only.
 #pragma once
 
+#include "common/security/transport_security.h"
+
 #include <chrono>
 #include <memory>
 #include <set>
@@ -27,6 +29,7 @@ namespace lazykv {
 struct RemoteTierOptions {
   std::vector<std::string> servers;  // HOST:PORT each
   std::string holder;                // this worker's name, in lease logs
+  ClientSecurityOptions security;    // TLS, client certificate and token for every server
   // Ceilings: a small call's deadline (lookup, lease before its wait, release, probe) and
   // a transfer's. The deadlines themselves come from observed latency and throughput.
   std::chrono::milliseconds lookup_deadline{2000};

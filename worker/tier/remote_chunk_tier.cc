@@ -157,6 +157,16 @@ RemoteChunkTier::Attempted RemoteChunkTier::Run(Server& server, std::chrono::mic
     }
     if (!Retryable(code) || attempt >= retries) {
       if (code == grpc::StatusCode::UNAVAILABLE) MarkDown(server, out.status, name);
+      // Wrong or missing credentials make every call a miss: say so once, loudly, instead
+      // of serving quietly without the tier. (A put may also be denied for a lease another
+      // worker holds; a lookup is denied only for want of the worker role.)
+      const bool refused = code == grpc::StatusCode::UNAUTHENTICATED ||
+                           (code == grpc::StatusCode::PERMISSION_DENIED && name == "lookup");
+      if (refused && !server.refusal_logged.exchange(true)) {
+        spdlog::error("cache server {} refused this worker's credentials ({}); its chunks are computed (check "
+                      "--cache-auth-token and --cache-tls-*)",
+                      server.address, out.status.error_message());
+      }
       return out;
     }
     std::this_thread::sleep_for(options_.retry_delay);

@@ -11,6 +11,7 @@
 
 #include "common/security/transport_security.h"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -80,6 +81,7 @@ class RemoteChunkTier final : public ChunkTier {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<v1::KvCache::Stub> stub;
     std::unique_ptr<grpc::health::v1::Health::Stub> health;
+    std::atomic<bool> refusal_logged{false};  // this worker's credentials were refused (logged once)
     mutable Mutex mu;
     bool up ABSL_GUARDED_BY(mu) = true;
     ServerEstimator estimator ABSL_GUARDED_BY(mu);

@@ -1,0 +1,332 @@
+// The cache server under attack, as a real process with mutual TLS and tokens: callers
+// without a certificate, without a token, with a token of the wrong role, or hogging
+// streams are refused with the right code and counted, what is stored is never lost, and
+// legitimate workers are unaffected. Rotated certificates and tokens are picked up
+// without a restart.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "common/chunk_wire.h"
+#include "common/grpc_util.h"
+#include "common/security/transport_security.h"
+#include "tests/cache_server/cache_test_util.h"
+#include "tests/security/security_test_util.h"
+#include "tests/test_util.h"
+
+namespace lazykv::testing {
+namespace {
+
+std::unique_ptr<v1::KvCache::Stub> SecureStub(const std::string& address, const ClientSecurityOptions& security) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  return v1::KvCache::NewStub(MakeClientChannel(address, security, args));
+}
+
+grpc::Status LookupStatus(v1::KvCache::Stub& stub, const Hash128& key, bool* found = nullptr) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::LookupRequest request;
+  *request.add_keys() = ToProto(key);
+  v1::LookupResponse response;
+  grpc::Status status = stub.Lookup(&context, request, &response);
+  if (found != nullptr) *found = status.ok() && response.results(0).found();
+  return status;
+}
+
+grpc::Status DeleteStatus(v1::KvCache::Stub& stub, const Hash128& key) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::DeleteRequest request;
+  *request.add_keys() = ToProto(key);
+  v1::DeleteResponse response;
+  return stub.Delete(&context, request, &response);
+}
+
+grpc::Status StatsStatus(v1::KvCache::Stub& stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::StatsResponse response;
+  return stub.Stats(&context, v1::StatsRequest(), &response);
+}
+
+grpc::Status LeaseStatus(v1::KvCache::Stub& stub, const Hash128& key) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::LeaseRequest request;
+  *request.mutable_key() = ToProto(key);
+  request.set_ttl_ms(60000);
+  v1::LeaseResponse response;
+  return stub.Lease(&context, request, &response);
+}
+
+// GET /metrics over HTTPS; the status (0: no connection) and the body.
+std::pair<int, std::string> ScrapeMetrics(const std::string& address, const DevCerts& trust, const DevCerts* identity,
+                                          const std::string& token) {
+  const size_t colon = address.rfind(':');
+  httplib::SSLClient client(address.substr(0, colon), std::stoi(address.substr(colon + 1)),
+                            identity != nullptr ? identity->client_cert : std::string(),
+                            identity != nullptr ? identity->client_key : std::string());
+  client.set_ca_cert_path(trust.ca.c_str());
+  client.enable_server_certificate_verification(true);
+  client.set_connection_timeout(5, 0);
+  httplib::Headers headers;
+  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+  auto result = client.Get("/metrics", headers);
+  if (!result) return {0, ""};
+  return {result->status, result->body};
+}
+
+// The value of a counter line `name{labels} value` on a metrics page; -1 when absent.
+double MetricValue(const std::string& page, const std::string& series) {
+  const size_t at = page.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + series.size() + 2));
+}
+
+class CacheServerSecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    certs_ = MakeDevCerts();
+    dir_ = TempDir("cache_security");
+  }
+
+  std::unique_ptr<ServerProcess> StartSecure(std::vector<std::string> extra = {}) {
+    std::vector<std::string> flags = {"--tls-cert",    certs_.server_cert, "--tls-key",   certs_.server_key,
+                                      "--tls-client-ca", certs_.ca,        "--auth-tokens", certs_.tokens,
+                                      "--metrics-listen", "127.0.0.1:0",   "--host-capacity", "32MiB",
+                                      "--disk-capacity",  "32MiB"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    auto server = StartCacheServer(dir_, flags);
+    EXPECT_TRUE(server->started());
+    return server;
+  }
+
+  ClientSecurityOptions As(const std::string& token_file) const {
+    return ClientSecurityOptions{.tls_ca_file = certs_.ca,
+                                 .tls_cert_file = certs_.client_cert,
+                                 .tls_key_file = certs_.client_key,
+                                 .auth_token_file = token_file};
+  }
+
+  DevCerts certs_;
+  std::string dir_;
+};
+
+TEST_F(CacheServerSecurityTest, MutualTlsRefusesClientsWithoutAFleetCertificate) {
+  auto server = StartSecure();
+  std::mt19937_64 rng(FreshSeed());
+  const TestChunk chunk = RandomTestChunk(rng, 64 << 10);
+  auto worker = SecureStub(server->address(), As(certs_.worker_token));
+  ASSERT_TRUE(PutChunk(*worker, chunk).status.ok());
+
+  // Plaintext, TLS without a client certificate, and a certificate from another CA: no
+  // call gets through, whatever token it carries.
+  const DevCerts stranger = MakeDevCerts();
+  std::vector<std::pair<std::string, ClientSecurityOptions>> outsiders = {
+      {"plaintext", ClientSecurityOptions{.auth_token_file = certs_.worker_token}},
+      {"no client certificate", ClientSecurityOptions{.tls_ca_file = certs_.ca, .auth_token_file = certs_.worker_token}},
+      {"another CA's certificate", ClientSecurityOptions{.tls_ca_file = certs_.ca,
+                                                         .tls_cert_file = stranger.client_cert,
+                                                         .tls_key_file = stranger.client_key,
+                                                         .auth_token_file = certs_.worker_token}},
+  };
+  for (const auto& [what, security] : outsiders) {
+    SCOPED_TRACE(what);
+    auto stub = SecureStub(server->address(), security);
+    EXPECT_EQ(LookupStatus(*stub, chunk.key).error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(RawGet(*stub, chunk.key).status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_FALSE(PutChunk(*stub, RandomTestChunk(rng, 4096)).status.ok());
+  }
+  // A client that does not trust the server's CA refuses it too.
+  auto wrong_trust = SecureStub(server->address(), ClientSecurityOptions{.tls_ca_file = stranger.ca,
+                                                                         .tls_cert_file = certs_.client_cert,
+                                                                         .tls_key_file = certs_.client_key});
+  EXPECT_EQ(LookupStatus(*wrong_trust, chunk.key).error_code(), grpc::StatusCode::UNAVAILABLE);
+
+  // The fleet's worker still reads its chunk, byte for byte.
+  const GetOutcome got = RawGet(*worker, chunk.key);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.stored, chunk.stored());
+
+  // The metrics endpoint is mutual TLS too.
+  EXPECT_EQ(ScrapeMetrics(server->metrics_address(), certs_, nullptr, certs_.Token(certs_.admin_token)).first, 0);
+  EXPECT_EQ(ScrapeMetrics(server->metrics_address(), certs_, &certs_, certs_.Token(certs_.admin_token)).first, 200);
+}
+
+TEST_F(CacheServerSecurityTest, EveryMethodNeedsItsRoleAndRefusalsLoseNothing) {
+  auto server = StartSecure();
+  std::mt19937_64 rng(FreshSeed());
+  const TestChunk stored = RandomTestChunk(rng, 256 << 10);
+  auto worker = SecureStub(server->address(), As(certs_.worker_token));
+  ASSERT_TRUE(PutChunk(*worker, stored).status.ok());
+
+  const std::string forged_token = certs_.dir + "/forged.token";
+  std::ofstream(forged_token) << "0123456789abcdef0123456789abcdef\n";
+  const std::string bearer_typo = certs_.dir + "/typo.token";  // the worker's token, one character off
+  std::string typo = certs_.Token(certs_.worker_token);
+  typo.back() = typo.back() == 'a' ? 'b' : 'a';
+  std::ofstream(bearer_typo) << typo << "\n";
+
+  const TestChunk attack = RandomTestChunk(rng, 64 << 10);
+  // Under the stored chunk's key: another payload (a poisoning attempt).
+  TestChunk overwrite = RandomTestChunk(rng, 64 << 10);
+  overwrite.key = stored.key;
+  overwrite.fingerprint = stored.fingerprint;
+  overwrite.header = MakeChunkHeader(stored.key, stored.fingerprint, overwrite.header.layout, overwrite.payload);
+
+  int unauthenticated = 0;
+  for (const std::string& token_file : {std::string(), forged_token, bearer_typo}) {
+    SCOPED_TRACE(token_file.empty() ? "no token" : token_file);
+    auto stub = SecureStub(server->address(), As(token_file));
+    EXPECT_EQ(LookupStatus(*stub, stored.key).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(RawGet(*stub, stored.key).status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(PutChunk(*stub, attack).status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(PutChunk(*stub, overwrite).status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(LeaseStatus(*stub, attack.key).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(DeleteStatus(*stub, stored.key).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(StatsStatus(*stub).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    unauthenticated += 7;
+  }
+  // Wrong roles: a worker cannot delete or read stats; a client cannot touch chunks.
+  EXPECT_EQ(DeleteStatus(*worker, stored.key).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(StatsStatus(*worker).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  auto client = SecureStub(server->address(), As(certs_.client_token));
+  EXPECT_EQ(PutChunk(*client, attack).status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(RawGet(*client, stored.key).status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(LeaseStatus(*client, attack.key).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  const int permission_denied = 5;
+
+  // Nothing the refused calls sent was stored or removed.
+  bool found = false;
+  ASSERT_TRUE(LookupStatus(*worker, attack.key, &found).ok());
+  EXPECT_FALSE(found);
+  const GetOutcome got = RawGet(*worker, stored.key);
+  ASSERT_TRUE(got.status.ok());
+  EXPECT_EQ(got.stored, stored.stored());
+
+  // The admin reads stats and may delete; each refusal was counted by its reason.
+  auto admin = SecureStub(server->address(), As(certs_.admin_token));
+  EXPECT_TRUE(StatsStatus(*admin).ok());
+  const auto [code, page] = ScrapeMetrics(server->metrics_address(), certs_, &certs_, certs_.Token(certs_.admin_token));
+  ASSERT_EQ(code, 200);
+  EXPECT_EQ(MetricValue(page, "lazykv_cache_rejected_total{reason=\"unauthenticated\"}"), unauthenticated) << page;
+  EXPECT_EQ(MetricValue(page, "lazykv_cache_rejected_total{reason=\"permission_denied\"}"), permission_denied);
+  EXPECT_EQ(ScrapeMetrics(server->metrics_address(), certs_, &certs_, "").first, 401);
+  EXPECT_EQ(ScrapeMetrics(server->metrics_address(), certs_, &certs_, certs_.Token(certs_.worker_token)).first, 403);
+  EXPECT_TRUE(DeleteStatus(*admin, stored.key).ok());
+  ASSERT_TRUE(LookupStatus(*worker, stored.key, &found).ok());
+  EXPECT_FALSE(found);
+}
+
+TEST_F(CacheServerSecurityTest, RotatedCertificatesAndTokensArePickedUpWithoutARestart) {
+  // The client trusts the current CA and the next one, as during a real rotation.
+  const DevCerts next = MakeDevCerts();
+  const std::string trust_both = certs_.dir + "/both-cas.pem";
+  {
+    std::ofstream bundle(trust_both);
+    bundle << std::ifstream(certs_.ca).rdbuf() << std::ifstream(next.ca).rdbuf();
+  }
+  auto server = StartSecure({"--tls-reload-s", "1"});
+  auto served_certificate = [&](const std::string& token_file) -> std::pair<grpc::Status, std::string> {
+    // A fresh channel: a new handshake.
+    auto stub = SecureStub(server->address(), ClientSecurityOptions{.tls_ca_file = trust_both,
+                                                                    .tls_cert_file = certs_.client_cert,
+                                                                    .tls_key_file = certs_.client_key,
+                                                                    .auth_token_file = token_file});
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::LookupRequest request;
+    *request.add_keys() = ToProto(Hash128{1, 2});
+    v1::LookupResponse response;
+    grpc::Status status = stub->Lookup(&context, request, &response);
+    std::string pem;
+    if (auto auth = context.auth_context()) {
+      for (const auto& value : auth->FindPropertyValues("x509_pem_cert")) pem.assign(value.data(), value.size());
+    }
+    return {status, pem};
+  };
+  auto read = [](const std::string& path) {
+    std::stringstream s;
+    s << std::ifstream(path).rdbuf();
+    return s.str();
+  };
+  auto [status, pem] = served_certificate(certs_.worker_token);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(pem, read(certs_.server_cert));
+
+  // Rotate the server's certificate and key (renames, as a secret volume is updated), and
+  // the tokens: the worker's token is replaced by a new one.
+  std::filesystem::copy_file(next.server_cert, certs_.server_cert + ".new");
+  std::filesystem::copy_file(next.server_key, certs_.server_key + ".new");
+  std::filesystem::rename(certs_.server_key + ".new", certs_.server_key);
+  std::filesystem::rename(certs_.server_cert + ".new", certs_.server_cert);
+  const std::string new_worker_token = certs_.dir + "/new-worker.token";
+  std::ofstream(new_worker_token) << "fedcba9876543210fedcba9876543210\n";
+  std::ofstream(certs_.tokens + ".new") << "fedcba9876543210fedcba9876543210 worker-2 worker\n"
+                                        << certs_.Token(certs_.admin_token) << " admin admin\n";
+  std::filesystem::rename(certs_.tokens + ".new", certs_.tokens);
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  std::string served = pem;
+  while (served != read(next.server_cert) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    served = served_certificate(new_worker_token).second;
+  }
+  EXPECT_EQ(served, read(next.server_cert)) << "the rotated certificate was not served within 15 s";
+  EXPECT_TRUE(served_certificate(new_worker_token).first.ok());
+  EXPECT_EQ(served_certificate(certs_.worker_token).first.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // The metrics endpoint serves the new certificate too: a scraper trusting only the
+  // next CA gets through.
+  EXPECT_EQ(ScrapeMetrics(server->metrics_address(), next, &certs_, certs_.Token(certs_.admin_token)).first, 200);
+}
+
+TEST_F(CacheServerSecurityTest, OneClientCannotTakeEveryStream) {
+  const std::string tokens = certs_.dir + "/two-workers";
+  std::ofstream(tokens) << "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa hog worker\nbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb fair worker\n";
+  std::ofstream(certs_.dir + "/hog.token") << "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n";
+  std::ofstream(certs_.dir + "/fair.token") << "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n";
+  auto server = StartCacheServer(dir_, {"--tls-cert", certs_.server_cert, "--tls-key", certs_.server_key,
+                                        "--auth-tokens", tokens, "--max-streams", "4", "--max-streams-per-client",
+                                        "2", "--disk-capacity", "0", "--host-capacity", "16MiB"});
+  ASSERT_TRUE(server->started());
+  auto as = [&](const std::string& name) {
+    return SecureStub(server->address(),
+                      ClientSecurityOptions{.tls_ca_file = certs_.ca, .auth_token_file = certs_.dir + "/" + name});
+  };
+  auto hog = as("hog.token");
+  std::mt19937_64 rng(FreshSeed());
+  // The hog opens two Put streams and leaves them open after their first message.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::PutRequest>>> held;
+  std::vector<v1::PutResponse> responses(3);
+  for (int i = 0; i < 2; ++i) {
+    const TestChunk chunk = RandomTestChunk(rng, 1 << 20);
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    held.push_back(hog->Put(contexts.back().get(), &responses[i]));
+    v1::PutRequest first;
+    *first.mutable_key() = ToProto(chunk.key);
+    *first.mutable_model_fingerprint() = ToProto(chunk.fingerprint);
+    first.set_header(EncodeChunkHeader(chunk.header));
+    ASSERT_TRUE(held.back()->Write(first));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both are being served
+  const PutOutcome third = PutChunk(*hog, RandomTestChunk(rng, 4096));
+  EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(third.status.error_message().find("max_streams_per_client=2"), std::string::npos)
+      << third.status.error_message();
+  // Another client still gets its streams.
+  auto fair = as("fair.token");
+  const TestChunk mine = RandomTestChunk(rng, 256 << 10);
+  EXPECT_TRUE(PutChunk(*fair, mine).status.ok());
+  EXPECT_EQ(RawGet(*fair, mine.key).stored, mine.stored());
+  for (auto& context : contexts) context->TryCancel();
+}
+
+}  // namespace
+}  // namespace lazykv::testing

@@ -54,9 +54,13 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
       &Family(prometheus::BuildGauge(), "lazykv_cache_active_streams", "Streams and waits in progress", r).Add({});
   rejected_ = &Family(prometheus::BuildCounter(), "lazykv_cache_rejected_total", "Calls refused, by reason", r);
   latency_ = &Family(prometheus::BuildHistogram(), "lazykv_cache_request_seconds", "Call latency, by method", r);
+  reports_ = &Family(prometheus::BuildCounter(), "lazykv_cache_invalid_reports_total",
+                     "Chunks workers refused and reported, by what this server did", r);
 }
 
 void CacheMetrics::CountRejected(const std::string& reason) { rejected_->Add({{"reason", reason}}).Increment(); }
+
+void CacheMetrics::CountReport(const std::string& outcome) { reports_->Add({{"outcome", outcome}}).Increment(); }
 
 void CacheMetrics::ObserveLatency(const std::string& method, double seconds) {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03,

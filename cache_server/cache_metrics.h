@@ -44,11 +44,15 @@ class CacheMetrics {
   prometheus::Gauge* active_streams;
 
   void CountRejected(const std::string& reason);
+  // A worker reported a chunk it refused: dropped, stale (another version is stored, or it
+  // is gone), or verified_good (this server checked its MAC and values and kept it).
+  void CountReport(const std::string& outcome);
   void ObserveLatency(const std::string& method, double seconds);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* rejected_;
+  prometheus::Family<prometheus::Counter>* reports_;
   prometheus::Family<prometheus::Histogram>* latency_;
 };
 

@@ -34,6 +34,9 @@ constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --dat
   --stream-idle-timeout-ms N  a get or put stream moving no message for this long is cancelled,
                             freeing its slot and reserved space (default 10000)
   --shutdown-grace-ms N     time given to in-flight calls on SIGTERM (default 10000)
+  --chunk-mac-key-file F    the fleet's chunk secret (as the workers'): a put whose MAC does not match
+                            or whose values are not finite is refused, and a chunk a worker reports
+                            is dropped only if it fails those checks here (default: not checked here)
   --no-pin                  do not page-lock host RAM even with a GPU present
   --gpu-capacity BYTES      reserved for the GPU tier (not built yet; 0 only)
 A port of 0 picks a free one; the address is printed on stdout.
@@ -54,6 +57,7 @@ struct ServerFlags {
   int stream_idle_timeout_ms = 10000;
   int shutdown_grace_ms = 10000;
   bool no_pin = false;
+  std::shared_ptr<const ChunkMac> mac;
 };
 
 absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
@@ -76,6 +80,12 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   parser.AddInt("--stream-idle-timeout-ms", &f.stream_idle_timeout_ms);
   parser.AddInt("--shutdown-grace-ms", &f.shutdown_grace_ms);
   parser.AddSwitch("--no-pin", &f.no_pin);
+  parser.Add("--chunk-mac-key-file", [&f](const std::string& v) -> absl::Status {
+    absl::StatusOr<std::shared_ptr<const ChunkMac>> mac = ChunkMac::FromKeyFile(v);
+    if (!mac.ok()) return mac.status();
+    f.mac = *std::move(mac);
+    return absl::OkStatus();
+  });
   parser.AddByteSize("--gpu-capacity", &f.gpu_capacity);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return s;
   if (f.listen.empty()) return absl::InvalidArgumentError(absl::StrCat("--listen is required\n", kUsage));
@@ -124,7 +134,7 @@ int Serve(int argc, char** argv) {
     spdlog::error("{}", std::string(authorizer.status().message()));
     return 1;
   }
-  KvCacheService service(store_ptr, &leases, flags.limits, authorizer->get());
+  KvCacheService service(store_ptr, &leases, flags.limits, authorizer->get(), flags.mac);
 
   std::unique_ptr<MetricsServer> metrics_server;
   if (!flags.metrics_listen.empty()) {
@@ -154,6 +164,7 @@ int Serve(int argc, char** argv) {
   spdlog::info("host tier {} ({}), disk tier {} ({} chunks on disk), policy {}", FormatByteSize(stats.host_capacity),
                stats.host_pinned ? "pinned" : "pageable", FormatByteSize(stats.disk_capacity), stats.disk_entries,
                flags.store.eviction_policy);
+  spdlog::info("chunk MAC checks {}", flags.mac != nullptr ? "on" : "off (workers check)");
   spdlog::info("transport {}, tokens {}", flags.security.tls_cert_file.empty() ? "plaintext"
                                           : flags.security.tls_client_ca_file.empty() ? "TLS"
                                                                                        : "mutual TLS",

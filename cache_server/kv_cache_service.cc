@@ -1,6 +1,8 @@
 #include "cache_server/kv_cache_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/chunk_values.h"
 #include "common/grpc_util.h"
 
 namespace lazykv::cache {
@@ -89,11 +91,12 @@ grpc::Status KvCacheService::IdleTimeout(const std::string& what) {
 }
 
 KvCacheService::KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits,
-                               const CallAuthorizer* authorizer)
+                               const CallAuthorizer* authorizer, std::shared_ptr<const ChunkMac> mac)
     : store_(store),
       leases_(leases),
       limits_(limits),
       metrics_(store->metrics()),
+      mac_(std::move(mac)),
       allow_all_(authorizer == nullptr ? CallAuthorizer::AllowAll() : nullptr),
       authorizer_(authorizer == nullptr ? allow_all_.get() : authorizer),
       watchdog_(std::make_unique<StreamWatchdog>(limits.stream_idle_timeout)) {
@@ -229,6 +232,12 @@ grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerRea
   }
   if (!appended.ok()) return ToGrpcStatus(appended);
   if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the put");
+  if (mac_ != nullptr && (*writer)->written() == size) {
+    // With the fleet's key, forged or poisoned KV never gets stored (the workers would
+    // refuse it anyway).
+    const std::vector<std::string_view> payload = (*writer)->WrittenPieces(kChunkHeaderBytes, header->payload_bytes);
+    if (absl::Status trusted = CheckTrusted(*header, payload); !trusted.ok()) return ToGrpcStatus(trusted);
+  }
   auto already = store_->Commit(key, std::move(*writer));
   if (!already.ok()) return ToGrpcStatus(already.status());
   leases_->Published(key);
@@ -290,6 +299,75 @@ grpc::Status KvCacheService::ReleaseLease(grpc::ServerContext* context, const v1
                         absl::StrFormat("lease_id %d does not hold key %s (expired or published)", request->lease_id(),
                                         FromProto(request->key()).ToHex()));
   }
+  return grpc::Status::OK;
+}
+
+absl::Status KvCacheService::CheckTrusted(const ChunkHeader& header, std::span<const std::string_view> payload) {
+  if (mac_ != nullptr) {
+    if (absl::Status s = mac_->Verify(header, payload); !s.ok()) {
+      metrics_.CountRejected("bad_mac");
+      return s;
+    }
+  }
+  if (absl::Status s = CheckPayloadFinite(header.layout.dtype, payload); !s.ok()) {
+    metrics_.CountRejected("non_finite");
+    return absl::PermissionDeniedError(absl::StrCat("chunk refused: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status KvCacheService::RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest* request,
+                                        v1::RenewLeaseResponse* response) {
+  if (auto caller = Authorize(context, Role::kWorker); !caller.ok()) return ToGrpcStatus(caller.status());
+  if (!request->has_key()) return Invalid("key is required");
+  const auto ttl = request->ttl_ms() == 0 ? limits_.default_lease_ttl : std::chrono::milliseconds(request->ttl_ms());
+  if (ttl > limits_.max_lease_ttl) {
+    return Invalid(
+        absl::StrFormat("ttl_ms %d exceeds max_lease_ttl=%dms", request->ttl_ms(), limits_.max_lease_ttl.count()));
+  }
+  if (!leases_->Renew(FromProto(request->key()), request->lease_id(), ttl)) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrFormat("lease_id %d does not hold key %s (expired, released or published)",
+                                        request->lease_id(), FromProto(request->key()).ToHex()));
+  }
+  response->set_expires_in_ms(static_cast<uint32_t>(ttl.count()));
+  return grpc::Status::OK;
+}
+
+grpc::Status KvCacheService::ReportInvalid(grpc::ServerContext* context, const v1::ReportInvalidRequest* request,
+                                           v1::ReportInvalidResponse* response) {
+  if (auto caller = Authorize(context, Role::kWorker); !caller.ok()) return ToGrpcStatus(caller.status());
+  if (!request->has_key()) return Invalid("key is required");
+  if (request->header().size() != kChunkHeaderBytes) {
+    return Invalid(absl::StrFormat("header: %d bytes, expected exactly %d", request->header().size(), kChunkHeaderBytes));
+  }
+  const Hash128 key = FromProto(request->key());
+  auto read = store_->Read(key);
+  if (!read.ok()) return grpc::Status::OK;  // gone already
+  const ChunkReader& reader = *read;
+  std::string stored_header(kChunkHeaderBytes, '\0');
+  if (reader.size() < kChunkHeaderBytes) return grpc::Status::OK;
+  reader.Read(0, kChunkHeaderBytes, stored_header.data());
+  if (stored_header != request->header()) {
+    metrics_.CountReport("stale");  // another version is stored now
+    return grpc::Status::OK;
+  }
+  // What this server can judge itself (values always, the MAC with the fleet's key), it
+  // judges: a report cannot then delete a good chunk. A MAC failure it cannot check is
+  // taken on the authenticated worker's word.
+  if (mac_ != nullptr || request->reason() == "non_finite") {
+    auto header = DecodeChunkHeader(stored_header);
+    if (header.ok()) {
+      const std::vector<std::string_view> payload = reader.Pieces(kChunkHeaderBytes, reader.size() - kChunkHeaderBytes);
+      if (CheckTrusted(*header, payload).ok()) {
+        metrics_.CountReport("verified_good");
+        return grpc::Status::OK;
+      }
+    }
+  }
+  const bool deleted = store_->Delete(key);
+  metrics_.CountReport(deleted ? "dropped" : "stale");
+  response->set_deleted(deleted);
   return grpc::Status::OK;
 }
 

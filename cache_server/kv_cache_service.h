@@ -12,6 +12,7 @@
 #include "cache_server/stream_watchdog.h"
 #include "cache_server/tiered_store.h"
 #include "absl/container/flat_hash_map.h"
+#include "common/chunk_mac.h"
 #include "common/chunk_wire.h"
 #include "common/mutex.h"
 #include "common/security/call_authorizer.h"
@@ -35,15 +36,19 @@ struct ServiceLimits {
 };
 
 // Every call is authorized first (common/security/call_authorizer.h): Lookup, Get, Put,
-// Lease and ReleaseLease need the worker role, Delete and Stats the admin role.
+// Lease, ReleaseLease, RenewLease and ReportInvalid need the worker role, Delete and
+// Stats the admin role. With the fleet's chunk MAC key, a Put whose MAC does not match or
+// whose payload holds a non-finite value is refused (PERMISSION_DENIED) before it is
+// stored. A reported chunk is dropped unless this server can check it and it passes.
 //
 // Thread-safe: gRPC runs its handlers on many threads at once; the store, the lease table
 // and the authorizer it uses are thread-safe, and its stream counts are atomic or locked.
 class KvCacheService final : public v1::KvCache::Service {
  public:
-  // `authorizer` null: every call is allowed. It must outlive the service.
+  // `authorizer` null: every call is allowed; `mac` null: chunks are not checked here
+  // (workers check them). The authorizer must outlive the service.
   KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits,
-                 const CallAuthorizer* authorizer = nullptr);
+                 const CallAuthorizer* authorizer = nullptr, std::shared_ptr<const ChunkMac> mac = nullptr);
 
   grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                       v1::LookupResponse* response) override;
@@ -60,6 +65,10 @@ class KvCacheService final : public v1::KvCache::Service {
                       v1::DeleteResponse* response) override;
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
                      v1::StatsResponse* response) override;
+  grpc::Status RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest* request,
+                          v1::RenewLeaseResponse* response) override;
+  grpc::Status ReportInvalid(grpc::ServerContext* context, const v1::ReportInvalidRequest* request,
+                             v1::ReportInvalidResponse* response) override;
 
  private:
   class StreamSlot;
@@ -76,6 +85,11 @@ class KvCacheService final : public v1::KvCache::Service {
   LeaseTable* leases_;
   ServiceLimits limits_;
   CacheMetrics& metrics_;
+  // PERMISSION_DENIED unless the chunk's values are finite and (with a key) its MAC
+  // matches, counted as rejected{reason}.
+  absl::Status CheckTrusted(const ChunkHeader& header, std::span<const std::string_view> payload);
+
+  std::shared_ptr<const ChunkMac> mac_;
   std::unique_ptr<CallAuthorizer> allow_all_;  // when constructed without an authorizer
   const CallAuthorizer* authorizer_;
   std::atomic<int> active_streams_{0};

@@ -73,6 +73,15 @@ bool LeaseTable::Release(const Hash128& key, uint64_t lease_id) {
   return released;
 }
 
+bool LeaseTable::Renew(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl) {
+  MutexLock lock(&mu_);
+  auto it = leases_.find(key);
+  const Clock::time_point now = Clock::now();
+  if (it == leases_.end() || it->second.id != lease_id || it->second.expiry <= now) return false;
+  it->second.expiry = now + ttl;
+  return true;
+}
+
 void LeaseTable::Shutdown() {
   {
     MutexLock lock(&mu_);

@@ -45,6 +45,9 @@ class LeaseTable {
   bool HeldByAnother(const Hash128& key, uint64_t lease_id) const;
   // The holder gives up (it failed to compute): the next waiter is granted the lease.
   bool Release(const Hash128& key, uint64_t lease_id);
+  // The holder is still computing: its unexpired lease now ends `ttl` from now. False when
+  // `lease_id` does not hold `key` (expired, released, published, or never granted).
+  bool Renew(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl);
   // Wakes every waiter with kShuttingDown; later calls return it at once.
   void Shutdown();
   size_t active() const;

@@ -77,6 +77,10 @@ class ChunkWriter {
   absl::Status Append(std::string_view bytes);
   // The value's pages, to be written in place (instead of Append); Commit then takes every
   // byte as written. For a writer that fills the whole chunk (the embedded tier's publisher).
+  // The bytes [offset, offset + length) appended so far, in place (checks before Commit).
+  std::vector<std::string_view> WrittenPieces(uint64_t offset, uint64_t length) const {
+    return value_->Pieces(offset, length);
+  }
   std::vector<std::span<char>> WritablePieces() {
     written_ = value_->size();
     return value_->WritablePieces();

@@ -45,10 +45,11 @@ class FakeChunkTier final : public ChunkTier {
     leases_.erase(key);
     changed_.SignalAll();
   }
-  // Another worker holds the lease on `key` and never publishes (its TTL is `ttl`).
+  // Another worker holds the lease on `key` and never publishes; it says `ttl` is left,
+  // and renews it for ever (a squatter).
   void HoldForever(const Hash128& key, std::chrono::milliseconds ttl) {
     MutexLock lock(&mu_);
-    leases_[key] = HeldLease{next_lease_++, ttl};
+    leases_[key] = HeldLease{next_lease_++, ttl, std::chrono::steady_clock::time_point::max()};
   }
 
   std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) override {
@@ -89,17 +90,16 @@ class FakeChunkTier final : public ChunkTier {
     while (true) {
       if (stored_.contains(key)) return LeaseAnswer{LeaseAnswer::State::kStored, 0, {}};
       auto it = leases_.find(key);
-      if (it == leases_.end()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (it == leases_.end() || it->second.expiry <= now) {  // free, or its holder's TTL ran out
         const uint64_t id = next_lease_++;
-        leases_[key] = HeldLease{id, ttl};
+        leases_[key] = HeldLease{id, ttl, now + ttl};
         ++grants_;
+        granted_ttls_.push_back(ttl);
         return LeaseAnswer{LeaseAnswer::State::kGranted, id, ttl};
       }
-      if (!changed_.WaitUntil(&mu_, deadline) && std::chrono::steady_clock::now() >= deadline) {
-        it = leases_.find(key);
-        if (it == leases_.end() || stored_.contains(key)) continue;  // changed right at the deadline
-        return LeaseAnswer{LeaseAnswer::State::kHeld, it->second.id, it->second.ttl};
-      }
+      if (now >= deadline) return LeaseAnswer{LeaseAnswer::State::kHeld, it->second.id, it->second.ttl};
+      changed_.WaitUntil(&mu_, std::min(deadline, it->second.expiry));  // then look again
     }
   }
 
@@ -108,6 +108,25 @@ class FakeChunkTier final : public ChunkTier {
     released_.push_back(lease_id);
     if (auto it = leases_.find(key); it != leases_.end() && it->second.id == lease_id) leases_.erase(it);
     changed_.SignalAll();
+  }
+
+  absl::Status RenewLease(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl) override {
+    MutexLock lock(&mu_);
+    auto it = leases_.find(key);
+    const auto now = std::chrono::steady_clock::now();
+    if (it == leases_.end() || it->second.id != lease_id || it->second.expiry <= now) {
+      return absl::NotFoundError("lease lost");
+    }
+    it->second.expiry = now + ttl;
+    ++renewals_;
+    return absl::OkStatus();
+  }
+
+  void ReportInvalid(const Hash128& key, std::string_view header, std::string_view reason) override {
+    MutexLock lock(&mu_);
+    reports_.push_back(std::string(reason));
+    auto it = stored_.find(key);
+    if (it != stored_.end() && std::string_view(it->second).substr(0, header.size()) == header) stored_.erase(it);
   }
 
   absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
@@ -141,6 +160,24 @@ class FakeChunkTier final : public ChunkTier {
     MutexLock lock(&mu_);
     return fetches_;
   }
+  int renewals() const {
+    MutexLock lock(&mu_);
+    return renewals_;
+  }
+  std::vector<std::chrono::milliseconds> granted_ttls() const {
+    MutexLock lock(&mu_);
+    return granted_ttls_;
+  }
+  std::vector<std::string> reports() const {  // ReportInvalid reasons, in order
+    MutexLock lock(&mu_);
+    return reports_;
+  }
+  // Whether a lease on `key` is held and unexpired.
+  bool leased(const Hash128& key) const {
+    MutexLock lock(&mu_);
+    auto it = leases_.find(key);
+    return it != leases_.end() && it->second.expiry > std::chrono::steady_clock::now();
+  }
   // Leases granted and neither published nor released (a leak once the work is done).
   size_t outstanding_leases() const {
     MutexLock lock(&mu_);
@@ -155,6 +192,7 @@ class FakeChunkTier final : public ChunkTier {
   struct HeldLease {
     uint64_t id = 0;
     std::chrono::milliseconds ttl{0};
+    std::chrono::steady_clock::time_point expiry;
   };
   Faults GetFaults() const {
     MutexLock lock(&mu_);
@@ -171,6 +209,9 @@ class FakeChunkTier final : public ChunkTier {
   std::vector<uint64_t> released_ ABSL_GUARDED_BY(mu_);
   int grants_ ABSL_GUARDED_BY(mu_) = 0;
   int fetches_ ABSL_GUARDED_BY(mu_) = 0;
+  int renewals_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::chrono::milliseconds> granted_ttls_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> reports_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lazykv::testing

@@ -7,10 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "common/chunk_mac.h"
 #include "tests/fake_chunk_tier.h"
 #include "tests/test_util.h"
 #include "worker/backend/cpu_backend.h"
@@ -300,8 +303,9 @@ TEST(ChunkPipeline, AWaiterFetchesTheHoldersPublication) {
   EXPECT_EQ(f.pipeline->stats().lease_waits, 1u);
 }
 
-TEST(ChunkPipeline, AHungHolderCostsAtMostMaxWaitThenAComputationWithoutALease) {
-  Fixture f(ChunkPipelineOptions{.lease_ttl = milliseconds(10000), .max_lease_wait = milliseconds(300)});
+TEST(ChunkPipeline, AHungHolderCostsAtMostTheWaitBoundThenAComputationWithoutALease) {
+  // No compute measured yet: the wait is the floor.
+  Fixture f(ChunkPipelineOptions{.min_lease_wait = milliseconds(300), .max_lease_wait = milliseconds(30000)});
   const Hash128 key = f.RandomKey();
   f.tier->HoldForever(key, milliseconds(10000));
   const auto start = Clock::now();
@@ -314,6 +318,78 @@ TEST(ChunkPipeline, AHungHolderCostsAtMostMaxWaitThenAComputationWithoutALease) 
   EXPECT_FALSE(outcomes[0].publish);  // the holder still owns the key
   EXPECT_GE(waited, milliseconds(300));
   EXPECT_LT(waited, milliseconds(3000) * testing::SlowdownFactor());
+}
+
+TEST(ChunkPipeline, ASquattersLeaseCostsAWaitBoundedByTheChunksComputeTime) {
+  Fixture f(ChunkPipelineOptions{.min_lease_wait = milliseconds(20), .max_lease_wait = milliseconds(30000)});
+  // Measured: 10 ms per prefill token, so a 20-token chunk takes 200 ms to compute and a
+  // waiter gives up after 3 x 200 ms, not after max_lease_wait.
+  for (int i = 0; i < 8; ++i) f.pipeline->RecordStep(i % 2 == 0 ? 10 : 30, i % 2 == 0 ? 0.1 : 0.3);
+  const Hash128 key = f.RandomKey();
+  f.tier->HoldForever(key, milliseconds(120000));
+  const auto start = Clock::now();
+  f.pipeline->Request({f.RequestFor(key)});
+  auto outcomes = f.Await(1);
+  const auto waited = Clock::now() - start;
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_FALSE(outcomes[0].fetched);
+  EXPECT_FALSE(outcomes[0].publish);
+  EXPECT_GE(waited, milliseconds(550));
+  EXPECT_LT(waited, milliseconds(2000) * testing::SlowdownFactor());
+}
+
+TEST(ChunkPipeline, TheHoldersShortLeaseIsRenewedWhileItComputesAndDroppedWhenReleased) {
+  Fixture f(ChunkPipelineOptions{.min_lease_ttl = milliseconds(300), .lease_ttl = milliseconds(10000)});
+  const Hash128 key = f.RandomKey();
+  f.pipeline->Request({f.RequestFor(key)});
+  auto outcomes = f.Await(1);
+  ASSERT_EQ(outcomes.size(), 1u);
+  ASSERT_NE(outcomes[0].lease_id, 0u);
+  ASSERT_EQ(f.tier->granted_ttls().size(), 1u);
+  EXPECT_EQ(f.tier->granted_ttls()[0], milliseconds(300));  // nothing measured: the floor
+  // The engine computes for four TTLs: the lease must still be held.
+  std::this_thread::sleep_for(milliseconds(1200));
+  EXPECT_TRUE(f.tier->leased(key));
+  EXPECT_GE(f.tier->renewals(), 3);
+  EXPECT_EQ(f.pipeline->lease_keeper().held(), 1u);
+  f.pipeline->ReleaseLease(key, outcomes[0].lease_id);
+  EXPECT_EQ(f.pipeline->lease_keeper().held(), 0u);
+  const int renewals = f.tier->renewals();
+  std::this_thread::sleep_for(milliseconds(400));
+  EXPECT_EQ(f.tier->renewals(), renewals);
+  EXPECT_FALSE(f.tier->leased(key));
+}
+
+TEST(ChunkPipeline, ARefusedChunkIsReportedSoTheTierDropsIt) {
+  const auto mac = std::make_shared<const ChunkMac>(std::string(32, 'k'));
+  ChunkPipelineOptions options = Always();
+  options.mac = mac;
+  Fixture f(options);
+  // A chunk holding a NaN, and one signed with another fleet's key.
+  const Hash128 poisoned = f.RandomKey(), forged = f.RandomKey();
+  std::string payload = f.RandomPayload();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(payload.data() + 4 * (f.rng() % (payload.size() / 4)), &nan, sizeof(nan));
+  ChunkHeader header = MakeChunkHeader(poisoned, f.fingerprint, f.Layout(), payload);
+  std::vector<std::string_view> pieces{payload};
+  header.mac = mac->Sign(header, pieces);
+  f.tier->Store(poisoned, EncodeChunk(header, payload));
+  const std::string other = f.RandomPayload();
+  ChunkHeader forged_header = MakeChunkHeader(forged, f.fingerprint, f.Layout(), other);
+  std::vector<std::string_view> other_pieces{other};
+  forged_header.mac = ChunkMac(std::string(32, 'x')).Sign(forged_header, other_pieces);
+  f.tier->Store(forged, EncodeChunk(forged_header, other));
+
+  f.pipeline->Request({f.RequestFor(poisoned), f.RequestFor(forged)});
+  auto outcomes = f.Await(2);
+  ASSERT_EQ(outcomes.size(), 2u);
+  for (const ChunkOutcome& o : outcomes) EXPECT_FALSE(o.fetched);
+  std::vector<std::string> reports = f.tier->reports();
+  std::sort(reports.begin(), reports.end());
+  EXPECT_EQ(reports, (std::vector<std::string>{"mac", "non_finite"}));
+  EXPECT_FALSE(f.tier->stored(poisoned));
+  EXPECT_FALSE(f.tier->stored(forged));
+  EXPECT_EQ(f.pipeline->stats().chunks_rejected, 2u);
 }
 
 TEST(FetchCostModel, AnUnmeasuredSourceGetsOneProbeAtATime) {

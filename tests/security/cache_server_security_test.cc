@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "common/chunk_mac.h"
 #include "common/chunk_wire.h"
 #include "common/grpc_util.h"
 #include "common/security/transport_security.h"
@@ -326,6 +327,146 @@ TEST_F(CacheServerSecurityTest, OneClientCannotTakeEveryStream) {
   EXPECT_TRUE(PutChunk(*fair, mine).status.ok());
   EXPECT_EQ(RawGet(*fair, mine.key).stored, mine.stored());
   for (auto& context : contexts) context->TryCancel();
+}
+
+// A bf16 chunk whose values are all finite, signed with `mac` when given; with `nan_at`
+// >= 0, that value is a NaN.
+TestChunk FiniteChunk(std::mt19937_64& rng, size_t payload_bytes, const ChunkMac* mac, int64_t nan_at = -1) {
+  TestChunk chunk = RandomTestChunk(rng, payload_bytes);
+  for (size_t i = 0; i + 1 < chunk.payload.size(); i += 2) {
+    const uint16_t value = static_cast<uint16_t>((rng() & 0x807F) | 0x3F00);  // |v| in [0.5, 1)
+    std::memcpy(chunk.payload.data() + i, &value, 2);
+  }
+  if (nan_at >= 0) {
+    const uint16_t nan = 0x7FC0;
+    std::memcpy(chunk.payload.data() + 2 * (nan_at % (chunk.payload.size() / 2)), &nan, 2);
+  }
+  chunk.header = MakeChunkHeader(chunk.key, chunk.fingerprint, chunk.header.layout, chunk.payload);
+  if (mac != nullptr) {
+    std::vector<std::string_view> pieces{chunk.payload};
+    chunk.header.mac = mac->Sign(chunk.header, pieces);
+  }
+  return chunk;
+}
+
+struct ReportOutcome {
+  grpc::Status status;
+  bool deleted = false;
+};
+ReportOutcome Report(v1::KvCache::Stub& stub, const TestChunk& chunk, const std::string& reason) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ReportInvalidRequest request;
+  *request.mutable_key() = ToProto(chunk.key);
+  request.set_header(EncodeChunkHeader(chunk.header));
+  request.set_reason(reason);
+  v1::ReportInvalidResponse response;
+  ReportOutcome out;
+  out.status = stub.ReportInvalid(&context, request, &response);
+  out.deleted = response.deleted();
+  return out;
+}
+
+TEST_F(CacheServerSecurityTest, WithTheFleetKeyForgedAndPoisonedChunksAreNeverStoredAndGoodOnesSurviveReports) {
+  const std::string key_file = certs_.dir + "/chunk.key";
+  std::ofstream(key_file) << std::string(48, 'q') << "\n";
+  const ChunkMac fleet(std::string(48, 'q'));
+  const ChunkMac stranger(std::string(48, 'z'));
+  auto server = StartSecure({"--chunk-mac-key-file", key_file});
+  auto worker = SecureStub(server->address(), As(certs_.worker_token));
+  std::mt19937_64 rng(FreshSeed());
+
+  const TestChunk unsigned_chunk = FiniteChunk(rng, 128 << 10, nullptr);
+  const TestChunk foreign = FiniteChunk(rng, 128 << 10, &stranger);
+  const TestChunk poisoned = FiniteChunk(rng, 128 << 10, &fleet, static_cast<int64_t>(rng() % 1000));
+  const TestChunk good = FiniteChunk(rng, 128 << 10, &fleet);
+  for (const TestChunk* bad : {&unsigned_chunk, &foreign, &poisoned}) {
+    EXPECT_EQ(PutChunk(*worker, *bad).status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    bool found = true;
+    ASSERT_TRUE(LookupStatus(*worker, bad->key, &found).ok());
+    EXPECT_FALSE(found);
+  }
+  ASSERT_TRUE(PutChunk(*worker, good).status.ok());
+  // A report against a good chunk (a confused or malicious worker) deletes nothing.
+  const ReportOutcome report = Report(*worker, good, "mac");
+  ASSERT_TRUE(report.status.ok()) << report.status.error_message();
+  EXPECT_FALSE(report.deleted);
+  EXPECT_EQ(RawGet(*worker, good.key).stored, good.stored());
+  // Only workers may report.
+  auto client = SecureStub(server->address(), As(certs_.client_token));
+  EXPECT_EQ(Report(*client, good, "mac").status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  const auto [code, page] = ScrapeMetrics(server->metrics_address(), certs_, &certs_, certs_.Token(certs_.admin_token));
+  ASSERT_EQ(code, 200);
+  EXPECT_EQ(MetricValue(page, "lazykv_cache_rejected_total{reason=\"bad_mac\"}"), 2);
+  EXPECT_EQ(MetricValue(page, "lazykv_cache_rejected_total{reason=\"non_finite\"}"), 1);
+  EXPECT_EQ(MetricValue(page, "lazykv_cache_invalid_reports_total{outcome=\"verified_good\"}"), 1);
+}
+
+TEST_F(CacheServerSecurityTest, WithoutTheKeyAReportDropsExactlyTheRefusedVersion) {
+  auto server = StartSecure();
+  auto worker = SecureStub(server->address(), As(certs_.worker_token));
+  std::mt19937_64 rng(FreshSeed());
+  const ChunkMac stranger(std::string(40, 's'));
+  const TestChunk forged = FiniteChunk(rng, 64 << 10, &stranger);
+  const TestChunk poisoned = FiniteChunk(rng, 64 << 10, nullptr, 7);
+  const TestChunk good = FiniteChunk(rng, 64 << 10, nullptr);
+  for (const TestChunk* chunk : {&forged, &poisoned, &good}) ASSERT_TRUE(PutChunk(*worker, *chunk).status.ok());
+
+  // A report naming another version of the chunk (another header) changes nothing.
+  TestChunk other_version = forged;
+  other_version.header.payload_checksum ^= 1;
+  EXPECT_FALSE(Report(*worker, other_version, "mac").deleted);
+  // The MAC failure it cannot check is taken on the worker's word; the values it checks.
+  EXPECT_TRUE(Report(*worker, forged, "mac").deleted);
+  EXPECT_TRUE(Report(*worker, poisoned, "non_finite").deleted);
+  EXPECT_FALSE(Report(*worker, good, "non_finite").deleted);
+  bool found = false;
+  for (const auto& [chunk, stays] : {std::pair{&forged, false}, {&poisoned, false}, {&good, true}}) {
+    ASSERT_TRUE(LookupStatus(*worker, chunk->key, &found).ok());
+    EXPECT_EQ(found, stays);
+  }
+}
+
+TEST_F(CacheServerSecurityTest, ALeaseLivesWhileItsHolderRenewsItAndOnlyItsHolderCanRenewIt) {
+  auto server = StartSecure();
+  auto holder = SecureStub(server->address(), As(certs_.worker_token));
+  const Hash128 key{FreshSeed(), 77};
+  auto lease = [&](v1::KvCache::Stub& stub, uint32_t ttl_ms) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::LeaseRequest request;
+    *request.mutable_key() = ToProto(key);
+    request.set_ttl_ms(ttl_ms);
+    v1::LeaseResponse response;
+    EXPECT_TRUE(stub.Lease(&context, request, &response).ok());
+    return response;
+  };
+  auto renew = [&](v1::KvCache::Stub& stub, uint64_t lease_id) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::RenewLeaseRequest request;
+    *request.mutable_key() = ToProto(key);
+    request.set_lease_id(lease_id);
+    request.set_ttl_ms(400);
+    v1::RenewLeaseResponse response;
+    return stub.RenewLease(&context, request, &response).error_code();
+  };
+  const v1::LeaseResponse granted = lease(*holder, 400);
+  ASSERT_EQ(granted.outcome(), v1::LeaseResponse::GRANTED);
+  auto other = SecureStub(server->address(), As(certs_.worker_token));
+  for (int i = 0; i < 8; ++i) {  // 1.2 s: three TTLs
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    EXPECT_EQ(renew(*holder, granted.lease_id()), grpc::StatusCode::OK);
+  }
+  EXPECT_EQ(lease(*other, 400).outcome(), v1::LeaseResponse::HELD);
+  EXPECT_EQ(renew(*other, granted.lease_id() + 1), grpc::StatusCode::NOT_FOUND);
+  auto client = SecureStub(server->address(), As(certs_.client_token));
+  EXPECT_EQ(renew(*client, granted.lease_id()), grpc::StatusCode::PERMISSION_DENIED);
+  // The holder stops renewing (it crashed): within a TTL the lease is another's.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(lease(*other, 400).outcome(), v1::LeaseResponse::GRANTED);
+  EXPECT_EQ(renew(*holder, granted.lease_id()), grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_format.h"
@@ -85,6 +86,7 @@ ChunkPipeline::ChunkPipeline(std::shared_ptr<ChunkTier> tier, Backend* backend, 
       fingerprint_(fingerprint),
       kv_dtype_(kv_dtype),
       options_(options),
+      lease_keeper_(tier_.get(), options.max_lease_hold),
       publishers_(options.publish_threads, std::numeric_limits<size_t>::max()),
       workers_(options.tier_threads, static_cast<size_t>(std::max(1, options.max_queued_tasks))) {}
 
@@ -188,12 +190,22 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
           header.key.ToHex(), header.model_fingerprint.ToHex(), header.layout.num_tokens, header.layout.anchor_tokens));
     }
     const ChunkBytes payload = fetched.stored.Slice(kChunkHeaderBytes, fetched.stored.size());
+    // A stored chunk refused for its MAC or its values is reported, so the tier drops it and
+    // the next fetcher computes it instead of refusing it again. (A checksum mismatch is
+    // not: the tier checks checksums itself as it reads, so this one happened in transit.)
+    auto refuse = [&](absl::Status status, std::string_view reason) {
+      tier_->ReportInvalid(chunk.key, header_bytes, reason);
+      return status;
+    };
     if (!fetched.payload_verified) RETURN_IF_ERROR(VerifyChunkPayload(header, payload.pieces()));
     if (payload.size() != header.payload_bytes) return absl::DataLossError("fetched chunk is truncated");
-    // Nothing unsigned or non-finite reaches the GPU (PERMISSION_DENIED, DATA_LOSS: rejected).
-    if (options_.mac) RETURN_IF_ERROR(options_.mac->Verify(header, payload.pieces()));
+    // Nothing unsigned or non-finite reaches the GPU (PERMISSION_DENIED: rejected).
+    if (options_.mac) {
+      if (absl::Status s = options_.mac->Verify(header, payload.pieces()); !s.ok()) return refuse(s, "mac");
+    }
     if (absl::Status finite = CheckPayloadFinite(header.layout.dtype, payload.pieces()); !finite.ok()) {
-      return absl::PermissionDeniedError(absl::StrCat("fetched chunk refused: ", finite.message()));
+      return refuse(absl::PermissionDeniedError(absl::StrCat("fetched chunk refused: ", finite.message())),
+                    "non_finite");
     }
     std::string origin = std::move(fetched.origin);
     ASSIGN_OR_RETURN(std::unique_ptr<StagedChunk> out, backend_->StageChunk(payload));
@@ -216,19 +228,33 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
   return *std::move(staged);
 }
 
+std::chrono::milliseconds ChunkPipeline::ComputeBound(int num_tokens, double factor, std::chrono::milliseconds lo,
+                                                      std::chrono::milliseconds hi) const {
+  const double seconds = factor * cost_.PrefillSecondsPerToken() * num_tokens;
+  const auto bound = std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 86400.0) * 1e3));
+  return std::clamp(bound, lo, std::max(lo, hi));
+}
+
 void ChunkPipeline::LeaseOrWait(const ChunkRequest& chunk, ComputeReason reason) {
   ChunkOutcome outcome;
   outcome.key = chunk.key;
   outcome.reason = reason;
-  const auto give_up_at = Clock::now() + options_.max_lease_wait;
+  // Short leases (a crashed holder blocks nobody for long), renewed while computing; and
+  // a bounded wait for another holder (a squatter costs a bounded wait).
+  const std::chrono::milliseconds ttl = ComputeBound(chunk.num_tokens, 4, options_.min_lease_ttl, options_.lease_ttl);
+  const auto give_up_at =
+      Clock::now() + ComputeBound(chunk.num_tokens, 3, options_.min_lease_wait, options_.max_lease_wait);
   std::chrono::milliseconds wait{0};
   bool counted_wait = false;
   while (true) {
-    const LeaseAnswer answer = tier_->Lease(chunk.key, options_.lease_ttl, wait);
+    const LeaseAnswer answer = tier_->Lease(chunk.key, ttl, wait);
     switch (answer.state) {
       case LeaseAnswer::State::kGranted:
-      case LeaseAnswer::State::kUnavailable:
+        lease_keeper_.Keep(chunk.key, answer.lease_id, ttl);
         outcome.lease_id = answer.lease_id;
+        Deliver(std::move(outcome));
+        return;
+      case LeaseAnswer::State::kUnavailable:
         Deliver(std::move(outcome));
         return;
       case LeaseAnswer::State::kStored: {
@@ -382,6 +408,7 @@ void ChunkPipeline::RunPublication(const Hash128& key, const ChunkLayout& layout
     }
     if (lease_id != 0) tier_->ReleaseLease(key, lease_id);  // let a waiter compute it
   }
+  lease_keeper_.Forget(key, lease_id);  // published (which ended the lease), or released
   MutexLock lock(&mu_);
   stats_.publish_bytes_in_flight -= payload_bytes;
   if (status.ok()) {
@@ -395,6 +422,7 @@ void ChunkPipeline::RunPublication(const Hash128& key, const ChunkLayout& layout
 
 void ChunkPipeline::ReleaseLease(const Hash128& key, uint64_t lease_id) {
   if (lease_id == 0) return;
+  lease_keeper_.Forget(key, lease_id);
   publishers_.Submit([this, key, lease_id] { tier_->ReleaseLease(key, lease_id); });
 }
 

@@ -24,6 +24,7 @@
 #include "worker/backend/backend.h"
 #include "worker/tier/bounded_executor.h"
 #include "worker/tier/chunk_tier.h"
+#include "worker/tier/lease_keeper.h"
 #include "worker/tier/fetch_cost_model.h"
 
 namespace lazykv {
@@ -39,8 +40,16 @@ struct ChunkPipelineOptions {
   int max_queued_tasks = 256;               // beyond this a chunk is computed without asking the tier
   int publish_threads = 2;                  // copy-out, checksum, upload
   uint64_t max_publish_bytes = 1ull << 30;  // captured chunks not yet published
+  // A lease's TTL: a few times the chunk's expected compute time, within these bounds; the
+  // holder renews it while it computes (worker/tier/lease_keeper.h), for max_lease_hold at most.
+  std::chrono::milliseconds min_lease_ttl{1000};
   std::chrono::milliseconds lease_ttl{10000};
-  std::chrono::milliseconds max_lease_wait{30000};  // in total, for one chunk
+  std::chrono::milliseconds max_lease_hold{120000};
+  // Waiting for another holder's publication: a few times the chunk's expected compute
+  // time, within these bounds; then it is computed here without the lease, so a holder
+  // that squats a lease costs others a bounded wait, not a stall.
+  std::chrono::milliseconds min_lease_wait{250};
+  std::chrono::milliseconds max_lease_wait{30000};
   FetchPolicy fetch_policy = FetchPolicy::kAuto;
   // The fleet's chunk MAC (common/chunk_mac.h): chunks published are signed, chunks fetched
   // are checked before staging. Null: neither (a fleet without a secret trusts its tier).
@@ -134,6 +143,7 @@ class ChunkPipeline {
   void Flush();
   ChunkPipelineStats stats() const;
   FetchCostModel& cost_model() { return cost_; }
+  const LeaseKeeper& lease_keeper() const { return lease_keeper_; }
   ChunkTier& tier() { return *tier_; }
 
  private:
@@ -148,6 +158,9 @@ class ChunkPipeline {
   void RunPublication(const Hash128& key, const ChunkLayout& layout, uint64_t lease_id,
                       std::shared_ptr<ExportedChunk> exported) ABSL_LOCKS_EXCLUDED(mu_);
   void Deliver(ChunkOutcome outcome) ABSL_LOCKS_EXCLUDED(mu_);
+  // The expected compute time of `num_tokens` scaled by `factor`, within [lo, hi].
+  std::chrono::milliseconds ComputeBound(int num_tokens, double factor, std::chrono::milliseconds lo,
+                                         std::chrono::milliseconds hi) const;
   // The fetch policy's (or the cost model's) answer; `explore`: a fetch made to measure.
   bool ShouldFetch(const TierHit& hit, int num_tokens, bool* explore) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -157,6 +170,7 @@ class ChunkPipeline {
   const KvDtype kv_dtype_;
   const ChunkPipelineOptions options_;
   FetchCostModel cost_;  // thread-safe itself
+  LeaseKeeper lease_keeper_;  // thread-safe itself
 
   mutable Mutex mu_;
   CondVar outcome_ready_;  // outcomes_ gained an entry

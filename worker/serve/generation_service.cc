@@ -119,7 +119,9 @@ void FillDone(const GenerateResult& result, const std::string& request_id, int s
 }  // namespace
 
 absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call, const Tokenizer& tokenizer,
-                                                const GenerationServiceOptions& options) {
+                                                const GenerationServiceOptions& options,
+                                                const std::function<absl::Status()>& still_wanted) {
+  auto check_wanted = [&]() { return still_wanted ? still_wanted() : absl::OkStatus(); };
   GenerateRequest request;
   if (call.documents_size() > options.max_documents) {
     return absl::InvalidArgumentError(absl::StrFormat("documents: %d documents, at most %d are accepted",
@@ -142,6 +144,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
     std::vector<int32_t> tokens;
     switch (doc.content_case()) {
       case v1::Document::kText:
+        if (absl::Status wanted = check_wanted(); !wanted.ok()) return wanted;
         tokens = tokenizer.Encode(doc.text());
         break;
       case v1::Document::kTokens:
@@ -154,6 +157,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
     request.docs.push_back(std::move(tokens));
   }
   if (call.prompt_case() == v1::GenerateRequest::kPromptText) {
+    if (absl::Status wanted = check_wanted(); !wanted.ok()) return wanted;
     request.prompt = tokenizer.Encode(call.prompt_text());
   } else if (call.prompt_case() == v1::GenerateRequest::kPromptTokens) {
     request.prompt.assign(call.prompt_tokens().ids().begin(), call.prompt_tokens().ids().end());
@@ -209,7 +213,13 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
   const Clock::time_point arrival = Clock::now();
   if (grpc::Status refused = Authorize(context); !refused.ok()) return refused;
-  auto request = ToEngineRequest(*call, *tokenizer_, options_);
+  auto request = ToEngineRequest(*call, *tokenizer_, options_, [context]() -> absl::Status {
+    if (context->deadline() < std::chrono::system_clock::now()) {
+      return absl::DeadlineExceededError("deadline passed while tokenizing");
+    }
+    if (context->IsCancelled()) return absl::CancelledError("client cancelled while tokenizing");
+    return absl::OkStatus();
+  });
   if (!request.ok()) return ToGrpcStatus(request.status());
   request->arrival = arrival;  // queue time and TTFT count from here, as total_ms does
   // The text of the first tokens depends on what precedes them (a leading space).

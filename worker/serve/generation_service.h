@@ -6,6 +6,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
+
 #include "absl/status/statusor.h"
 #include "common/security/call_authorizer.h"
 #include "proto/generate.grpc.pb.h"
@@ -24,8 +26,12 @@ struct GenerationServiceOptions {
 };
 
 // The engine request a call asks for; INVALID_ARGUMENT names the offending field.
+// `still_wanted` (may be empty) is asked before each text is tokenized; its error (the
+// call was cancelled or passed its deadline) stops the work and is returned, so an
+// abandoned call costs at most one text's tokenizing (--max-text-bytes bounds it).
 absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call, const Tokenizer& tokenizer,
-                                                const GenerationServiceOptions& options);
+                                                const GenerationServiceOptions& options,
+                                                const std::function<absl::Status()>& still_wanted = {});
 
 // Generate and Tokenize need the client role (common/security/call_authorizer.h).
 //

@@ -72,6 +72,13 @@ class ChunkTier {
   // waiting up to `wait`), or unavailable (compute without a lease).
   virtual LeaseAnswer Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) = 0;
   virtual void ReleaseLease(const Hash128& key, uint64_t lease_id) = 0;
+  // The holder is still computing: the lease now ends `ttl` from now. NOT_FOUND when it no
+  // longer holds the key (expired, taken over, published); any error ends its renewals.
+  virtual absl::Status RenewLease(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl) = 0;
+  // A fetched chunk was refused (MAC, non-finite values, checksum: `reason`): the tier
+  // drops it if it still stores that version (the same `header`), so the next fetcher
+  // computes it instead of refusing it again. Best effort; never fails the caller.
+  virtual void ReportInvalid(const Hash128& key, std::string_view header, std::string_view reason) = 0;
   // Stores a whole chunk (header + payload).
   virtual absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                                uint64_t lease_id) = 0;

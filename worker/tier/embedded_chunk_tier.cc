@@ -3,6 +3,7 @@
 #include "absl/strings/str_format.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace lazykv {
 namespace {
@@ -93,6 +94,21 @@ LeaseAnswer EmbeddedChunkTier::Lease(const Hash128& key, std::chrono::millisecon
 }
 
 void EmbeddedChunkTier::ReleaseLease(const Hash128& key, uint64_t lease_id) { leases_.Release(key, lease_id); }
+
+absl::Status EmbeddedChunkTier::RenewLease(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl) {
+  if (leases_.Renew(key, lease_id, ttl)) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrFormat("lease %d no longer holds chunk %s", lease_id, key.ToHex()));
+}
+
+void EmbeddedChunkTier::ReportInvalid(const Hash128& key, std::string_view header, std::string_view reason) {
+  absl::StatusOr<cache::ChunkReader> read = store_->Read(key);
+  if (!read.ok() || read->size() < kChunkHeaderBytes || header.size() != kChunkHeaderBytes) return;
+  std::string stored_header(kChunkHeaderBytes, '\0');
+  read->Read(0, kChunkHeaderBytes, stored_header.data());
+  if (stored_header == header && store_->Delete(key)) {
+    spdlog::warn("embedded tier dropped chunk {}: refused by its fetcher ({})", key.ToHex(), std::string(reason));
+  }
+}
 
 absl::Status EmbeddedChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                                         uint64_t lease_id) {

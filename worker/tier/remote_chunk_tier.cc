@@ -322,6 +322,41 @@ void RemoteChunkTier::ReleaseLease(const Hash128& key, uint64_t lease_id) {
   }
 }
 
+absl::Status RemoteChunkTier::RenewLease(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl) {
+  Server& server = *servers_[OwnerOf(key)];
+  if (!Up(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));
+  v1::RenewLeaseRequest request;
+  *request.mutable_key() = ToProto(key);
+  request.set_lease_id(lease_id);
+  request.set_ttl_ms(static_cast<uint32_t>(ttl.count()));
+  v1::RenewLeaseResponse response;
+  const Attempted call = Run(server, CallDeadline(server), options_.max_retries, "renew", [&](grpc::ClientContext& context) {
+    return server.stub->RenewLease(&context, request, &response);
+  });
+  if (call.status.ok()) {
+    MutexLock lock(&server.mu);
+    server.estimator.ObserveCall(call.elapsed);
+  }
+  return FromGrpcStatus(call.status);
+}
+
+void RemoteChunkTier::ReportInvalid(const Hash128& key, std::string_view header, std::string_view reason) {
+  Server& server = *servers_[OwnerOf(key)];
+  if (!Up(server)) return;
+  v1::ReportInvalidRequest request;
+  *request.mutable_key() = ToProto(key);
+  request.set_header(std::string(header));
+  request.set_reason(std::string(reason));
+  v1::ReportInvalidResponse response;
+  const Attempted call = Run(server, CallDeadline(server), 0, "report", [&](grpc::ClientContext& context) {
+    return server.stub->ReportInvalid(&context, request, &response);
+  });
+  if (call.status.ok() && response.deleted()) {
+    spdlog::info("cache server {} dropped chunk {} this worker refused ({})", server.address, key.ToHex(),
+                 std::string(reason));
+  }
+}
+
 absl::Status RemoteChunkTier::Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                                       uint64_t lease_id) {
   Server& server = *servers_[OwnerOf(key)];

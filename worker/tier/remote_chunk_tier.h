@@ -65,6 +65,8 @@ class RemoteChunkTier final : public ChunkTier {
   absl::StatusOr<FetchedChunk> Fetch(const Hash128& key) override;
   LeaseAnswer Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) override;
   void ReleaseLease(const Hash128& key, uint64_t lease_id) override;
+  absl::Status RenewLease(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl) override;
+  void ReportInvalid(const Hash128& key, std::string_view header, std::string_view reason) override;
   absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                        uint64_t lease_id) override;
   std::string Describe() const override;

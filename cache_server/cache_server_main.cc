@@ -150,6 +150,7 @@ int Serve(int argc, char** argv) {
   int port = 0;
   // Chunks are MiB-sized: a large flow-control window keeps a stream from stalling.
   auto started = StartGrpcServer(GrpcServerOptions{.listen = flags.listen,
+                                                   .service_name = v1::KvCache::service_full_name(),
                                                    .credentials = MakeServerCredentials(flags.security),
                                                    .max_message_bytes = flags.max_message_bytes,
                                                    .stream_window_bytes = 8 << 20,

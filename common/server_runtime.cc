@@ -67,7 +67,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
   if (server == nullptr || *port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  server->GetHealthCheckService()->SetServingStatus(true);
+  server->GetHealthCheckService()->SetServingStatus(true);  // "" and every named service
+  if (!options.service_name.empty()) server->GetHealthCheckService()->SetServingStatus(options.service_name, true);
   return server;
 }
 

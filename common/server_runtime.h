@@ -22,6 +22,7 @@ int WaitForTerminationSignal();  // the signal's number
 
 struct GrpcServerOptions {
   std::string listen;                                    // HOST:PORT; port 0 picks one
+  std::string service_name;  // its health status is reported under this name too (e.g. "lazykv.v1.KvCache")
   std::shared_ptr<grpc::ServerCredentials> credentials;  // null: plaintext
   size_t max_message_bytes = 16 << 20;                   // both ways
   int stream_window_bytes = 0;  // per-stream flow-control window when above 0 (MiB-sized messages)

@@ -389,6 +389,13 @@ TEST_F(CacheServerTest, HealthMetricsAndGracefulShutdown) {
   grpc::ClientContext context;
   ASSERT_TRUE(health->Check(&context, request, &response).ok());
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // Per service as well: the KvCache service by name; an unknown name is NOT_FOUND.
+  grpc::ClientContext named_context, unknown_context;
+  request.set_service("lazykv.v1.KvCache");
+  ASSERT_TRUE(health->Check(&named_context, request, &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  request.set_service("lazykv.v1.Nothing");
+  EXPECT_EQ(health->Check(&unknown_context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
 
   auto stub = CacheStub(server->address());
   const TestChunk c = RandomTestChunk(rng_, 5000);

@@ -72,6 +72,40 @@ TEST(ReuseTest, LazyReusesEveryDocumentWhateverItsPosition) {
   }
 }
 
+TEST(ReuseTest, ADocumentRepeatedWithinARequestIsOneDocument) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const Corpus c = MakeCorpus(seed);
+  const int a = c.doc_tokens({0}), b = c.doc_tokens({1});
+  for (AttentionMode mode : {AttentionMode::kLazy, AttentionMode::kBlock, AttentionMode::kPrefix}) {
+    SCOPED_TRACE(AttentionModeName(mode));
+    auto engine = MakeEngine(c.weights, mode);
+    auto first = engine->Generate(Request(c, {0, 1, 0}, c.prompt_a));
+    ASSERT_TRUE(first.ok()) << first.status();
+    const Usage& u = first->usage;
+    EXPECT_EQ(u.document_tokens, a + b);  // not 2a + b
+    EXPECT_EQ(u.document_cached_tokens, 0);  // nothing was cached before this request
+    EXPECT_EQ(u.cached_documents, 0);
+    EXPECT_EQ(u.document_computed_tokens, a + b);
+    // Every position is still accounted for by where its KV came from.
+    EXPECT_EQ(u.pool_tokens + u.host_tokens + u.disk_tokens + u.remote_tokens + u.computed_tokens, u.prompt_tokens);
+    if (mode != AttentionMode::kPrefix) {
+      EXPECT_EQ(u.chunk_misses, 3);  // the anchor, A and B; A's repeat is neither hit nor miss
+      EXPECT_EQ(u.chunk_hits, 0);
+      EXPECT_EQ(u.computed_tokens, u.prompt_tokens - a);  // A's second position reuses its KV
+    }
+
+    auto second = engine->Generate(Request(c, {1, 0, 0}, c.prompt_b));
+    ASSERT_TRUE(second.ok()) << second.status();
+    if (mode != AttentionMode::kPrefix) {
+      EXPECT_EQ(second->usage.document_tokens, a + b);
+      EXPECT_EQ(second->usage.document_cached_tokens, a + b);
+      EXPECT_EQ(second->usage.cached_documents, 2);
+      EXPECT_EQ(second->usage.chunk_hits, 3);
+    }
+  }
+}
+
 TEST(ReuseTest, PrefixReusesOnlyTheUnchangedPrefix) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);

@@ -126,6 +126,7 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
   ASSERT_TRUE(local.ok()) << local.status();
 
   const std::vector<std::vector<int>> orders = {{0, 1, 2}, {2, 0, 1}, {1, 2, 0}};
+  int streamed_total = 0;  // tokens the calls received
   for (size_t i = 0; i < orders.size(); ++i) {
     std::vector<std::string> docs;
     for (int d : orders[i]) docs.push_back(kDocs[d]);
@@ -143,6 +144,7 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
       request.set_mode(mode);
       const Reply reply = Call(*stub, request);
       ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+      streamed_total += static_cast<int>(reply.tokens.size());
       // Deltas (one token each), then exactly one final message, last.
       ASSERT_GE(reply.messages.size(), 2u);
       for (size_t m = 0; m + 1 < reply.messages.size(); ++m) ASSERT_TRUE(reply.messages[m].has_delta()) << m;
@@ -182,6 +184,7 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
   stop_request.mutable_sampling()->add_stop(".");
   const Reply stopped = Call(*stub, stop_request);
   ASSERT_TRUE(stopped.status.ok());
+  streamed_total += static_cast<int>(full.tokens.size() + stopped.tokens.size());
   EXPECT_EQ(stopped.text, full.text.substr(0, period));
   EXPECT_EQ(stopped.done.finish_reason(), v1::FINISH_REASON_STOP);
   EXPECT_LT(stopped.tokens.size(), full.tokens.size());
@@ -196,6 +199,8 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
   EXPECT_EQ(tokens.vocab_size(), 512);
   const std::string page = MetricsWhenIdle(*worker);
   EXPECT_EQ(Metric(page, "lazykv_worker_requests_total{outcome=\"OK\"}"), 8);
+  // What clients received: not the tokens in flight when the stop string matched.
+  EXPECT_EQ(Metric(page, "lazykv_worker_generated_tokens_total"), streamed_total);
   EXPECT_GT(Metric(page, "lazykv_worker_ttft_seconds_count"), 0);
   EXPECT_GT(Metric(page, "lazykv_worker_inter_token_seconds_count"), 0);
   EXPECT_GT(Metric(page, "lazykv_worker_prompt_tokens_total{source=\"gpu\"}"), 0);
@@ -211,7 +216,9 @@ TEST(WorkerServerTest, BadInputGetsInvalidArgumentNamingTheFieldAndTheWorkerGoes
   flags.insert(flags.end(), {"--kv-pool", "256KiB", "--max-text-bytes", "4KiB"});  // 12 blocks of 16 tokens
   auto worker = StartWorker(dir, flags);
   auto stub = Stub(worker->address());
+  int invalid = 0;
   auto expect_invalid = [&](const v1::GenerateRequest& request, const std::string& needle) {
+    ++invalid;
     const Reply reply = Call(*stub, request);
     EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << needle;
     EXPECT_NE(reply.status.error_message().find(needle), std::string::npos) << reply.status.error_message();
@@ -243,7 +250,10 @@ TEST(WorkerServerTest, BadInputGetsInvalidArgumentNamingTheFieldAndTheWorkerGoes
   const Reply good = Call(*stub, TextRequest({kDocs[0]}, "Once upon a time", 10));
   EXPECT_TRUE(good.status.ok()) << good.status.error_message();
   EXPECT_EQ(good.tokens.size(), 10u);
-  ExpectNoBlocksHeldByRequests(MetricsWhenIdle(*worker));
+  const std::string page = MetricsWhenIdle(*worker);
+  ExpectNoBlocksHeldByRequests(page);
+  // Every refusal is counted, whether the service or the engine refused it.
+  EXPECT_EQ(Metric(page, "lazykv_worker_requests_total{outcome=\"INVALID_ARGUMENT\"}"), invalid);
 }
 
 TEST(WorkerServerTest, CancellationAndDeadlinesFreeBlocksAtOnce) {

@@ -120,17 +120,25 @@ int SharedDocumentCount(const GenerateRequest& request) {
   return request.docs.empty() ? -1 : static_cast<int>(request.docs.size()) - 1;
 }
 
+std::vector<bool> FirstOccurrences(const std::vector<std::vector<int32_t>>& docs) {
+  std::vector<bool> first(docs.size());
+  std::unordered_set<std::string_view> seen;  // hashing each document once, not comparing pairs
+  for (size_t d = 0; d < docs.size(); ++d) {
+    const std::string_view bytes(reinterpret_cast<const char*>(docs[d].data()), docs[d].size() * sizeof(int32_t));
+    first[d] = seen.insert(bytes).second;
+  }
+  return first;
+}
+
 int Engine::WorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const {
   int64_t needed = PrivateWorstCaseBlocks(request, mode);
   const int shared_docs = UsesChunks(mode) ? SharedDocumentCount(request) : -1;
   if (shared_docs >= 0) {  // the blocks of SharedChunksOf (a repeated document once), without hashing
     const int bs = backend_->block_size();
     needed += CeilDiv(options_.anchor.size(), bs);
-    std::unordered_set<std::string_view> seen;
+    const std::vector<bool> first = FirstOccurrences(request.docs);
     for (int d = 0; d < shared_docs; ++d) {
-      const std::vector<int32_t>& doc = request.docs[d];
-      const std::string_view bytes(reinterpret_cast<const char*>(doc.data()), doc.size() * sizeof(int32_t));
-      if (seen.insert(bytes).second) needed += CeilDiv(doc.size(), bs);
+      if (first[d]) needed += CeilDiv(request.docs[d].size(), bs);
     }
   }
   return static_cast<int>(std::min<int64_t>(needed, INT32_MAX));
@@ -264,9 +272,10 @@ void Engine::StartRequest(Request& r) {
   const std::vector<int32_t>& anchor = options_.anchor;
   auto& all = r.result.prompt_token_ids;
   all = anchor;
-  for (const auto& doc : in.docs) {
-    all.insert(all.end(), doc.begin(), doc.end());
-    r.result.usage.document_tokens += static_cast<int>(doc.size());
+  r.first_occurrence = FirstOccurrences(in.docs);
+  for (size_t d = 0; d < in.docs.size(); ++d) {
+    all.insert(all.end(), in.docs[d].begin(), in.docs[d].end());
+    if (r.first_occurrence[d]) r.result.usage.document_tokens += static_cast<int>(in.docs[d].size());
   }
   all.insert(all.end(), in.prompt.begin(), in.prompt.end());
   r.result.usage.prompt_tokens = static_cast<int>(all.size());

@@ -24,7 +24,7 @@ void Engine::PlanChunks(Request& r) {
   }
   if (in.prompt.empty()) {
     r.own = in.docs.back();
-    r.result.usage.document_computed_tokens += static_cast<int>(r.own.size());
+    if (r.first_occurrence.back()) r.result.usage.document_computed_tokens += static_cast<int>(r.own.size());
   } else {
     r.own = in.prompt;
   }
@@ -41,6 +41,7 @@ void Engine::PlanChunks(Request& r) {
     r.segments.push_back(ChunkSegment{.key = r.shared_chunks[next_key++].key,
                                       .tokens = in.docs[d],
                                       .is_anchor = false,
+                                      .repeat = !r.first_occurrence[d],
                                       .delta = static_cast<int32_t>(position - static_cast<int64_t>(anchor.size())),
                                       .ready = false,
                                       .blocks = {}});
@@ -96,9 +97,13 @@ void Engine::TakeChunk(Request& r, size_t s, std::span<const KvBlockRef> blocks,
   segment.ready = true;
   const int n = static_cast<int>(segment.tokens.size());
   Usage& u = r.result.usage;
+  // A repeat's positions count by where their KV came from; as a document it was counted
+  // at its first occurrence.
+  const bool counts_as_document = !segment.is_anchor && !segment.repeat;
   if (source == ChunkSource::kComputed) {
     u.computed_tokens += n;
-    if (!segment.is_anchor) u.document_computed_tokens += n;
+    if (segment.repeat) return;
+    if (counts_as_document) u.document_computed_tokens += n;
     if (recomputed) {
       ++u.chunk_recomputes;
       u.recomputed_tokens += n;
@@ -107,9 +112,9 @@ void Engine::TakeChunk(Request& r, size_t s, std::span<const KvBlockRef> blocks,
     }
     return;
   }
-  ++u.chunk_hits;
+  if (!segment.repeat) ++u.chunk_hits;
   u.cached_tokens += n;
-  if (!segment.is_anchor) {
+  if (counts_as_document) {
     u.document_cached_tokens += n;
     ++u.cached_documents;
   }
@@ -343,14 +348,19 @@ void Engine::AttachCachedPrefix(Request& r) {
   const size_t reused = r.prefix_reused_blocks * bs;
   u.cached_tokens += static_cast<int>(reused);
   u.pool_tokens += static_cast<int>(reused);
-  const int64_t anchor = static_cast<int64_t>(options_.anchor.size());
-  u.document_cached_tokens = static_cast<int>(std::clamp<int64_t>(reused - anchor, 0, u.document_tokens));
-  u.document_computed_tokens = u.document_tokens - u.document_cached_tokens;
-  int64_t doc_end = anchor;
-  for (const auto& doc : r.input.docs) {
-    doc_end += static_cast<int64_t>(doc.size());
-    if (!doc.empty() && doc_end <= static_cast<int64_t>(reused)) ++u.cached_documents;
+  // Each document (a repeat counted at its first occurrence) is cached for the part of it
+  // inside the reused prefix.
+  int64_t doc_start = static_cast<int64_t>(options_.anchor.size());
+  for (size_t d = 0; d < r.input.docs.size(); ++d) {
+    const int64_t doc_end = doc_start + static_cast<int64_t>(r.input.docs[d].size());
+    if (r.first_occurrence[d]) {
+      u.document_cached_tokens +=
+          static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(reused) - doc_start, 0, doc_end - doc_start));
+      if (doc_end > doc_start && doc_end <= static_cast<int64_t>(reused)) ++u.cached_documents;
+    }
+    doc_start = doc_end;
   }
+  u.document_computed_tokens = u.document_tokens - u.document_cached_tokens;
   r.own.assign(all.begin() + reused, all.end());
 }
 

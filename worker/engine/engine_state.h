@@ -24,6 +24,7 @@ struct ChunkSegment {
   Hash128 key;
   std::span<const int32_t> tokens;  // into the request's documents, or the engine's anchor
   bool is_anchor = false;           // else a document
+  bool repeat = false;              // a document this request already holds earlier
   int32_t delta = 0;                // logical position minus the position it was encoded at
   bool ready = false;
   // Once ready: the chunk's blocks, one reference each held by the request until the
@@ -35,6 +36,12 @@ struct ChunkSegment {
 // chunks (with an empty prompt the last document is its own tokens); -1 when it has no
 // chunks at all (no prompt, no documents: its own tokens are the anchor).
 int SharedDocumentCount(const GenerateRequest& request);
+
+// For each of `docs`, whether it is the first occurrence of its tokens in the list. A
+// document repeated within one request is one document: it is reserved once and counted
+// once in the document usage (document tokens, hits, misses, cached documents), though its
+// KV fills each of its positions.
+std::vector<bool> FirstOccurrences(const std::vector<std::vector<int32_t>>& docs);
 
 struct Engine::Request {
   explicit Request(KvBlockAllocator* allocator) : seq(allocator) {}
@@ -50,6 +57,7 @@ struct Engine::Request {
   Phase phase = Phase::kQueued;
 
   std::vector<ChunkSegment> segments;  // lazy and block modes
+  std::vector<bool> first_occurrence;  // per input document: FirstOccurrences(input.docs)
   size_t segments_pending = 0;
   bool segments_attached = false;
 

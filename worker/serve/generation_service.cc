@@ -220,7 +220,10 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
     if (context->IsCancelled()) return absl::CancelledError("client cancelled while tokenizing");
     return absl::OkStatus();
   });
-  if (!request.ok()) return ToGrpcStatus(request.status());
+  if (!request.ok()) {  // refused before the engine: counted here, as the loop counts its own
+    loop_->metrics().CountRequest(std::string(absl::StatusCodeToString(request.status().code())));
+    return ToGrpcStatus(request.status());
+  }
   request->arrival = arrival;  // queue time and TTFT count from here, as total_ms does
   // The text of the first tokens depends on what precedes them (a leading space).
   std::vector<int32_t> context_tokens = loop_->engine().anchor();
@@ -232,6 +235,13 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
 
   std::shared_ptr<RequestStream> stream = loop_->Submit(*std::move(request));
   int streamed = 0;
+  // Generated tokens are what the client received (the tokens in flight after a stop
+  // string are not), whichever way the call ends.
+  struct CountStreamed {
+    WorkerMetrics& metrics;
+    const int& streamed;
+    ~CountStreamed() { metrics.CountGenerated(streamed); }
+  } count_streamed{loop_->metrics(), streamed};
   bool cancelled = false;
   while (true) {
     std::optional<EngineEvent> event = stream->Next(std::chrono::milliseconds(50));

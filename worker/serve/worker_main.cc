@@ -119,6 +119,7 @@ int Serve(int argc, char** argv) {
 
   int port = 0;
   auto started = StartGrpcServer(GrpcServerOptions{.listen = flags.listen,
+                                                   .service_name = v1::Generation::service_full_name(),
                                                    .credentials = MakeServerCredentials(flags.security),
                                                    .max_message_bytes = flags.max_message_bytes,
                                                    .max_threads = flags.max_threads},

@@ -35,7 +35,7 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
   queue_time_ = &Family(prometheus::BuildHistogram(), "lazykv_worker_queue_seconds",
                         "Arrival to admission (KV blocks reserved)", r)
                      .Add({}, kLatencyBuckets);
-  generated_tokens_ = Counter("lazykv_worker_generated_tokens_total", "Tokens generated", r);
+  generated_tokens_ = Counter("lazykv_worker_generated_tokens_total", "Tokens generated and streamed to clients", r);
   auto& prompt = Family(prometheus::BuildCounter(), "lazykv_worker_prompt_tokens_total",
                         "Prompt tokens, by where their KV came from", r);
   prompt_tokens_pool_ = &prompt.Add({{"source", "gpu"}});
@@ -88,7 +88,6 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
 void WorkerMetrics::ObserveFinished(const GenerateResult& result) {
   ttft_->Observe(result.ttft_seconds);
   queue_time_->Observe(result.queue_seconds);
-  generated_tokens_->Increment(static_cast<double>(result.tokens.size()));
   const Usage& u = result.usage;
   prompt_tokens_pool_->Increment(u.pool_tokens);
   prompt_tokens_host_->Increment(u.host_tokens);

@@ -27,6 +27,7 @@ class WorkerMetrics {
   void ObserveInterToken(double seconds) { inter_token_->Observe(seconds); }
   // outcome: "ok", or a gRPC status code name.
   void CountRequest(const std::string& outcome);
+  void CountGenerated(int tokens) { generated_tokens_->Increment(tokens); }  // streamed to a client
   void SetEngineState(const EngineStats& stats);
   // The chunk pipeline's counters so far (its decisions, publications, lease waits): the
   // metrics advance by the difference from the last snapshot. Called by one thread.

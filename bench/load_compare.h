@@ -2,14 +2,13 @@
 // else identical, then one table, DIR/compare.json and DIR/compare.png.
 #pragma once
 
-#include "common/security/transport_security.h"
-
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "bench/load_stats.h"
 #include "bench/rag_trace.h"
+#include "common/security/transport_security.h"
 
 namespace lazykv {
 

@@ -4,23 +4,22 @@
 // concurrency of a load test is small, and blocking reads timestamp each delta simply.
 #pragma once
 
-#include "common/security/transport_security.h"
-
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "bench/load_stats.h"
 #include "bench/rag_trace.h"
+#include "common/security/transport_security.h"
 
 namespace lazykv {
 
 struct ReplayOptions {
-  std::string target{};   // HOST:PORT
+  std::string target{};              // HOST:PORT
   ClientSecurityOptions security{};  // TLS and token for the target
-  std::string mode{};     // the per-request mode override; empty: the worker's --mode
-  int deadline_ms = 0;    // per request; 0: none
-  bool progress = false;  // a progress bar on stderr
+  std::string mode{};                // the per-request mode override; empty: the worker's --mode
+  int deadline_ms = 0;               // per request; 0: none
+  bool progress = false;             // a progress bar on stderr
 };
 
 struct ReplayRun {

@@ -95,9 +95,8 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   if (f.gpu_capacity > 0) return absl::UnimplementedError("--gpu-capacity: the GPU tier is not built yet");
   if (f.limits.max_concurrent_streams <= 0) return absl::InvalidArgumentError("--max-streams must be positive");
   if (f.max_streams_per_client < 0) return absl::InvalidArgumentError("--max-streams-per-client must be positive");
-  f.limits.max_streams_per_client = f.max_streams_per_client > 0
-                                        ? f.max_streams_per_client
-                                        : std::max(1, (f.limits.max_concurrent_streams + 1) / 2);
+  f.limits.max_streams_per_client =
+      f.max_streams_per_client > 0 ? f.max_streams_per_client : std::max(1, (f.limits.max_concurrent_streams + 1) / 2);
   if (f.max_threads < 0) return absl::InvalidArgumentError("--max-threads must be positive");
   // A lease wait and each stream hold a handler thread; the rest answer small calls.
   if (f.max_threads == 0) f.max_threads = f.limits.max_concurrent_streams + 64;
@@ -136,15 +135,11 @@ int Serve(int argc, char** argv) {
   }
   KvCacheService service(store_ptr, &leases, flags.limits, authorizer->get(), flags.mac);
 
-  std::unique_ptr<MetricsServer> metrics_server;
-  if (!flags.metrics_listen.empty()) {
-    auto started_metrics =
-        MetricsServer::Start(flags.metrics_listen, metrics->registry(), flags.security, authorizer->get());
-    if (!started_metrics.ok()) {
-      spdlog::error("{}", std::string(started_metrics.status().message()));
-      return 1;
-    }
-    metrics_server = *std::move(started_metrics);
+  auto metrics_server =
+      MetricsServer::Start(flags.metrics_listen, metrics->registry(), flags.security, authorizer->get());
+  if (!metrics_server.ok()) {
+    spdlog::error("{}", std::string(metrics_server.status().message()));
+    return 1;
   }
 
   int port = 0;
@@ -166,11 +161,12 @@ int Serve(int argc, char** argv) {
                stats.host_pinned ? "pinned" : "pageable", FormatByteSize(stats.disk_capacity), stats.disk_entries,
                flags.store.eviction_policy);
   spdlog::info("chunk MAC checks {}", flags.mac != nullptr ? "on" : "off (workers check)");
-  spdlog::info("transport {}, tokens {}", flags.security.tls_cert_file.empty() ? "plaintext"
-                                          : flags.security.tls_client_ca_file.empty() ? "TLS"
-                                                                                       : "mutual TLS",
+  spdlog::info("transport {}, tokens {}",
+               flags.security.tls_cert_file.empty()        ? "plaintext"
+               : flags.security.tls_client_ca_file.empty() ? "TLS"
+                                                           : "mutual TLS",
                (*authorizer)->enabled() ? flags.security.auth_tokens_file : "off (every call allowed)");
-  PrintListening("lazykv-cache-server", flags.listen, port, metrics_server.get(), flags.metrics_listen);
+  PrintListening("lazykv-cache-server", flags.listen, port, metrics_server->get(), flags.metrics_listen);
 
   const int signal_number = WaitForTerminationSignal();
   spdlog::info("signal {}: draining streams and flushing", signal_number);

@@ -57,9 +57,9 @@ class KvCacheService::StreamSlot {
     const ServiceLimits& limits = service_->limits_;
     if (!in_total_) {
       service_->metrics_.CountRejected("max_concurrent_streams");
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrFormat("server is at max_concurrent_streams=%d; retry later",
-                                          limits.max_concurrent_streams));
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrFormat("server is at max_concurrent_streams=%d; retry later", limits.max_concurrent_streams));
     }
     service_->metrics_.CountRejected("max_streams_per_client");
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -339,7 +339,8 @@ grpc::Status KvCacheService::ReportInvalid(grpc::ServerContext* context, const v
   if (auto caller = Authorize(context, Role::kWorker); !caller.ok()) return ToGrpcStatus(caller.status());
   if (!request->has_key()) return Invalid("key is required");
   if (request->header().size() != kChunkHeaderBytes) {
-    return Invalid(absl::StrFormat("header: %d bytes, expected exactly %d", request->header().size(), kChunkHeaderBytes));
+    return Invalid(
+        absl::StrFormat("header: %d bytes, expected exactly %d", request->header().size(), kChunkHeaderBytes));
   }
   const Hash128 key = FromProto(request->key());
   auto read = store_->Read(key);
@@ -384,8 +385,7 @@ grpc::Status KvCacheService::Delete(grpc::ServerContext* context, const v1::Dele
   return grpc::Status::OK;
 }
 
-grpc::Status KvCacheService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
-                                   v1::StatsResponse* response) {
+grpc::Status KvCacheService::Stats(grpc::ServerContext* context, const v1::StatsRequest*, v1::StatsResponse* response) {
   if (auto caller = Authorize(context, Role::kAdmin); !caller.ok()) return ToGrpcStatus(caller.status());
   const TieredStoreStats s = store_->stats();
   auto tier = [&](v1::Tier which, const TierMetrics& m, uint64_t capacity, uint64_t used, uint64_t entries) {

@@ -8,10 +8,10 @@
 #include <chrono>
 #include <cstdint>
 
+#include "absl/container/flat_hash_map.h"
 #include "cache_server/lease_table.h"
 #include "cache_server/stream_watchdog.h"
 #include "cache_server/tiered_store.h"
-#include "absl/container/flat_hash_map.h"
 #include "common/chunk_mac.h"
 #include "common/chunk_wire.h"
 #include "common/mutex.h"

@@ -28,8 +28,10 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
                                                                     std::shared_ptr<prometheus::Registry> registry,
                                                                     const ServerSecurityOptions& security,
                                                                     const CallAuthorizer* authorizer) {
+  if (address.empty()) return nullptr;
   const auto [host, port] = SplitHostPort(address);
-  if (port < 0 || port > 65535) return absl::InvalidArgumentError(absl::StrCat("--metrics-listen ", address, ": expected HOST:PORT"));
+  if (port < 0 || port > 65535)
+    return absl::InvalidArgumentError(absl::StrCat("--metrics-listen ", address, ": expected HOST:PORT"));
   const bool tls = !security.tls_cert_file.empty();
   if (!tls && !security.insecure && !IsLoopbackAddress(address)) {
     return absl::InvalidArgumentError(absl::StrCat("--metrics-listen ", address,

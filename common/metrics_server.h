@@ -29,8 +29,8 @@ class TlsIdentityFiles;
 // silence; request bodies are refused.
 class MetricsServer {
  public:
-  // Serves `registry` on `address` (HOST:PORT, port 0 picks one). `authorizer` (may be
-  // null: no tokens) must outlive the server.
+  // Serves `registry` on `address` (HOST:PORT, port 0 picks one); null when `address` is
+  // empty. `authorizer` (may be null: no tokens) must outlive the server.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& address,
                                                               std::shared_ptr<prometheus::Registry> registry,
                                                               const ServerSecurityOptions& security,

@@ -40,14 +40,13 @@ void PrintListening(const std::string& name, const std::string& listen, int port
   std::cout << std::endl;
 }
 
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options,
-                                                              grpc::Service* service, int* port) {
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options, grpc::Service* service,
+                                                              int* port) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   *port = 0;
-  builder.AddListeningPort(options.listen,
-                           options.credentials != nullptr ? options.credentials : grpc::InsecureServerCredentials(),
-                           port);
+  builder.AddListeningPort(
+      options.listen, options.credentials != nullptr ? options.credentials : grpc::InsecureServerCredentials(), port);
   builder.RegisterService(service);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));

@@ -21,7 +21,7 @@ void BlockTerminationSignals();
 int WaitForTerminationSignal();  // the signal's number
 
 struct GrpcServerOptions {
-  std::string listen;                                    // HOST:PORT; port 0 picks one
+  std::string listen;        // HOST:PORT; port 0 picks one
   std::string service_name;  // its health status is reported under this name too (e.g. "lazykv.v1.KvCache")
   std::shared_ptr<grpc::ServerCredentials> credentials;  // null: plaintext
   size_t max_message_bytes = 16 << 20;                   // both ways
@@ -33,8 +33,8 @@ struct GrpcServerOptions {
 // (it needs no token: probes and load balancers call it), keepalives that notice dead
 // peers on idle streams, and the options' limits. *port receives the bound port;
 // UNAVAILABLE when nothing could be bound.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options,
-                                                              grpc::Service* service, int* port);
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options, grpc::Service* service,
+                                                              int* port);
 
 // "NAME listening on HOST:PORT[ metrics on HOST:PORT]" on stdout (common/child_process.h
 // parses it).

@@ -1,7 +1,5 @@
 #include "common/security/bearer_tokens.h"
 
-#include "common/security/secret_file.h"
-
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <spdlog/spdlog.h>
@@ -11,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/security/secret_file.h"
 
 namespace lazykv {
 namespace {
@@ -81,7 +80,8 @@ absl::StatusOr<TokenTable> TokenTable::Parse(std::string_view std_text) {
     absl::StatusOr<uint8_t> roles = ParseRoles(fields[2]);
     if (!roles.ok()) return error(roles.status().message());
     if (!names.insert(std::string(fields[1])).second) return error(absl::StrCat("name '", fields[1], "' given twice"));
-    Entry entry{Digest(std::string_view(fields[0].data(), fields[0].size())), Principal{std::string(fields[1]), *roles}};
+    Entry entry{Digest(std::string_view(fields[0].data(), fields[0].size())),
+                Principal{std::string(fields[1]), *roles}};
     for (const Entry& other : table.entries_) {
       if (other.digest == entry.digest) return error("token given twice");
     }
@@ -106,8 +106,7 @@ std::optional<Principal> TokenTable::Find(std::string_view token) const {
 TokenFile::TokenFile(std::string path, std::chrono::milliseconds check_interval)
     : path_(std::move(path)), check_interval_(check_interval) {}
 
-absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(std::string path,
-                                                           std::chrono::milliseconds check_interval) {
+absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(std::string path, std::chrono::milliseconds check_interval) {
   std::unique_ptr<TokenFile> file(new TokenFile(std::move(path), check_interval));
   const std::string fingerprint = FileVersion(file->path_);
   absl::StatusOr<std::string> text = ReadSecretFile(file->path_);

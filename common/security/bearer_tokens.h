@@ -60,8 +60,7 @@ class TokenTable {
 class TokenFile {
  public:
   // The file must exist and parse; the error names it.
-  static absl::StatusOr<std::unique_ptr<TokenFile>> Open(std::string path,
-                                                         std::chrono::milliseconds check_interval);
+  static absl::StatusOr<std::unique_ptr<TokenFile>> Open(std::string path, std::chrono::milliseconds check_interval);
 
   std::optional<Principal> Find(std::string_view token);
   const std::string& path() const { return path_; }

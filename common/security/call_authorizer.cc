@@ -7,8 +7,8 @@
 namespace lazykv {
 namespace {
 
-constexpr uint8_t kAllRoles = static_cast<uint8_t>(Role::kClient) | static_cast<uint8_t>(Role::kWorker) |
-                              static_cast<uint8_t>(Role::kAdmin);
+constexpr uint8_t kAllRoles =
+    static_cast<uint8_t>(Role::kClient) | static_cast<uint8_t>(Role::kWorker) | static_cast<uint8_t>(Role::kAdmin);
 
 std::string PeerHost(std::string peer) {
   // "ipv4:127.0.0.1:5555", "ipv6:[::1]:5555", "unix:/path"
@@ -66,9 +66,8 @@ absl::StatusOr<Principal> CallAuthorizer::AuthorizeToken(std::string_view token,
   std::optional<Principal> principal = tokens_->Find(token);
   if (!principal.has_value()) return absl::UnauthenticatedError("unknown bearer token");
   if (!principal->Has(required)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("'", principal->name, "' lacks the '", std::string(RoleName(required)),
-                     "' role this method needs"));
+    return absl::PermissionDeniedError(absl::StrCat("'", principal->name, "' lacks the '",
+                                                    std::string(RoleName(required)), "' role this method needs"));
   }
   return *std::move(principal);
 }

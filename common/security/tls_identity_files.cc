@@ -13,7 +13,7 @@ namespace lazykv {
 
 struct TlsIdentityFiles::Pair {
   X509* leaf = nullptr;
-  STACK_OF(X509)* chain = nullptr;  // the certificates after the leaf
+  STACK_OF(X509) * chain = nullptr;  // the certificates after the leaf
   EVP_PKEY* key = nullptr;
   ~Pair() {
     X509_free(leaf);
@@ -29,7 +29,7 @@ TlsIdentityFiles::TlsIdentityFiles(std::string cert_file, std::string key_file,
 TlsIdentityFiles::~TlsIdentityFiles() = default;
 
 absl::StatusOr<std::shared_ptr<const TlsIdentityFiles::Pair>> TlsIdentityFiles::Read(const std::string& cert_file,
-                                                                                      const std::string& key_file) {
+                                                                                     const std::string& key_file) {
   auto pair = std::make_shared<Pair>();
   auto open = [](const std::string& path) -> BIO* { return BIO_new_file(path.c_str(), "r"); };
   BIO* certs = open(cert_file);
@@ -53,7 +53,7 @@ absl::StatusOr<std::shared_ptr<const TlsIdentityFiles::Pair>> TlsIdentityFiles::
 }
 
 absl::StatusOr<std::unique_ptr<TlsIdentityFiles>> TlsIdentityFiles::Open(std::string cert_file, std::string key_file,
-                                                                          std::chrono::milliseconds check_interval) {
+                                                                         std::chrono::milliseconds check_interval) {
   std::unique_ptr<TlsIdentityFiles> files(
       new TlsIdentityFiles(std::move(cert_file), std::move(key_file), check_interval));
   const std::string version = FileVersion(files->cert_file_) + FileVersion(files->key_file_);

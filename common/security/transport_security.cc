@@ -46,7 +46,8 @@ absl::StatusOr<X509*> ReadCertificate(const std::string& flag, const std::string
   if (!bio.ok()) return bio.status();
   X509* cert = PEM_read_bio_X509(bio->get(), nullptr, nullptr, nullptr);
   if (cert == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " holds no PEM certificate (", OpenSslError(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": ", path, " holds no PEM certificate (", OpenSslError(), ")"));
   }
   return cert;
 }
@@ -105,7 +106,8 @@ bool IsLoopbackAddress(std::string_view address) {
   return host == "localhost" || host == "::1" || host.starts_with("127.");
 }
 
-const char kServerSecurityUsage[] = R"(  --tls-cert FILE          serve TLS with this PEM certificate chain (with --tls-key)
+const char kServerSecurityUsage[] =
+    R"(  --tls-cert FILE          serve TLS with this PEM certificate chain (with --tls-key)
   --tls-key FILE           the PEM private key of --tls-cert
   --tls-client-ca FILE     mutual TLS: clients must present a certificate signed by these CAs
   --auth-tokens FILE       require a bearer token with a role on every call: lines of
@@ -129,7 +131,8 @@ absl::Status CheckServerSecurity(const std::string& listen, const ServerSecurity
     return s;
   }
   if (!options.tls_client_ca_file.empty()) {
-    if (options.tls_cert_file.empty()) return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+    if (options.tls_cert_file.empty())
+      return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
     if (absl::Status s = CheckCertificateFile("--tls-client-ca", options.tls_client_ca_file); !s.ok()) return s;
   }
   if (options.tls_cert_file.empty() && !options.insecure && !IsLoopbackAddress(listen)) {
@@ -142,9 +145,9 @@ absl::Status CheckServerSecurity(const std::string& listen, const ServerSecurity
 
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const ServerSecurityOptions& options) {
   if (options.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
-  auto provider = std::make_shared<FileWatcherCertificateProvider>(
-      options.tls_key_file, options.tls_cert_file, options.tls_client_ca_file,
-      static_cast<unsigned>(options.reload_interval_s));
+  auto provider = std::make_shared<FileWatcherCertificateProvider>(options.tls_key_file, options.tls_cert_file,
+                                                                   options.tls_client_ca_file,
+                                                                   static_cast<unsigned>(options.reload_interval_s));
   grpc::experimental::TlsServerCredentialsOptions tls(provider);
   tls.watch_identity_key_cert_pairs();
   if (!options.tls_client_ca_file.empty()) {
@@ -159,10 +162,10 @@ std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const ServerSecur
 std::string ClientSecurityUsage(std::string_view prefix) {
   const std::string p = absl::StrCat("--", std::string(prefix));
   return absl::StrCat("  ", p, "tls-ca FILE   use TLS; the server's certificate must chain to these PEM roots\n",  //
-                      "  ", p, "tls-cert FILE, ", p, "tls-key FILE  this client's certificate, for mutual TLS\n",
-                      "  ", p, "tls-server-name NAME  the name expected in the server's certificate\n",
-                      "  ", p, "auth-token FILE  send the bearer token in FILE on every call\n",
-                      "  ", p, "insecure     allow sending a token in plaintext to a non-loopback address\n");
+                      "  ", p, "tls-cert FILE, ", p, "tls-key FILE  this client's certificate, for mutual TLS\n", "  ",
+                      p, "tls-server-name NAME  the name expected in the server's certificate\n", "  ", p,
+                      "auth-token FILE  send the bearer token in FILE on every call\n", "  ", p,
+                      "insecure     allow sending a token in plaintext to a non-loopback address\n");
 }
 
 void AddClientSecurityFlags(FlagParser& parser, ClientSecurityOptions& options, std::string_view prefix) {
@@ -187,10 +190,11 @@ absl::Status CheckClientSecurity(const std::string& target, const ClientSecurity
   if (!options.auth_token_file.empty()) {
     absl::StatusOr<std::string> token = ReadSecretFile(options.auth_token_file);
     if (!token.ok()) return absl::InvalidArgumentError(absl::StrCat("auth-token: ", token.status().message()));
-    if (token->empty()) return absl::InvalidArgumentError(absl::StrCat("auth-token: ", options.auth_token_file, " is empty"));
+    if (token->empty())
+      return absl::InvalidArgumentError(absl::StrCat("auth-token: ", options.auth_token_file, " is empty"));
     if (options.tls_ca_file.empty() && !options.insecure && !IsLoopbackAddress(target)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "auth-token: would send the token in plaintext to ", target, "; use tls-ca, or insecure to allow it"));
+      return absl::InvalidArgumentError(absl::StrCat("auth-token: would send the token in plaintext to ", target,
+                                                     "; use tls-ca, or insecure to allow it"));
     }
   }
   return absl::OkStatus();
@@ -205,8 +209,8 @@ std::shared_ptr<grpc::Channel> MakeClientChannel(const std::string& target, cons
     const unsigned interval = static_cast<unsigned>(options.reload_interval_s);
     auto provider = options.tls_cert_file.empty()
                         ? std::make_shared<FileWatcherCertificateProvider>(options.tls_ca_file, interval)
-                        : std::make_shared<FileWatcherCertificateProvider>(
-                              options.tls_key_file, options.tls_cert_file, options.tls_ca_file, interval);
+                        : std::make_shared<FileWatcherCertificateProvider>(options.tls_key_file, options.tls_cert_file,
+                                                                           options.tls_ca_file, interval);
     grpc::experimental::TlsChannelCredentialsOptions tls;
     tls.set_certificate_provider(provider);
     tls.watch_root_certs();

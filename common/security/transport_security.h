@@ -37,8 +37,8 @@ absl::Status CheckServerSecurity(const std::string& listen, const ServerSecurity
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const ServerSecurityOptions& options);
 
 struct ClientSecurityOptions {
-  std::string tls_ca_file;      // set: TLS; the server's certificate must chain to these roots
-  std::string tls_cert_file;    // with tls_key_file: this client's certificate, for mutual TLS
+  std::string tls_ca_file;    // set: TLS; the server's certificate must chain to these roots
+  std::string tls_cert_file;  // with tls_key_file: this client's certificate, for mutual TLS
   std::string tls_key_file;
   std::string tls_server_name;  // the name checked in the server's certificate (default: the target's host)
   std::string auth_token_file;  // set: "authorization: Bearer <token>" on every call

@@ -83,7 +83,7 @@ TEST(ReuseTest, ADocumentRepeatedWithinARequestIsOneDocument) {
     auto first = engine->Generate(Request(c, {0, 1, 0}, c.prompt_a));
     ASSERT_TRUE(first.ok()) << first.status();
     const Usage& u = first->usage;
-    EXPECT_EQ(u.document_tokens, a + b);  // not 2a + b
+    EXPECT_EQ(u.document_tokens, a + b);     // not 2a + b
     EXPECT_EQ(u.document_cached_tokens, 0);  // nothing was cached before this request
     EXPECT_EQ(u.cached_documents, 0);
     EXPECT_EQ(u.document_computed_tokens, a + b);

@@ -81,7 +81,9 @@ TEST(TokenTableTest, RefusesMalformedFilesNamingTheLine) {
       {good + "0123456789abcdef9999 bob worker,\n", "line 2: unknown role ''"},
       {good + "0123456789abcdef9999 alice admin\n", "line 2: name 'alice' given twice"},
       {good + "# x\n0123456789abcdef0123 carol admin\n", "line 3: token given twice"},
-      {good + "0123456789abcdef99\x01" "9 dave admin\n", "line 2: token holds a character outside printable ASCII"},
+      {good + "0123456789abcdef99\x01"
+              "9 dave admin\n",
+       "line 2: token holds a character outside printable ASCII"},
       {good + "0123456789abcdef9999 bob worker extra\n", "line 2: expected TOKEN NAME ROLE"},
   };
   for (const Case& c : cases) {

@@ -98,9 +98,12 @@ class CacheServerSecurityTest : public ::testing::Test {
   }
 
   std::unique_ptr<ServerProcess> StartSecure(std::vector<std::string> extra = {}) {
-    std::vector<std::string> flags = {"--tls-cert",    certs_.server_cert, "--tls-key",   certs_.server_key,
-                                      "--tls-client-ca", certs_.ca,        "--auth-tokens", certs_.tokens,
-                                      "--metrics-listen", "127.0.0.1:0",   "--host-capacity", "32MiB",
+    std::vector<std::string> flags = {"--tls-cert",       certs_.server_cert,
+                                      "--tls-key",        certs_.server_key,
+                                      "--tls-client-ca",  certs_.ca,
+                                      "--auth-tokens",    certs_.tokens,
+                                      "--metrics-listen", "127.0.0.1:0",
+                                      "--host-capacity",  "32MiB",
                                       "--disk-capacity",  "32MiB"};
     flags.insert(flags.end(), extra.begin(), extra.end());
     auto server = StartCacheServer(dir_, flags);
@@ -131,7 +134,8 @@ TEST_F(CacheServerSecurityTest, MutualTlsRefusesClientsWithoutAFleetCertificate)
   const DevCerts stranger = MakeDevCerts();
   std::vector<std::pair<std::string, ClientSecurityOptions>> outsiders = {
       {"plaintext", ClientSecurityOptions{.auth_token_file = certs_.worker_token}},
-      {"no client certificate", ClientSecurityOptions{.tls_ca_file = certs_.ca, .auth_token_file = certs_.worker_token}},
+      {"no client certificate",
+       ClientSecurityOptions{.tls_ca_file = certs_.ca, .auth_token_file = certs_.worker_token}},
       {"another CA's certificate", ClientSecurityOptions{.tls_ca_file = certs_.ca,
                                                          .tls_cert_file = stranger.client_cert,
                                                          .tls_key_file = stranger.client_key,
@@ -289,12 +293,13 @@ TEST_F(CacheServerSecurityTest, RotatedCertificatesAndTokensArePickedUpWithoutAR
 
 TEST_F(CacheServerSecurityTest, OneClientCannotTakeEveryStream) {
   const std::string tokens = certs_.dir + "/two-workers";
-  std::ofstream(tokens) << "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa hog worker\nbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb fair worker\n";
+  std::ofstream(tokens)
+      << "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa hog worker\nbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb fair worker\n";
   std::ofstream(certs_.dir + "/hog.token") << "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n";
   std::ofstream(certs_.dir + "/fair.token") << "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n";
-  auto server = StartCacheServer(dir_, {"--tls-cert", certs_.server_cert, "--tls-key", certs_.server_key,
-                                        "--auth-tokens", tokens, "--max-streams", "4", "--max-streams-per-client",
-                                        "2", "--disk-capacity", "0", "--host-capacity", "16MiB"});
+  auto server = StartCacheServer(
+      dir_, {"--tls-cert", certs_.server_cert, "--tls-key", certs_.server_key, "--auth-tokens", tokens, "--max-streams",
+             "4", "--max-streams-per-client", "2", "--disk-capacity", "0", "--host-capacity", "16MiB"});
   ASSERT_TRUE(server->started());
   auto as = [&](const std::string& name) {
     return SecureStub(server->address(),

@@ -18,8 +18,8 @@ TEST(TransportSecurityTest, KnowsWhichAddressesAreLoopback) {
                               "unix:/tmp/socket", "dns:///localhost:5"}) {
     EXPECT_TRUE(IsLoopbackAddress(address)) << address;
   }
-  for (const char* address : {"0.0.0.0:50051", "[::]:50051", "10.0.0.7:50051", "cache-0.cache:50051",
-                              "128.0.0.1:1", "localhost.example.com:1", "[::2]:1"}) {
+  for (const char* address : {"0.0.0.0:50051", "[::]:50051", "10.0.0.7:50051", "cache-0.cache:50051", "128.0.0.1:1",
+                              "localhost.example.com:1", "[::2]:1"}) {
     EXPECT_FALSE(IsLoopbackAddress(address)) << address;
   }
 }

@@ -63,9 +63,9 @@ class WorkerSecurityTest : public ::testing::Test {
     if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "stories260K files missing";
     certs_ = MakeDevCerts();
     dir_ = TempDir("worker_security");
-    cache_ = StartCacheServer(dir_, {"--tls-cert", certs_.server_cert, "--tls-key", certs_.server_key,
-                                     "--tls-client-ca", certs_.ca, "--auth-tokens", certs_.tokens,
-                                     "--host-capacity", "64MiB", "--disk-capacity", "0"});
+    cache_ = StartCacheServer(
+        dir_, {"--tls-cert", certs_.server_cert, "--tls-key", certs_.server_key, "--tls-client-ca", certs_.ca,
+               "--auth-tokens", certs_.tokens, "--host-capacity", "64MiB", "--disk-capacity", "0"});
     ASSERT_TRUE(cache_->started());
   }
 
@@ -75,12 +75,28 @@ class WorkerSecurityTest : public ::testing::Test {
 
   // A worker with TLS and tokens on its API, using the cache server with `cache_token`.
   std::unique_ptr<ServerProcess> StartSecureWorker(const std::string& name, const std::string& cache_token) {
-    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                                     "--tls-cert", certs_.server_cert, "--tls-key", certs_.server_key,
-                                     "--auth-tokens", certs_.tokens, "--cache-servers", cache_->address(),
-                                     "--cache-tls-ca", certs_.ca, "--cache-tls-cert", certs_.client_cert,
-                                     "--cache-tls-key", certs_.client_key, "--cache-auth-token", cache_token,
-                                     "--cache-min-deadline-ms", "200"};
+    std::vector<std::string> args = {"--listen",
+                                     "127.0.0.1:0",
+                                     "--metrics-listen",
+                                     "127.0.0.1:0",
+                                     "--tls-cert",
+                                     certs_.server_cert,
+                                     "--tls-key",
+                                     certs_.server_key,
+                                     "--auth-tokens",
+                                     certs_.tokens,
+                                     "--cache-servers",
+                                     cache_->address(),
+                                     "--cache-tls-ca",
+                                     certs_.ca,
+                                     "--cache-tls-cert",
+                                     certs_.client_cert,
+                                     "--cache-tls-key",
+                                     certs_.client_key,
+                                     "--cache-auth-token",
+                                     cache_token,
+                                     "--cache-min-deadline-ms",
+                                     "200"};
     const std::vector<std::string> model = Model();
     args.insert(args.end(), model.begin(), model.end());
     auto worker = std::make_unique<ServerProcess>(LAZYKV_WORKER, args, dir_ + "/" + name + ".log");

@@ -24,8 +24,8 @@
 #include "worker/backend/backend.h"
 #include "worker/tier/bounded_executor.h"
 #include "worker/tier/chunk_tier.h"
-#include "worker/tier/lease_keeper.h"
 #include "worker/tier/fetch_cost_model.h"
+#include "worker/tier/lease_keeper.h"
 
 namespace lazykv {
 
@@ -169,7 +169,7 @@ class ChunkPipeline {
   const Hash128 fingerprint_;
   const KvDtype kv_dtype_;
   const ChunkPipelineOptions options_;
-  FetchCostModel cost_;  // thread-safe itself
+  FetchCostModel cost_;       // thread-safe itself
   LeaseKeeper lease_keeper_;  // thread-safe itself
 
   mutable Mutex mu_;

@@ -50,8 +50,8 @@ struct Engine::Request {
 
   RequestId id = 0;
   GenerateRequest input;
-  GenerateResult result;  // filled as the request runs
-  SteadyClock::time_point arrived;  // GenerateRequest::arrival, or Submit's time
+  GenerateResult result;                                      // filled as the request runs
+  SteadyClock::time_point arrived;                            // GenerateRequest::arrival, or Submit's time
   int reserved_blocks = 0;                                    // private worst case (admission)
   std::vector<SharedChunkReservations::Chunk> shared_chunks;  // reserved once per chunk while running
   Phase phase = Phase::kQueued;

@@ -290,9 +290,9 @@ grpc::Status GenerationService::Tokenize(grpc::ServerContext* context, const v1:
                                          v1::TokenizeResponse* reply) {
   if (grpc::Status refused = Authorize(context); !refused.ok()) return refused;
   if (call->text().size() > options_.max_text_bytes) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrFormat("text: %d bytes exceed max_text_bytes=%d", call->text().size(),
-                                        options_.max_text_bytes));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrFormat("text: %d bytes exceed max_text_bytes=%d", call->text().size(), options_.max_text_bytes));
   }
   for (int32_t id : tokenizer_->Encode(call->text())) reply->add_ids(id);
   reply->set_vocab_size(loop_->engine().config().vocab_size);

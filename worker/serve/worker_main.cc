@@ -104,15 +104,11 @@ int Serve(int argc, char** argv) {
     spdlog::error("{}", std::string(authorizer.status().message()));
     return 1;
   }
-  std::unique_ptr<MetricsServer> metrics_server;
-  if (!flags.metrics_listen.empty()) {
-    auto started_metrics =
-        MetricsServer::Start(flags.metrics_listen, metrics->registry(), flags.security, authorizer->get());
-    if (!started_metrics.ok()) {
-      spdlog::error("{}", std::string(started_metrics.status().message()));
-      return 1;
-    }
-    metrics_server = *std::move(started_metrics);
+  auto metrics_server =
+      MetricsServer::Start(flags.metrics_listen, metrics->registry(), flags.security, authorizer->get());
+  if (!metrics_server.ok()) {
+    spdlog::error("{}", std::string(metrics_server.status().message()));
+    return 1;
   }
   GenerationLoop loop(std::move(loaded->engine), metrics);
   GenerationService service(&loop, loaded->tokenizer.get(), flags.service, authorizer->get());
@@ -133,7 +129,7 @@ int Serve(int argc, char** argv) {
   spdlog::info("model {} ({} layers, dim {}, vocab {}), mode {}, cache tier {}", config.name, config.n_layers,
                config.dim, config.vocab_size, AttentionModeName(loop.engine().default_mode()),
                tier != nullptr ? tier->tier().Describe() : "off");
-  PrintListening("lazykv-worker", flags.listen, port, metrics_server.get(), flags.metrics_listen);
+  PrintListening("lazykv-worker", flags.listen, port, metrics_server->get(), flags.metrics_listen);
 
   const int signal_number = WaitForTerminationSignal();
   spdlog::info("signal {}: finishing in-flight calls", signal_number);

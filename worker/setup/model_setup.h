@@ -2,14 +2,13 @@
 // tokenizer, a backend and an engine.
 #pragma once
 
-#include "common/security/transport_security.h"
-
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/security/transport_security.h"
 #include "worker/engine/engine.h"
 #include "worker/tokenizer/tokenizer.h"
 
@@ -24,7 +23,7 @@ struct CacheTierSetup {
   std::string dir;                // embedded disk tier; empty: DefaultCacheDir()
   uint64_t host_bytes = 256ull << 20;
   uint64_t disk_bytes = 2ull << 30;
-  std::string holder;  // this process's name in lease logs
+  std::string holder;              // this process's name in lease logs
   ClientSecurityOptions security;  // TLS and token towards the cache servers
 };
 

@@ -18,9 +18,9 @@
 namespace lazykv {
 
 struct LeaseKeeperStats {
-  uint64_t renewals = 0;  // renewals the tier accepted
-  uint64_t lost = 0;      // leases the tier no longer held when renewed
-  uint64_t abandoned = 0; // leases held past max_hold (the chunk never published nor released)
+  uint64_t renewals = 0;   // renewals the tier accepted
+  uint64_t lost = 0;       // leases the tier no longer held when renewed
+  uint64_t abandoned = 0;  // leases held past max_hold (the chunk never published nor released)
 };
 
 // Thread-safe; one thread of its own renews. The destructor stops it (leases then lapse).

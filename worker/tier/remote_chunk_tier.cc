@@ -163,9 +163,10 @@ RemoteChunkTier::Attempted RemoteChunkTier::Run(Server& server, std::chrono::mic
       const bool refused = code == grpc::StatusCode::UNAUTHENTICATED ||
                            (code == grpc::StatusCode::PERMISSION_DENIED && name == "lookup");
       if (refused && !server.refusal_logged.exchange(true)) {
-        spdlog::error("cache server {} refused this worker's credentials ({}); its chunks are computed (check "
-                      "--cache-auth-token and --cache-tls-*)",
-                      server.address, out.status.error_message());
+        spdlog::error(
+            "cache server {} refused this worker's credentials ({}); its chunks are computed (check "
+            "--cache-auth-token and --cache-tls-*)",
+            server.address, out.status.error_message());
       }
       return out;
     }
@@ -330,9 +331,9 @@ absl::Status RemoteChunkTier::RenewLease(const Hash128& key, uint64_t lease_id, 
   request.set_lease_id(lease_id);
   request.set_ttl_ms(static_cast<uint32_t>(ttl.count()));
   v1::RenewLeaseResponse response;
-  const Attempted call = Run(server, CallDeadline(server), options_.max_retries, "renew", [&](grpc::ClientContext& context) {
-    return server.stub->RenewLease(&context, request, &response);
-  });
+  const Attempted call =
+      Run(server, CallDeadline(server), options_.max_retries, "renew",
+          [&](grpc::ClientContext& context) { return server.stub->RenewLease(&context, request, &response); });
   if (call.status.ok()) {
     MutexLock lock(&server.mu);
     server.estimator.ObserveCall(call.elapsed);

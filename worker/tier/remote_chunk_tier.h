@@ -9,8 +9,6 @@
 // or full server, or a chunk too large for it) is a miss for that call only.
 #pragma once
 
-#include "common/security/transport_security.h"
-
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -20,6 +18,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/security/transport_security.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/kvcache.grpc.pb.h"
 #include "worker/tier/chunk_tier.h"

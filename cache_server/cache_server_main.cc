@@ -94,10 +94,12 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   }
   if (f.gpu_capacity > 0) return absl::UnimplementedError("--gpu-capacity: the GPU tier is not built yet");
   if (f.limits.max_concurrent_streams <= 0) return absl::InvalidArgumentError("--max-streams must be positive");
-  if (f.max_streams_per_client < 0) return absl::InvalidArgumentError("--max-streams-per-client must be positive");
+  if (f.max_streams_per_client < 0) {
+    return absl::InvalidArgumentError("--max-streams-per-client must be positive (0: half of --max-streams)");
+  }
   f.limits.max_streams_per_client =
       f.max_streams_per_client > 0 ? f.max_streams_per_client : std::max(1, (f.limits.max_concurrent_streams + 1) / 2);
-  if (f.max_threads < 0) return absl::InvalidArgumentError("--max-threads must be positive");
+  if (f.max_threads < 0) return absl::InvalidArgumentError("--max-threads must be positive (0: --max-streams + 64)");
   // A lease wait and each stream hold a handler thread; the rest answer small calls.
   if (f.max_threads == 0) f.max_threads = f.limits.max_concurrent_streams + 64;
   if (absl::Status s = CheckServerSecurity(f.listen, f.security); !s.ok()) return s;

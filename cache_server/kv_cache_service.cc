@@ -175,13 +175,14 @@ grpc::Status KvCacheService::Put(grpc::ServerContext* context, grpc::ServerReade
   StreamSlot slot(this, caller->name);
   if (!slot.taken()) return slot.Refusal();
   StreamWatchdog::Watch watch(watchdog_.get(), context);
-  const grpc::Status status = DoPut(context, reader, response, watch);
+  const grpc::Status status = DoPut(context, reader, response, *caller, watch);
   if (!status.ok() && watch.timed_out()) return IdleTimeout("put: the client sent nothing");
   return status;
 }
 
 grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
-                                   v1::PutResponse* response, StreamWatchdog::Watch& watch) {
+                                   v1::PutResponse* response, const Principal& caller,
+                                   StreamWatchdog::Watch& watch) {
   v1::PutRequest message;
   if (!reader->Read(&message)) return Invalid("empty put stream: the first message must carry key and header");
   watch.Progress();
@@ -206,7 +207,7 @@ grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerRea
                                    header->model_fingerprint.ToHex(), fingerprint.ToHex()));
   }
   const uint64_t size = kChunkHeaderBytes + header->payload_bytes;
-  if (leases_->HeldByAnother(key, message.lease_id())) {
+  if (leases_->HeldByAnother(key, message.lease_id(), caller.name)) {
     metrics_.CountRejected("lease_held");
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrFormat("key %s is leased to another caller: a put under it must carry that lease_id "
@@ -236,7 +237,11 @@ grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerRea
     // With the fleet's key, forged or poisoned KV never gets stored (the workers would
     // refuse it anyway).
     const std::vector<std::string_view> payload = (*writer)->WrittenPieces(kChunkHeaderBytes, header->payload_bytes);
-    if (absl::Status trusted = CheckTrusted(*header, payload); !trusted.ok()) return ToGrpcStatus(trusted);
+    std::string failed;
+    if (absl::Status trusted = CheckTrusted(*header, payload, &failed); !trusted.ok()) {
+      metrics_.CountRejected(failed);
+      return ToGrpcStatus(trusted);
+    }
   }
   auto already = store_->Commit(key, std::move(*writer));
   if (!already.ok()) return ToGrpcStatus(already.status());
@@ -270,7 +275,7 @@ grpc::Status KvCacheService::Lease(grpc::ServerContext* context, const v1::Lease
     if (!slot->taken()) return slot->Refusal();
   }
   const Hash128 key = FromProto(request->key());
-  const LeaseTable::Result result = leases_->Acquire(key, request->holder(), ttl, wait_until);
+  const LeaseTable::Result result = leases_->Acquire(key, request->holder(), caller->name, ttl, wait_until);
   switch (result.outcome) {
     case LeaseTable::Outcome::kGranted:
       response->set_outcome(v1::LeaseResponse::GRANTED);
@@ -292,9 +297,10 @@ grpc::Status KvCacheService::Lease(grpc::ServerContext* context, const v1::Lease
 
 grpc::Status KvCacheService::ReleaseLease(grpc::ServerContext* context, const v1::ReleaseLeaseRequest* request,
                                           v1::ReleaseLeaseResponse*) {
-  if (auto caller = Authorize(context, Role::kWorker); !caller.ok()) return ToGrpcStatus(caller.status());
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (!request->has_key()) return Invalid("key is required");
-  if (!leases_->Release(FromProto(request->key()), request->lease_id())) {
+  if (!leases_->Release(FromProto(request->key()), request->lease_id(), caller->name)) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrFormat("lease_id %d does not hold key %s (expired or published)", request->lease_id(),
                                         FromProto(request->key()).ToHex()));
@@ -302,15 +308,16 @@ grpc::Status KvCacheService::ReleaseLease(grpc::ServerContext* context, const v1
   return grpc::Status::OK;
 }
 
-absl::Status KvCacheService::CheckTrusted(const ChunkHeader& header, std::span<const std::string_view> payload) {
+absl::Status KvCacheService::CheckTrusted(const ChunkHeader& header, std::span<const std::string_view> payload,
+                                          std::string* failed) const {
   if (mac_ != nullptr) {
     if (absl::Status s = mac_->Verify(header, payload); !s.ok()) {
-      metrics_.CountRejected("bad_mac");
+      *failed = "bad_mac";
       return s;
     }
   }
   if (absl::Status s = CheckPayloadFinite(header.layout.dtype, payload); !s.ok()) {
-    metrics_.CountRejected("non_finite");
+    *failed = "non_finite";
     return absl::PermissionDeniedError(absl::StrCat("chunk refused: ", s.message()));
   }
   return absl::OkStatus();
@@ -318,14 +325,15 @@ absl::Status KvCacheService::CheckTrusted(const ChunkHeader& header, std::span<c
 
 grpc::Status KvCacheService::RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest* request,
                                         v1::RenewLeaseResponse* response) {
-  if (auto caller = Authorize(context, Role::kWorker); !caller.ok()) return ToGrpcStatus(caller.status());
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (!request->has_key()) return Invalid("key is required");
   const auto ttl = request->ttl_ms() == 0 ? limits_.default_lease_ttl : std::chrono::milliseconds(request->ttl_ms());
   if (ttl > limits_.max_lease_ttl) {
     return Invalid(
         absl::StrFormat("ttl_ms %d exceeds max_lease_ttl=%dms", request->ttl_ms(), limits_.max_lease_ttl.count()));
   }
-  if (!leases_->Renew(FromProto(request->key()), request->lease_id(), ttl)) {
+  if (!leases_->Renew(FromProto(request->key()), request->lease_id(), caller->name, ttl)) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrFormat("lease_id %d does not hold key %s (expired, released or published)",
                                         request->lease_id(), FromProto(request->key()).ToHex()));
@@ -342,8 +350,11 @@ grpc::Status KvCacheService::ReportInvalid(grpc::ServerContext* context, const v
     return Invalid(
         absl::StrFormat("header: %d bytes, expected exactly %d", request->header().size(), kChunkHeaderBytes));
   }
+  if (request->reason() != "mac" && request->reason() != "non_finite") {
+    return Invalid(absl::StrFormat("reason '%s': expected mac or non_finite", request->reason()));
+  }
   const Hash128 key = FromProto(request->key());
-  auto read = store_->Read(key);
+  auto read = store_->Read(key);  // checks the stored checksum: a corrupt value is dropped there
   if (!read.ok()) return grpc::Status::OK;  // gone already
   const ChunkReader& reader = *read;
   std::string stored_header(kChunkHeaderBytes, '\0');
@@ -353,19 +364,22 @@ grpc::Status KvCacheService::ReportInvalid(grpc::ServerContext* context, const v
     metrics_.CountReport("stale");  // another version is stored now
     return grpc::Status::OK;
   }
-  // What this server can judge itself (values always, the MAC with the fleet's key), it
-  // judges: a report cannot then delete a good chunk. A MAC failure it cannot check is
-  // taken on the authenticated worker's word.
-  if (mac_ != nullptr || request->reason() == "non_finite") {
-    auto header = DecodeChunkHeader(stored_header);
-    if (header.ok()) {
-      const std::vector<std::string_view> payload = reader.Pieces(kChunkHeaderBytes, reader.size() - kChunkHeaderBytes);
-      if (CheckTrusted(*header, payload).ok()) {
-        metrics_.CountReport("verified_good");
-        return grpc::Status::OK;
-      }
+  // What this server can judge, it judges, so a report cannot delete a good chunk: the
+  // values always, the MAC with the fleet's key. A MAC failure it cannot check is taken on
+  // the authenticated worker's word.
+  auto header = DecodeChunkHeader(stored_header);
+  if (header.ok()) {
+    const std::vector<std::string_view> payload = reader.Pieces(kChunkHeaderBytes, reader.size() - kChunkHeaderBytes);
+    std::string failed;
+    const bool passes = CheckTrusted(*header, payload, &failed).ok();
+    const bool judged = mac_ != nullptr || request->reason() == "non_finite";
+    if (passes && judged) {
+      metrics_.CountReport("verified_good");
+      return grpc::Status::OK;
     }
   }
+  // Keys are content hashes, so another version appears under this key only if this one
+  // is evicted and another worker publishes in between: the window is that of this call.
   const bool deleted = store_->Delete(key);
   metrics_.CountReport(deleted ? "dropped" : "stale");
   response->set_deleted(deleted);

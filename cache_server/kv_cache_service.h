@@ -73,7 +73,7 @@ class KvCacheService final : public v1::KvCache::Service {
  private:
   class StreamSlot;
   grpc::Status DoPut(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
-                     v1::PutResponse* response, StreamWatchdog::Watch& watch);
+                     v1::PutResponse* response, const Principal& caller, StreamWatchdog::Watch& watch);
   // A stream the watchdog cancelled: counted (rejected{reason="stream_idle_timeout"}); the
   // status is for the server's own accounting, the client sees CANCELLED.
   grpc::Status IdleTimeout(const std::string& what);
@@ -86,8 +86,9 @@ class KvCacheService final : public v1::KvCache::Service {
   ServiceLimits limits_;
   CacheMetrics& metrics_;
   // PERMISSION_DENIED unless the chunk's values are finite and (with a key) its MAC
-  // matches, counted as rejected{reason}.
-  absl::Status CheckTrusted(const ChunkHeader& header, std::span<const std::string_view> payload);
+  // matches; *failed names the check that failed ("bad_mac", "non_finite").
+  absl::Status CheckTrusted(const ChunkHeader& header, std::span<const std::string_view> payload,
+                            std::string* failed) const;
 
   std::shared_ptr<const ChunkMac> mac_;
   std::unique_ptr<CallAuthorizer> allow_all_;  // when constructed without an authorizer

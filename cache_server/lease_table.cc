@@ -1,19 +1,30 @@
 #include "cache_server/lease_table.h"
 
+#include <openssl/rand.h>
+
 #include <random>
 
 namespace lazykv::cache {
 
-LeaseTable::LeaseTable(std::function<bool(const Hash128&)> is_stored, CacheMetrics* metrics)
-    : is_stored_(std::move(is_stored)), metrics_(metrics) {
-  std::random_device device;
-  MutexLock lock(&mu_);
-  // Random high bits, the low bit set: never 0 ("no lease"), and far from another run's ids.
-  next_id_ = (static_cast<uint64_t>(device()) << 32 | 1) & ~(1ull << 63);
+namespace {
+
+// A fresh random id, never 0 ("no lease"): ids cannot be guessed from one another, nor
+// match an id from before a restart.
+uint64_t RandomLeaseId() {
+  uint64_t id = 0;
+  while (id == 0) {
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof(id)) != 1) id = std::random_device()() | 1;
+  }
+  return id;
 }
 
-LeaseTable::Result LeaseTable::Acquire(const Hash128& key, const std::string& holder, std::chrono::milliseconds ttl,
-                                       Clock::time_point wait_until) {
+}  // namespace
+
+LeaseTable::LeaseTable(std::function<bool(const Hash128&)> is_stored, CacheMetrics* metrics)
+    : is_stored_(std::move(is_stored)), metrics_(metrics) {}
+
+LeaseTable::Result LeaseTable::Acquire(const Hash128& key, const std::string& holder, const std::string& owner,
+                                       std::chrono::milliseconds ttl, Clock::time_point wait_until) {
   MutexLock lock(&mu_);
   bool counted_wait = false;
   while (true) {
@@ -30,13 +41,13 @@ LeaseTable::Result LeaseTable::Acquire(const Hash128& key, const std::string& ho
       it = leases_.end();
     }
     if (it == leases_.end()) {
-      const uint64_t id = next_id_++;
-      leases_[key] = Lease{id, holder, now + ttl};
+      const uint64_t id = RandomLeaseId();
+      leases_[key] = Lease{id, holder, owner, now + ttl};
       metrics_->lease_grants->Increment();
       return {Outcome::kGranted, id, ttl};
     }
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(it->second.expiry - now);
-    if (now >= wait_until) return {Outcome::kHeld, it->second.id, remaining};
+    if (now >= wait_until) return {Outcome::kHeld, 0, remaining};  // the holder's id stays its own
     if (!counted_wait) {
       metrics_->lease_waits->Increment();
       counted_wait = true;
@@ -53,19 +64,25 @@ void LeaseTable::Published(const Hash128& key) {
   changed_.SignalAll();
 }
 
-bool LeaseTable::HeldByAnother(const Hash128& key, uint64_t lease_id) const {
-  MutexLock lock(&mu_);
+LeaseTable::Lease* LeaseTable::FindHeld(const Hash128& key, uint64_t lease_id, const std::string& owner) {
   auto it = leases_.find(key);
-  return it != leases_.end() && it->second.expiry > Clock::now() && it->second.id != lease_id;
+  if (it == leases_.end() || it->second.id != lease_id || it->second.owner != owner) return nullptr;
+  return it->second.expiry > Clock::now() ? &it->second : nullptr;
 }
 
-bool LeaseTable::Release(const Hash128& key, uint64_t lease_id) {
+bool LeaseTable::HeldByAnother(const Hash128& key, uint64_t lease_id, const std::string& owner) const {
+  MutexLock lock(&mu_);
+  auto it = leases_.find(key);
+  if (it == leases_.end() || it->second.expiry <= Clock::now()) return false;
+  return it->second.id != lease_id || it->second.owner != owner;
+}
+
+bool LeaseTable::Release(const Hash128& key, uint64_t lease_id, const std::string& owner) {
   bool released = false;
   {
     MutexLock lock(&mu_);
-    auto it = leases_.find(key);
-    if (it != leases_.end() && it->second.id == lease_id) {
-      leases_.erase(it);
+    if (FindHeld(key, lease_id, owner) != nullptr) {
+      leases_.erase(key);
       released = true;
     }
   }
@@ -73,12 +90,12 @@ bool LeaseTable::Release(const Hash128& key, uint64_t lease_id) {
   return released;
 }
 
-bool LeaseTable::Renew(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl) {
+bool LeaseTable::Renew(const Hash128& key, uint64_t lease_id, const std::string& owner,
+                       std::chrono::milliseconds ttl) {
   MutexLock lock(&mu_);
-  auto it = leases_.find(key);
-  const Clock::time_point now = Clock::now();
-  if (it == leases_.end() || it->second.id != lease_id || it->second.expiry <= now) return false;
-  it->second.expiry = now + ttl;
+  Lease* lease = FindHeld(key, lease_id, owner);
+  if (lease == nullptr) return false;
+  lease->expiry = Clock::now() + ttl;
   return true;
 }
 

@@ -35,19 +35,22 @@ class LeaseTable {
   LeaseTable(std::function<bool(const Hash128&)> is_stored, CacheMetrics* metrics);
 
   // Grants the lease, reports the chunk stored, or (when another caller holds it) waits
-  // until `wait_until` for the publication or the lease's expiry.
-  Result Acquire(const Hash128& key, const std::string& holder, std::chrono::milliseconds ttl,
-                 Clock::time_point wait_until);
+  // until `wait_until` for the publication or the lease's expiry. `owner` is the
+  // authenticated caller (common/security/call_authorizer.h): only it may publish under,
+  // renew or release the lease, so a lease id alone (which a HELD answer does not reveal:
+  // its lease_id is 0) is no capability. `holder` is the caller's label, for logs.
+  Result Acquire(const Hash128& key, const std::string& holder, const std::string& owner,
+                 std::chrono::milliseconds ttl, Clock::time_point wait_until);
   // The chunk was stored: its lease (whoever holds it) ends and every waiter wakes.
   void Published(const Hash128& key);
-  // Whether an unexpired lease on `key` belongs to another caller than `lease_id`'s holder
-  // (a Put must then carry that lease: nobody else may publish under a leased key).
-  bool HeldByAnother(const Hash128& key, uint64_t lease_id) const;
+  // Whether an unexpired lease on `key` is another's than (`lease_id`, `owner`): a Put must
+  // then carry that lease from its owner (nobody else may publish under a leased key).
+  bool HeldByAnother(const Hash128& key, uint64_t lease_id, const std::string& owner) const;
   // The holder gives up (it failed to compute): the next waiter is granted the lease.
-  bool Release(const Hash128& key, uint64_t lease_id);
+  bool Release(const Hash128& key, uint64_t lease_id, const std::string& owner);
   // The holder is still computing: its unexpired lease now ends `ttl` from now. False when
-  // `lease_id` does not hold `key` (expired, released, published, or never granted).
-  bool Renew(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl);
+  // (`lease_id`, `owner`) does not hold `key` (expired, released, published, another's).
+  bool Renew(const Hash128& key, uint64_t lease_id, const std::string& owner, std::chrono::milliseconds ttl);
   // Wakes every waiter with kShuttingDown; later calls return it at once.
   void Shutdown();
   size_t active() const;
@@ -56,16 +59,17 @@ class LeaseTable {
   struct Lease {
     uint64_t id = 0;
     std::string holder;
+    std::string owner;
     Clock::time_point expiry;
   };
+  // The lease on `key` if (`lease_id`, `owner`) holds it unexpired.
+  Lease* FindHeld(const Hash128& key, uint64_t lease_id, const std::string& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::function<bool(const Hash128&)> is_stored_;
   CacheMetrics* const metrics_;
   mutable Mutex mu_;
   CondVar changed_;  // a lease ended, or shutting_down_
   std::unordered_map<Hash128, Lease, Hash128Hasher> leases_ ABSL_GUARDED_BY(mu_);
-  // Lease ids start at a random point, so ids from before a restart do not match new leases.
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -5,33 +5,19 @@
 #include <prometheus/text_serializer.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "common/security/tls_identity_files.h"
 
 namespace lazykv {
-namespace {
-
-std::pair<std::string, int> SplitHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return {address, -1};
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  try {
-    return {host, std::stoi(address.substr(colon + 1))};
-  } catch (const std::exception&) {
-    return {host, -1};
-  }
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& address,
                                                                     std::shared_ptr<prometheus::Registry> registry,
                                                                     const ServerSecurityOptions& security,
                                                                     const CallAuthorizer* authorizer) {
   if (address.empty()) return nullptr;
-  const auto [host, port] = SplitHostPort(address);
-  if (port < 0 || port > 65535)
-    return absl::InvalidArgumentError(absl::StrCat("--metrics-listen ", address, ": expected HOST:PORT"));
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--metrics-listen ", parsed.status().message()));
+  const std::string host = parsed->host;
+  const int port = parsed->port;
   const bool tls = !security.tls_cert_file.empty();
   if (!tls && !security.insecure && !IsLoopbackAddress(address)) {
     return absl::InvalidArgumentError(absl::StrCat("--metrics-listen ", address,
@@ -55,7 +41,10 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
       }
       return true;
     });
-    if (!metrics->server_->is_valid()) return absl::InternalError("cannot set up TLS for the metrics endpoint");
+    if (!metrics->server_->is_valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot set up TLS for the metrics endpoint: --tls-client-ca ", client_ca, " did not load"));
+    }
   } else {
     metrics->server_ = std::make_unique<httplib::Server>();
   }
@@ -85,12 +74,25 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   metrics->port_ = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
   if (metrics->port_ <= 0) return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address));
   metrics->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  // httplib's stop() is lost if it comes before the listen loop runs: return only once it
+  // does, so the destructor's stop() always lands.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!server.is_running() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!server.is_running()) return absl::UnavailableError(absl::StrCat("metrics on ", address, " did not start"));
   return metrics;
 }
 
 MetricsServer::~MetricsServer() {
-  if (server_ != nullptr) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (server_ == nullptr || !thread_.joinable()) return;
+  // Repeated until the listen loop has seen it (see Start).
+  while (server_->is_running()) {
+    server_->stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  server_->stop();
+  thread_.join();
 }
 
 }  // namespace lazykv

@@ -60,6 +60,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
     quota.SetMaxThreads(options.max_threads);
     builder.SetResourceQuota(quota);
   }
+  // A second server on a busy port must fail, not silently share its connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -14,6 +14,7 @@ packages=(
   libxxhash-dev
   libssl-dev openssl
   libcpp-httplib-dev
+  yamllint nodejs npm unzip
   libsentencepiece-dev
   nlohmann-json3-dev
   libspdlog-dev

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/chunk_codec.h"
 #include "common/mutex.h"
 #include "worker/tier/chunk_tier.h"
 
@@ -111,6 +112,7 @@ class FakeChunkTier final : public ChunkTier {
   }
 
   absl::Status RenewLease(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl) override {
+    std::this_thread::sleep_for(GetFaults().lease_delay);
     MutexLock lock(&mu_);
     auto it = leases_.find(key);
     const auto now = std::chrono::steady_clock::now();
@@ -126,7 +128,10 @@ class FakeChunkTier final : public ChunkTier {
     MutexLock lock(&mu_);
     reports_.push_back(std::string(reason));
     auto it = stored_.find(key);
-    if (it != stored_.end() && std::string_view(it->second).substr(0, header.size()) == header) stored_.erase(it);
+    if (header.size() == kChunkHeaderBytes && it != stored_.end() &&
+        std::string_view(it->second).substr(0, header.size()) == header) {
+      stored_.erase(it);
+    }
   }
 
   absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,

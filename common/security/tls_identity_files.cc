@@ -40,7 +40,8 @@ absl::StatusOr<std::shared_ptr<const TlsIdentityFiles::Pair>> TlsIdentityFiles::
   BIO_free(certs);
   BIO* key = open(key_file);
   if (key == nullptr) return absl::InvalidArgumentError(absl::StrCat("cannot read ", key_file));
-  pair->key = PEM_read_bio_PrivateKey(key, nullptr, nullptr, nullptr);
+  // An encrypted key is refused, never prompted for on the terminal.
+  pair->key = PEM_read_bio_PrivateKey(key, nullptr, [](char*, int, int, void*) { return 0; }, nullptr);
   BIO_free(key);
   ERR_clear_error();  // the chain's loop ends on a "no start line" error
   if (pair->leaf == nullptr) return absl::InvalidArgumentError(absl::StrCat(cert_file, " holds no PEM certificate"));

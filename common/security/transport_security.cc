@@ -8,8 +8,11 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "common/security/client_token.h"
 #include "common/security/secret_file.h"
 
@@ -71,7 +74,8 @@ absl::Status CheckKeyPair(const std::string& cert_flag, const std::string& cert_
   std::unique_ptr<X509, decltype(&X509_free)> cert_owner(*cert, X509_free);
   absl::StatusOr<BioPtr> bio = OpenPem(key_flag, key_path);
   if (!bio.ok()) return bio.status();
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio->get(), nullptr, nullptr, nullptr);
+  // An encrypted key is refused, never prompted for on the terminal.
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio->get(), nullptr, [](char*, int, int, void*) { return 0; }, nullptr);
   if (key == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(key_flag, ": ", key_path, " holds no PEM private key (", OpenSslError(), ")"));
@@ -86,24 +90,23 @@ absl::Status CheckKeyPair(const std::string& cert_flag, const std::string& cert_
   return absl::OkStatus();
 }
 
-std::string HostOf(std::string_view address) {
-  for (std::string_view scheme : {"dns:///", "ipv4:", "ipv6:"}) {
-    if (address.starts_with(scheme)) address.remove_prefix(scheme.size());
-  }
-  if (!address.empty() && address.front() == '[') {
-    const size_t close = address.find(']');
-    return std::string(address.substr(1, close == std::string_view::npos ? std::string_view::npos : close - 1));
-  }
-  const size_t colon = address.rfind(':');
-  return std::string(colon == std::string_view::npos ? address : address.substr(0, colon));
-}
-
 }  // namespace
 
 bool IsLoopbackAddress(std::string_view address) {
   if (address.starts_with("unix:") || address.starts_with("unix-abstract:")) return true;
-  const std::string host = HostOf(address);
-  return host == "localhost" || host == "::1" || host.starts_with("127.");
+  // One literal address only: a list ("ipv4:127.0.0.1:1,10.0.0.5:2") or a name that merely
+  // starts like one ("dns:///127.evil.example:1") is not loopback.
+  if (address.find(',') != std::string_view::npos) return false;
+  for (std::string_view scheme : {"dns:///", "ipv4:", "ipv6:"}) {
+    if (address.starts_with(scheme)) address.remove_prefix(scheme.size());
+  }
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+  if (!parsed.ok()) return false;
+  if (parsed->host == "localhost") return true;
+  in_addr v4;
+  if (inet_pton(AF_INET, parsed->host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  return inet_pton(AF_INET6, parsed->host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 const char kServerSecurityUsage[] =

@@ -152,7 +152,7 @@ TEST(LeaseTableTest, ManyWaitersOneComputes) {
   std::vector<std::future<Outcome>> callers;
   for (int i = 0; i < 8; ++i) {
     callers.push_back(std::async(std::launch::async, [&] {
-      const auto result = leases.Acquire(key, "t", std::chrono::seconds(10),
+      const auto result = leases.Acquire(key, "t", "t", std::chrono::seconds(10),
                                          cache::LeaseTable::Clock::now() + std::chrono::seconds(10));
       if (result.outcome == Outcome::kGranted) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));  // computing

@@ -304,8 +304,8 @@ TEST(ChunkPipeline, AWaiterFetchesTheHoldersPublication) {
 }
 
 TEST(ChunkPipeline, AHungHolderCostsAtMostTheWaitBoundThenAComputationWithoutALease) {
-  // No compute measured yet: the wait is the floor.
-  Fixture f(ChunkPipelineOptions{.min_lease_wait = milliseconds(300), .max_lease_wait = milliseconds(30000)});
+  // No compute measured yet (a cold worker): the wait is its longest.
+  Fixture f(ChunkPipelineOptions{.min_lease_wait = milliseconds(50), .max_lease_wait = milliseconds(300)});
   const Hash128 key = f.RandomKey();
   f.tier->HoldForever(key, milliseconds(10000));
   const auto start = Clock::now();
@@ -339,23 +339,25 @@ TEST(ChunkPipeline, ASquattersLeaseCostsAWaitBoundedByTheChunksComputeTime) {
 }
 
 TEST(ChunkPipeline, TheHoldersShortLeaseIsRenewedWhileItComputesAndDroppedWhenReleased) {
-  Fixture f(ChunkPipelineOptions{.min_lease_ttl = milliseconds(300), .lease_ttl = milliseconds(10000)});
+  const milliseconds ttl = milliseconds(300) * testing::SlowdownFactor();
+  Fixture f(ChunkPipelineOptions{.min_lease_ttl = milliseconds(100), .lease_ttl = ttl});
   const Hash128 key = f.RandomKey();
   f.pipeline->Request({f.RequestFor(key)});
   auto outcomes = f.Await(1);
   ASSERT_EQ(outcomes.size(), 1u);
   ASSERT_NE(outcomes[0].lease_id, 0u);
   ASSERT_EQ(f.tier->granted_ttls().size(), 1u);
-  EXPECT_EQ(f.tier->granted_ttls()[0], milliseconds(300));  // nothing measured: the floor
+  EXPECT_EQ(f.tier->granted_ttls()[0], ttl);  // nothing measured: the longest
   // The engine computes for four TTLs: the lease must still be held.
-  std::this_thread::sleep_for(milliseconds(1200));
+  std::this_thread::sleep_for(4 * ttl);
   EXPECT_TRUE(f.tier->leased(key));
   EXPECT_GE(f.tier->renewals(), 3);
   EXPECT_EQ(f.pipeline->lease_keeper().held(), 1u);
   f.pipeline->ReleaseLease(key, outcomes[0].lease_id);
   EXPECT_EQ(f.pipeline->lease_keeper().held(), 0u);
+  std::this_thread::sleep_for(ttl / 3);  // a renewal already under way lands
   const int renewals = f.tier->renewals();
-  std::this_thread::sleep_for(milliseconds(400));
+  std::this_thread::sleep_for(ttl + ttl / 3);
   EXPECT_EQ(f.tier->renewals(), renewals);
   EXPECT_FALSE(f.tier->leased(key));
 }

@@ -293,13 +293,14 @@ TEST_F(CacheServerSecurityTest, RotatedCertificatesAndTokensArePickedUpWithoutAR
 
 TEST_F(CacheServerSecurityTest, OneClientCannotTakeEveryStream) {
   const std::string tokens = certs_.dir + "/two-workers";
-  std::ofstream(tokens)
-      << "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa hog worker\nbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb fair worker\n";
+  std::ofstream(tokens) << "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa hog worker\nbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb fair worker\n"
+                        << certs_.Token(certs_.admin_token) << " admin admin\n";
   std::ofstream(certs_.dir + "/hog.token") << "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n";
   std::ofstream(certs_.dir + "/fair.token") << "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n";
   auto server = StartCacheServer(
       dir_, {"--tls-cert", certs_.server_cert, "--tls-key", certs_.server_key, "--auth-tokens", tokens, "--max-streams",
-             "4", "--max-streams-per-client", "2", "--disk-capacity", "0", "--host-capacity", "16MiB"});
+             "4", "--max-streams-per-client", "2", "--disk-capacity", "0", "--host-capacity", "16MiB",
+             "--metrics-listen", "127.0.0.1:0"});
   ASSERT_TRUE(server->started());
   auto as = [&](const std::string& name) {
     return SecureStub(server->address(),
@@ -321,7 +322,14 @@ TEST_F(CacheServerSecurityTest, OneClientCannotTakeEveryStream) {
     first.set_header(EncodeChunkHeader(chunk.header));
     ASSERT_TRUE(held.back()->Write(first));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both are being served
+  // Both are being served (each holds a stream slot).
+  double active = 0;
+  for (int i = 0; i < 500 && active < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    active = MetricValue(ScrapeMetrics(server->metrics_address(), certs_, nullptr, certs_.Token(certs_.admin_token)).second,
+                         "lazykv_cache_active_streams");
+  }
+  ASSERT_EQ(active, 2);
   const PutOutcome third = PutChunk(*hog, RandomTestChunk(rng, 4096));
   EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(third.status.error_message().find("max_streams_per_client=2"), std::string::npos)
@@ -433,11 +441,19 @@ TEST_F(CacheServerSecurityTest, WithoutTheKeyAReportDropsExactlyTheRefusedVersio
   }
 }
 
-TEST_F(CacheServerSecurityTest, ALeaseLivesWhileItsHolderRenewsItAndOnlyItsHolderCanRenewIt) {
+TEST_F(CacheServerSecurityTest, ALeaseLivesWhileItsHolderRenewsItAndIsNoOneElsesToUse) {
+  // A second worker with its own token: the lease binds to the caller, not to its id.
+  const std::string other_token = certs_.dir + "/worker2.token";
+  std::ofstream(other_token) << "feedfacefeedfacefeedfacefeedface\n";
+  std::ofstream(certs_.tokens, std::ios::app) << "feedfacefeedfacefeedfacefeedface worker-2 worker\n";
   auto server = StartSecure();
   auto holder = SecureStub(server->address(), As(certs_.worker_token));
-  const Hash128 key{FreshSeed(), 77};
-  auto lease = [&](v1::KvCache::Stub& stub, uint32_t ttl_ms) {
+  auto other = SecureStub(server->address(), As(other_token));
+  std::mt19937_64 rng(FreshSeed());
+  const TestChunk chunk = RandomTestChunk(rng, 64 << 10);
+  const Hash128 key = chunk.key;
+  const uint32_t ttl_ms = 400 * SlowdownFactor();
+  auto lease = [&](v1::KvCache::Stub& stub) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::LeaseRequest request;
@@ -453,25 +469,46 @@ TEST_F(CacheServerSecurityTest, ALeaseLivesWhileItsHolderRenewsItAndOnlyItsHolde
     v1::RenewLeaseRequest request;
     *request.mutable_key() = ToProto(key);
     request.set_lease_id(lease_id);
-    request.set_ttl_ms(400);
+    request.set_ttl_ms(ttl_ms);
     v1::RenewLeaseResponse response;
     return stub.RenewLease(&context, request, &response).error_code();
   };
-  const v1::LeaseResponse granted = lease(*holder, 400);
+  auto release = [&](v1::KvCache::Stub& stub, uint64_t lease_id) {
+    grpc::ClientContext context;
+    v1::ReleaseLeaseRequest request;
+    *request.mutable_key() = ToProto(key);
+    request.set_lease_id(lease_id);
+    v1::ReleaseLeaseResponse response;
+    return stub.ReleaseLease(&context, request, &response).error_code();
+  };
+  const v1::LeaseResponse granted = lease(*holder);
   ASSERT_EQ(granted.outcome(), v1::LeaseResponse::GRANTED);
-  auto other = SecureStub(server->address(), As(certs_.worker_token));
-  for (int i = 0; i < 8; ++i) {  // 1.2 s: three TTLs
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const v1::LeaseResponse held = lease(*other);
+  EXPECT_EQ(held.outcome(), v1::LeaseResponse::HELD);
+  EXPECT_EQ(held.lease_id(), 0u);  // the holder's id is not given away
+  for (int i = 0; i < 8; ++i) {  // three TTLs
+    std::this_thread::sleep_for(std::chrono::milliseconds(ttl_ms / 3));
     EXPECT_EQ(renew(*holder, granted.lease_id()), grpc::StatusCode::OK);
   }
-  EXPECT_EQ(lease(*other, 400).outcome(), v1::LeaseResponse::HELD);
-  EXPECT_EQ(renew(*other, granted.lease_id() + 1), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(lease(*other).outcome(), v1::LeaseResponse::HELD);
+  // Even knowing the id, another caller can neither renew, release nor publish under it.
+  EXPECT_EQ(renew(*other, granted.lease_id()), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(release(*other, granted.lease_id()), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(RawPut(*other, chunk.key, chunk.fingerprint, EncodeChunkHeader(chunk.header), chunk.payload,
+                   granted.lease_id())
+                .status.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
   auto client = SecureStub(server->address(), As(certs_.client_token));
   EXPECT_EQ(renew(*client, granted.lease_id()), grpc::StatusCode::PERMISSION_DENIED);
   // The holder stops renewing (it crashed): within a TTL the lease is another's.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_EQ(lease(*other, 400).outcome(), v1::LeaseResponse::GRANTED);
+  std::this_thread::sleep_for(std::chrono::milliseconds(ttl_ms + ttl_ms / 4));
+  const v1::LeaseResponse taken = lease(*other);
+  EXPECT_EQ(taken.outcome(), v1::LeaseResponse::GRANTED);
+  EXPECT_NE(taken.lease_id(), granted.lease_id());
   EXPECT_EQ(renew(*holder, granted.lease_id()), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(RawPut(*other, chunk.key, chunk.fingerprint, EncodeChunkHeader(chunk.header), chunk.payload,
+                     taken.lease_id())
+                  .status.ok());
 }
 
 }  // namespace

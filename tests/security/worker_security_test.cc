@@ -170,7 +170,9 @@ TEST_F(WorkerSecurityTest, CallsWithoutTheClientRoleAreRefusedAndCounted) {
                              std::stoi(worker->metrics_address().substr(colon + 1)));
   scraper.set_ca_cert_path(certs_.ca.c_str());
   scraper.enable_server_certificate_verification(true);
-  EXPECT_EQ(scraper.Get("/metrics")->status, 401);
+  auto anonymous = scraper.Get("/metrics");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
   auto page = scraper.Get("/metrics", {{"Authorization", "Bearer " + certs_.Token(certs_.admin_token)}});
   ASSERT_TRUE(page);
   ASSERT_EQ(page->status, 200);

@@ -230,7 +230,11 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
 
 std::chrono::milliseconds ChunkPipeline::ComputeBound(int num_tokens, double factor, std::chrono::milliseconds lo,
                                                       std::chrono::milliseconds hi) const {
-  const double seconds = factor * cost_.PrefillSecondsPerToken() * num_tokens;
+  // Before any step is measured (a cold worker), the generous end: waiting for another
+  // worker's computation is right at fleet start, when every document is being computed.
+  const std::optional<double> step = cost_.StepSeconds(num_tokens);
+  if (!step.has_value()) return std::max(lo, hi);
+  const double seconds = factor * std::max(0.0, *step);
   const auto bound = std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 86400.0) * 1e3));
   return std::clamp(bound, lo, std::max(lo, hi));
 }

@@ -40,14 +40,15 @@ struct ChunkPipelineOptions {
   int max_queued_tasks = 256;               // beyond this a chunk is computed without asking the tier
   int publish_threads = 2;                  // copy-out, checksum, upload
   uint64_t max_publish_bytes = 1ull << 30;  // captured chunks not yet published
-  // A lease's TTL: a few times the chunk's expected compute time, within these bounds; the
-  // holder renews it while it computes (worker/tier/lease_keeper.h), for max_lease_hold at most.
+  // A lease's TTL: a few times the chunk's expected compute time (a forward step with its
+  // tokens), within these bounds (the most before any step is measured); the holder renews
+  // it while it computes (worker/tier/lease_keeper.h), for max_lease_hold at most.
   std::chrono::milliseconds min_lease_ttl{1000};
   std::chrono::milliseconds lease_ttl{10000};
   std::chrono::milliseconds max_lease_hold{120000};
   // Waiting for another holder's publication: a few times the chunk's expected compute
-  // time, within these bounds; then it is computed here without the lease, so a holder
-  // that squats a lease costs others a bounded wait, not a stall.
+  // time, within these bounds (the most before any step is measured); then it is computed
+  // here without the lease, so a holder that squats a lease costs others a bounded wait.
   std::chrono::milliseconds min_lease_wait{250};
   std::chrono::milliseconds max_lease_wait{30000};
   FetchPolicy fetch_policy = FetchPolicy::kAuto;
@@ -158,7 +159,8 @@ class ChunkPipeline {
   void RunPublication(const Hash128& key, const ChunkLayout& layout, uint64_t lease_id,
                       std::shared_ptr<ExportedChunk> exported) ABSL_LOCKS_EXCLUDED(mu_);
   void Deliver(ChunkOutcome outcome) ABSL_LOCKS_EXCLUDED(mu_);
-  // The expected compute time of `num_tokens` scaled by `factor`, within [lo, hi].
+  // The expected compute time of `num_tokens` scaled by `factor`, within [lo, hi]; `hi`
+  // before anything was measured.
   std::chrono::milliseconds ComputeBound(int num_tokens, double factor, std::chrono::milliseconds lo,
                                          std::chrono::milliseconds hi) const;
   // The fetch policy's (or the cost model's) answer; `explore`: a fetch made to measure.

@@ -6,6 +6,9 @@
 #include "spdlog/spdlog.h"
 
 namespace lazykv {
+
+// This process is the only owner of the embedded tier's leases.
+constexpr char kOwner[] = "embedded";
 namespace {
 
 ChunkSource SourceOf(cache::StoreTier tier) {
@@ -78,7 +81,7 @@ absl::StatusOr<std::unique_ptr<PublishSlot>> EmbeddedChunkTier::BeginPublish(con
 
 LeaseAnswer EmbeddedChunkTier::Lease(const Hash128& key, std::chrono::milliseconds ttl,
                                      std::chrono::milliseconds wait) {
-  const auto result = leases_.Acquire(key, "embedded", ttl, cache::LeaseTable::Clock::now() + wait);
+  const auto result = leases_.Acquire(key, "embedded", kOwner, ttl, cache::LeaseTable::Clock::now() + wait);
   using Outcome = cache::LeaseTable::Outcome;
   switch (result.outcome) {
     case Outcome::kGranted:
@@ -93,10 +96,10 @@ LeaseAnswer EmbeddedChunkTier::Lease(const Hash128& key, std::chrono::millisecon
   return {LeaseAnswer::State::kUnavailable};
 }
 
-void EmbeddedChunkTier::ReleaseLease(const Hash128& key, uint64_t lease_id) { leases_.Release(key, lease_id); }
+void EmbeddedChunkTier::ReleaseLease(const Hash128& key, uint64_t lease_id) { leases_.Release(key, lease_id, kOwner); }
 
 absl::Status EmbeddedChunkTier::RenewLease(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl) {
-  if (leases_.Renew(key, lease_id, ttl)) return absl::OkStatus();
+  if (leases_.Renew(key, lease_id, kOwner, ttl)) return absl::OkStatus();
   return absl::NotFoundError(absl::StrFormat("lease %d no longer holds chunk %s", lease_id, key.ToHex()));
 }
 

@@ -87,6 +87,12 @@ std::optional<double> FetchCostModel::ComputeSeconds(int tokens) const {
   return steps_.slope() * tokens;
 }
 
+std::optional<double> FetchCostModel::StepSeconds(int tokens) const {
+  MutexLock lock(&mu_);
+  if (steps_.samples() == 0) return std::nullopt;
+  return steps_.Predict(tokens);
+}
+
 FetchCostModel::Choice FetchCostModel::Decide(const std::string& source, uint64_t bytes, int tokens) {
   const std::optional<double> compute = ComputeSeconds(tokens);
   MutexLock lock(&mu_);

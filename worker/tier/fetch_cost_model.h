@@ -58,6 +58,9 @@ class FetchCostModel {
   std::optional<double> FetchSeconds(const std::string& source, uint64_t bytes) const ABSL_LOCKS_EXCLUDED(mu_);
   // The marginal cost of `tokens` more prefill tokens in a step.
   std::optional<double> ComputeSeconds(int tokens) const ABSL_LOCKS_EXCLUDED(mu_);
+  // A whole step with `tokens` of prefill (its fixed cost included): how long computing a
+  // chunk of `tokens` takes in practice. Nullopt before any step was measured.
+  std::optional<double> StepSeconds(int tokens) const ABSL_LOCKS_EXCLUDED(mu_);
 
   enum class Choice {
     kFetch,      // expected sooner than recomputing

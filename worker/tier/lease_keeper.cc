@@ -10,6 +10,7 @@ LeaseKeeper::LeaseKeeper(ChunkTier* tier, std::chrono::milliseconds max_hold)
     : tier_(tier), max_hold_(max_hold), thread_([this] { Loop(); }) {}
 
 LeaseKeeper::~LeaseKeeper() {
+  stop_requested_ = true;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
@@ -68,11 +69,14 @@ void LeaseKeeper::Loop() {
       // Renew without the lock: a slow tier must not hold up Keep and Forget.
       lock.Unlock();
       std::vector<std::pair<Hash128, Held>> lost;
+      size_t tried = 0;
       for (const auto& [key, held] : due) {
+        if (stop_requested_) break;
+        ++tried;
         if (!tier_->RenewLease(key, held.lease_id, held.ttl).ok()) lost.emplace_back(key, held);
       }
       lock.Lock();
-      stats_.renewals += due.size() - lost.size();
+      stats_.renewals += tried - lost.size();
       for (const auto& [key, held] : lost) {
         auto it = held_.find(key);
         if (it == held_.end() || it->second.lease_id != held.lease_id) continue;  // forgotten meanwhile

@@ -6,6 +6,7 @@
 // publication then goes without it, and the tier decides.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <thread>
@@ -57,6 +58,7 @@ class LeaseKeeper {
   std::unordered_map<Hash128, Held, Hash128Hasher> held_ ABSL_GUARDED_BY(mu_);
   LeaseKeeperStats stats_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> stop_requested_{false};  // read between renewals, without the lock
   std::thread thread_;  // last: started after the members above
 };
 

@@ -331,9 +331,12 @@ absl::Status RemoteChunkTier::RenewLease(const Hash128& key, uint64_t lease_id, 
   request.set_lease_id(lease_id);
   request.set_ttl_ms(static_cast<uint32_t>(ttl.count()));
   v1::RenewLeaseResponse response;
-  const Attempted call =
-      Run(server, CallDeadline(server), options_.max_retries, "renew",
-          [&](grpc::ClientContext& context) { return server.stub->RenewLease(&context, request, &response); });
+  // No retry, and well inside the TTL: a renewal that would land late is worth nothing,
+  // and one slow server must not hold up the renewals of the others' leases.
+  const auto deadline = std::min<std::chrono::microseconds>(CallDeadline(server), ttl / 3);
+  const Attempted call = Run(server, deadline, 0, "renew", [&](grpc::ClientContext& context) {
+    return server.stub->RenewLease(&context, request, &response);
+  });
   if (call.status.ok()) {
     MutexLock lock(&server.mu);
     server.estimator.ObserveCall(call.elapsed);

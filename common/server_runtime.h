@@ -16,7 +16,8 @@
 namespace lazykv {
 
 // Blocks SIGTERM and SIGINT in this thread and every thread started after it, so that
-// WaitForTerminationSignal() takes them instead of whichever thread they would hit.
+// WaitForTerminationSignal() takes them instead of whichever thread they would hit; and
+// ignores SIGPIPE (a peer gone mid-write is that connection's error, not the process's).
 void BlockTerminationSignals();
 int WaitForTerminationSignal();  // the signal's number
 

@@ -4,6 +4,8 @@
 // first one's chunks through the secured tier; callers without the role are refused and
 // counted; a worker whose cache credentials are wrong still serves, computing its chunks.
 #include <gtest/gtest.h>
+
+#include <csignal>
 #include <httplib.h>
 #include <signal.h>
 
@@ -60,6 +62,7 @@ double Metric(const std::string& page, const std::string& series) {
 class WorkerSecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    signal(SIGPIPE, SIG_IGN);  // a TLS scrape the server refuses mid-handshake
     if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "stories260K files missing";
     certs_ = MakeDevCerts();
     dir_ = TempDir("worker_security");

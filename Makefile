@@ -6,7 +6,7 @@ MODELS ?= $(abspath ../shared/models)
 # ccache hits across clones (CI builds a fresh clone each time).
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup configure build run test check-threads clean
+.PHONY: all setup configure build run test check-threads check-deploy clean
 
 all: build
 
@@ -29,6 +29,14 @@ test: build
 # clang -Wthread-safety as errors, and the concurrent tests under ThreadSanitizer.
 check-threads: setup
 	@LAZYKV_MODELS_DIR="$(MODELS)" JOBS=$(JOBS) ./scripts/check_threads.sh $(BUILD_DIR)-tsan
+
+# The Helm chart (lint, render, Kubernetes schemas, yamllint), the Prometheus rules (promtool
+# check and unit tests) and the dashboards (valid, unique ids, PromQL parses, metrics exist in
+# the saved scrapes). Offline once the tools are installed.
+check-deploy: setup
+	@./scripts/check_helm.sh
+	@./scripts/check_prometheus.sh
+	@/usr/bin/python3 scripts/check_dashboards.py --scrape deploy/local/scrapes/*.prom
 
 clean:
 	rm -rf $(BUILD_DIR) $(BUILD_DIR)-tsan

@@ -56,16 +56,33 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
   latency_ = &Family(prometheus::BuildHistogram(), "lazykv_cache_request_seconds", "Call latency, by method", r);
   reports_ = &Family(prometheus::BuildCounter(), "lazykv_cache_invalid_reports_total",
                      "Chunks workers refused and reported, by what this server did", r);
+  // Every label value exported from the start, at 0: dashboards find the series before the
+  // first event, and rate() sees that first event.
+  for (const char* reason :
+       {"chunk_too_large", "host_full", "lease_held", "max_concurrent_streams", "max_lookup_keys",
+        "max_streams_per_client", "stream_idle_timeout", "unauthenticated", "permission_denied", "bad_mac", "non_finite"}) {
+    rejected_->Add({{"reason", reason}});
+  }
+  for (const char* outcome : {"dropped", "stale", "verified_good"}) reports_->Add({{"outcome", outcome}});
+  for (const char* method : {"lookup", "get", "put", "lease"}) ObserveLatencyFamilyOnly(method);
+}
+
+void CacheMetrics::ObserveLatencyFamilyOnly(const std::string& method) {
+  latency_->Add({{"method", method}}, LatencyBuckets());
 }
 
 void CacheMetrics::CountRejected(const std::string& reason) { rejected_->Add({{"reason", reason}}).Increment(); }
 
 void CacheMetrics::CountReport(const std::string& outcome) { reports_->Add({{"outcome", outcome}}).Increment(); }
 
-void CacheMetrics::ObserveLatency(const std::string& method, double seconds) {
+const prometheus::Histogram::BucketBoundaries& CacheMetrics::LatencyBuckets() {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03,
                                                                    0.1,    0.3,    1,     3,     10};
-  latency_->Add({{"method", method}}, kBuckets).Observe(seconds);
+  return kBuckets;
+}
+
+void CacheMetrics::ObserveLatency(const std::string& method, double seconds) {
+  latency_->Add({{"method", method}}, LatencyBuckets()).Observe(seconds);
 }
 
 }  // namespace lazykv::cache

@@ -50,6 +50,9 @@ class CacheMetrics {
   void ObserveLatency(const std::string& method, double seconds);
 
  private:
+  static const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
+  void ObserveLatencyFamilyOnly(const std::string& method);  // the series, at 0
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* rejected_;
   prometheus::Family<prometheus::Counter>* reports_;

@@ -375,7 +375,8 @@ TEST_F(CacheServerTest, StalledStreamsAreCancelledAndFreeTheirSlotAndSpace) {
   EXPECT_EQ(stalled_status.error_code(), StatusCode::CANCELLED) << stalled_status.error_message();
   EXPECT_FALSE(RawGet(*stub, big.key).status.ok());  // nothing half-written was stored
   EXPECT_TRUE(RawGet(*stub, small.key).status.ok());
-  EXPECT_NE(HttpGet(server->metrics_address(), "/metrics").find("stream_idle_timeout"), std::string::npos);
+  const std::string page = HttpGet(server->metrics_address(), "/metrics");
+  EXPECT_NE(page.find("lazykv_cache_rejected_total{reason=\"stream_idle_timeout\"} 1\n"), std::string::npos) << page;
 }
 
 TEST_F(CacheServerTest, HealthMetricsAndGracefulShutdown) {

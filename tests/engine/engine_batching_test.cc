@@ -189,6 +189,7 @@ TEST(BatchingTest, AdmissionWaitsForRoomAndRefusesPastTheQueueBound) {
   ASSERT_FALSE(third.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(third.status())) << third.status();
   EXPECT_NE(third.status().message().find("max_queued_requests=1"), std::string::npos) << third.status();
+  EXPECT_NE(third.status().message().find("retry"), std::string::npos) << third.status();
   EXPECT_EQ(engine->stats().running_requests, 1);
   EXPECT_EQ(engine->stats().queued_requests, 1);
 
@@ -212,6 +213,51 @@ TEST(BatchingTest, AdmissionWaitsForRoomAndRefusesPastTheQueueBound) {
   auto refused = engine->Submit(huge);
   EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
   EXPECT_NE(refused.status().message().find("KV blocks"), std::string::npos) << refused.status();
+}
+
+TEST(BatchingTest, AnOverloadQueuesPastMaxRunningThenIsRefusedAndTheQueueDrainsInOrder) {
+  const Workload w = MakeWorkload(FreshSeed(), 3);
+  auto backend = CreateCpuBackend(w.weights, /*block_size=*/8, /*num_blocks=*/400);
+  ASSERT_TRUE(backend.ok());
+  EngineOptions options;
+  options.max_running_requests = 3;
+  options.max_queued_requests = 4;
+  auto engine = *Engine::Create(*std::move(backend), options);
+  std::mt19937_64 rng(FreshSeed());
+  // Ten small requests arrive at once; the pool could run them all.
+  std::vector<RequestId> accepted;
+  int refused = 0;
+  for (int i = 0; i < 10; ++i) {
+    GenerateRequest r;
+    r.docs = {w.docs[i % 3]};
+    r.prompt = RandomTokens(rng, 4, 512);
+    r.sampling.max_tokens = 5;
+    auto id = engine->Submit(r);
+    if (id.ok()) {
+      accepted.push_back(*id);
+    } else {
+      ++refused;
+      EXPECT_TRUE(absl::IsResourceExhausted(id.status())) << id.status();
+      EXPECT_NE(id.status().message().find("max_running_requests=3"), std::string::npos) << id.status();
+    }
+  }
+  EXPECT_EQ(accepted.size(), 7u);  // three running, four waiting
+  EXPECT_EQ(refused, 3);
+  EXPECT_EQ(engine->stats().running_requests, 3);
+  EXPECT_EQ(engine->stats().queued_requests, 4);
+  std::vector<EngineEvent> events;
+  int finished = 0;
+  while (engine->HasWork()) {
+    events.clear();
+    engine->Step(&events);
+    EXPECT_LE(engine->stats().running_requests, 3);
+    for (const EngineEvent& e : events) {
+      ASSERT_NE(e.kind, EngineEvent::Kind::kFailed) << e.status;
+      if (e.kind == EngineEvent::Kind::kFinished) ++finished;
+    }
+  }
+  EXPECT_EQ(finished, 7);
+  ExpectNoLeakedBlocks(*engine);
 }
 
 // Lazy reserves a shared document once for every running request that uses it; block

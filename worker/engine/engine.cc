@@ -31,6 +31,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
     return absl::InvalidArgumentError(
         absl::StrFormat("max_prefill_tokens %d must be positive", options.max_prefill_tokens));
   }
+  if (options.max_running_requests <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_running_requests %d must be positive", options.max_running_requests));
+  }
   if (options.max_queued_requests < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_queued_requests %d must not be negative", options.max_queued_requests));
@@ -220,9 +224,10 @@ absl::StatusOr<RequestId> Engine::Submit(GenerateRequest input) {
   Admit();
   if (static_cast<int>(queued_.size()) > options_.max_queued_requests) {
     queued_.pop_back();  // the new request: admission is first come, first served
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("the KV pool is busy and %d requests already wait for room (max_queued_requests=%d)",
-                        options_.max_queued_requests, options_.max_queued_requests));
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "overloaded: %d requests run (max_running_requests=%d) and %d already wait for room "
+        "(max_queued_requests=%d); retry after a backoff",
+        running_.size(), options_.max_running_requests, options_.max_queued_requests, options_.max_queued_requests));
   }
   return id;
 }
@@ -250,9 +255,10 @@ void Engine::StopEarly(RequestId id) {
 }
 
 // Oldest first, while the pool can hold each one's worst case next to the running ones
-// (shared chunks that running requests already use are reserved once, for all of them).
+// (shared chunks that running requests already use are reserved once, for all of them)
+// and fewer than max_running_requests run.
 void Engine::Admit() {
-  while (!queued_.empty()) {
+  while (!queued_.empty() && static_cast<int>(running_.size()) < options_.max_running_requests) {
     const Request& next = *queued_.front();
     const int needed = next.reserved_blocks + shared_reservations_.ExtraBlocks(next.shared_chunks);
     if (reserved_blocks_ + shared_reservations_.reserved_blocks() + needed > allocator_.num_blocks()) break;

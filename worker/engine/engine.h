@@ -39,7 +39,12 @@ struct EngineOptions {
   // step, on top of one token per decoding request: long prefills are cut into pieces
   // so decoding requests keep making progress (chunked prefill).
   int max_prefill_tokens = 512;
-  // Requests waiting for KV pool room past this bound are refused (RESOURCE_EXHAUSTED).
+  // Requests running at once, at most: past it a request waits in the queue even when the
+  // pool has room, so an overload lengthens the queue (then is refused) instead of slowing
+  // every running request down. Each running request costs a batch slot every step.
+  int max_running_requests = 256;
+  // Requests waiting (for KV pool room or a running slot) past this bound are refused
+  // (RESOURCE_EXHAUSTED, the message naming the limits).
   int max_queued_requests = 64;
   // The cache tier behind the local pool (null: the local pool only). Shared chunks and
   // the anchor are looked up there (fetched when that is faster than computing them),

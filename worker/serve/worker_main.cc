@@ -24,7 +24,9 @@ namespace {
 constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PATH|synthetic:NAME [options]
   --listen HOST:PORT       the Generation API (a port of 0 picks a free one; printed on stdout)
   --metrics-listen HOST:PORT  Prometheus /metrics (default: off)
-  --max-queued-requests N  requests that may wait for KV pool room; past it RESOURCE_EXHAUSTED (default 64)
+  --max-running-requests N requests run at once, at most; more wait in the queue (default 256)
+  --max-queued-requests N  requests that may wait (for KV pool room or a running slot); past it
+                           RESOURCE_EXHAUSTED naming the limits (default 64)
   --default-max-tokens N   when a call does not set sampling.max_tokens (default 64)
   --max-message-bytes B    largest gRPC message (default 16MiB)
   --max-text-bytes B       largest document text or prompt text, checked before tokenizing (default 1MiB)
@@ -52,6 +54,7 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   parser.AddInt("--max-threads", &f.max_threads);
   parser.AddString("--listen", &f.listen);
   parser.AddString("--metrics-listen", &f.metrics_listen);
+  parser.AddInt("--max-running-requests", &f.model.setup.engine.max_running_requests);
   parser.AddInt("--max-queued-requests", &f.model.setup.engine.max_queued_requests);
   parser.AddInt("--default-max-tokens", &f.service.default_max_tokens);
   parser.AddByteSize("--max-message-bytes", &f.max_message_bytes);

@@ -27,6 +27,12 @@ const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {0.001, 0.0025, 
 WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
   requests_ = &Family(prometheus::BuildCounter(), "lazykv_worker_requests_total", "Generate calls, by outcome", r);
+  // The outcomes a call can have, exported at 0 from the start (dashboards find them, and
+  // rate() sees their first event).
+  for (const char* outcome : {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "CANCELLED", "DEADLINE_EXCEEDED",
+                              "UNAUTHENTICATED", "PERMISSION_DENIED", "UNAVAILABLE", "INTERNAL"}) {
+    requests_->Add({{"outcome", outcome}});
+  }
   ttft_ = &Family(prometheus::BuildHistogram(), "lazykv_worker_ttft_seconds", "Arrival to the first generated token", r)
                .Add({}, kLatencyBuckets);
   inter_token_ = &Family(prometheus::BuildHistogram(), "lazykv_worker_inter_token_seconds",

@@ -6,7 +6,7 @@ MODELS ?= $(abspath ../shared/models)
 # ccache hits across clones (CI builds a fresh clone each time).
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup configure build run test check-threads check-deploy clean
+.PHONY: all setup configure build run test check-threads check-deploy check-fuzz clean
 
 all: build
 
@@ -38,5 +38,10 @@ check-deploy: setup
 	@./scripts/check_prometheus.sh
 	@/usr/bin/python3 scripts/check_dashboards.py --scrape deploy/local/scrapes/*.prom
 
+# The fuzz targets (fuzz/), a few seconds each over their seed corpora (which hold every
+# input that once crashed). Longer: scripts/fuzz.sh 120.
+check-fuzz: setup
+	@CCACHE_NOHASHDIR=1 JOBS=$(JOBS) ./scripts/fuzz.sh 5
+
 clean:
-	rm -rf $(BUILD_DIR) $(BUILD_DIR)-tsan
+	rm -rf $(BUILD_DIR) $(BUILD_DIR)-tsan build-fuzz

@@ -133,6 +133,19 @@ absl::StatusOr<ChunkHeader> DecodeChunkHeader(std::string_view bytes) {
   h.payload_bytes = Get<uint64_t>(bytes, kOffPayloadBytes);
   h.payload_checksum = Get<uint64_t>(bytes, kOffPayloadChecksum);
   std::memcpy(h.mac.data(), bytes.data() + kOffMac, kChunkMacBytes);
+  // ChunkLayout::payload_bytes() wraps modulo 2^64: a layout of huge dimensions could
+  // agree with a small payload_bytes. Its exact size must fit, with the header, in 64 bits.
+  uint64_t exact = KvDtypeBytes(h.layout.dtype);
+  bool too_large = false;
+  for (uint64_t factor : {uint64_t{h.layout.n_kv_heads}, uint64_t{h.layout.head_dim}, uint64_t{h.layout.num_tokens},
+                          uint64_t{2}, uint64_t{h.layout.num_layers}}) {
+    too_large = too_large || __builtin_mul_overflow(exact, factor, &exact);
+  }
+  if (too_large || exact > UINT64_MAX - kChunkHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "chunk header: the layout (%d layers x 2 x %d tokens x %d KV heads x %d head_dim) is too large for 64-bit sizes",
+        h.layout.num_layers, h.layout.num_tokens, h.layout.n_kv_heads, h.layout.head_dim));
+  }
   if (h.payload_bytes != h.layout.payload_bytes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "chunk header: payload_bytes %d disagrees with the layout (%d layers x 2 x %d tokens x %d bytes per row = %d)",

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "absl/strings/str_format.h"
 #include "common/chunk_codec.h"
 
 namespace lazykv {
@@ -15,6 +16,9 @@ namespace {
 constexpr uint8_t kHeaderTag = (1 << 3) | 2;
 constexpr uint8_t kTierTag = (2 << 3) | 0;
 constexpr uint8_t kDataTag = (3 << 3) | 2;
+
+// The most a received header makes Deserialize reserve ahead of the payload.
+constexpr uint64_t kMaxReserveBytes = uint64_t{1} << 30;
 
 void PutVarint(std::string& out, uint64_t value) {
   while (value >= 0x80) {
@@ -92,12 +96,28 @@ void ReleaseOwner(void* owner) {
 }  // namespace
 
 grpc::Status GetChunkInto(grpc::ChannelInterface* channel, grpc::ClientContext* context, const v1::GetRequest& request,
-                          std::string* stored, v1::Tier* tier) {
+                          std::string* stored, v1::Tier* tier, uint64_t max_bytes) {
   static const grpc::internal::RpcMethod kGet("/lazykv.v1.KvCache/Get", grpc::internal::RpcMethod::SERVER_STREAMING);
   std::unique_ptr<grpc::ClientReader<IncomingGetResponse>> reader(
       grpc::internal::ClientReaderFactory<IncomingGetResponse>::Create(channel, kGet, context, request));
   IncomingGetResponse message{stored};
+  // The peer streams as much as it likes: what passes the size its own header announced
+  // (or max_bytes) ends the call, so a hostile or broken server cannot fill this memory.
+  uint64_t announced = max_bytes;
+  bool header_seen = false;
   while (reader->Read(&message)) {
+    if (!header_seen && stored->size() >= kChunkHeaderBytes) {
+      header_seen = true;
+      if (auto header = DecodeChunkHeader(std::string_view(*stored).substr(0, kChunkHeaderBytes)); header.ok()) {
+        announced = std::min(announced, kChunkHeaderBytes + header->payload_bytes);
+      }
+    }
+    if (stored->size() > announced) {
+      context->TryCancel();
+      reader->Finish();
+      return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          absl::StrFormat("get: the server sent more than the %d bytes announced", announced));
+    }
   }
   *tier = message.tier;
   return reader->Finish();
@@ -180,9 +200,11 @@ Status SerializationTraits<lazykv::IncomingGetResponse, void>::Deserialize(ByteB
         const bool wanted = tag == lazykv::kHeaderTag || tag == lazykv::kDataTag;
         if (tag == lazykv::kHeaderTag && message->out->empty()) {
           if (!in.Take(length, message->out)) return malformed;
-          // The header says how large the whole chunk is: one allocation for it.
+          // The header says how large the whole chunk is: one allocation for it. The peer
+          // wrote that size, so it is capped (a larger chunk grows as its bytes arrive):
+          // a header claiming a terabyte must not make this throw or take the memory.
           if (auto header = lazykv::DecodeChunkHeader(*message->out); header.ok()) {
-            message->out->reserve(lazykv::kChunkHeaderBytes + header->payload_bytes);
+            message->out->reserve(lazykv::kChunkHeaderBytes + std::min(header->payload_bytes, lazykv::kMaxReserveBytes));
           }
           break;
         }

@@ -36,8 +36,10 @@ struct IncomingGetResponse {
 };
 
 // KvCache.Get into `stored` (header + payload) over `channel`, through IncomingGetResponse.
+// DATA_LOSS (the call cancelled) once the server sends more than its header announced, or
+// more than `max_bytes` in all.
 grpc::Status GetChunkInto(grpc::ChannelInterface* channel, grpc::ClientContext* context, const v1::GetRequest& request,
-                          std::string* stored, v1::Tier* tier);
+                          std::string* stored, v1::Tier* tier, uint64_t max_bytes = uint64_t{4} << 30);
 
 // KvCache.Put of a chunk given as its header bytes and payload: the first message carries
 // key, fingerprint, lease and header, then `slice_bytes` of payload per message.

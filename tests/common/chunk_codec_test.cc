@@ -90,6 +90,19 @@ TEST(ChunkCodecTest, WrongLengthsAreInvalid) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ChunkCodecTest, ALayoutTooLargeFor64BitSizesIsRefused) {
+  // Found by fuzzing: 2^31 of every dimension wraps the payload size to 0 in 64 bits, and a
+  // header claiming it decoded with an empty payload.
+  ChunkLayout huge{.num_layers = 1u << 31, .n_kv_heads = 1u << 31, .head_dim = 1u << 31, .num_tokens = 1u << 31,
+                   .anchor_tokens = 1, .dtype = KvDtype::kBf16};
+  ChunkHeader header = MakeChunkHeader(Hash128{1, 2}, Hash128{3, 4}, huge, "");
+  header.payload_bytes = huge.payload_bytes();  // what the wrapped arithmetic says
+  auto decoded = DecodeChunkHeader(EncodeChunkHeader(header));
+  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument) << decoded.status();
+  EXPECT_NE(decoded.status().message().find("too large"), std::string::npos) << decoded.status();
+  EXPECT_FALSE(DecodeChunk(EncodeChunkHeader(header)).ok());
+}
+
 TEST(ChunkCodecTest, WrongVersionMagicOrHeaderChecksum) {
   std::mt19937_64 rng(testing::FreshSeed());
   const Sample s = RandomChunk(rng);

@@ -87,6 +87,11 @@ TEST(Llama2cLoaderTest, RejectsCorruptFiles) {
   WriteBytes(path, bad_heads);
   ExpectInvalid(LoadLlama2cCheckpoint(path).status(), path, "n_heads");
   EXPECT_EQ(LoadModel(dir.file("missing.bin")).status().code(), absl::StatusCode::kNotFound);
+  // Found by fuzzing: a 28-byte header of huge dimensions made the loader allocate (and
+  // zero) its weights before seeing the file is far too short. It is refused at once now.
+  const int32_t huge_header[7] = {65536, 65536 * 4, 1024, 512, 512, 1 << 24, 1 << 16};  // dim .. seq_len: ~10^13 weights
+  WriteBytes(path, std::string(reinterpret_cast<const char*>(huge_header), sizeof(huge_header)));
+  ExpectInvalid(LoadLlama2cCheckpoint(path).status(), path, "truncated");
 }
 
 // --- Hugging Face checkpoints written from a llama2.c model -----------------------

@@ -1,5 +1,8 @@
 #include "worker/cli/request_json.h"
 
+#include <limits>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -8,6 +11,30 @@ namespace {
 
 using nlohmann::json;
 
+// `value` as a T. nlohmann's get<T>() converts a number T cannot hold with a plain cast:
+// undefined behaviour for a float (e.g. "seed": 1e30), a silent wrap for an integer (an id
+// of 2^32 + 1 would become 1). Such numbers are refused; other values convert as get<T>()
+// does (a float in range is truncated; a string throws json::type_error).
+template <typename T>
+absl::StatusOr<T> NumberAs(const json& value, const std::string& field) {
+  bool in_range = true;
+  if (value.is_number_unsigned()) {
+    in_range = std::in_range<T>(value.get<uint64_t>());
+  } else if (value.is_number_integer()) {
+    in_range = std::in_range<T>(value.get<int64_t>());
+  } else if (value.is_number_float()) {  // truncated toward zero, so (min - 1, max + 1)
+    const double v = value.get<double>();
+    in_range = v > static_cast<double>(std::numeric_limits<T>::min()) - 1.0 &&
+               v < static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
+  }
+  if (!in_range) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", value.dump(), " is out of range [",
+                                                   std::numeric_limits<T>::min(), ", ",
+                                                   std::numeric_limits<T>::max(), "]"));
+  }
+  return value.get<T>();
+}
+
 absl::StatusOr<std::vector<int32_t>> TokensOf(const json& value, const Tokenizer& tokenizer, const std::string& field) {
   if (value.is_string()) return tokenizer.Encode(value.get<std::string>());
   if (value.is_array()) {
@@ -15,7 +42,8 @@ absl::StatusOr<std::vector<int32_t>> TokensOf(const json& value, const Tokenizer
     for (const json& id : value) {
       if (!id.is_number_integer())
         return absl::InvalidArgumentError(absl::StrCat(field, ": token ids must be integers"));
-      ids.push_back(id.get<int32_t>());
+      ASSIGN_OR_RETURN(const int32_t checked, NumberAs<int32_t>(id, field));
+      ids.push_back(checked);
     }
     return ids;
   }
@@ -40,13 +68,13 @@ absl::StatusOr<GenerateRequest> ParseRequestJson(const json& j, const Tokenizer&
       } else if (key == "prompt") {
         ASSIGN_OR_RETURN(request.prompt, TokensOf(value, tokenizer, "prompt"));
       } else if (key == "max_tokens") {
-        request.sampling.max_tokens = value.get<int>();
+        ASSIGN_OR_RETURN(request.sampling.max_tokens, NumberAs<int>(value, "max_tokens"));
       } else if (key == "temperature") {
         request.sampling.temperature = value.get<float>();
       } else if (key == "top_p") {
         request.sampling.top_p = value.get<float>();
       } else if (key == "seed") {
-        request.sampling.seed = value.get<uint64_t>();
+        ASSIGN_OR_RETURN(request.sampling.seed, NumberAs<uint64_t>(value, "seed"));
       } else if (key == "mode") {
         ASSIGN_OR_RETURN(request.mode, ParseAttentionMode(value.get<std::string>()));
       } else {

@@ -50,15 +50,15 @@ absl::StatusOr<ModelWeights> LoadLlama2cCheckpoint(const std::string& path) {
   if (absl::Status s = c.Validate(); !s.ok()) return bad(absl::StrCat("bad header: ", s.message()));
   if (c.max_seq_len > (1 << 24)) return bad(absl::StrFormat("bad header: seq_len %d out of range", c.max_seq_len));
 
-  ModelWeights w = AllocateWeights(c);
-  // The file stores each kind of tensor for all layers together, in this order.
-  const size_t dim = c.dim, L = c.n_layers;
+  // The file holds every tensor the header implies and two RoPE tables. Its size is
+  // checked before anything is allocated: a header alone must not make the loader
+  // allocate (and zero) what it claims, up to terabytes.
   const size_t rope_table = static_cast<size_t>(c.max_seq_len) * c.head_dim / 2;
-  size_t expected_floats = w.embedding.size() + dim * L * 2 + dim + 2 * rope_table;
-  const LayerWeights& l0 = w.layers[0];
-  expected_floats += L * (l0.wq.size() + l0.wk.size() + l0.wv.size() + l0.wo.size() + l0.w_gate.size() +
-                          l0.w_down.size() + l0.w_up.size());
-  if (!c.shared_classifier) expected_floats += w.classifier.size();
+  size_t expected_floats = 2 * rope_table;
+  ModelWeights shape;  // no tensor allocated: only the config and the layer count
+  shape.config = c;
+  shape.layers.resize(c.n_layers);
+  ForEachTensor(shape, [&](const std::string&, const std::vector<float>&, size_t n) { expected_floats += n; });
   const size_t expected_bytes = kHeaderBytes + expected_floats * sizeof(float);
   if (file.size() != expected_bytes) {
     return bad(
@@ -68,6 +68,8 @@ absl::StatusOr<ModelWeights> LoadLlama2cCheckpoint(const std::string& path) {
                         c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.max_seq_len, expected_bytes));
   }
 
+  ModelWeights w = AllocateWeights(c);
+  // The file stores each kind of tensor for all layers together, in this order.
   const uint8_t* cursor = file.bytes().data() + kHeaderBytes;
   auto take = [&](std::vector<float>& dst) {
     std::memcpy(dst.data(), cursor, dst.size() * sizeof(float));

@@ -214,6 +214,23 @@ absl::StatusOr<ModelWeights> LoadHfCheckpoint(const std::string& directory) {
     return nullptr;
   };
 
+  // Every weight the config implies is stored at 2 bytes or more (BF16, F16; F32 takes 4),
+  // so the files must hold at least twice as many bytes as there are weights. Checked
+  // before anything is allocated: a config.json beside small weights must not make the
+  // loader allocate (and zero) what the config claims, up to terabytes.
+  uint64_t file_bytes = 0;
+  for (const SafetensorsFile& shard : shards) file_bytes += shard.mapped.size();
+  ModelWeights shape;  // no tensor allocated: only the config and the layer count
+  shape.config = config;
+  shape.layers.resize(config.n_layers);
+  uint64_t weights = 0;
+  ForEachTensor(shape, [&](const std::string&, const std::vector<float>&, size_t n) { weights += n; });
+  if (weights > file_bytes / 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the config implies %d weights (at least %d bytes), the safetensors files hold %d bytes (truncated?)",
+        directory, weights, 2 * weights, file_bytes));
+  }
+
   ModelWeights w = AllocateWeights(config);
   const int64_t dim = config.dim, hidden = config.hidden_dim, q = config.q_dim(), kv = config.kv_dim(),
                 vocab = config.vocab_size;

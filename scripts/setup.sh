@@ -15,7 +15,7 @@ packages=(
   libssl-dev openssl
   libcpp-httplib-dev
   yamllint unzip
-  prometheus python3-yaml
+  prometheus python3-yaml curl
   libsentencepiece-dev
   nlohmann-json3-dev
   libspdlog-dev

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
+#include "fuzz/tokenizer_checks.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace {
@@ -87,17 +88,6 @@ void CheckEncode(const Vocabulary& v, std::string_view text) {
   }
 }
 
-void CheckDecode(const Tokenizer& tokenizer, const std::vector<int32_t>& ids, size_t split) {
-  std::vector<int32_t> inside;
-  for (int32_t id : ids) {
-    if (id >= 0 && id < tokenizer.vocab_size()) inside.push_back(id);
-  }
-  FUZZ_CHECK(tokenizer.Decode(ids) == tokenizer.Decode(inside));
-  split = std::min(split, ids.size());
-  const std::span<const int32_t> all(ids);
-  (void)DecodeContinuation(tokenizer, all.subspan(0, split), all.subspan(split));
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -143,7 +133,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (int32_t& id : ids) id %= 40000;
       }
       const size_t split = ids.empty() ? 0 : static_cast<uint8_t>(rest.back()) % (ids.size() + 1);
-      for (const Vocabulary& v : g_vocabularies) CheckDecode(*v.tokenizer, ids, split);
+      for (const Vocabulary& v : g_vocabularies) fuzz::CheckDecode(*v.tokenizer, ids, split);
       break;
     }
     default: {  // a tokenizer.bin
@@ -158,7 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       CheckEncode(v, rest.substr(0, 512));
       std::vector<int32_t> ids;
       for (int32_t id = -2; id < 300; ++id) ids.push_back(id);
-      CheckDecode(*v.tokenizer, ids, 100);
+      fuzz::CheckDecode(*v.tokenizer, ids, 100);
       break;
     }
   }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
+#include "fuzz/tokenizer_checks.h"
 #include "worker/tokenizer/tokenizer.h"
 
 // The sanitizer runtime ends the process when anything dlopens with RTLD_DEEPBIND
@@ -41,17 +42,6 @@ constexpr size_t kMaxTextBytes = 64 << 10;
 constexpr int32_t kBos = 1, kEos = 2;  // both models' (Llama's) control ids
 
 std::vector<std::unique_ptr<Tokenizer>> g_models;
-
-void CheckDecode(const Tokenizer& tokenizer, const std::vector<int32_t>& ids, size_t split) {
-  std::vector<int32_t> inside;
-  for (int32_t id : ids) {
-    if (id >= 0 && id < tokenizer.vocab_size()) inside.push_back(id);
-  }
-  FUZZ_CHECK(tokenizer.Decode(ids) == tokenizer.Decode(inside));
-  split = std::min(split, ids.size());
-  const std::span<const int32_t> all(ids);
-  (void)DecodeContinuation(tokenizer, all.subspan(0, split), all.subspan(split));
-}
 
 }  // namespace
 
@@ -92,7 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (int32_t& id : ids) id %= 40000;
     }
     const size_t split = ids.empty() ? 0 : static_cast<uint8_t>(rest.back()) % (ids.size() + 1);
-    for (const auto& model : g_models) CheckDecode(*model, ids, split);
+    for (const auto& model : g_models) fuzz::CheckDecode(*model, ids, split);
   }
   return 0;
 }

@@ -23,6 +23,7 @@ class ServerProcess {
   const std::string& address() const { return address_; }                  // HOST:PORT of the service
   const std::string& metrics_address() const { return metrics_address_; }  // empty without metrics
   const std::string& first_line() const { return first_line_; }
+  pid_t pid() const { return pid_; }
 
   // Sends `signal` and waits for the exit; returns the exit code (128 + signal if killed).
   int Stop(int signal);

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <numeric>
 #include <random>
@@ -319,6 +320,67 @@ TEST(WorkerServerTest, AdmissionQueuesForPoolRoomAndRefusesPastTheBound) {
     }
     ExpectNoBlocksHeldByRequests(MetricsWhenIdle(*worker));
   }
+}
+
+// kB of a /proc/PID/status field (VmHWM: peak resident memory); -1 when unreadable.
+int64_t ProcStatusKb(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+TEST(WorkerServerTest, AnOverloadIsShedAtOnceAndWhatIsAcceptedFinishes) {
+  const std::string dir = TempDir("worker_overload");
+  // Two run and two wait; forty arrive at once (a 10x overload of what the worker takes).
+  auto worker = StartWorker(dir, {"--model", "synthetic:small", "--cache-dir", dir + "/cache", "--max-running-requests",
+                                  "2", "--max-queued-requests", "2"});
+  auto stub = Stub(worker->address());
+  const int64_t rss_before = ProcStatusKb(worker->pid(), "VmRSS");
+  std::mt19937_64 rng(FreshSeed());
+  v1::GenerateRequest request;
+  for (int32_t id : RandomTokens(rng, 40, 4096)) request.add_documents()->mutable_tokens()->add_ids(id);
+  for (int32_t id : RandomTokens(rng, 4, 4096)) request.mutable_prompt_tokens()->add_ids(id);
+  request.mutable_sampling()->set_max_tokens(60);
+  constexpr int kCalls = 40;
+  std::vector<std::future<std::pair<Reply, double>>> calls;
+  for (int i = 0; i < kCalls; ++i) {
+    calls.push_back(std::async(std::launch::async, [&] {
+      const auto start = std::chrono::steady_clock::now();
+      Reply reply = Call(*stub, request, 120000 * SlowdownFactor());
+      return std::make_pair(std::move(reply),
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }));
+  }
+  int ok = 0, shed = 0;
+  double slowest_refusal = 0;
+  for (auto& call : calls) {
+    auto [reply, seconds] = call.get();
+    if (reply.status.ok()) {
+      ++ok;
+      EXPECT_EQ(reply.tokens.size(), 60u);
+    } else {
+      ++shed;
+      EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << reply.status.error_message();
+      EXPECT_NE(reply.status.error_message().find("max_running_requests=2"), std::string::npos)
+          << reply.status.error_message();
+      slowest_refusal = std::max(slowest_refusal, seconds);
+    }
+  }
+  EXPECT_GE(ok, 4);     // what ran and what waited
+  EXPECT_GT(shed, 20);  // most of the overload, refused
+  EXPECT_EQ(ok + shed, kCalls);
+  // Refused at once, not after waiting behind the others.
+  EXPECT_LT(slowest_refusal, 2.0 * SlowdownFactor());
+  const std::string page = MetricsWhenIdle(*worker);
+  EXPECT_EQ(Metric(page, "lazykv_worker_requests_total{outcome=\"RESOURCE_EXHAUSTED\"}"), shed);
+  ExpectNoBlocksHeldByRequests(page);
+  // Memory held: the overload cost no more than a few MiB beyond the preallocated pool.
+  const int64_t peak = ProcStatusKb(worker->pid(), "VmHWM");
+  if (rss_before > 0 && peak > 0) EXPECT_LT(peak - rss_before, 64 * 1024) << "peak " << peak << " kB";
+  stub.reset();
+  EXPECT_EQ(worker->Stop(SIGTERM), 0);
 }
 
 TEST(WorkerServerTest, TwoWorkersSharingACacheServerComputeEachDocumentOnce) {

@@ -121,4 +121,8 @@ json ResultToJson(const GenerateRequest& request, const GenerateResult& result, 
   };
 }
 
+std::string ResultToJsonLine(const GenerateRequest& request, const GenerateResult& result, const Tokenizer& tokenizer) {
+  return ResultToJson(request, result, tokenizer).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 }  // namespace lazykv

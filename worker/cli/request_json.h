@@ -16,5 +16,9 @@ absl::StatusOr<GenerateRequest> ParseRequestJson(const nlohmann::json& j, const 
                                                  const GenerateRequest& defaults);
 
 nlohmann::json ResultToJson(const GenerateRequest& request, const GenerateResult& result, const Tokenizer& tokenizer);
+// ResultToJson as one line of valid JSON: text that is not valid UTF-8 (a generation that
+// ends inside a multi-byte character, or a lone byte-fallback token) has those bytes
+// replaced by U+FFFD; the exact output stays in "tokens".
+std::string ResultToJsonLine(const GenerateRequest& request, const GenerateResult& result, const Tokenizer& tokenizer);
 
 }  // namespace lazykv

@@ -130,7 +130,7 @@ int RunCommand(int argc, char** argv) {
       return 1;
     }
     if (flags.json) {
-      std::cout << ResultToJson(request, *result, *loaded->tokenizer).dump() << "\n";
+      std::cout << ResultToJsonLine(request, *result, *loaded->tokenizer) << "\n";
     } else {
       PrintHuman(i + 1, request, *result, *loaded->tokenizer);
     }

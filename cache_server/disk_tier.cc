@@ -61,6 +61,8 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
   db_options.blob_garbage_collection_force_threshold = 0.5;
   db_options.write_buffer_size = std::clamp<uint64_t>(options.capacity_bytes / 16, 1 << 20, 64ull << 20);
   db_options.max_background_jobs = 2;
+  // RocksDB's info LOG rotated by size: at most 3 files of 1 MiB (it grew without bound).
+  db_options.max_log_file_size = 1 << 20;
   db_options.keep_log_file_num = 2;
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, &raw);

@@ -193,11 +193,7 @@ absl::StatusOr<std::shared_ptr<HostValue>> TieredStore::AllocateHostValue(uint64
   while (true) {
     {
       MutexLock lock(&mu_);
-      // Evict until the free pages suffice; evicted values still being read or written
-      // to disk free their pages a little later.
-      while (!arena_->TryAllocate(pages, &taken)) {
-        if (!EvictOneLocked()) break;
-      }
+      EvictForLocked(pages, &taken);
       UpdateGaugesLocked();
     }
     if (!taken.empty()) return std::make_shared<HostValue>(arena_.get(), std::move(taken), size);
@@ -210,19 +206,47 @@ absl::StatusOr<std::shared_ptr<HostValue>> TieredStore::AllocateHostValue(uint64
   }
 }
 
-bool TieredStore::EvictOneLocked() {
-  const std::optional<Hash128> victim = policy_->PopVictim();
-  if (!victim) return false;
-  auto it = host_.find(*victim);
-  if (it == host_.end()) return true;
+// Eviction frees only what the put needs, and first from victims whose pages free at once.
+// A victim still held by a read or a pending disk write frees its pages only when that
+// ends: evicting such victims first could empty the tier for one put. So a first pass
+// evicts only victims nobody else holds (the held ones are kept, back in the policy); only
+// if that is not enough does a second pass evict held victims, and only until the pages
+// they will free cover what is missing; the caller then waits for them.
+void TieredStore::EvictForLocked(uint64_t pages, std::vector<uint32_t>* taken) {
+  std::vector<std::pair<Hash128, uint64_t>> held;
+  while (!arena_->TryAllocate(pages, taken)) {
+    const std::optional<Hash128> victim = policy_->PopVictim();
+    if (!victim) break;
+    auto it = host_.find(*victim);
+    if (it == host_.end()) continue;
+    if (it->second.value.use_count() > 1 || (disk_ && !it->second.on_disk)) {
+      held.emplace_back(*victim, it->second.value->size());
+      continue;
+    }
+    EvictLocked(*victim);
+  }
+  for (const auto& [key, bytes] : held) policy_->Insert(key, bytes);  // kept: in use
+  if (!taken->empty()) return;
+  uint64_t freeing_later = 0;
+  while (arena_->free_pages() + freeing_later < pages) {
+    const std::optional<Hash128> victim = policy_->PopVictim();
+    if (!victim) break;
+    auto it = host_.find(*victim);
+    if (it == host_.end()) continue;
+    freeing_later += arena_->PagesFor(it->second.value->size());
+    EvictLocked(*victim);
+  }
+}
+
+void TieredStore::EvictLocked(const Hash128& victim) {
+  auto it = host_.find(victim);
   if (disk_) {
     // Stays on disk: already written through, queued, or written now.
-    if (!it->second.on_disk && !it->second.disk_pending) EnqueueDiskWriteLocked(*victim, it->second.value);
+    if (!it->second.on_disk && !it->second.disk_pending) EnqueueDiskWriteLocked(victim, it->second.value);
     metrics_->demotions->Increment();
   }
   metrics_->host.evictions->Increment();
-  EraseHostLocked(*victim);  // the policy has forgotten it already
-  return true;
+  EraseHostLocked(victim);  // the policy has forgotten it already
 }
 
 void TieredStore::InsertHostLocked(const Hash128& key, std::shared_ptr<HostValue> value, bool on_disk) {

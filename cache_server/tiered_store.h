@@ -149,7 +149,10 @@ class TieredStore {
               std::unique_ptr<DiskTier> disk, std::shared_ptr<CacheMetrics> metrics);
   absl::StatusOr<std::shared_ptr<HostValue>> AllocateHostValue(uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops one host entry chosen by the policy; false when none is left.
-  bool EvictOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts host values until `pages` can be taken into *taken (empty when the pages
+  // still have to free: the caller waits for them). See the definition.
+  void EvictForLocked(uint64_t pages, std::vector<uint32_t>* taken) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictLocked(const Hash128& victim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // the policy forgot it
   void InsertHostLocked(const Hash128& key, std::shared_ptr<HostValue> value, bool on_disk)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseHostLocked(const Hash128& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

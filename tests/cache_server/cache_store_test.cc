@@ -143,6 +143,57 @@ TEST(TieredStoreTest, HostTierChurnNeverFragmentsAndStaysUnderCapacity) {
   EXPECT_TRUE(last->ReadAll() == live.back().stored());
 }
 
+TEST(TieredStoreTest, EvictionFreesWhatAPutNeedsFromVictimsNobodyHolds) {
+  std::mt19937_64 rng(FreshSeed());
+  const std::string dir = TempDir("store_evict");
+  cache::TieredStoreOptions options;
+  options.page_bytes = 64 << 10;
+  options.host_capacity_bytes = 6 * options.page_bytes;
+  options.disk_capacity_bytes = 64 << 20;
+  options.data_dir = dir + "/db";
+  options.pin_host_memory = false;
+  options.eviction_policy = "lru";
+  options.space_wait = std::chrono::milliseconds(2000);
+  auto store = *cache::TieredStore::Open(options, nullptr);
+  auto put = [&] {
+    TestChunk c = RandomTestChunk(rng, 40 << 10);  // one page each
+    EXPECT_TRUE(store->Put(c.key, c.stored()).ok());
+    EXPECT_TRUE(store->Flush().ok());  // on disk: only readers hold its pages now
+    return c;
+  };
+  auto in_host = [&](const std::vector<TestChunk>& chunks) {
+    int n = 0;
+    for (const TestChunk& c : chunks) n += store->Locate(c.key)->tier == cache::StoreTier::kHost;
+    return n;
+  };
+  // The four least recently used chunks are being read; two more fill the host tier.
+  std::vector<TestChunk> read;
+  for (int i = 0; i < 4; ++i) read.push_back(put());
+  std::vector<cache::ChunkReader> readers;
+  for (const TestChunk& c : read) readers.push_back(*store->Read(c.key));
+  const TestChunk unread = put(), newest = put();
+  // A one-page put evicts the unread chunk, not the four read ones ahead of it in the LRU
+  // order (evicting them would free nothing until their reads end).
+  const TestChunk fresh = put();
+  EXPECT_EQ(in_host(read), 4);
+  EXPECT_EQ(store->Locate(unread.key)->tier, cache::StoreTier::kDisk);
+  // Now every chunk in RAM is being read: the put evicts just one and waits for its reader.
+  readers.push_back(*store->Read(newest.key));
+  readers.push_back(*store->Read(fresh.key));
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    readers.clear();
+  });
+  const TestChunk last = put();
+  release.join();
+  std::vector<TestChunk> held = read;
+  held.push_back(newest);
+  held.push_back(fresh);
+  EXPECT_EQ(in_host(held), 5) << "more read chunks were evicted than the put needed";
+  EXPECT_EQ(store->Locate(last.key)->tier, cache::StoreTier::kHost);
+  for (const TestChunk& c : held) EXPECT_TRUE(store->Read(c.key)->ReadAll() == c.stored());
+}
+
 TEST(LeaseTableTest, ManyWaitersOneComputes) {
   std::atomic<bool> stored = false;
   cache::CacheMetrics metrics;

@@ -9,14 +9,19 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <atomic>
 #include <fstream>
+#include <thread>
 #include <sstream>
 
+#include "common/chunk_key.h"
+#include "common/grpc_util.h"
 #include "common/security/transport_security.h"
 #include "proto/generate.grpc.pb.h"
 #include "tests/cache_server/cache_test_util.h"
 #include "tests/security/security_test_util.h"
 #include "tests/test_util.h"
+#include "worker/setup/model_setup.h"
 
 namespace lazykv::testing {
 namespace {
@@ -207,6 +212,68 @@ TEST_F(WorkerSecurityTest, AWorkerWithWrongCacheCredentialsStillServesAndStoresN
   ASSERT_TRUE(stub->Stats(&context, v1::StatsRequest(), &stats).ok());
   ASSERT_GT(stats.tiers_size(), 0);
   EXPECT_EQ(stats.tiers(0).entries(), 0);
+}
+
+TEST_F(WorkerSecurityTest, ALeaseSquatterCostsAColdWorkerABoundedWaitNotAStall) {
+  // A malicious fleet member (a worker token) takes the lease on a document's chunk with
+  // the longest TTL the server allows and renews it for ever, never publishing.
+  const v1::GenerateRequest request = StoryRequest();
+  const Reply reference = Reference(request);
+  ASSERT_TRUE(reference.status.ok());
+  ModelSetupOptions setup;
+  setup.model = ModelPath("stories260K.bin");
+  setup.tokenizer = ModelPath("tok512.bin");
+  setup.cache_tier.enabled = false;
+  auto local = SetUpEngine(setup);
+  ASSERT_TRUE(local.ok()) << local.status();
+  const Hash128 squatted = MakeChunkKey(local->engine->model_fingerprint(), local->engine->anchor(),
+                                        local->tokenizer->Encode(request.documents(0).text()));
+  ClientSecurityOptions squatter_security{.tls_ca_file = certs_.ca,
+                                          .tls_cert_file = certs_.client_cert,
+                                          .tls_key_file = certs_.client_key,
+                                          .auth_token_file = certs_.worker_token};
+  auto squatter = v1::KvCache::NewStub(MakeClientChannel(cache_->address(), squatter_security));
+  v1::LeaseResponse lease;
+  {
+    grpc::ClientContext context;
+    v1::LeaseRequest take;
+    *take.mutable_key() = ToProto(squatted);
+    take.set_ttl_ms(120000);
+    ASSERT_TRUE(squatter->Lease(&context, take, &lease).ok());
+    ASSERT_EQ(lease.outcome(), v1::LeaseResponse::GRANTED);
+  }
+  std::atomic<bool> done{false};
+  std::thread renewer([&] {
+    while (!done) {
+      grpc::ClientContext context;
+      v1::RenewLeaseRequest renew;
+      *renew.mutable_key() = ToProto(squatted);
+      renew.set_lease_id(lease.lease_id());
+      renew.set_ttl_ms(120000);
+      v1::RenewLeaseResponse renewed;
+      squatter->RenewLease(&context, renew, &renewed);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  // A cold worker (no step measured yet) waits at most its cold bound (2 s) for the
+  // squatter, then computes the document itself; once measured, a few compute times.
+  auto worker = StartSecureWorker("squatted", certs_.worker_token);
+  const auto start = std::chrono::steady_clock::now();
+  const Reply first = Generate(worker->address(), Client(certs_.client_token), request);
+  const double first_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  v1::GenerateRequest again = request;
+  again.set_prompt_text("Then Tom said");
+  const auto second_start = std::chrono::steady_clock::now();
+  const Reply second = Generate(worker->address(), Client(certs_.client_token), again);
+  const double second_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - second_start).count();
+  done = true;
+  renewer.join();
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  EXPECT_EQ(first.tokens, reference.tokens);
+  EXPECT_LT(first_seconds, 6.0 * SlowdownFactor()) << "the squatter stalled a cold worker";
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_LT(second_seconds, 2.0 * SlowdownFactor()) << "the squatter stalled a measured worker";
 }
 
 }  // namespace

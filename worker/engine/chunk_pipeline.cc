@@ -229,14 +229,14 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
 }
 
 std::chrono::milliseconds ChunkPipeline::ComputeBound(int num_tokens, double factor, std::chrono::milliseconds lo,
-                                                      std::chrono::milliseconds hi) const {
-  // Before any step is measured (a cold worker), the generous end: waiting for another
-  // worker's computation is right at fleet start, when every document is being computed.
+                                                      std::chrono::milliseconds hi,
+                                                      std::chrono::milliseconds unmeasured) const {
+  hi = std::max(lo, hi);
   const std::optional<double> step = cost_.StepSeconds(num_tokens);
-  if (!step.has_value()) return std::max(lo, hi);
+  if (!step.has_value()) return std::clamp(unmeasured, lo, hi);
   const double seconds = factor * std::max(0.0, *step);
   const auto bound = std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 86400.0) * 1e3));
-  return std::clamp(bound, lo, std::max(lo, hi));
+  return std::clamp(bound, lo, hi);
 }
 
 void ChunkPipeline::LeaseOrWait(const ChunkRequest& chunk, ComputeReason reason) {
@@ -245,9 +245,11 @@ void ChunkPipeline::LeaseOrWait(const ChunkRequest& chunk, ComputeReason reason)
   outcome.reason = reason;
   // Short leases (a crashed holder blocks nobody for long), renewed while computing; and
   // a bounded wait for another holder (a squatter costs a bounded wait).
-  const std::chrono::milliseconds ttl = ComputeBound(chunk.num_tokens, 4, options_.min_lease_ttl, options_.lease_ttl);
-  const auto give_up_at =
-      Clock::now() + ComputeBound(chunk.num_tokens, 3, options_.min_lease_wait, options_.max_lease_wait);
+  // Unmeasured: the longest lease (it is renewed anyway), and a moderate wait.
+  const std::chrono::milliseconds ttl =
+      ComputeBound(chunk.num_tokens, 4, options_.min_lease_ttl, options_.lease_ttl, options_.lease_ttl);
+  const auto give_up_at = Clock::now() + ComputeBound(chunk.num_tokens, 3, options_.min_lease_wait,
+                                                      options_.max_lease_wait, options_.cold_lease_wait);
   std::chrono::milliseconds wait{0};
   bool counted_wait = false;
   while (true) {

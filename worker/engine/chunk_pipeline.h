@@ -47,10 +47,12 @@ struct ChunkPipelineOptions {
   std::chrono::milliseconds lease_ttl{10000};
   std::chrono::milliseconds max_lease_hold{120000};
   // Waiting for another holder's publication: a few times the chunk's expected compute
-  // time, within these bounds (the most before any step is measured); then it is computed
-  // here without the lease, so a holder that squats a lease costs others a bounded wait.
+  // time, within these bounds; then it is computed here without the lease, so a holder
+  // that squats a lease costs others a bounded wait. Before any step is measured (a cold
+  // worker, whose first chunks may be the ones squatted) the wait is cold_lease_wait.
   std::chrono::milliseconds min_lease_wait{250};
   std::chrono::milliseconds max_lease_wait{30000};
+  std::chrono::milliseconds cold_lease_wait{2000};
   FetchPolicy fetch_policy = FetchPolicy::kAuto;
   // The fleet's chunk MAC (common/chunk_mac.h): chunks published are signed, chunks fetched
   // are checked before staging. Null: neither (a fleet without a secret trusts its tier).
@@ -159,10 +161,10 @@ class ChunkPipeline {
   void RunPublication(const Hash128& key, const ChunkLayout& layout, uint64_t lease_id,
                       std::shared_ptr<ExportedChunk> exported) ABSL_LOCKS_EXCLUDED(mu_);
   void Deliver(ChunkOutcome outcome) ABSL_LOCKS_EXCLUDED(mu_);
-  // The expected compute time of `num_tokens` scaled by `factor`, within [lo, hi]; `hi`
-  // before anything was measured.
+  // The expected compute time of `num_tokens` scaled by `factor`, within [lo, hi];
+  // `unmeasured` (clamped to them) before any step was measured.
   std::chrono::milliseconds ComputeBound(int num_tokens, double factor, std::chrono::milliseconds lo,
-                                         std::chrono::milliseconds hi) const;
+                                         std::chrono::milliseconds hi, std::chrono::milliseconds unmeasured) const;
   // The fetch policy's (or the cost model's) answer; `explore`: a fetch made to measure.
   bool ShouldFetch(const TierHit& hit, int num_tokens, bool* explore) ABSL_LOCKS_EXCLUDED(mu_);
 

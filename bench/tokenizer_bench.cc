@@ -2,15 +2,22 @@
 // on the same vocabulary (tok32000.bin and tok32000.model, the stories15M tokenizer) in the
 // same run, on English-like text of growing size: MB/s should stay flat as the text grows
 // (linear-ish), where run.c's scan per merge grew quadratically.
-// usage: tokenizer_bench [--models DIR] [--max-bytes N] [--seed S]
+// Then the Hugging Face tokenizer.json byte-level BPE (Llama 3, ../shared/tokenizers/llama3)
+// on the same English-like text and on the reference vectors' long documents (an English
+// essay; all nine: prose, Markdown, C++, Python, HTML, JSON, a CSV log, several languages)
+// repeated to --max-bytes. The target is >= 10 MB/s on one core for English.
+// usage: tokenizer_bench [--models DIR] [--hf DIR|tokenizer.json] [--max-bytes N] [--seed S]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/flag_parser.h"
+#include "nlohmann/json.hpp"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace lazykv {
@@ -47,22 +54,67 @@ std::pair<double, size_t> TimeEncode(const Tokenizer& tokenizer, const std::stri
   return {best, tokens};
 }
 
+// The text of the vectors named `names` (all long documents if empty), repeated to `bytes`.
+std::string RepeatedDocuments(const std::string& vectors_path, const std::vector<std::string>& names, size_t bytes) {
+  std::ifstream in(vectors_path);
+  std::string docs;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto v = nlohmann::json::parse(line);
+    const bool wanted =
+        names.empty() ? v["category"] == "long_doc" : std::find(names.begin(), names.end(), v["name"]) != names.end();
+    if (wanted) docs += v["text"].get<std::string>() + "\n\n";
+  }
+  std::string text;
+  if (docs.empty()) return text;
+  while (text.size() < bytes) text += docs;
+  return text;
+}
+
+void BenchHf(const std::string& path, uint64_t max_bytes, uint64_t seed) {
+  const auto load_start = std::chrono::steady_clock::now();
+  auto hf = LoadTokenizer(path);
+  if (!hf.ok()) {
+    std::printf("\nHugging Face tokenizer.json: skipped (%s)\n", hf.status().ToString().c_str());
+    return;
+  }
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  std::printf("\nHugging Face tokenizer.json byte-level BPE: %s (%d ids, loaded in %.2f s)\n", path.c_str(),
+              (*hf)->vocab_size(), load_s);
+  std::printf("%-22s %10s %10s %10s %10s\n", "text", "bytes", "tokens", "MB/s", "ms");
+  auto row = [&](const std::string& name, const std::string& text) {
+    if (text.empty()) return;
+    const auto [s, tokens] = TimeEncode(**hf, text, text.size() <= (256u << 10) ? 5 : 3);
+    std::printf("%-22s %9zuK %10zu %10.2f %10.1f\n", name.c_str(), text.size() >> 10, tokens, text.size() / 1e6 / s,
+                s * 1e3);
+  };
+  for (size_t bytes = 16 << 10; bytes <= max_bytes; bytes *= 4) row("english-like words", EnglishLikeText(bytes, seed));
+  const std::string dir = path.ends_with(".json") ? path.substr(0, path.rfind('/')) : path;
+  row("essay (doc_essay_en)", RepeatedDocuments(dir + "/vectors.jsonl", {"doc_essay_en"}, max_bytes));
+  row("all 9 long documents", RepeatedDocuments(dir + "/vectors.jsonl", {}, max_bytes));
+  std::printf("(MB/s best of several runs, one thread)\n");
+}
+
 int Main(int argc, char** argv) {
   std::string models = LAZYKV_DEFAULT_MODELS_DIR;
+  std::string hf_path;  // default: beside --models
   uint64_t max_bytes = 4 << 20, seed = 1;
-  FlagParser parser("usage: tokenizer_bench [--models DIR] [--max-bytes N] [--seed S]\n");
+  FlagParser parser("usage: tokenizer_bench [--models DIR] [--hf DIR|tokenizer.json] [--max-bytes N] [--seed S]\n");
   parser.AddString("--models", &models);
+  parser.AddString("--hf", &hf_path);
   parser.AddByteSize("--max-bytes", &max_bytes);
   parser.AddUint64("--seed", &seed);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return absl::IsCancelled(s) ? 0 : 2;
   }
+  if (hf_path.empty()) hf_path = (std::filesystem::path(models) / "../tokenizers/llama3").lexically_normal().string();
   auto bpe = LoadTokenizer(models + "/tok32000.bin");
   auto sp = LoadTokenizer(models + "/tok32000.model");
   if (!bpe.ok() || !sp.ok()) {
     std::fprintf(stderr, "cannot load the tokenizers: %s %s\n", bpe.status().ToString().c_str(),
                  sp.status().ToString().c_str());
+    BenchHf(hf_path, max_bytes, seed);
     return 1;
   }
   std::printf("%10s %10s %14s %14s %12s %14s\n", "text", "tokens", "llama2c MB/s", "sentencepiece", "ratio",
@@ -78,6 +130,7 @@ int Main(int argc, char** argv) {
     (void)sp_tokens;
   }
   std::printf("(MB/s best of several runs; ratio: SentencePiece's time over llama2c's, same text)\n");
+  BenchHf(hf_path, max_bytes, seed);
   return 0;
 }
 

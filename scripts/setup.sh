@@ -14,6 +14,7 @@ packages=(
   libxxhash-dev
   libssl-dev openssl
   libcpp-httplib-dev
+  libpcre2-dev
   yamllint unzip
   prometheus python3-yaml curl
   libsentencepiece-dev

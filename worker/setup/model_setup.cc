@@ -26,11 +26,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> ChooseTokenizer(const ModelSetupOptio
   std::error_code ec;
   const fs::path model(options.model);
   const fs::path dir = fs::is_directory(model, ec) ? model : model.parent_path();
-  for (const char* name : {"tokenizer.model", "tokenizer.bin"}) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer.bin"}) {
     if (fs::exists(dir / name, ec)) return LoadTokenizer((dir / name).string());
   }
   return absl::InvalidArgumentError(absl::StrFormat(
-      "no tokenizer for %s: pass --tokenizer PATH (llama2.c tokenizer.bin or SentencePiece .model)", options.model));
+      "no tokenizer for %s: pass --tokenizer PATH (Hugging Face tokenizer.json, llama2.c tokenizer.bin or SentencePiece .model)", options.model));
 }
 
 }  // namespace

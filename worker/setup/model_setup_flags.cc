@@ -10,7 +10,8 @@ namespace lazykv {
 namespace {
 constexpr char kUsage[] =
     R"(  --model PATH|synthetic:NAME  llama2.c .bin, Hugging Face directory, or synthetic weights
-  --tokenizer PATH       llama2.c tokenizer.bin or SentencePiece .model (default: next to the model)
+  --tokenizer PATH       tokenizer.json (Hugging Face byte-level BPE), llama2.c tokenizer.bin or
+                         SentencePiece .model (default: next to the model)
   --mode MODE            none | prefix | block | lazy (default lazy)
   --device D             cpu | cuda | auto (default auto: cuda when this build has it and a GPU is present)
   --dtype T              bf16 | fp32 | auto: the precision of weights, activations between GEMMs and KV

@@ -49,7 +49,18 @@ std::string DecodeContinuation(const Tokenizer& tokenizer, std::span<const int32
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
-  if (std::filesystem::path(path).extension() == ".model") return LoadSentencePieceTokenizer(path);
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer.bin"}) {
+      if (fs::exists(fs::path(path) / name, ec)) return LoadTokenizer((fs::path(path) / name).string());
+    }
+    return absl::NotFoundError(
+        absl::StrFormat("%s: a directory with no tokenizer.json, tokenizer.model or tokenizer.bin", path));
+  }
+  const fs::path extension = fs::path(path).extension();
+  if (extension == ".json") return LoadHfTokenizer(path);
+  if (extension == ".model") return LoadSentencePieceTokenizer(path);
   return LoadLlama2cTokenizer(path);
 }
 

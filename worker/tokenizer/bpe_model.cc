@@ -1,6 +1,6 @@
 #include "worker/tokenizer/bpe_model.h"
 
-#include <queue>
+#include "worker/tokenizer/pair_merge.h"
 
 namespace lazykv {
 
@@ -56,47 +56,18 @@ void BpeModel::MergeShort(std::string_view word, std::vector<int32_t>& out) cons
   out.insert(out.end(), ids, ids + n);
 }
 
-// Symbols in a linked list, candidate pairs in a heap (lowest rank, then leftmost); a
-// candidate is stale once either of its symbols has changed.
+// The lowest rank merges first (worker/tokenizer/pair_merge.h).
 void BpeModel::MergeLong(std::string_view word, std::vector<int32_t>& out) const {
-  const int n = static_cast<int>(word.size());
-  std::vector<int32_t> ids(n), next(n), prev(n);
-  for (int i = 0; i < n; ++i) {
-    ids[i] = byte_ids_[static_cast<uint8_t>(word[i])];
-    next[i] = i + 1 < n ? i + 1 : -1;
-    prev[i] = i - 1;
-  }
-  struct Candidate {
-    int32_t rank, left, left_id, right_id, merged;
-  };
-  struct Later {
-    bool operator()(const Candidate& a, const Candidate& b) const {
-      return a.rank != b.rank ? a.rank > b.rank : a.left > b.left;
-    }
-  };
-  std::vector<Candidate> storage;
-  storage.reserve(n);
-  std::priority_queue<Candidate, std::vector<Candidate>, Later> heap(Later{}, std::move(storage));
-  auto consider = [&](int left) {
-    if (left < 0 || next[left] < 0) return;
-    const int right = next[left];
-    const Ranked m = Find(ids[left], ids[right]);
-    if (m.rank != kNone) heap.push(Candidate{m.rank, left, ids[left], ids[right], m.merged});
-  };
-  for (int i = 0; i + 1 < n; ++i) consider(i);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    const int right = next[c.left];
-    if (ids[c.left] != c.left_id || right < 0 || ids[right] != c.right_id) continue;  // stale
-    ids[c.left] = c.merged;
-    ids[right] = -1;
-    next[c.left] = next[right];
-    if (next[right] >= 0) prev[next[right]] = c.left;
-    consider(prev[c.left]);
-    consider(c.left);
-  }
-  for (int i = 0; i >= 0; i = next[i]) out.push_back(ids[i]);
+  std::vector<int32_t> ids(word.size());
+  for (size_t i = 0; i < word.size(); ++i) ids[i] = byte_ids_[static_cast<uint8_t>(word[i])];
+  MergeAdjacentPairs<int32_t>(
+      std::move(ids),
+      [this](int32_t left, int32_t right) -> std::optional<PairMerge<int32_t>> {
+        const Ranked m = Find(left, right);
+        if (m.rank == kNone) return std::nullopt;
+        return PairMerge<int32_t>{m.rank, m.merged};
+      },
+      out);
 }
 
 }  // namespace lazykv

@@ -1,7 +1,6 @@
 // The llama2.c tokenizer (run.c's encode/decode): characters, then greedy merges of the
 // best-scoring adjacent pair, with byte fallback for characters not in the vocabulary.
 #include <cstring>
-#include <queue>
 #include <string>
 #include <vector>
 
@@ -9,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/mapped_file.h"
 #include "common/status_macros.h"
+#include "worker/tokenizer/pair_merge.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace lazykv {
@@ -98,50 +98,16 @@ class Llama2cTokenizer : public Tokenizer {
     return it == ids_.end() ? -1 : it->second;
   }
 
-  // A candidate merge of the symbol at `left` with its right neighbour, as they were when
-  // it was found; stale once either changed.
-  struct Candidate {
-    float score;
-    int32_t left, left_id, right_id, merged_id;
-  };
-  struct Worse {  // heap order: higher score first, then the leftmost
-    bool operator()(const Candidate& a, const Candidate& b) const {
-      return a.score != b.score ? a.score < b.score : a.left > b.left;
-    }
-  };
-
-  // Merges `symbols` and appends the result to `out`.
+  // Merges `symbols` and appends the result to `out`: the best-scoring pair first, as run.c.
   void MergeInto(std::span<const int32_t> symbols, std::vector<int32_t>& out) const {
-    std::vector<int32_t> ids(symbols.begin(), symbols.end());
-    const int n = static_cast<int>(ids.size());
-    std::vector<int32_t> next(n), prev(n);
-    for (int i = 0; i < n; ++i) {
-      next[i] = i + 1 < n ? i + 1 : -1;
-      prev[i] = i - 1;
-    }
-    std::priority_queue<Candidate, std::vector<Candidate>, Worse> heap;
-    auto consider = [&](int left) {
-      if (left < 0 || next[left] < 0) return;
-      const int right = next[left];
-      auto it = merges_.find(PairKey(ids[left], ids[right]));
-      if (it == merges_.end()) return;
-      const int id = it->second;
-      if (scores_[id] > kNoMerge) heap.push(Candidate{scores_[id], left, ids[left], ids[right], id});
-    };
-    for (int i = 0; i + 1 < n; ++i) consider(i);
-    while (!heap.empty()) {
-      const Candidate c = heap.top();
-      heap.pop();
-      const int right = next[c.left];
-      if (ids[c.left] != c.left_id || right < 0 || ids[right] != c.right_id) continue;  // stale
-      ids[c.left] = c.merged_id;
-      ids[right] = -1;  // removed
-      next[c.left] = next[right];
-      if (next[right] >= 0) prev[next[right]] = c.left;
-      consider(prev[c.left]);
-      consider(c.left);
-    }
-    for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(ids[i]);
+    MergeAdjacentPairs<float>(
+        std::vector<int32_t>(symbols.begin(), symbols.end()),
+        [this](int32_t left, int32_t right) -> std::optional<PairMerge<float>> {
+          auto it = merges_.find(PairKey(left, right));
+          if (it == merges_.end() || scores_[it->second] <= kNoMerge) return std::nullopt;
+          return PairMerge<float>{-scores_[it->second], it->second};  // the highest score merges first
+        },
+        out);
   }
 
   static uint64_t PairKey(int32_t left, int32_t right) {

@@ -86,4 +86,13 @@ v1::StatsResponse Stats(v1::KvCache::Stub& stub) {
   return response;
 }
 
+double Metric(const std::string& page, const std::string& series) {
+  for (size_t at = page.find(series); at != std::string::npos; at = page.find(series, at + 1)) {
+    if ((at == 0 || page[at - 1] == '\n') && page[at + series.size()] == ' ') {
+      return std::stod(page.substr(at + series.size() + 1));
+    }
+  }
+  return -1;
+}
+
 }  // namespace lazykv::testing

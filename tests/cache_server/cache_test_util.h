@@ -53,4 +53,8 @@ GetOutcome RawGet(v1::KvCache::Stub& stub, const Hash128& key);
 
 v1::StatsResponse Stats(v1::KvCache::Stub& stub);
 
+// The value of one series (`name{labels}` exactly as exported) in a Prometheus text page;
+// -1 when absent.
+double Metric(const std::string& page, const std::string& series);
+
 }  // namespace lazykv::testing

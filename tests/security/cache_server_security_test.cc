@@ -85,13 +85,6 @@ std::pair<int, std::string> ScrapeMetrics(const std::string& address, const DevC
   return {result->status, result->body};
 }
 
-// The value of a counter line `name{labels} value` on a metrics page; -1 when absent.
-double MetricValue(const std::string& page, const std::string& series) {
-  const size_t at = page.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(page.substr(at + series.size() + 2));
-}
-
 class CacheServerSecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -223,8 +216,8 @@ TEST_F(CacheServerSecurityTest, EveryMethodNeedsItsRoleAndRefusalsLoseNothing) {
   EXPECT_TRUE(StatsStatus(*admin).ok());
   const auto [code, page] = ScrapeMetrics(server->metrics_address(), certs_, &certs_, certs_.Token(certs_.admin_token));
   ASSERT_EQ(code, 200);
-  EXPECT_EQ(MetricValue(page, "lazykv_cache_rejected_total{reason=\"unauthenticated\"}"), unauthenticated) << page;
-  EXPECT_EQ(MetricValue(page, "lazykv_cache_rejected_total{reason=\"permission_denied\"}"), permission_denied);
+  EXPECT_EQ(Metric(page, "lazykv_cache_rejected_total{reason=\"unauthenticated\"}"), unauthenticated) << page;
+  EXPECT_EQ(Metric(page, "lazykv_cache_rejected_total{reason=\"permission_denied\"}"), permission_denied);
   EXPECT_EQ(ScrapeMetrics(server->metrics_address(), certs_, &certs_, "").first, 401);
   EXPECT_EQ(ScrapeMetrics(server->metrics_address(), certs_, &certs_, certs_.Token(certs_.worker_token)).first, 403);
   EXPECT_TRUE(DeleteStatus(*admin, stored.key).ok());
@@ -329,7 +322,7 @@ TEST_F(CacheServerSecurityTest, OneClientCannotTakeEveryStream) {
   double active = 0;
   for (int i = 0; i < 500 && active < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    active = MetricValue(ScrapeMetrics(server->metrics_address(), certs_, nullptr, certs_.Token(certs_.admin_token)).second,
+    active = Metric(ScrapeMetrics(server->metrics_address(), certs_, nullptr, certs_.Token(certs_.admin_token)).second,
                          "lazykv_cache_active_streams");
   }
   ASSERT_EQ(active, 2);
@@ -414,9 +407,9 @@ TEST_F(CacheServerSecurityTest, WithTheFleetKeyForgedAndPoisonedChunksAreNeverSt
 
   const auto [code, page] = ScrapeMetrics(server->metrics_address(), certs_, &certs_, certs_.Token(certs_.admin_token));
   ASSERT_EQ(code, 200);
-  EXPECT_EQ(MetricValue(page, "lazykv_cache_rejected_total{reason=\"bad_mac\"}"), 2);
-  EXPECT_EQ(MetricValue(page, "lazykv_cache_rejected_total{reason=\"non_finite\"}"), 1);
-  EXPECT_EQ(MetricValue(page, "lazykv_cache_invalid_reports_total{outcome=\"verified_good\"}"), 1);
+  EXPECT_EQ(Metric(page, "lazykv_cache_rejected_total{reason=\"bad_mac\"}"), 2);
+  EXPECT_EQ(Metric(page, "lazykv_cache_rejected_total{reason=\"non_finite\"}"), 1);
+  EXPECT_EQ(Metric(page, "lazykv_cache_invalid_reports_total{outcome=\"verified_good\"}"), 1);
 }
 
 TEST_F(CacheServerSecurityTest, WithoutTheKeyAReportDropsExactlyTheRefusedVersion) {

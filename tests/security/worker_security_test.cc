@@ -59,11 +59,6 @@ v1::GenerateRequest StoryRequest() {
   return request;
 }
 
-double Metric(const std::string& page, const std::string& series) {
-  const size_t at = page.find("\n" + series + " ");
-  return at == std::string::npos ? -1 : std::stod(page.substr(at + series.size() + 2));
-}
-
 class WorkerSecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {

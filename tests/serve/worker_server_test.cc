@@ -79,16 +79,6 @@ v1::GenerateRequest TextRequest(const std::vector<std::string>& docs, const std:
   return request;
 }
 
-// The value of one series in a Prometheus text page (-1 when absent).
-double Metric(const std::string& page, const std::string& series) {
-  for (size_t at = page.find(series); at != std::string::npos; at = page.find(series, at + 1)) {
-    if ((at == 0 || page[at - 1] == '\n') && page[at + series.size()] == ' ') {
-      return std::stod(page.substr(at + series.size() + 1));
-    }
-  }
-  return -1;
-}
-
 // Waits until the worker holds no running request; returns its metrics page then.
 std::string MetricsWhenIdle(const ServerProcess& worker) {
   std::string page;

@@ -1,5 +1,7 @@
 #include "common/utf8.h"
 
+#include <algorithm>
+
 namespace lazykv {
 namespace {
 
@@ -49,12 +51,20 @@ std::string SanitizeUtf8(std::string_view text) {
   out.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
     const int length = SequenceLength(static_cast<unsigned char>(text[i]));
-    if (length > 0 && i + length <= text.size() && ValidSoFar(text, i, length, length)) {
+    // The bytes at i that are still a well-formed start of a character: all of it, or a
+    // "maximal subpart" that becomes one U+FFFD (Unicode 3.9, as WHATWG and Hugging Face
+    // decode), so a character cut short reads as one replacement, not one per byte.
+    size_t valid = length > 0 ? 1 : 0;
+    while (valid > 0 && valid < static_cast<size_t>(length) && i + valid < text.size() &&
+           ValidSoFar(text, i, length, valid + 1)) {
+      ++valid;
+    }
+    if (length > 0 && valid == static_cast<size_t>(length)) {
       out.append(text.substr(i, length));
       i += length;
     } else {
       out.append("\xEF\xBF\xBD");
-      ++i;
+      i += std::max<size_t>(valid, 1);
     }
   }
   return out;

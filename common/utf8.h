@@ -12,8 +12,9 @@ namespace lazykv {
 // which more bytes could still complete.
 size_t CompleteUtf8Prefix(std::string_view text);
 
-// `text` with every byte that is not part of a valid UTF-8 character replaced by
-// U+FFFD.
+// `text` with every ill-formed sequence replaced by one U+FFFD: a byte that starts no
+// character is one, and so is the longest start of a character that stops short (the
+// "maximal subpart" rule of Unicode section 3.9, which WHATWG and Hugging Face follow).
 std::string SanitizeUtf8(std::string_view text);
 
 }  // namespace lazykv

@@ -20,7 +20,7 @@ packages=(
   libsentencepiece-dev
   nlohmann-json3-dev
   libspdlog-dev
-  python3-matplotlib
+  python3-matplotlib python3-jinja2
   clang-14 libclang-rt-14-dev
 )
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 
 namespace lazykv::testing {
@@ -15,6 +16,23 @@ std::string ModelsDir() {
 }
 
 std::string ModelPath(const std::string& file) { return ModelsDir() + "/" + file; }
+
+std::string Llama3TokenizerDir() {
+  std::filesystem::path dir = LAZYKV_SOURCE_DIR "/../shared/tokenizers/llama3";
+  if (const char* env = std::getenv("LAZYKV_MODELS_DIR"); env != nullptr && *env) {
+    dir = std::filesystem::path(env) / "../tokenizers/llama3";
+  }
+  return std::filesystem::exists(dir / "tokenizer.json") ? dir.lexically_normal().string() : "";
+}
+
+std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
 
 bool HaveModel(const std::string& file) { return std::filesystem::exists(ModelPath(file)); }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
 #include "worker/model/model_weights.h"
 
 namespace lazykv::testing {
@@ -18,6 +19,10 @@ namespace lazykv::testing {
 std::string ModelsDir();
 bool HaveModel(const std::string& file);
 std::string ModelPath(const std::string& file);
+// ../shared/tokenizers/llama3 (beside the models folder), or "" when absent.
+std::string Llama3TokenizerDir();
+// A JSON Lines file, one value per non-empty line (the reference vectors' format).
+std::vector<nlohmann::json> ReadJsonLines(const std::string& path);
 
 // How much slower than a plain build this run is: LAZYKV_TEST_SLOWDOWN (the
 // ThreadSanitizer run sets it), default 1. Tests that race a deadline or a grace period

@@ -44,7 +44,8 @@ struct Reference {
       for (size_t n = 1; n < e.size(); ++n) partial.insert(e.substr(0, n));
     }
   }
-  // Greedy decoding: the longest valid character at each position, else one U+FFFD.
+  // Greedy decoding: the longest valid character at each position, else one U+FFFD for
+  // the longest strict prefix of some valid character there (at least one byte).
   std::string Sanitize(std::string_view text) const {
     std::string out;
     for (size_t i = 0; i < text.size();) {
@@ -54,8 +55,12 @@ struct Reference {
         if (whole.contains(std::string(text.substr(i, n)))) taken = n;
       }
       if (taken == 0) {
+        size_t skipped = 1;
+        for (size_t n = 1; n <= 3 && i + n <= text.size(); ++n) {
+          if (partial.contains(std::string(text.substr(i, n)))) skipped = n;
+        }
         out += "\xEF\xBF\xBD";
-        ++i;
+        i += skipped;
       } else {
         out += text.substr(i, taken);
         i += taken;
@@ -89,6 +94,13 @@ TEST(Utf8, KnownCases) {
             "b");
   EXPECT_EQ(SanitizeUtf8("\xF0\x9F\x98\x80"), "\xF0\x9F\x98\x80");
   EXPECT_EQ(SanitizeUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // an overlong '/'
+  // A character cut short is one replacement, whatever its length so far.
+  EXPECT_EQ(SanitizeUtf8("\xF0\x9F\xA6"
+                         "b"),
+            "\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(SanitizeUtf8("\xE2\x82\xE2\x82\xAC"), "\xEF\xBF\xBD\xE2\x82\xAC");
+  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate: no subpart
 }
 
 TEST(Utf8, MatchesTheEncodingSetOnRandomBytes) {

@@ -27,24 +27,6 @@ using json = nlohmann::json;
 
 constexpr int32_t kBos = 128000;  // <|begin_of_text|>: what the engine prepends (config.json's bos_token_id)
 
-// ../shared/tokenizers/llama3: beside LAZYKV_MODELS_DIR when set, else beside the source tree.
-std::string Llama3Dir() {
-  fs::path dir = fs::path(__FILE__).parent_path() / "../../../shared/tokenizers/llama3";
-  if (const char* env = std::getenv("LAZYKV_MODELS_DIR"); env != nullptr && *env) {
-    dir = fs::path(env) / "../tokenizers/llama3";
-  }
-  return fs::exists(dir / "tokenizer.json") ? dir.lexically_normal().string() : "";
-}
-
-std::vector<json> ReadJsonLines(const std::string& path) {
-  std::vector<json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(json::parse(line));
-  }
-  return lines;
-}
-
 // The WHATWG / "maximal subpart" lossy UTF-8 decoding the reference applies (TextDecoder,
 // Rust's from_utf8_lossy): each maximal prefix of a well-formed sequence that cannot be
 // completed becomes one U+FFFD.
@@ -80,7 +62,7 @@ std::string Lossy(std::string_view s) {
 class Llama3Test : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = Llama3Dir();
+    dir_ = Llama3TokenizerDir();
     if (dir_.empty()) return;
     auto tokenizer = LoadTokenizer(dir_ + "/tokenizer.json");
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();

@@ -5,7 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_util.h"
-#include "common/utf8.h"
+#include "worker/tokenizer/text_stream.h"
 #include "spdlog/spdlog.h"
 
 namespace lazykv {
@@ -16,61 +16,6 @@ using Clock = std::chrono::steady_clock;
 double MillisSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
-
-// The streamed text of one call: deltas that never split a UTF-8 character, never
-// show a possible beginning of a stop string, and end before the first stop string.
-class TextStream {
- public:
-  static constexpr size_t kContextTokens = 8;
-
-  TextStream(const Tokenizer& tokenizer, std::vector<int32_t> context, std::vector<std::string> stops)
-      : tokenizer_(tokenizer), recent_(std::move(context)), stops_(std::move(stops)) {
-    for (const std::string& stop : stops_) hold_back_ = std::max(hold_back_, stop.size() - 1);
-  }
-
-  // Adds a token; returns the text that can be shown now. Sets stopped() when a stop
-  // string has appeared (the text before it has been returned).
-  std::string Add(int32_t token) {
-    // Each token's text given the few tokens before it (a leading space depends on
-    // them), so a long reply is decoded once, not once per token.
-    text_ += DecodeContinuation(tokenizer_, recent_, {&token, 1});
-    recent_.push_back(token);
-    if (recent_.size() > kContextTokens) recent_.erase(recent_.begin());
-    const std::string& text = text_;
-    size_t stop_at = std::string::npos;
-    const size_t search_from = sent_ > hold_back_ ? sent_ - hold_back_ : 0;
-    for (const std::string& stop : stops_) stop_at = std::min(stop_at, text.find(stop, search_from));
-    if (stop_at != std::string::npos) {
-      stopped_ = true;
-      return Take(text, std::max(stop_at, sent_));
-    }
-    const size_t safe = text.size() > hold_back_ ? text.size() - hold_back_ : 0;
-    return Take(text, std::max(sent_, CompleteUtf8Prefix(std::string_view(text).substr(0, safe))));
-  }
-  // Whatever was held back, once no token follows.
-  std::string Flush() {
-    if (stopped_) return "";
-    return Take(text_, std::string::npos);
-  }
-  bool stopped() const { return stopped_; }
-
- private:
-  std::string Take(const std::string& text, size_t upto) {
-    upto = std::min(upto, text.size());
-    if (upto <= sent_) return "";
-    std::string piece = SanitizeUtf8(std::string_view(text).substr(sent_, upto - sent_));
-    sent_ = upto;
-    return piece;
-  }
-
-  const Tokenizer& tokenizer_;
-  std::vector<int32_t> recent_;  // the last kContextTokens tokens, prompt then reply
-  std::vector<std::string> stops_;
-  std::string text_;  // the reply so far
-  size_t hold_back_ = 0;
-  size_t sent_ = 0;  // bytes of the decoded text already returned
-  bool stopped_ = false;
-};
 
 // A call that can no longer be written to: past its deadline, or cancelled by the client.
 absl::Status WhyCallEnded(const grpc::ServerContext& context) {

@@ -1,5 +1,6 @@
 #include "common/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -30,6 +31,10 @@ std::vector<double> RopeInverseFrequencies(const RopeConfig& rope, int head_dim)
   return inv;
 }
 
+bool ModelConfig::IsEndOfSequence(int id) const {
+  return id == eos_id || std::find(other_eos_ids.begin(), other_eos_ids.end(), id) != other_eos_ids.end();
+}
+
 absl::Status ModelConfig::Validate() const {
   auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrFormat("model %s: %s", name, what));
@@ -52,6 +57,9 @@ absl::Status ModelConfig::Validate() const {
     return bad("llama3 rope scaling needs high_freq_factor > low_freq_factor and factor > 0");
   if (bos_id < 0 || bos_id >= vocab_size) return bad(absl::StrFormat("bos_id %d outside the vocabulary", bos_id));
   if (eos_id < 0 || eos_id >= vocab_size) return bad(absl::StrFormat("eos_id %d outside the vocabulary", eos_id));
+  for (int id : other_eos_ids) {
+    if (id < 0 || id >= vocab_size) return bad(absl::StrFormat("eos_token_id %d outside the vocabulary", id));
+  }
   return absl::OkStatus();
 }
 

@@ -45,6 +45,10 @@ struct ModelConfig {
   bool shared_classifier = true;
   int bos_id = 1;
   int eos_id = 2;
+  // More ids that end a reply as eos_id does: config.json's eos_token_id list past its
+  // first, and generation_config.json's (Llama 3 Instruct ends a turn with <|eot_id|>).
+  std::vector<int> other_eos_ids;
+  bool IsEndOfSequence(int id) const;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

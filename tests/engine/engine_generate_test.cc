@@ -174,6 +174,32 @@ TEST(SamplingTest, StopsAtEosOrMaxTokensAndReportsWhich) {
   }
 }
 
+// A request's stop_token_ids and the model's other end-of-sequence ids end the reply as
+// eos_id does; an id that merely resembles one (the next id) does not.
+TEST(SamplingTest, StopTokenIdsAndOtherEosIdsEndTheReply) {
+  ModelConfig config = *SyntheticConfig("tiny");
+  config.other_eos_ids = {40};
+  struct Case {
+    std::vector<int32_t> script;
+    std::vector<int32_t> stop_token_ids;
+    std::vector<int32_t> tokens;
+    std::string finish;
+  };
+  for (const Case& c : {Case{{5, 40, 7}, {}, {5}, "stop"}, Case{{5, 41, 33, 7}, {33}, {5, 41}, "stop"},
+                        Case{{5, 34, 41, 7}, {33}, {5, 34, 41, 7}, "length"}}) {
+    auto engine = Engine::Create(std::make_unique<ScriptedBackend>(config, c.script), EngineOptions{});
+    ASSERT_TRUE(engine.ok());
+    GenerateRequest request;
+    request.prompt = {7, 8};
+    request.sampling.max_tokens = 4;
+    request.sampling.stop_token_ids = c.stop_token_ids;
+    auto r = (*engine)->Generate(request);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->tokens, c.tokens);
+    EXPECT_EQ(r->finish_reason, c.finish);
+  }
+}
+
 TEST(BadRequestTest, ClearErrorsAndNothingLost) {
   const ModelWeights weights = MakeSyntheticWeights(*SyntheticConfig("tiny"), FreshSeed());
   auto engine = MakeEngine(weights, AttentionMode::kLazy);
@@ -197,6 +223,9 @@ TEST(BadRequestTest, ClearErrorsAndNothingLost) {
   bad = good;
   bad.prompt[0] = -1;
   expect_invalid(bad, "prompt[0]");
+  bad = good;
+  bad.sampling.stop_token_ids = {3, 512};
+  expect_invalid(bad, "stop_token_ids[1]");
   bad = good;
   bad.sampling.max_tokens = weights.config.max_seq_len;
   expect_invalid(bad, "context");

@@ -89,7 +89,8 @@ TEST(Llama2cLoaderTest, RejectsCorruptFiles) {
   EXPECT_EQ(LoadModel(dir.file("missing.bin")).status().code(), absl::StatusCode::kNotFound);
   // Found by fuzzing: a 28-byte header of huge dimensions made the loader allocate (and
   // zero) its weights before seeing the file is far too short. It is refused at once now.
-  const int32_t huge_header[7] = {65536, 65536 * 4, 1024, 512, 512, 1 << 24, 1 << 16};  // dim .. seq_len: ~10^13 weights
+  const int32_t huge_header[7] = {65536, 65536 * 4, 1024,   512,
+                                  512,   1 << 24,   1 << 16};  // dim .. seq_len: ~10^13 weights
   WriteBytes(path, std::string(reinterpret_cast<const char*>(huge_header), sizeof(huge_header)));
   ExpectInvalid(LoadLlama2cCheckpoint(path).status(), path, "truncated");
 }
@@ -244,6 +245,25 @@ TEST(HfLoaderTest, ShardedCheckpointLoads) {
   EXPECT_EQ(loaded->layers[3].w_down, w.layers[3].w_down);
 }
 
+// generation_config.json's end-of-sequence ids join config.json's (as transformers'
+// generate uses them); one outside the vocabulary is refused, naming the file.
+TEST(HfLoaderTest, GenerationConfigAddsEndOfSequenceIds) {
+  const ModelWeights w = MakeSyntheticWeights(*SyntheticConfig("tiny"), FreshSeed());
+  TempDir dir;
+  WriteSafetensors(dir.file("model.safetensors"), HfTensors(w), Dtype::kF32);
+  WriteBytes(dir.file("config.json"), HfConfig(w.config).dump());
+  WriteBytes(dir.file("generation_config.json"), json{{"eos_token_id", {w.config.eos_id, 7, 9}}}.dump());
+  auto loaded = LoadModel(dir.str());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.other_eos_ids, (std::vector<int>{7, 9}));
+  WriteBytes(dir.file("generation_config.json"), json{{"eos_token_id", 5}}.dump());
+  loaded = LoadModel(dir.str());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.other_eos_ids, (std::vector<int>{5}));
+  WriteBytes(dir.file("generation_config.json"), json{{"eos_token_id", w.config.vocab_size}}.dump());
+  ExpectInvalid(LoadModel(dir.str()).status(), "generation_config.json", "eos_token_id");
+}
+
 TEST(HfLoaderTest, RejectsBadCheckpoints) {
   const ModelWeights w = MakeSyntheticWeights(*SyntheticConfig("tiny"), FreshSeed());
   TempDir dir;
@@ -292,6 +312,9 @@ TEST(HfLoaderTest, ParsesLlama3Config) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->head_dim, 128);
   EXPECT_EQ(c->eos_id, 128001);
+  EXPECT_EQ(c->other_eos_ids, (std::vector<int>{128008, 128009}));
+  EXPECT_TRUE(c->IsEndOfSequence(128009));
+  EXPECT_FALSE(c->IsEndOfSequence(128000));
   EXPECT_TRUE(c->rope.llama3_scaling);
   EXPECT_FALSE(c->shared_classifier);
   // Llama-3 scaling, from its definition: high frequencies unchanged, low ones / 8.

@@ -18,6 +18,10 @@ absl::Status SamplingParams::Validate() const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrFormat("top_p %g must be in (0, 1]", top_p));
   }
+  if (stop_token_ids.size() > kMaxStopTokenIds) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("stop_token_ids: %d ids, at most %d", stop_token_ids.size(), kMaxStopTokenIds));
+  }
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 #include <span>
 
 #include "absl/status/status.h"
@@ -16,6 +17,11 @@ struct SamplingParams {
   // Absent: the engine draws a fresh seed per request (and reports it, so that the request
   // can be replayed); two unseeded sampled requests do not repeat each other.
   std::optional<uint64_t> seed;
+  // Ids that end the reply, besides the model's end-of-sequence ids (a chat template's end
+  // of turn, e.g. Llama 3's <|eot_id|>); like those, not part of the reply. At most
+  // kMaxStopTokenIds.
+  std::vector<int32_t> stop_token_ids;
+  static constexpr size_t kMaxStopTokenIds = 64;
 
   absl::Status Validate() const;
 };

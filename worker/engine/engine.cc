@@ -106,6 +106,7 @@ absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
     total += request.docs[d].size();
   }
   RETURN_IF_ERROR(check_tokens(request.prompt, "prompt"));
+  RETURN_IF_ERROR(check_tokens(request.sampling.stop_token_ids, "stop_token_ids"));
   if (total + request.sampling.max_tokens > c.max_seq_len) {
     return absl::InvalidArgumentError(
         absl::StrFormat("request needs %d positions (%d prompt tokens + max_tokens %d); the model's context is %d",

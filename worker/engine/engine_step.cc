@@ -205,7 +205,8 @@ void Engine::SampleNext(Request& r, const SampledToken& next, std::span<const fl
   if (result.tokens.empty() && result.ttft_seconds == 0) {
     result.ttft_seconds = SecondsBetween(r.arrived, SteadyClock::now());
   }
-  if (next.id == config().eos_id) {
+  if (config().IsEndOfSequence(next.id) ||
+      std::ranges::find(r.input.sampling.stop_token_ids, next.id) != r.input.sampling.stop_token_ids.end()) {
     result.finish_reason = "stop";
     Finish(r, events);
     return;

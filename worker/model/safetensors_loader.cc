@@ -160,6 +160,10 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
     };
     c.bos_id = first_id("bos_token_id", 1);
     c.eos_id = first_id("eos_token_id", 2);
+    if (cfg.contains("eos_token_id") && cfg["eos_token_id"].is_array()) {
+      for (size_t i = 1; i < cfg["eos_token_id"].size(); ++i)
+        c.other_eos_ids.push_back(cfg["eos_token_id"][i].get<int>());
+    }
     if (cfg.contains("rope_scaling") && !cfg["rope_scaling"].is_null()) {
       const json& s = cfg["rope_scaling"];
       const std::string type = s.value("rope_type", s.value("type", std::string("")));
@@ -182,6 +186,25 @@ absl::StatusOr<ModelWeights> LoadHfCheckpoint(const std::string& directory) {
   ASSIGN_OR_RETURN(std::string config_text, ReadFileToString((dir / "config.json").string()));
   ASSIGN_OR_RETURN(ModelConfig config, ParseHfConfig(config_text, (dir / "config.json").string()));
   config.name = directory;
+  // generation_config.json's end-of-sequence ids end a reply too (Llama 3 Instruct lists
+  // <|eot_id|> there); a malformed one is refused rather than ignored.
+  if (const fs::path generation = dir / "generation_config.json"; fs::exists(generation)) {
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(generation.string()));
+    const json g = json::parse(text, nullptr, false);
+    if (g.is_discarded() || !g.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(generation.string(), ": not a JSON object"));
+    }
+    if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) {
+      const json ids = g["eos_token_id"].is_array() ? g["eos_token_id"] : json::array({g["eos_token_id"]});
+      for (const json& id : ids) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= config.vocab_size) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(generation.string(), ": eos_token_id ", id.dump(), " is not a token id of the vocabulary"));
+        }
+        if (!config.IsEndOfSequence(id.get<int>())) config.other_eos_ids.push_back(id.get<int>());
+      }
+    }
+  }
 
   // Which files hold the weights: one model.safetensors, or shards named by the index.
   std::vector<std::string> shard_paths;

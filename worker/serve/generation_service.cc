@@ -118,6 +118,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
   request.sampling.temperature = s.temperature();
   request.sampling.top_p = s.top_p() == 0 ? 1.0f : s.top_p();
   if (s.has_seed()) request.sampling.seed = s.seed();
+  request.sampling.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   if (absl::Status status = request.sampling.Validate(); !status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("sampling.", status.message()));
   }

@@ -8,8 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "cache_server/kv_cache_service.h"
 #include "common/byte_size.h"
+#include "common/crash_point.h"
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
 #include "common/server_runtime.h"
@@ -163,6 +165,10 @@ int Serve(int argc, char** argv) {
                stats.host_pinned ? "pinned" : "pageable", FormatByteSize(stats.disk_capacity), stats.disk_entries,
                flags.store.eviction_policy);
   spdlog::info("chunk MAC checks {}", flags.mac != nullptr ? "on" : "off (workers check)");
+  if (const auto armed = crash_point::ArmedNames(); !armed.empty()) {
+    spdlog::warn("crash points armed (testing only): {} with probability {}", absl::StrJoin(armed, ","),
+                 crash_point::Probability());
+  }
   spdlog::info("transport {}, tokens {}",
                flags.security.tls_cert_file.empty()        ? "plaintext"
                : flags.security.tls_client_ca_file.empty() ? "TLS"

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/chunk_codec.h"
+#include "common/crash_point.h"
 #include "common/status_macros.h"
 
 namespace lazykv::cache {
@@ -77,7 +78,10 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
   RETURN_IF_ERROR(tier->LoadIndex());
   // A restart with a smaller cap trims the oldest chunks.
   MutexLock lock(&tier->mu_);
-  while (tier->used_ > tier->capacity_ && !tier->lru_.empty()) RETURN_IF_ERROR(tier->DeleteLocked(tier->lru_.back()));
+  while (tier->used_ > tier->capacity_ && !tier->lru_.empty()) {
+    const Hash128 oldest = tier->lru_.back();  // a copy: deleting it frees the LRU node
+    RETURN_IF_ERROR(tier->DeleteLocked(oldest));
+  }
   return tier;
 }
 
@@ -100,7 +104,7 @@ absl::Status DiskTier::LoadIndex() {
   MutexLock lock(&mu_);
   for (const auto& [seq, entry] : by_seq) {  // oldest first, so the newest ends at the front
     lru_.push_front(entry.first);
-    index_[entry.first] = Entry{entry.second, lru_.begin()};
+    index_[entry.first] = Entry{entry.second, seq, lru_.begin()};
     used_ += entry.second;
     next_seq_ = seq + 1;
   }
@@ -119,7 +123,8 @@ absl::StatusOr<std::vector<Hash128>> DiskTier::Put(const Hash128& key, const std
   std::vector<Hash128> evicted;
   rocksdb::WriteBatch batch;
   uint64_t seq = 0;
-  auto unindex = [&](const Hash128& victim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // By value: UnindexLocked frees the LRU node that lru_.back() refers to.
+  auto unindex = [&](const Hash128 victim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     UnindexLocked(victim);
     (void)batch.Delete(RecordKey('v', victim));
     (void)batch.Delete(RecordKey('m', victim));
@@ -134,6 +139,8 @@ absl::StatusOr<std::vector<Hash128>> DiskTier::Put(const Hash128& key, const std
     reserved_ += size;
     seq = next_seq_++;
   }
+  // Mid-eviction: the victims have left the index; their records go with this write.
+  if (!evicted.empty()) LAZYKV_CRASH_POINT("disk.evict_after_unindex");
   std::vector<rocksdb::Slice> slices(pieces.begin(), pieces.end());
   const std::string value_key = RecordKey('v', key), meta_key = RecordKey('m', key);
   const MetaRecord meta{size, seq};
@@ -146,27 +153,39 @@ absl::StatusOr<std::vector<Hash128>> DiskTier::Put(const Hash128& key, const std
         FromRocks(batch.Put(meta_key, rocksdb::Slice(reinterpret_cast<const char*>(&meta), sizeof(meta))), "batch");
   }
   if (status.ok()) status = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
+  if (status.ok()) LAZYKV_CRASH_POINT("disk.after_write_before_index");
   MutexLock lock(&mu_);
   reserved_ -= size;
   if (!status.ok()) return status;               // the victims' records stay on disk, unindexed, until the next start
   if (index_.contains(key)) UnindexLocked(key);  // a concurrent Put of the same key won
   lru_.push_front(key);
-  index_[key] = Entry{size, lru_.begin()};
+  index_[key] = Entry{size, seq, lru_.begin()};
   used_ += size;
   return evicted;
 }
 
 absl::StatusOr<std::string> DiskTier::Get(const Hash128& key) {
+  uint64_t seq = 0;
   {
     MutexLock lock(&mu_);
     auto it = index_.find(key);
     if (it == index_.end()) return absl::NotFoundError(absl::StrFormat("chunk %s is not on disk", key.ToHex()));
+    seq = it->second.seq;
     lru_.splice(lru_.begin(), lru_, it->second.pos);
   }
+  // Read outside the lock: an eviction or a delete may take the value meanwhile.
+  auto still_indexed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = index_.find(key);
+    return it != index_.end() && it->second.seq == seq;
+  };
   std::string value;
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), RecordKey('v', key), &value);
   absl::Status problem;
   if (s.IsNotFound()) {
+    MutexLock lock(&mu_);
+    if (!still_indexed()) {
+      return absl::NotFoundError(absl::StrFormat("chunk %s left the disk tier while being read", key.ToHex()));
+    }
     problem = absl::DataLossError(absl::StrFormat("chunk %s: size record without a value on disk", key.ToHex()));
   } else if (!s.ok()) {
     problem = absl::DataLossError(absl::StrFormat("chunk %s: unreadable on disk: %s", key.ToHex(), s.ToString()));
@@ -179,7 +198,7 @@ absl::StatusOr<std::string> DiskTier::Get(const Hash128& key) {
   }
   if (!problem.ok()) {
     MutexLock lock(&mu_);
-    if (index_.contains(key)) (void)DeleteLocked(key);  // dropped, never served
+    if (still_indexed()) (void)DeleteLocked(key);  // dropped, never served (not a newer value)
     return problem;
   }
   return value;

@@ -41,7 +41,8 @@ class DiskTier {
   absl::StatusOr<std::vector<Hash128>> Put(const Hash128& key, const std::vector<std::string_view>& pieces,
                                            uint64_t size);
   // The stored chunk, checked (header, length, checksum). A corrupt value is deleted and
-  // reported as DATA_LOSS; an absent one is NOT_FOUND.
+  // reported as DATA_LOSS; an absent one is NOT_FOUND, also when it leaves the tier
+  // (evicted or deleted) while being read.
   absl::StatusOr<std::string> Get(const Hash128& key);
   std::optional<uint64_t> SizeOf(const Hash128& key) const;
   bool Delete(const Hash128& key);
@@ -54,6 +55,7 @@ class DiskTier {
  private:
   struct Entry {
     uint64_t size = 0;
+    uint64_t seq = 0;  // write order: tells this value from a later one under the same key
     std::list<Hash128>::iterator pos;
   };
   DiskTier(std::unique_ptr<rocksdb::DB> db, uint64_t capacity);

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
+#include "common/crash_point.h"
 #include "common/status_macros.h"
 
 namespace lazykv::cache {
@@ -173,8 +174,11 @@ absl::StatusOr<ChunkReader> TieredStore::Read(const Hash128& key) {
   auto promoted = AllocateHostValue(bytes->size());
   if (promoted.ok()) {
     (*promoted)->Write(0, *bytes);
+    LAZYKV_CRASH_POINT("host.promote_before_insert");
     MutexLock lock(&mu_);
-    if (!host_.contains(key)) {
+    // Only while the disk copy is still there: a chunk deleted or evicted from disk since it
+    // was read must not come back as a host copy that claims to be on disk.
+    if (!host_.contains(key) && disk_->SizeOf(key)) {
       InsertHostLocked(key, *promoted, /*on_disk=*/true);
       metrics_->promotions->Increment();
     }
@@ -223,6 +227,7 @@ void TieredStore::EvictForLocked(uint64_t pages, std::vector<uint32_t>* taken) {
       held.emplace_back(*victim, it->second.value->size());
       continue;
     }
+    LAZYKV_CRASH_POINT("host.evict_after_choose");  // chosen and out of the policy, not yet freed
     EvictLocked(*victim);
   }
   for (const auto& [key, bytes] : held) policy_->Insert(key, bytes);  // kept: in use
@@ -234,6 +239,7 @@ void TieredStore::EvictForLocked(uint64_t pages, std::vector<uint32_t>* taken) {
     auto it = host_.find(*victim);
     if (it == host_.end()) continue;
     freeing_later += arena_->PagesFor(it->second.value->size());
+    LAZYKV_CRASH_POINT("host.evict_after_choose");
     EvictLocked(*victim);
   }
 }
@@ -242,7 +248,10 @@ void TieredStore::EvictLocked(const Hash128& victim) {
   auto it = host_.find(victim);
   if (disk_) {
     // Stays on disk: already written through, queued, or written now.
-    if (!it->second.on_disk && !it->second.disk_pending) EnqueueDiskWriteLocked(victim, it->second.value);
+    if (!it->second.on_disk && !it->second.disk_pending) {
+      LAZYKV_CRASH_POINT("host.demote_before_enqueue");  // its disk copy was evicted: written again now
+      EnqueueDiskWriteLocked(victim, it->second.value);
+    }
     metrics_->demotions->Increment();
   }
   metrics_->host.evictions->Increment();
@@ -285,6 +294,7 @@ absl::StatusOr<bool> TieredStore::Commit(const Hash128& key, std::unique_ptr<Chu
   if (host_.contains(key) || (disk_ && disk_->SizeOf(key))) return true;
   metrics_->bytes_in->Increment(static_cast<double>(writer->size()));
   InsertHostLocked(key, writer->value_, /*on_disk=*/false);
+  LAZYKV_CRASH_POINT("host.commit_before_write_through");  // acknowledged once this returns
   if (disk_) EnqueueDiskWriteLocked(key, writer->value_);
   return false;
 }
@@ -295,6 +305,10 @@ absl::StatusOr<bool> TieredStore::Put(const Hash128& key, std::string_view store
   return Commit(key, std::move(writer));
 }
 
+// A write of the key still queued (its write-through, or a demotion) would put it back on
+// disk after the delete, so it is dropped, and one under way is waited for and then deleted.
+// A read that promotes the key checks under the lock that its disk copy is still there, so
+// the second erase below catches any promotion that slipped in before the disk delete.
 bool TieredStore::Delete(const Hash128& key) {
   bool deleted = false;
   {
@@ -303,9 +317,13 @@ bool TieredStore::Delete(const Hash128& key) {
       EraseHostLocked(key);
       deleted = true;
     }
+    if (std::erase_if(disk_queue_, [&](const DiskWrite& write) { return write.key == key; }) > 0) deleted = true;
+    if (disk_queue_.empty() && disk_in_flight_ == 0) disk_idle_.SignalAll();
+    while (disk_writing_ == key) disk_wrote_.Wait(&mu_);
   }
   if (disk_ && disk_->Delete(key)) deleted = true;
   MutexLock lock(&mu_);
+  if (host_.contains(key)) EraseHostLocked(key);
   UpdateGaugesLocked();
   return deleted;
 }
@@ -325,13 +343,18 @@ void TieredStore::DiskWriterLoop() {
     DiskWrite write = std::move(disk_queue_.front());
     disk_queue_.pop_front();
     ++disk_in_flight_;
+    disk_writing_ = write.key;
     lock.Unlock();
+    LAZYKV_CRASH_POINT("writer.before_disk_put");  // a write-through or a demotion, off the queue
     auto evicted = disk_->Put(write.key, write.value->Pieces(0, write.value->size()), write.value->size());
+    LAZYKV_CRASH_POINT("writer.after_disk_put");
     if (!evicted.ok())
       spdlog::error("disk write of chunk {} failed: {}", write.key.ToHex(), std::string(evicted.status().message()));
     write.value.reset();  // the pages of an already-evicted value go back now
     lock.Lock();
     --disk_in_flight_;
+    disk_writing_.reset();
+    disk_wrote_.SignalAll();
     if (auto it = host_.find(write.key); it != host_.end()) {
       it->second.disk_pending = false;
       it->second.on_disk = evicted.ok();

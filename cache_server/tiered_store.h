@@ -126,6 +126,8 @@ class TieredStore {
   // BeginPut + Append + Commit of a whole chunk.
   absl::StatusOr<bool> Put(const Hash128& key, std::string_view stored);
 
+  // Removes the chunk from both tiers, including a write of it still queued for disk (it
+  // would bring the chunk back); waits for one being written. True when anything was removed.
   bool Delete(const Hash128& key);
   // Waits until every chunk committed so far is on disk (and the log synced).
   absl::Status Flush();
@@ -171,9 +173,11 @@ class TieredStore {
 
   const std::unique_ptr<DiskTier> disk_;  // null without a disk tier; thread-safe itself
   std::deque<DiskWrite> disk_queue_ ABSL_GUARDED_BY(mu_);
-  uint64_t disk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // taken off the queue, not yet written
-  CondVar disk_work_;                                 // disk_queue_ gained a write, or stopping_
-  CondVar disk_idle_;                                 // disk_queue_ drained and nothing in flight
+  uint64_t disk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;          // taken off the queue, not yet written
+  std::optional<Hash128> disk_writing_ ABSL_GUARDED_BY(mu_);  // the key being written now
+  CondVar disk_wrote_;                                        // a write ended (disk_writing_ cleared)
+  CondVar disk_work_;                                         // disk_queue_ gained a write, or stopping_
+  CondVar disk_idle_;                                         // disk_queue_ drained and nothing in flight
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread disk_writer_;
 };

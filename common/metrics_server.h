@@ -8,22 +8,18 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/security/call_authorizer.h"
 #include "common/security/transport_security.h"
 
-namespace httplib {
-class Server;
-}
 namespace prometheus {
 class Registry;
 }
 
 namespace lazykv {
 
-class TlsIdentityFiles;
+class HttpListener;
 
 // Thread-safe; one thread accepts, two serve. Slow clients are cut off after 5 s of
 // silence; request bodies are refused.
@@ -37,15 +33,12 @@ class MetricsServer {
                                                               const CallAuthorizer* authorizer);
   ~MetricsServer();  // stops serving and joins
 
-  int port() const { return port_; }
+  int port() const;
 
  private:
   MetricsServer() = default;
 
-  std::unique_ptr<TlsIdentityFiles> identity_;  // outlives the server's SSL context
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  std::unique_ptr<HttpListener> listener_;
 };
 
 }  // namespace lazykv

@@ -50,6 +50,7 @@ ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string>
   std::smatch m;
   if (std::regex_search(line, m, std::regex(R"(listening on (\S+:\d+))"))) address_ = m[1];
   if (std::regex_search(line, m, std::regex(R"(metrics on (\S+:\d+))"))) metrics_address_ = m[1];
+  if (std::regex_search(line, m, std::regex(R"(http on (\S+:\d+))"))) http_address_ = m[1];
 }
 
 ServerProcess::~ServerProcess() {

@@ -22,6 +22,7 @@ class ServerProcess {
   bool started() const { return !address_.empty(); }
   const std::string& address() const { return address_; }                  // HOST:PORT of the service
   const std::string& metrics_address() const { return metrics_address_; }  // empty without metrics
+  const std::string& http_address() const { return http_address_; }        // empty without an HTTP API
   const std::string& first_line() const { return first_line_; }
   pid_t pid() const { return pid_; }
 
@@ -36,6 +37,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   std::string address_;
   std::string metrics_address_;
+  std::string http_address_;
   std::string first_line_;
 };
 

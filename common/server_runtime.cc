@@ -37,9 +37,10 @@ int WaitForTerminationSignal() {
 }
 
 void PrintListening(const std::string& name, const std::string& listen, int port, const MetricsServer* metrics,
-                    const std::string& metrics_listen) {
+                    const std::string& metrics_listen, const std::string& http_listen, int http_port) {
   std::cout << name << " listening on " << HostOf(listen) << ":" << port;
   if (metrics != nullptr) std::cout << " metrics on " << HostOf(metrics_listen) << ":" << metrics->port();
+  if (http_port > 0) std::cout << " http on " << HostOf(http_listen) << ":" << http_port;
   std::cout << std::endl;
 }
 

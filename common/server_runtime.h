@@ -37,9 +37,9 @@ struct GrpcServerOptions {
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options, grpc::Service* service,
                                                               int* port);
 
-// "NAME listening on HOST:PORT[ metrics on HOST:PORT]" on stdout (common/child_process.h
-// parses it).
+// "NAME listening on HOST:PORT[ metrics on HOST:PORT][ http on HOST:PORT]" on stdout
+// (common/child_process.h parses it). `http_port` 0: no HTTP API.
 void PrintListening(const std::string& name, const std::string& listen, int port, const MetricsServer* metrics,
-                    const std::string& metrics_listen);
+                    const std::string& metrics_listen, const std::string& http_listen = "", int http_port = 0);
 
 }  // namespace lazykv

@@ -32,7 +32,9 @@ ModelConfig TinyBase(const std::string& name) {
 
 }  // namespace
 
-std::vector<std::string> SyntheticModelNames() { return {"tiny", "tiny-hf", "tiny-llama3", "small", "llama3-8b"}; }
+std::vector<std::string> SyntheticModelNames() {
+  return {"tiny", "tiny-hf", "tiny-llama3", "tiny-llama3-vocab", "small", "llama3-8b"};
+}
 
 absl::StatusOr<ModelConfig> SyntheticConfig(const std::string& name) {
   if (name == "tiny") return TinyBase(name);
@@ -53,6 +55,17 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const std::string& name) {
     c.n_heads = 4;
     c.n_kv_heads = 1;
     c.shared_classifier = false;
+    return c;
+  }
+  if (name == "tiny-llama3-vocab") {
+    // tiny-llama3 with Llama 3's vocabulary and special ids: serves real Llama 3 text
+    // (the tokenizer.json and chat template) on the CPU in tests.
+    ModelConfig c = *SyntheticConfig("tiny-llama3");
+    c.name = "synthetic:" + name;
+    c.vocab_size = 128256;
+    c.bos_id = 128000;
+    c.eos_id = 128001;
+    c.other_eos_ids = {128009};
     return c;
   }
   if (name == "small") {

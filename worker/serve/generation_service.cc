@@ -140,6 +140,13 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
   return request;
 }
 
+std::vector<int32_t> ReplyContext(const std::vector<int32_t>& anchor, const GenerateRequest& request) {
+  std::vector<int32_t> context = anchor;
+  const auto& last = request.prompt.empty() && !request.docs.empty() ? request.docs.back() : request.prompt;
+  context.insert(context.end(), last.end() - std::min(last.size(), TextStream::kContextTokens), last.end());
+  return context;
+}
+
 GenerationService::GenerationService(GenerationLoop* loop, const Tokenizer* tokenizer, GenerationServiceOptions options,
                                      const CallAuthorizer* authorizer)
     : loop_(loop),
@@ -171,12 +178,7 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
     return ToGrpcStatus(request.status());
   }
   request->arrival = arrival;  // queue time and TTFT count from here, as total_ms does
-  // The text of the first tokens depends on what precedes them (a leading space).
-  std::vector<int32_t> context_tokens = loop_->engine().anchor();
-  const auto& last = request->prompt.empty() && !request->docs.empty() ? request->docs.back() : request->prompt;
-  context_tokens.insert(context_tokens.end(), last.end() - std::min(last.size(), TextStream::kContextTokens),
-                        last.end());
-  TextStream text(*tokenizer_, std::move(context_tokens),
+  TextStream text(*tokenizer_, ReplyContext(loop_->engine().anchor(), *request),
                   std::vector<std::string>(call->sampling().stop().begin(), call->sampling().stop().end()));
 
   std::shared_ptr<RequestStream> stream = loop_->Submit(*std::move(request));

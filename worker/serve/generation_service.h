@@ -33,6 +33,10 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
                                                 const GenerationServiceOptions& options,
                                                 const std::function<absl::Status()>& still_wanted = {});
 
+// The tokens a reply's first words depend on (a leading space): the anchor and the end
+// of the prompt, or of the last document when there is no prompt. For TextStream.
+std::vector<int32_t> ReplyContext(const std::vector<int32_t>& anchor, const GenerateRequest& request);
+
 // Generate and Tokenize need the client role (common/security/call_authorizer.h).
 //
 // Thread-safe: gRPC handler threads call it at once; it reaches the engine only through

@@ -8,12 +8,18 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "common/byte_size.h"
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
 #include "common/server_runtime.h"
+#include "worker/openai/chat_settings.h"
+#include "worker/openai/openai_server.h"
 #include "worker/serve/generation_loop.h"
 #include "worker/serve/generation_service.h"
 #include "worker/setup/model_setup_flags.h"
@@ -33,6 +39,15 @@ constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PAT
   --shutdown-grace-ms N    time given to in-flight calls on SIGTERM (default 10000)
   --max-threads N          gRPC handler threads (each Generate in flight holds one); calls past
                            them get RESOURCE_EXHAUSTED (default 1024)
+The OpenAI-compatible HTTP API (off unless --http-listen):
+  --http-listen HOST:PORT  POST /v1/completions, /v1/chat/completions; GET /v1/models, /health
+  --served-model-name N[,N...]  the names `model` may give (default: the model's file or directory name)
+  --chat-template chatml|FILE   a tokenizer_config.json, a template file, or the built-in ChatML
+                           (default: the model directory's; none: chat completions are refused)
+  --http-threads N         connections served at once (default 64)
+  --http-max-queued N      connections that may wait for a thread; past it 429 (default 64)
+  --http-request-timeout-s N  longest a request may run (default 600)
+  --http-max-body-bytes B  largest request body (default 16MiB)
 Security of the Generation API and /metrics (plaintext and no tokens: loopback only):
 )";
 
@@ -45,6 +60,11 @@ struct WorkerFlags {
   GenerationServiceOptions service;
   uint64_t max_message_bytes = 16 << 20;
   int shutdown_grace_ms = 10000;
+  OpenAiServerOptions http;
+  std::string served_model_names;
+  std::string chat_template;
+  int http_request_timeout_s = 600;
+  uint64_t http_max_body_bytes = 16 << 20;
 };
 
 absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
@@ -60,6 +80,13 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   parser.AddByteSize("--max-message-bytes", &f.max_message_bytes);
   parser.AddByteSize("--max-text-bytes", &f.service.max_text_bytes);
   parser.AddInt("--shutdown-grace-ms", &f.shutdown_grace_ms);
+  parser.AddString("--http-listen", &f.http.listen);
+  parser.AddString("--served-model-name", &f.served_model_names);
+  parser.AddString("--chat-template", &f.chat_template);
+  parser.AddInt("--http-threads", &f.http.threads);
+  parser.AddInt("--http-max-queued", &f.http.max_queued_connections);
+  parser.AddInt("--http-request-timeout-s", &f.http_request_timeout_s);
+  parser.AddByteSize("--http-max-body-bytes", &f.http_max_body_bytes);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return s;
   if (f.listen.empty()) return absl::InvalidArgumentError(absl::StrCat("--listen is required\n", parser.usage()));
   if (absl::Status s = FinishModelSetupFlags(f.model, absl::StrFormat("lazykv-worker-%d", getpid())); !s.ok()) {
@@ -68,6 +95,21 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   if (f.service.default_max_tokens <= 0) return absl::InvalidArgumentError("--default-max-tokens must be positive");
   if (f.max_threads <= 0) return absl::InvalidArgumentError("--max-threads must be positive");
   if (absl::Status s = CheckServerSecurity(f.listen, f.security); !s.ok()) return s;
+  if (f.http.threads <= 0) return absl::InvalidArgumentError("--http-threads must be positive");
+  if (f.http.max_queued_connections < 0) return absl::InvalidArgumentError("--http-max-queued must be >= 0");
+  if (f.http_request_timeout_s <= 0) return absl::InvalidArgumentError("--http-request-timeout-s must be positive");
+  f.http.request_timeout = std::chrono::seconds(f.http_request_timeout_s);
+  f.http.max_body_bytes = f.http_max_body_bytes;
+  f.http.limits.max_documents = f.service.max_documents;
+  f.http.limits.max_stop_strings = f.service.max_stop_strings;
+  // Served names: the flag's, else the model's file or directory name ("stories15M").
+  std::string model = f.model.setup.model;
+  if (model.starts_with("synthetic:")) model = model.substr(std::string_view("synthetic:").size());
+  f.http.served_model_names = absl::StrSplit(
+      f.served_model_names.empty()
+          ? std::filesystem::path(model.ends_with("/") ? model.substr(0, model.size() - 1) : model).stem().string()
+          : f.served_model_names,
+      ',', absl::SkipEmpty());
   return absl::OkStatus();
 }
 
@@ -116,6 +158,31 @@ int Serve(int argc, char** argv) {
   GenerationLoop loop(std::move(loaded->engine), metrics);
   GenerationService service(&loop, loaded->tokenizer.get(), flags.service, authorizer->get());
 
+  std::unique_ptr<OpenAiServer> http;
+  std::optional<ChatTemplate> chat_template;
+  if (!flags.http.listen.empty()) {
+    const std::string& tokenizer_flag = flags.model.setup.tokenizer;
+    auto template_loaded = LoadChatTemplate(
+        flags.chat_template,
+        {flags.model.setup.model,
+         tokenizer_flag.empty() ? "" : std::filesystem::path(tokenizer_flag).parent_path().string()});
+    if (!template_loaded.ok()) {
+      spdlog::error("{}", std::string(template_loaded.status().message()));
+      return 1;
+    }
+    chat_template = *std::move(template_loaded);
+    const ChatTemplate* chat = chat_template ? &*chat_template : nullptr;
+    spdlog::info("chat template: {}", chat == nullptr ? "none (chat completions are refused)" : "loaded");
+    auto started_http = OpenAiServer::Start(flags.http, flags.security, &loop, loaded->tokenizer.get(),
+                                            MakeChatSettings(chat, *loaded->tokenizer, loop.engine().anchor()),
+                                            flags.service, authorizer->get());
+    if (!started_http.ok()) {
+      spdlog::error("{}", std::string(started_http.status().message()));
+      return 1;
+    }
+    http = *std::move(started_http);
+  }
+
   int port = 0;
   auto started = StartGrpcServer(GrpcServerOptions{.listen = flags.listen,
                                                    .service_name = v1::Generation::service_full_name(),
@@ -132,15 +199,18 @@ int Serve(int argc, char** argv) {
   spdlog::info("model {} ({} layers, dim {}, vocab {}), mode {}, cache tier {}", config.name, config.n_layers,
                config.dim, config.vocab_size, AttentionModeName(loop.engine().default_mode()),
                tier != nullptr ? tier->tier().Describe() : "off");
-  PrintListening("lazykv-worker", flags.listen, port, metrics_server->get(), flags.metrics_listen);
+  PrintListening("lazykv-worker", flags.listen, port, metrics_server->get(), flags.metrics_listen, flags.http.listen,
+                 http != nullptr ? http->port() : 0);
 
   const int signal_number = WaitForTerminationSignal();
   spdlog::info("signal {}: finishing in-flight calls", signal_number);
   server->GetHealthCheckService()->Shutdown();  // NOT_SERVING, and its own calls end
+  if (http != nullptr) http->BeginShutdown();   // new HTTP requests: 503
   // Calls still running at the deadline are cancelled: their handlers cancel their
   // requests in the engine and return.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms));
-  loop.Stop();
+  loop.Stop();               // what still runs fails (UNAVAILABLE), so HTTP handlers return
+  if (http != nullptr) http->Stop();
   if (tier != nullptr) tier->Flush();  // computed chunks reach the cache tier
   LogStepProfile(loop.engine());
   spdlog::info("stopped cleanly");

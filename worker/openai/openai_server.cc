@@ -1,0 +1,322 @@
+#include "worker/openai/openai_server.h"
+
+#include <httplib.h>
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/http_connection_pool.h"
+#include "spdlog/spdlog.h"
+#include "worker/openai/openai_response.h"
+#include "worker/tokenizer/text_stream.h"
+
+namespace lazykv {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void WriteJson(httplib::Response& response, int status, const json& body) {
+  response.status = status;
+  response.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+}  // namespace
+
+// One request in flight: its engine stream, its text, and what the client has received.
+// Shared by the handler and, when streaming, httplib's content provider.
+struct OpenAiServer::Call {
+  GenerationLoop* loop = nullptr;
+  ResponseIdentity who;
+  bool include_usage = false;
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<TextStream> text;
+  std::optional<EngineEvent> pending;  // an event taken before the response status was chosen
+  Clock::time_point deadline;
+  std::chrono::seconds timeout{0};
+  int streamed = 0;  // tokens whose text the client was given
+  bool cancelled = false;
+  bool ended = false;  // the engine reported the end (finished or failed)
+  std::shared_ptr<const GenerateResult> result;
+
+  ~Call() {
+    if (!ended && stream != nullptr) loop->Cancel(stream, absl::CancelledError("the HTTP call ended"));
+    loop->metrics().CountGenerated(streamed);
+  }
+
+  void Cancel(absl::Status why) {
+    if (cancelled) return;
+    cancelled = true;
+    loop->Cancel(stream, std::move(why));
+  }
+
+  // The next engine event, waiting at most `wait`; cancels the request past its deadline.
+  std::optional<EngineEvent> Next(std::chrono::milliseconds wait) {
+    if (pending) {
+      std::optional<EngineEvent> event = std::move(pending);
+      pending.reset();
+      return event;
+    }
+    std::optional<EngineEvent> event = stream->Next(wait);
+    if (!event && Clock::now() > deadline) {
+      Cancel(absl::DeadlineExceededError(absl::StrFormat("the request ran past the server's request timeout of %d s",
+                                                         timeout.count())));
+    }
+    return event;
+  }
+
+  // Runs the request to its end. `emit` gets each piece of text (false: the client is
+  // gone, and the request is cancelled); `idle` is called when no event came for a while
+  // (false: the client is gone). OK when the reply finished.
+  absl::Status Pump(const std::function<bool(const std::string&)>& emit, const std::function<bool()>& idle) {
+    auto last_event = Clock::now();
+    while (true) {
+      std::optional<EngineEvent> event = Next(std::chrono::milliseconds(50));
+      if (!event) {
+        if (Clock::now() - last_event > std::chrono::seconds(1)) {
+          last_event = Clock::now();
+          if (!idle()) Cancel(absl::CancelledError("the client went away"));
+        }
+        continue;
+      }
+      last_event = Clock::now();
+      switch (event->kind) {
+        case EngineEvent::Kind::kToken: {
+          if (text->stopped() || cancelled) break;  // stopping: tokens still in flight
+          const std::string piece = text->Add(event->token.id);
+          ++streamed;
+          if (text->stopped()) loop->StopEarly(stream);
+          if (!piece.empty() && !emit(piece)) Cancel(absl::CancelledError("the client went away"));
+          break;
+        }
+        case EngineEvent::Kind::kFinished: {
+          ended = true;
+          result = event->result;
+          if (const std::string rest = text->Flush(); !rest.empty()) emit(rest);
+          return absl::OkStatus();
+        }
+        case EngineEvent::Kind::kFailed:
+          ended = true;
+          return event->status;
+      }
+    }
+  }
+
+  std::string_view FinishReason() const {
+    return text->stopped() || result->finish_reason == "stop" ? "stop" : "length";
+  }
+};
+
+absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOptions options,
+                                                                   const ServerSecurityOptions& security,
+                                                                   GenerationLoop* loop, const Tokenizer* tokenizer,
+                                                                   ChatSettings chat, GenerationServiceOptions service,
+                                                                   const CallAuthorizer* authorizer) {
+  if (options.served_model_names.empty()) return absl::InvalidArgumentError("--served-model-name: none given");
+  if (options.threads <= 0 || options.max_queued_connections < 0) {
+    return absl::InvalidArgumentError("--http-threads must be positive and --http-max-queued non-negative");
+  }
+  auto listener = HttpListener::Create("--http-listen", options.listen, security);
+  if (!listener.ok()) return listener.status();
+  std::unique_ptr<OpenAiServer> self(new OpenAiServer());
+  self->options_ = std::move(options);
+  self->loop_ = loop;
+  self->tokenizer_ = tokenizer;
+  self->chat_ = std::move(chat);
+  self->service_ = service;
+  self->authorizer_ = authorizer;
+  self->listener_ = *std::move(listener);
+  self->id_salt_ = std::random_device{}() * 0x9e3779b97f4a7c15ULL ^ std::random_device{}();
+  self->started_at_ = UnixSeconds();
+
+  OpenAiServer* s = self.get();
+  httplib::Server& server = s->listener_->server();
+  const OpenAiServerOptions& o = s->options_;
+  const size_t threads = o.threads, queued = o.max_queued_connections;
+  server.new_task_queue = [threads, queued] { return new HttpConnectionPool(threads, queued); };
+  server.set_read_timeout(o.read_timeout);
+  server.set_write_timeout(o.write_timeout);
+  server.set_idle_interval(std::chrono::seconds(0));
+  server.set_keep_alive_timeout(o.idle_timeout.count());
+  server.set_payload_max_length(o.max_body_bytes);
+  server.Post("/v1/completions", [s](const httplib::Request& request, httplib::Response& response) {
+    s->Generate(request, response, OpenAiEndpoint::kCompletions);
+  });
+  server.Post("/v1/chat/completions", [s](const httplib::Request& request, httplib::Response& response) {
+    s->Generate(request, response, OpenAiEndpoint::kChatCompletions);
+  });
+  server.Get("/v1/models", [s](const httplib::Request& request, httplib::Response& response) {
+    if (!s->Admit(request, response)) return;
+    json data = json::array();
+    for (const std::string& name : s->options_.served_model_names) {
+      data.push_back({{"id", name},
+                      {"object", "model"},
+                      {"created", s->started_at_},
+                      {"owned_by", "lazykv"},
+                      {"max_model_len", s->loop_->engine().config().max_seq_len}});
+    }
+    WriteJson(response, 200, json{{"object", "list"}, {"data", data}});
+  });
+  server.Get("/health", [s](const httplib::Request&, httplib::Response& response) {
+    response.status = s->shutting_down_ ? 503 : 200;
+    response.set_content(s->shutting_down_ ? "shutting down\n" : "ok\n", "text/plain");
+  });
+  // A body over the limit, an unknown route: OpenAI-style errors, not httplib's empty ones.
+  server.set_error_handler([](const httplib::Request&, httplib::Response& response) {
+    if (!response.body.empty()) return;
+    const absl::Status status =
+        response.status == 413   ? absl::InvalidArgumentError("body: larger than the server's --http-max-body-bytes")
+        : response.status == 404 ? absl::NotFoundError("no such route")
+                                 : absl::InvalidArgumentError(absl::StrFormat("HTTP %d", response.status));
+    const int code = response.status;
+    WriteJson(response, code, ErrorFor(status).body);
+  });
+  if (absl::Status started = s->listener_->Start(); !started.ok()) return started;
+  return self;
+}
+
+OpenAiServer::~OpenAiServer() { Stop(); }
+
+void OpenAiServer::Stop() {
+  shutting_down_ = true;
+  if (listener_ != nullptr) listener_->Stop();
+}
+
+void OpenAiServer::Refuse(httplib::Response& response, const absl::Status& status) {
+  loop_->metrics().CountRequest(std::string(absl::StatusCodeToString(status.code())));
+  const HttpError error = ErrorFor(status);
+  if (error.status == 401) response.set_header("WWW-Authenticate", "Bearer realm=\"lazykv\"");
+  if (error.status == 429 || error.status == 503) response.set_header("Retry-After", "1");
+  WriteJson(response, error.status, error.body);
+}
+
+bool OpenAiServer::Admit(const httplib::Request& request, httplib::Response& response) {
+  if (HttpConnectionPool::Refusing()) {
+    response.set_header("Connection", "close");
+    Refuse(response, absl::ResourceExhaustedError(absl::StrFormat(
+                         "server busy: all %d HTTP threads are serving and %d connections wait (--http-threads, "
+                         "--http-max-queued); retry later",
+                         options_.threads, options_.max_queued_connections)));
+    return false;
+  }
+  if (shutting_down_) {
+    Refuse(response, absl::UnavailableError("the server is shutting down; retry on another worker"));
+    return false;
+  }
+  if (authorizer_ != nullptr && authorizer_->enabled()) {
+    const std::string header = request.get_header_value("Authorization");
+    absl::StatusOr<Principal> caller =
+        header.starts_with("Bearer ") ? authorizer_->AuthorizeToken(std::string_view(header).substr(7), Role::kClient)
+                                      : absl::UnauthenticatedError("missing 'Authorization: Bearer TOKEN'");
+    if (!caller.ok()) {
+      Refuse(response, caller.status());
+      return false;
+    }
+  }
+  return true;
+}
+
+void OpenAiServer::Generate(const httplib::Request& request, httplib::Response& response, OpenAiEndpoint endpoint) {
+  const Clock::time_point arrival = Clock::now();
+  if (!Admit(request, response)) return;
+  absl::StatusOr<OpenAiRequest> parsed = endpoint == OpenAiEndpoint::kChatCompletions
+                                             ? ParseChatRequest(request.body, chat_, options_.limits)
+                                             : ParseCompletionRequest(request.body, options_.limits);
+  if (!parsed.ok()) return Refuse(response, parsed.status());
+  const auto& names = options_.served_model_names;
+  if (std::find(names.begin(), names.end(), parsed->model) == names.end()) {
+    return Refuse(response, absl::NotFoundError(absl::StrCat("model: '", parsed->model,
+                                                             "' is not served here; GET /v1/models lists it")));
+  }
+  const Clock::time_point deadline = arrival + options_.request_timeout;
+  absl::StatusOr<GenerateRequest> engine_request =
+      ToEngineRequest(parsed->call, *tokenizer_, service_, [deadline]() -> absl::Status {
+        if (Clock::now() > deadline) return absl::DeadlineExceededError("the request timeout passed while tokenizing");
+        return absl::OkStatus();
+      });
+  if (!engine_request.ok()) return Refuse(response, engine_request.status());
+  engine_request->arrival = arrival;
+
+  auto call = std::make_shared<Call>();
+  call->loop = loop_;
+  call->who = ResponseIdentity{endpoint,
+                               absl::StrFormat("%s-%016x%08x",
+                                               endpoint == OpenAiEndpoint::kChatCompletions ? "chatcmpl" : "cmpl",
+                                               id_salt_, next_id_.fetch_add(1)),
+                               UnixSeconds(), parsed->model};
+  call->include_usage = parsed->include_usage;
+  call->deadline = deadline;
+  call->timeout = options_.request_timeout;
+  call->text = std::make_unique<TextStream>(
+      *tokenizer_, ReplyContext(loop_->engine().anchor(), *engine_request),
+      std::vector<std::string>(parsed->call.sampling().stop().begin(), parsed->call.sampling().stop().end()));
+  call->stream = loop_->Submit(*std::move(engine_request));
+  // The status line goes out before the first byte of a stream: wait for the engine's
+  // first word, so that a request it sheds or refuses gets its own status (429, 400).
+  while (!call->pending) call->pending = call->Next(std::chrono::milliseconds(50));
+  if (call->pending->kind == EngineEvent::Kind::kFailed) {
+    call->ended = true;
+    return WriteJson(response, ErrorFor(call->pending->status).status, ErrorFor(call->pending->status).body);
+  }
+  if (parsed->stream) return Stream(std::move(call), response);
+  Reply(*call, response);
+}
+
+void OpenAiServer::Reply(Call& call, httplib::Response& response) {
+  std::string text;
+  const absl::Status status = call.Pump(
+      [&](const std::string& piece) {
+        text += piece;
+        return true;
+      },
+      [] { return true; });  // httplib cannot tell before writing: the request timeout bounds it
+  if (!status.ok()) {
+    const HttpError error = ErrorFor(status);
+    return WriteJson(response, error.status, error.body);
+  }
+  WriteJson(response, 200, CompletionJson(call.who, text, call.FinishReason(), call.result->usage, call.streamed));
+}
+
+void OpenAiServer::Stream(std::shared_ptr<Call> call, httplib::Response& response) {
+  response.set_header("Cache-Control", "no-cache");
+  response.set_header("X-Accel-Buffering", "no");  // proxies must not hold the events back
+  response.set_chunked_content_provider(
+      "text/event-stream",
+      [call](size_t, httplib::DataSink& sink) {
+        auto send = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
+        bool first = true;
+        auto emit = [&](const std::string& piece) {
+          const bool ok = send(ServerSentEvent(ChunkJson(call->who, piece, first, "")));
+          first = false;
+          return ok;
+        };
+        // The role comes first in a chat stream, before any text.
+        if (call->who.endpoint == OpenAiEndpoint::kChatCompletions && !emit("")) {
+          call->Cancel(absl::CancelledError("the client went away"));
+        }
+        // A comment line while nothing else moves: finds a client that has gone.
+        const absl::Status status = call->Pump(emit, [&] { return send(": waiting\n\n"); });
+        if (status.ok()) {
+          send(ServerSentEvent(ChunkJson(call->who, "", first, call->FinishReason())));
+          if (call->include_usage) {
+            send(ServerSentEvent(UsageChunkJson(call->who, call->result->usage, call->streamed)));
+          }
+        } else {
+          send(ServerSentEvent(ErrorFor(status).body));
+        }
+        send("data: [DONE]\n\n");
+        sink.done();
+        return true;
+      },
+      [call](bool success) {
+        if (!success) call->Cancel(absl::CancelledError("the client went away"));
+      });
+}
+
+}  // namespace lazykv

@@ -123,17 +123,17 @@ absl::Status ParseCommon(const json& body, bool chat, const OpenAiLimits& limits
     if (!body["mode"].is_string()) return Bad("mode", "must be one of lazy, block, prefix, none");
     out.call.set_mode(body["mode"].get<std::string>());
   }
-  for (const auto& [field, neutral] : std::initializer_list<std::pair<const char*, json>>{
-           {"logprobs", chat ? json(false) : json(nullptr)},
-           {"top_logprobs", json(0)},
-           {"presence_penalty", json(0)},
-           {"frequency_penalty", json(0)},
-           {"logit_bias", json::object()},
-           {"best_of", json(1)},
-           {"echo", json(false)},
-           {"suffix", json("")},
-           {"tools", json::array()},
-           {"response_format", json{{"type", "text"}}}}) {
+  for (const auto& [field, neutral] :
+       std::initializer_list<std::pair<const char*, json>>{{"logprobs", chat ? json(false) : json(nullptr)},
+                                                           {"top_logprobs", json(0)},
+                                                           {"presence_penalty", json(0)},
+                                                           {"frequency_penalty", json(0)},
+                                                           {"logit_bias", json::object()},
+                                                           {"best_of", json(1)},
+                                                           {"echo", json(false)},
+                                                           {"suffix", json("")},
+                                                           {"tools", json::array()},
+                                                           {"response_format", json{{"type", "text"}}}}) {
     if (absl::Status s = RefuseUnlessNeutral(body, field, neutral, "is not supported by this server"); !s.ok()) {
       return s;
     }
@@ -150,7 +150,8 @@ absl::Status ParseCommon(const json& body, bool chat, const OpenAiLimits& limits
       if (docs[d].is_string()) {
         text = docs[d].get<std::string>();
       } else if (docs[d].is_object()) {
-        if (!docs[d].contains("text") || !docs[d]["text"].is_string()) return Bad(field + ".text", "a string is required");
+        if (!docs[d].contains("text") || !docs[d]["text"].is_string())
+          return Bad(field + ".text", "a string is required");
         text = docs[d]["text"].get<std::string>();
         if (Present(docs[d], "title")) {
           if (!docs[d]["title"].is_string()) return Bad(field + ".title", "must be a string");

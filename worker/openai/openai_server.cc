@@ -18,8 +18,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 int64_t UnixSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 void WriteJson(httplib::Response& response, int status, const json& body) {
@@ -27,11 +26,21 @@ void WriteJson(httplib::Response& response, int status, const json& body) {
   response.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
+// The error body and status, with the headers a client acts on.
+void WriteError(httplib::Response& response, const absl::Status& status) {
+  const HttpError error = ErrorFor(status);
+  if (error.status == 401) response.set_header("WWW-Authenticate", "Bearer realm=\"lazykv\"");
+  if (error.status == 429 || error.status == 503) response.set_header("Retry-After", "1");
+  WriteJson(response, error.status, error.body);
+}
+
 }  // namespace
 
 // One request in flight: its engine stream, its text, and what the client has received.
 // Shared by the handler and, when streaming, httplib's content provider.
 struct OpenAiServer::Call {
+  explicit Call(std::atomic<int>* in_flight) : in_flight(in_flight) { ++*in_flight; }
+  std::atomic<int>* in_flight;
   GenerationLoop* loop = nullptr;
   ResponseIdentity who;
   bool include_usage = false;
@@ -48,6 +57,7 @@ struct OpenAiServer::Call {
   ~Call() {
     if (!ended && stream != nullptr) loop->Cancel(stream, absl::CancelledError("the HTTP call ended"));
     loop->metrics().CountGenerated(streamed);
+    --*in_flight;
   }
 
   void Cancel(absl::Status why) {
@@ -65,8 +75,8 @@ struct OpenAiServer::Call {
     }
     std::optional<EngineEvent> event = stream->Next(wait);
     if (!event && Clock::now() > deadline) {
-      Cancel(absl::DeadlineExceededError(absl::StrFormat("the request ran past the server's request timeout of %d s",
-                                                         timeout.count())));
+      Cancel(absl::DeadlineExceededError(
+          absl::StrFormat("the request ran past the server's request timeout of %d s", timeout.count())));
     }
     return event;
   }
@@ -114,10 +124,10 @@ struct OpenAiServer::Call {
 };
 
 absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOptions options,
-                                                                   const ServerSecurityOptions& security,
-                                                                   GenerationLoop* loop, const Tokenizer* tokenizer,
-                                                                   ChatSettings chat, GenerationServiceOptions service,
-                                                                   const CallAuthorizer* authorizer) {
+                                                                  const ServerSecurityOptions& security,
+                                                                  GenerationLoop* loop, const Tokenizer* tokenizer,
+                                                                  ChatSettings chat, GenerationServiceOptions service,
+                                                                  const CallAuthorizer* authorizer) {
   if (options.served_model_names.empty()) return absl::InvalidArgumentError("--served-model-name: none given");
   if (options.threads <= 0 || options.max_queued_connections < 0) {
     return absl::InvalidArgumentError("--http-threads must be positive and --http-max-queued non-negative");
@@ -183,6 +193,10 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOp
 
 OpenAiServer::~OpenAiServer() { Stop(); }
 
+void OpenAiServer::WaitForCalls(Clock::time_point deadline) const {
+  while (in_flight_ > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
 void OpenAiServer::Stop() {
   shutting_down_ = true;
   if (listener_ != nullptr) listener_->Stop();
@@ -190,10 +204,7 @@ void OpenAiServer::Stop() {
 
 void OpenAiServer::Refuse(httplib::Response& response, const absl::Status& status) {
   loop_->metrics().CountRequest(std::string(absl::StatusCodeToString(status.code())));
-  const HttpError error = ErrorFor(status);
-  if (error.status == 401) response.set_header("WWW-Authenticate", "Bearer realm=\"lazykv\"");
-  if (error.status == 429 || error.status == 503) response.set_header("Retry-After", "1");
-  WriteJson(response, error.status, error.body);
+  WriteError(response, status);
 }
 
 bool OpenAiServer::Admit(const httplib::Request& request, httplib::Response& response) {
@@ -243,13 +254,13 @@ void OpenAiServer::Generate(const httplib::Request& request, httplib::Response& 
   if (!engine_request.ok()) return Refuse(response, engine_request.status());
   engine_request->arrival = arrival;
 
-  auto call = std::make_shared<Call>();
+  auto call = std::make_shared<Call>(&in_flight_);
   call->loop = loop_;
-  call->who = ResponseIdentity{endpoint,
-                               absl::StrFormat("%s-%016x%08x",
-                                               endpoint == OpenAiEndpoint::kChatCompletions ? "chatcmpl" : "cmpl",
-                                               id_salt_, next_id_.fetch_add(1)),
-                               UnixSeconds(), parsed->model};
+  call->who = ResponseIdentity{
+      endpoint,
+      absl::StrFormat("%s-%016x%08x", endpoint == OpenAiEndpoint::kChatCompletions ? "chatcmpl" : "cmpl", id_salt_,
+                      next_id_.fetch_add(1)),
+      UnixSeconds(), parsed->model};
   call->include_usage = parsed->include_usage;
   call->deadline = deadline;
   call->timeout = options_.request_timeout;
@@ -262,7 +273,7 @@ void OpenAiServer::Generate(const httplib::Request& request, httplib::Response& 
   while (!call->pending) call->pending = call->Next(std::chrono::milliseconds(50));
   if (call->pending->kind == EngineEvent::Kind::kFailed) {
     call->ended = true;
-    return WriteJson(response, ErrorFor(call->pending->status).status, ErrorFor(call->pending->status).body);
+    return WriteError(response, call->pending->status);  // the loop counted it
   }
   if (parsed->stream) return Stream(std::move(call), response);
   Reply(*call, response);
@@ -276,10 +287,7 @@ void OpenAiServer::Reply(Call& call, httplib::Response& response) {
         return true;
       },
       [] { return true; });  // httplib cannot tell before writing: the request timeout bounds it
-  if (!status.ok()) {
-    const HttpError error = ErrorFor(status);
-    return WriteJson(response, error.status, error.body);
-  }
+  if (!status.ok()) return WriteError(response, status);
   WriteJson(response, 200, CompletionJson(call.who, text, call.FinishReason(), call.result->usage, call.streamed));
 }
 

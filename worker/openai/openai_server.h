@@ -34,7 +34,7 @@ struct Response;
 namespace lazykv {
 
 struct OpenAiServerOptions {
-  std::string listen;                            // HOST:PORT
+  std::string listen;                           // HOST:PORT
   std::vector<std::string> served_model_names;  // what `model` may say; the first is listed
   int threads = 64;
   int max_queued_connections = 64;
@@ -62,6 +62,9 @@ class OpenAiServer {
   int port() const { return listener_->port(); }
   // New requests get 503 and /health says so; requests under way go on.
   void BeginShutdown() { shutting_down_ = true; }
+  // Waits until no generation request is in flight, or `deadline` (graceful shutdown:
+  // after BeginShutdown, give the requests under way their grace period).
+  void WaitForCalls(std::chrono::steady_clock::time_point deadline) const;
   // Stops accepting; returns when every handler has returned.
   void Stop();
 
@@ -85,6 +88,7 @@ class OpenAiServer {
   std::unique_ptr<HttpListener> listener_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{0};
+  std::atomic<int> in_flight_{0};  // generation requests admitted and not yet answered
   uint64_t id_salt_ = 0;
   int64_t started_at_ = 0;  // unix seconds, for /v1/models
 };

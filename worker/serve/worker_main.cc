@@ -12,8 +12,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/byte_size.h"
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
@@ -162,10 +162,10 @@ int Serve(int argc, char** argv) {
   std::optional<ChatTemplate> chat_template;
   if (!flags.http.listen.empty()) {
     const std::string& tokenizer_flag = flags.model.setup.tokenizer;
-    auto template_loaded = LoadChatTemplate(
-        flags.chat_template,
-        {flags.model.setup.model,
-         tokenizer_flag.empty() ? "" : std::filesystem::path(tokenizer_flag).parent_path().string()});
+    auto template_loaded =
+        LoadChatTemplate(flags.chat_template,
+                         {flags.model.setup.model,
+                          tokenizer_flag.empty() ? "" : std::filesystem::path(tokenizer_flag).parent_path().string()});
     if (!template_loaded.ok()) {
       spdlog::error("{}", std::string(template_loaded.status().message()));
       return 1;
@@ -208,8 +208,10 @@ int Serve(int argc, char** argv) {
   if (http != nullptr) http->BeginShutdown();   // new HTTP requests: 503
   // Calls still running at the deadline are cancelled: their handlers cancel their
   // requests in the engine and return.
+  const auto grace_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms));
-  loop.Stop();               // what still runs fails (UNAVAILABLE), so HTTP handlers return
+  if (http != nullptr) http->WaitForCalls(grace_end);  // HTTP requests get the same grace
+  loop.Stop();                                         // what still runs fails (UNAVAILABLE), so HTTP handlers return
   if (http != nullptr) http->Stop();
   if (tier != nullptr) tier->Flush();  // computed chunks reach the cache tier
   LogStepProfile(loop.engine());

@@ -33,7 +33,12 @@ for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ $status == "install ok installed" ]] || missing+=("$p")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+# The OpenAI Node.js client for the HTTP API's tests, once npm is there.
+openai_client() { "$(dirname "$0")/install_openai_client.sh"; }
+if [[ ${#missing[@]} -eq 0 ]]; then
+  openai_client
+  exit 0
+fi
 
 echo "setup: installing ${missing[*]}"
 sudo_cmd=()
@@ -42,3 +47,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: done"
+openai_client

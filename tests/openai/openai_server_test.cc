@@ -179,6 +179,38 @@ TEST_F(OpenAiServerTest, StreamedChatWithDocumentsEqualsTheGrpcReply) {
   }
 }
 
+// The official OpenAI Node.js client (npm openai, installed by scripts/setup.sh) streams
+// the same chat with documents: it parses every event, and gets the gRPC reply's text.
+TEST_F(OpenAiServerTest, TheOfficialNodeClientStreamsAChatWithDocuments) {
+  const fs::path module = fs::path(LAZYKV_SOURCE_DIR) / ".tools/openai-client/node_modules/openai";
+  ASSERT_TRUE(fs::exists(module)) << module << " is missing: scripts/setup.sh installs it";
+  auto worker = StartWorker();
+  const uint64_t seed = FreshSeed() % 1000000;
+  const ChatCase c = MakeChatCase(seed, "Llamas " + std::to_string(seed) + " hum when they are curious.",
+                                  "Camels can close their nostrils in a sandstorm.", 0.0);
+  json body = c.body;
+  body.erase("stream");
+  body.erase("stream_options");
+  const fs::path body_file = fs::path(dir_) / "body.json";
+  std::ofstream(body_file) << body.dump();
+  const std::string command = "node " LAZYKV_NODE_CLIENT " '" + module.string() + "' 'http://" +
+                              worker->http_address() + "/v1' \"$(cat " + body_file.string() + ")\" 2>&1";
+  std::string out;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[4096];
+    while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) out.append(buffer, n);
+    pclose(pipe);
+  }
+  const json node = json::parse(out, nullptr, false);
+  ASSERT_FALSE(node.is_discarded()) << "the Node client printed: " << out;
+  const GrpcReply grpc = GrpcGenerate(worker->address(), c.grpc);
+  ASSERT_TRUE(grpc.status.ok());
+  EXPECT_EQ(node["text"], grpc.text);
+  EXPECT_GE(node["chunks"].get<int>(), 3);  // role, text, finish (and usage)
+  EXPECT_EQ(node["usage"]["prompt_tokens"], grpc.done.usage().prompt_tokens());
+  EXPECT_EQ(node["models"], json::array({kModel}));
+}
+
 TEST_F(OpenAiServerTest, DocumentsInAnotherOrderAreServedFromTheCache) {
   auto worker = StartWorker();
   const std::string tag = std::to_string(FreshSeed() % 1000000);

@@ -155,6 +155,9 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOp
   server.set_idle_interval(std::chrono::seconds(0));
   server.set_keep_alive_timeout(o.idle_timeout.count());
   server.set_payload_max_length(o.max_body_bytes);
+  // Each token's event is a small write: Nagle's algorithm would hold it for the client's
+  // delayed ACK.
+  server.set_tcp_nodelay(true);
   server.Post("/v1/completions", [s](const httplib::Request& request, httplib::Response& response) {
     s->Generate(request, response, OpenAiEndpoint::kCompletions);
   });

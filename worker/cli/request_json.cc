@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/tokenizer/text_stream.h"
 
 namespace lazykv {
 namespace {
@@ -29,8 +30,8 @@ absl::StatusOr<T> NumberAs(const json& value, const std::string& field) {
   }
   if (!in_range) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", value.dump(), " is out of range [",
-                                                   std::numeric_limits<T>::min(), ", ",
-                                                   std::numeric_limits<T>::max(), "]"));
+                                                   std::numeric_limits<T>::min(), ", ", std::numeric_limits<T>::max(),
+                                                   "]"));
   }
   return value.get<T>();
 }
@@ -95,7 +96,7 @@ json ResultToJson(const GenerateRequest& request, const GenerateResult& result, 
       {"doc_token_ids", request.docs},
       {"tokens", result.tokens},
       {"logprobs", result.logprobs},
-      {"text", DecodeContinuation(tokenizer, result.prompt_token_ids, result.tokens)},
+      {"text", ReplyText(tokenizer, result.prompt_token_ids, result.tokens)},
       {"finish_reason", result.finish_reason},
       {"seed", result.seed},
       {"usage",

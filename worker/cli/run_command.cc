@@ -14,6 +14,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/cli/request_json.h"
 #include "worker/setup/model_setup_flags.h"
+#include "worker/tokenizer/text_stream.h"
 
 namespace lazykv {
 namespace {
@@ -100,7 +101,7 @@ void PrintHuman(size_t index, const GenerateRequest& request, const GenerateResu
       u.chunk_recomputes, u.kv_bytes_copied, result.ttft_seconds * 1e3,
       result.tokens.size() > 1 && decode_seconds > 0 ? (result.tokens.size() - 1) / decode_seconds : 0.0);
   if (request.sampling.temperature > 0) std::cout << absl::StrFormat("    sampled with seed %d\n", result.seed);
-  std::cout << "    " << DecodeContinuation(tokenizer, result.prompt_token_ids, result.tokens) << "\n";
+  std::cout << "    " << ReplyText(tokenizer, result.prompt_token_ids, result.tokens) << "\n";
 }
 
 }  // namespace

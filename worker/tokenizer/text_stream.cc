@@ -43,6 +43,13 @@ std::string TextStream::Flush() {
   return Take(text_.size());
 }
 
+std::string ReplyText(const Tokenizer& tokenizer, std::vector<int32_t> context, std::span<const int32_t> reply) {
+  TextStream stream(tokenizer, std::move(context), {});
+  std::string text;
+  for (int32_t token : reply) text += stream.Add(token);
+  return text + stream.Flush();
+}
+
 std::string TextStream::Take(size_t upto) {
   upto = std::min(upto, text_.size());
   if (upto <= sent_) return "";

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,9 @@ class TextStream {
   bool stopped_ = false;
   std::string matched_stop_;
 };
+
+// A whole reply's text as a client of a stream sees it: every delta and the flush (valid
+// UTF-8, each ill-formed sequence one U+FFFD). For outputs that are not streamed.
+std::string ReplyText(const Tokenizer& tokenizer, std::vector<int32_t> context, std::span<const int32_t> reply);
 
 }  // namespace lazykv

@@ -19,7 +19,8 @@ shift || true
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-1}
 all_targets=(chunk_codec_fuzzer chunk_wire_fuzzer llama2c_loader_fuzzer safetensors_loader_fuzzer
-  request_json_fuzzer llama2c_tokenizer_fuzzer sentencepiece_tokenizer_fuzzer)
+  request_json_fuzzer llama2c_tokenizer_fuzzer sentencepiece_tokenizer_fuzzer chat_template_fuzzer
+  openai_request_fuzzer)
 if [[ $# -gt 0 ]]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 if ! [[ $seconds =~ ^[0-9]+$ ]] || [[ $seconds -eq 0 ]]; then
   echo "usage: scripts/fuzz.sh [SECONDS] [TARGET...]" >&2

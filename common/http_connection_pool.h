@@ -7,12 +7,12 @@
 
 #include <httplib.h>
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace lazykv {
 
@@ -22,25 +22,23 @@ class HttpConnectionPool : public httplib::TaskQueue {
   HttpConnectionPool(size_t threads, size_t max_queued, size_t overflow_threads = 2);
   ~HttpConnectionPool() override;
 
-  void enqueue(std::function<void()> connection) override;
-  void shutdown() override;
+  void enqueue(std::function<void()> connection) override ABSL_LOCKS_EXCLUDED(mu_);
+  void shutdown() override ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether the calling handler serves a connection past the limit (it must refuse it).
   static bool Refusing();
 
  private:
-  struct Lane {
-    std::deque<std::function<void()>> jobs;
-    std::vector<std::thread> threads;
-  };
-  void Work(Lane& lane, bool refusing);
+  void Work(std::deque<std::function<void()>>* jobs, bool refusing) ABSL_LOCKS_EXCLUDED(mu_);
 
   const size_t max_queued_;
-  std::mutex mu_;
-  std::condition_variable ready_;
-  Lane serving_, overflow_;
-  size_t idle_ = 0;  // serving threads waiting for a job
-  bool shutdown_ = false;
+  Mutex mu_;
+  CondVar ready_;  // a job was queued, or shutdown
+  std::deque<std::function<void()>> serving_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::function<void()>> overflow_ ABSL_GUARDED_BY(mu_);
+  size_t idle_ ABSL_GUARDED_BY(mu_) = 0;  // serving threads waiting for a job
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;  // set in the constructor, joined by shutdown()
 };
 
 }  // namespace lazykv

@@ -367,6 +367,29 @@ TEST_F(OpenAiServerTest, OverloadIsShedWith429) {
   EXPECT_GE(shed, 1);
 }
 
+// Every HTTP thread busy and no room to wait: a new connection gets 429 at once, naming
+// the limits, while the request holding the thread goes on.
+TEST_F(OpenAiServerTest, ConnectionsPastTheThreadsAndQueueGet429) {
+  auto worker = StartWorker({"--http-threads", "1", "--http-max-queued", "0"});
+  const std::string url = "http://" + worker->http_address() + "/v1/completions";
+  json held;
+  std::thread holder([&] {
+    held = PythonClient(url, {{"model", kModel}, {"prompt", "Go on"}, {"max_tokens", 300}, {"stream", true}});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  httplib::Client client("http://" + worker->http_address());
+  const auto start = std::chrono::steady_clock::now();
+  auto refused = client.Post("/v1/completions", json{{"model", kModel}, {"prompt", "x"}}.dump(), "application/json");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  holder.join();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  EXPECT_NE(refused->body.find("--http-threads"), std::string::npos) << refused->body;
+  EXPECT_LT(waited, 2.0) << "refused at once, not after the holder finished";
+  EXPECT_EQ(held["status"], 200);
+  EXPECT_TRUE(held["done"].get<bool>());
+}
+
 // SIGTERM: a stream under way finishes within the grace period, a new request gets 503.
 TEST_F(OpenAiServerTest, ShutdownFinishesStreamsAndRefusesNewRequests) {
   auto worker = StartWorker({"--shutdown-grace-ms", "20000"});

@@ -58,9 +58,9 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
                      "Chunks workers refused and reported, by what this server did", r);
   // Every label value exported from the start, at 0: dashboards find the series before the
   // first event, and rate() sees that first event.
-  for (const char* reason :
-       {"chunk_too_large", "host_full", "lease_held", "max_concurrent_streams", "max_lookup_keys",
-        "max_streams_per_client", "stream_idle_timeout", "unauthenticated", "permission_denied", "bad_mac", "non_finite"}) {
+  for (const char* reason : {"chunk_too_large", "host_full", "lease_held", "max_concurrent_streams", "max_lookup_keys",
+                             "max_streams_per_client", "stream_idle_timeout", "unauthenticated", "permission_denied",
+                             "bad_mac", "non_finite"}) {
     rejected_->Add({{"reason", reason}});
   }
   for (const char* outcome : {"dropped", "stale", "verified_good"}) reports_->Add({{"outcome", outcome}});

@@ -21,7 +21,12 @@ namespace {
 
 constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --data-dir DIR [options]
   --host-capacity BYTES     host RAM tier (default 1GiB; suffixes KiB MiB GiB TiB)
-  --disk-capacity BYTES     RocksDB tier under --data-dir (default 4GiB; 0: no disk tier)
+  --disk-capacity BYTES     disk tier under --data-dir: its directory's byte cap, a preallocated value
+                            file plus RocksDB's index (default 4GiB; 0: no disk tier)
+  --disk-region-size BYTES  the disk tier's eviction unit, at most (default 32MiB; smaller when the
+                            value file would have fewer than 16 regions)
+  --disk-scrub-rate BYTES   bytes per second the background scrub reads back and checks
+                            (default 16MiB; 0: no scrub)
   --metrics-listen HOST:PORT  Prometheus /metrics (default: off)
   --eviction-policy NAME    s3fifo (default) or lru, for host RAM
   --max-chunk-bytes BYTES   largest chunk accepted (default 256MiB)
@@ -73,6 +78,8 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   parser.AddString("--metrics-listen", &f.metrics_listen);
   parser.AddByteSize("--host-capacity", &f.store.host_capacity_bytes);
   parser.AddByteSize("--disk-capacity", &f.store.disk_capacity_bytes);
+  parser.AddByteSize("--disk-region-size", &f.store.disk_region_bytes);
+  parser.AddByteSize("--disk-scrub-rate", &f.store.disk_scrub_bytes_per_second);
   parser.AddString("--eviction-policy", &f.store.eviction_policy);
   parser.AddByteSize("--max-chunk-bytes", &f.store.max_chunk_bytes);
   parser.AddByteSize("--max-message-bytes", &f.max_message_bytes);

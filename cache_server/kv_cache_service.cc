@@ -181,8 +181,7 @@ grpc::Status KvCacheService::Put(grpc::ServerContext* context, grpc::ServerReade
 }
 
 grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
-                                   v1::PutResponse* response, const Principal& caller,
-                                   StreamWatchdog::Watch& watch) {
+                                   v1::PutResponse* response, const Principal& caller, StreamWatchdog::Watch& watch) {
   v1::PutRequest message;
   if (!reader->Read(&message)) return Invalid("empty put stream: the first message must carry key and header");
   watch.Progress();
@@ -354,7 +353,7 @@ grpc::Status KvCacheService::ReportInvalid(grpc::ServerContext* context, const v
     return Invalid(absl::StrFormat("reason '%s': expected mac or non_finite", request->reason()));
   }
   const Hash128 key = FromProto(request->key());
-  auto read = store_->Read(key);  // checks the stored checksum: a corrupt value is dropped there
+  auto read = store_->Read(key);            // checks the stored checksum: a corrupt value is dropped there
   if (!read.ok()) return grpc::Status::OK;  // gone already
   const ChunkReader& reader = *read;
   std::string stored_header(kChunkHeaderBytes, '\0');

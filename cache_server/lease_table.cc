@@ -90,8 +90,7 @@ bool LeaseTable::Release(const Hash128& key, uint64_t lease_id, const std::strin
   return released;
 }
 
-bool LeaseTable::Renew(const Hash128& key, uint64_t lease_id, const std::string& owner,
-                       std::chrono::milliseconds ttl) {
+bool LeaseTable::Renew(const Hash128& key, uint64_t lease_id, const std::string& owner, std::chrono::milliseconds ttl) {
   MutexLock lock(&mu_);
   Lease* lease = FindHeld(key, lease_id, owner);
   if (lease == nullptr) return false;

@@ -39,8 +39,8 @@ class LeaseTable {
   // authenticated caller (common/security/call_authorizer.h): only it may publish under,
   // renew or release the lease, so a lease id alone (which a HELD answer does not reveal:
   // its lease_id is 0) is no capability. `holder` is the caller's label, for logs.
-  Result Acquire(const Hash128& key, const std::string& holder, const std::string& owner,
-                 std::chrono::milliseconds ttl, Clock::time_point wait_until);
+  Result Acquire(const Hash128& key, const std::string& holder, const std::string& owner, std::chrono::milliseconds ttl,
+                 Clock::time_point wait_until);
   // The chunk was stored: its lease (whoever holds it) ends and every waiter wakes.
   void Published(const Hash128& key);
   // Whether an unexpired lease on `key` is another's than (`lease_id`, `owner`): a Put must

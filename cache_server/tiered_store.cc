@@ -74,7 +74,10 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Open(const TieredStore
       return absl::PermissionDeniedError(
           absl::StrFormat("cannot create data dir %s: %s", options.data_dir, ec.message()));
     }
-    ASSIGN_OR_RETURN(disk, DiskTier::Open({.path = options.data_dir, .capacity_bytes = options.disk_capacity_bytes}));
+    ASSIGN_OR_RETURN(disk, DiskTier::Open({.path = options.data_dir,
+                                           .capacity_bytes = options.disk_capacity_bytes,
+                                           .region_bytes = options.disk_region_bytes,
+                                           .scrub_bytes_per_second = options.disk_scrub_bytes_per_second}));
   }
   return std::unique_ptr<TieredStore>(
       new TieredStore(options, std::move(arena), std::move(policy), std::move(disk), std::move(metrics)));
@@ -92,6 +95,14 @@ TieredStore::TieredStore(TieredStoreOptions options, std::unique_ptr<HostArena> 
   if (disk_) {
     metrics_->disk.capacity->Set(static_cast<double>(disk_->capacity_bytes()));
     disk_writer_ = std::thread([this] { DiskWriterLoop(); });
+    // A chunk the scrub drops is counted as a corrupt read would be; a host copy of it
+    // is no longer on disk (a demotion writes it again).
+    disk_->StartScrub([this](const Hash128& key) {
+      metrics_->disk.corrupt->Increment();
+      MutexLock lock(&mu_);
+      if (auto it = host_.find(key); it != host_.end()) it->second.on_disk = false;
+      UpdateGaugesLocked();
+    });
   }
   MutexLock lock(&mu_);
   UpdateGaugesLocked();

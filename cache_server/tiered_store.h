@@ -1,10 +1,12 @@
-// The cache tier's storage (DESIGN.md section 4): host RAM in front of RocksDB on SSD.
+// The cache tier's storage (DESIGN.md section 4): host RAM in front of the disk tier
+// (a preallocated value file of regions, RocksDB as its index: disk_tier.h).
 // - Put lands in host RAM and is written through to disk by a background writer (off
 //   the request path), so a chunk survives a killed process within about a second.
 // - What host RAM evicts stays on disk (a demotion; written then if the disk copy was
 //   itself evicted); what is read from disk goes back to host RAM (a promotion).
 // - Every read checks the chunk's checksum; a corrupt value is counted, dropped and
-//   reported (DATA_LOSS), never served.
+//   reported (DATA_LOSS), never served. The disk tier's scrub drops corrupt values in the
+//   background; they are counted the same way.
 // A GPU tier would sit in front of host RAM (the tier enum reserves it).
 #pragma once
 
@@ -32,8 +34,10 @@ enum class StoreTier { kHost, kDisk };
 
 struct TieredStoreOptions {
   uint64_t host_capacity_bytes = 1ull << 30;
-  uint64_t disk_capacity_bytes = 0;  // 0: no disk tier
-  std::string data_dir;              // RocksDB directory (needed with a disk tier)
+  uint64_t disk_capacity_bytes = 0;                    // 0: no disk tier
+  std::string data_dir;                                // the disk tier's directory (needed with a disk tier)
+  uint64_t disk_region_bytes = 32ull << 20;            // the disk tier's largest region (disk_tier.h)
+  uint64_t disk_scrub_bytes_per_second = 16ull << 20;  // its background scrub; 0: none
   uint64_t page_bytes = 256 << 10;
   std::string eviction_policy = "s3fifo";
   uint64_t max_chunk_bytes = 256ull << 20;  // header + payload

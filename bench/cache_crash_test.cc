@@ -40,13 +40,12 @@
 #include "absl/strings/str_join.h"
 #include "bench/cache_crash_load.h"
 #include "common/byte_size.h"
+#include "common/child_process.h"
 #include "common/flag_parser.h"
 #include "common/grpc_util.h"
 #include "common/splitmix64.h"
 #include "common/status_macros.h"
 #include "proto/kvcache.grpc.pb.h"
-
-extern char** environ;
 
 namespace lazykv::crash {
 namespace {
@@ -108,48 +107,23 @@ std::string DescribeExit(int status) {
   return absl::StrFormat("exit %d", WEXITSTATUS(status));
 }
 
-// The server as a child process with its own environment (the crash points), which
-// common/child_process.h does not offer, and a non-blocking check for its death.
+// The server as a child process (common/child_process.h's SpawnServer) with the crash
+// points in its environment, a non-blocking check for its death and a bounded stop.
 // Not thread-safe: the driver thread owns it.
 class ServerChild {
  public:
-  ServerChild(const std::string& binary, std::vector<std::string> args, const std::vector<std::string>& env,
+  // `env` arms the crash points; crash-point variables of the driver's own environment are
+  // not passed on.
+  ServerChild(const std::string& binary, std::vector<std::string> args, std::vector<std::string> env,
               const std::string& log_path) {
-    std::vector<std::string> environment;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (!std::string_view(*e).starts_with("LAZYKV_CRASH_")) environment.emplace_back(*e);
+    for (const char* name : {"LAZYKV_CRASH_POINTS", "LAZYKV_CRASH_PROBABILITY"}) {
+      if (std::none_of(env.begin(), env.end(), [&](const std::string& e) { return e.starts_with(name); })) {
+        env.emplace_back(name);
+      }
     }
-    environment.insert(environment.end(), env.begin(), env.end());
-    std::vector<char*> argv = {const_cast<char*>(binary.c_str())}, envp;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (std::string& e : environment) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    int out[2];
-    if (pipe(out) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      close(out[0]);
-      close(out[1]);
-      const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (log >= 0) dup2(log, STDERR_FILENO);
-      execve(binary.c_str(), argv.data(), envp.data());
-      _exit(127);
-    }
-    close(out[1]);
-    std::string line;
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    char c;
-    while (Clock::now() < deadline) {
-      pollfd p{out[0], POLLIN, 0};
-      if (poll(&p, 1, 100) <= 0) continue;
-      if (read(out[0], &c, 1) != 1 || c == '\n') break;
-      line.push_back(c);
-    }
-    close(out[0]);
-    std::smatch m;
-    if (std::regex_search(line, m, std::regex(R"(listening on (\S+:\d+))"))) address_ = m[1];
+    SpawnedServer spawned = SpawnServer(binary, std::move(args), log_path, env);
+    pid_ = spawned.pid;
+    address_ = AddressAfter(spawned.first_line, "listening on");
   }
   ~ServerChild() {
     if (pid_ > 0) Stop(SIGKILL, std::chrono::seconds(10));

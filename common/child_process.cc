@@ -15,11 +15,30 @@
 
 namespace lazykv {
 
-ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args, const std::string& log_path) {
+SpawnedServer SpawnServer(const std::string& binary, std::vector<std::string> args, const std::string& log_path,
+                          const std::vector<std::string>& env) {
+  SpawnedServer spawned;
+  // The inherited environment, with `env` applied ("NAME=VALUE" sets, "NAME" unsets).
+  std::vector<std::string> environment;
+  auto name_of = [](std::string_view entry) { return entry.substr(0, entry.find('=')); };
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    bool replaced = false;
+    for (const std::string& change : env) replaced = replaced || name_of(change) == name_of(entry);
+    if (!replaced) environment.emplace_back(entry);
+  }
+  for (const std::string& change : env) {
+    if (change.find('=') != std::string::npos) environment.push_back(change);
+  }
+  std::vector<char*> argv = {const_cast<char*>(binary.c_str())}, envp;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (std::string& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int out[2];
-  if (pipe(out) != 0) return;
-  pid_ = fork();
-  if (pid_ == 0) {
+  if (pipe(out) != 0) return spawned;
+  spawned.pid = fork();
+  if (spawned.pid == 0) {
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     close(out[1]);
@@ -27,30 +46,38 @@ ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string>
       const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (log >= 0) dup2(log, STDERR_FILENO);
     }
-    std::vector<char*> argv = {const_cast<char*>(binary.c_str())};
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
+    execve(binary.c_str(), argv.data(), envp.data());
     _exit(127);
   }
   close(out[1]);
   // Read the first line (up to 30 s: a cold start opens RocksDB).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  std::string line;
   char c;
   while (std::chrono::steady_clock::now() < deadline) {
     pollfd p{out[0], POLLIN, 0};
     if (poll(&p, 1, 100) <= 0) continue;
     if (read(out[0], &c, 1) != 1) break;
     if (c == '\n') break;
-    line.push_back(c);
+    spawned.first_line.push_back(c);
   }
   close(out[0]);  // later stdout writes are not read; the servers print only this line
-  first_line_ = line;
+  return spawned;
+}
+
+std::string AddressAfter(const std::string& line, const std::string& label) {
   std::smatch m;
-  if (std::regex_search(line, m, std::regex(R"(listening on (\S+:\d+))"))) address_ = m[1];
-  if (std::regex_search(line, m, std::regex(R"(metrics on (\S+:\d+))"))) metrics_address_ = m[1];
-  if (std::regex_search(line, m, std::regex(R"(http on (\S+:\d+))"))) http_address_ = m[1];
+  if (std::regex_search(line, m, std::regex(label + R"( (\S+:\d+))"))) return m[1];
+  return "";
+}
+
+ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args, const std::string& log_path,
+                             const std::vector<std::string>& env) {
+  SpawnedServer spawned = SpawnServer(binary, std::move(args), log_path, env);
+  pid_ = spawned.pid;
+  first_line_ = spawned.first_line;
+  address_ = AddressAfter(first_line_, "listening on");
+  metrics_address_ = AddressAfter(first_line_, "metrics on");
+  http_address_ = AddressAfter(first_line_, "http on");
 }
 
 ServerProcess::~ServerProcess() {

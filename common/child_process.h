@@ -9,12 +9,27 @@
 
 namespace lazykv {
 
+// Forks and execs `binary args...` with the inherited environment changed by `env`
+// ("NAME=VALUE" sets, "NAME" unsets), its stderr appended to `log_path` (empty:
+// inherited), and reads the first line it prints on stdout (up to 30 s). pid -1 when it
+// could not be started.
+struct SpawnedServer {
+  pid_t pid = -1;
+  std::string first_line;
+};
+SpawnedServer SpawnServer(const std::string& binary, std::vector<std::string> args, const std::string& log_path,
+                          const std::vector<std::string>& env = {});
+// The HOST:PORT after `label` ("listening on", "metrics on", "http on") in a server's
+// first line, or "".
+std::string AddressAfter(const std::string& line, const std::string& label);
+
 // Not thread-safe, except that Stop may run on another thread than the one that
 // started the process (one Stop at a time).
 class ServerProcess {
  public:
-  // Starts `binary args...`; its stderr goes to `log_path` (empty: inherited).
-  ServerProcess(const std::string& binary, std::vector<std::string> args, const std::string& log_path = "");
+  // Starts `binary args...` (SpawnServer); its stderr goes to `log_path` (empty: inherited).
+  ServerProcess(const std::string& binary, std::vector<std::string> args, const std::string& log_path = "",
+                const std::vector<std::string>& env = {});
   ~ServerProcess();  // SIGKILL if still running
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;

@@ -25,6 +25,15 @@ std::string Llama3TokenizerDir() {
   return std::filesystem::exists(dir / "tokenizer.json") ? dir.lexically_normal().string() : "";
 }
 
+const Tokenizer* Llama3Tokenizer() {
+  static const Tokenizer* tokenizer = []() -> const Tokenizer* {
+    if (Llama3TokenizerDir().empty()) return nullptr;
+    auto loaded = LoadTokenizer(Llama3TokenizerDir() + "/tokenizer.json");
+    return loaded.ok() ? loaded->release() : nullptr;  // kept for the program's life
+  }();
+  return tokenizer;
+}
+
 std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
   std::vector<nlohmann::json> lines;
   std::ifstream in(path);

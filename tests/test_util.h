@@ -11,6 +11,7 @@
 
 #include "nlohmann/json.hpp"
 #include "worker/model/model_weights.h"
+#include "worker/tokenizer/tokenizer.h"
 
 namespace lazykv::testing {
 
@@ -21,6 +22,9 @@ bool HaveModel(const std::string& file);
 std::string ModelPath(const std::string& file);
 // ../shared/tokenizers/llama3 (beside the models folder), or "" when absent.
 std::string Llama3TokenizerDir();
+// The Llama 3 tokenizer.json of that folder, loaded once for the whole test program (it
+// takes a second); null when the folder is absent. Thread-safe.
+const Tokenizer* Llama3Tokenizer();
 // A JSON Lines file, one value per non-empty line (the reference vectors' format).
 std::vector<nlohmann::json> ReadJsonLines(const std::string& path);
 

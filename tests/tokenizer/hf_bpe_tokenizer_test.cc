@@ -63,25 +63,18 @@ class Llama3Test : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = Llama3TokenizerDir();
-    if (dir_.empty()) return;
-    auto tokenizer = LoadTokenizer(dir_ + "/tokenizer.json");
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = std::move(tokenizer).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    tokenizer_ = nullptr;
+    tokenizer_ = Llama3Tokenizer();
   }
   void SetUp() override {
     if (dir_.empty()) GTEST_SKIP() << "no ../shared/tokenizers/llama3";
-    ASSERT_NE(tokenizer_, nullptr);
+    ASSERT_NE(tokenizer_, nullptr) << "tokenizer.json did not load";
   }
 
   static std::string dir_;
-  static Tokenizer* tokenizer_;
+  static const Tokenizer* tokenizer_;
 };
 std::string Llama3Test::dir_;
-Tokenizer* Llama3Test::tokenizer_ = nullptr;
+const Tokenizer* Llama3Test::tokenizer_ = nullptr;
 
 std::vector<int32_t> Ids(const json& j) { return j.get<std::vector<int32_t>>(); }
 

@@ -17,22 +17,12 @@ using json = nlohmann::json;
 
 class TextStreamLlama3Test : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (Llama3TokenizerDir().empty()) return;
-    auto tokenizer = LoadTokenizer(Llama3TokenizerDir() + "/tokenizer.json");
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = std::move(tokenizer).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    tokenizer_ = nullptr;
-  }
   void SetUp() override {
+    tokenizer_ = Llama3Tokenizer();
     if (tokenizer_ == nullptr) GTEST_SKIP() << "no ../shared/tokenizers/llama3";
   }
-  static Tokenizer* tokenizer_;
+  const Tokenizer* tokenizer_ = nullptr;
 };
-Tokenizer* TextStreamLlama3Test::tokenizer_ = nullptr;
 
 // Every sequence and malformed stream: the same text released after each token, held
 // bytes flushed the same way at the end (U+FFFD for a character cut short, once).

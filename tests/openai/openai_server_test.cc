@@ -100,17 +100,11 @@ class OpenAiServerTest : public ::testing::Test {
   }
 
   std::unique_ptr<ServerProcess> StartWorker(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--listen",
-                                     "127.0.0.1:0",
-                                     "--http-listen",
-                                     "127.0.0.1:0",
-                                     "--model",
-                                     std::string("synthetic:") + kModel,
-                                     "--tokenizer",
-                                     Llama3TokenizerDir() + "/tokenizer.json",
-                                     "--no-cache-tier",
-                                     "--http-max-body-bytes",
-                                     "64KiB"};
+    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--model",
+                                     std::string("synthetic:") + kModel, "--tokenizer",
+                                     // A Hugging Face directory: tokenizer.json and the chat
+                                     // template of tokenizer_config.json are found in it.
+                                     Llama3TokenizerDir(), "--no-cache-tier", "--http-max-body-bytes", "64KiB"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto worker = std::make_unique<ServerProcess>(LAZYKV_WORKER, args, dir_ + "/worker.log");
     EXPECT_TRUE(worker->started() && !worker->http_address().empty()) << "see " << dir_ << "/worker.log";

@@ -162,10 +162,12 @@ int Serve(int argc, char** argv) {
   std::optional<ChatTemplate> chat_template;
   if (!flags.http.listen.empty()) {
     const std::string& tokenizer_flag = flags.model.setup.tokenizer;
-    auto template_loaded =
-        LoadChatTemplate(flags.chat_template,
-                         {flags.model.setup.model,
-                          tokenizer_flag.empty() ? "" : std::filesystem::path(tokenizer_flag).parent_path().string()});
+    // The model's directory, then the tokenizer's (the flag may name the directory or a file in it).
+    std::string tokenizer_dir = tokenizer_flag;
+    if (!tokenizer_dir.empty() && !std::filesystem::is_directory(tokenizer_dir)) {
+      tokenizer_dir = std::filesystem::path(tokenizer_dir).parent_path().string();
+    }
+    auto template_loaded = LoadChatTemplate(flags.chat_template, {flags.model.setup.model, tokenizer_dir});
     if (!template_loaded.ok()) {
       spdlog::error("{}", std::string(template_loaded.status().message()));
       return 1;

@@ -12,19 +12,26 @@ namespace lazykv::cache {
 namespace {
 
 // Header, key and checksum of a chunk held in host pages.
-absl::Status CheckHostValue(const HostValue& value, const Hash128& key) {
-  if (value.size() < kChunkHeaderBytes) {
+// A chunk's header (its first bytes) names `key`, and its payload matches the checksum.
+absl::Status CheckChunk(uint64_t size, std::string_view header_bytes, const std::vector<std::string_view>& payload,
+                        const Hash128& key) {
+  if (size < kChunkHeaderBytes) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("chunk of %d bytes is shorter than its %d-byte header", value.size(), kChunkHeaderBytes));
+        absl::StrFormat("chunk of %d bytes is shorter than its %d-byte header", size, kChunkHeaderBytes));
   }
-  std::string header_bytes(kChunkHeaderBytes, '\0');
-  value.Read(0, kChunkHeaderBytes, header_bytes.data());
   ASSIGN_OR_RETURN(const ChunkHeader header, DecodeChunkHeader(header_bytes));
   if (header.key != key) {
     return absl::InvalidArgumentError(
         absl::StrFormat("header.key %s does not match the request key %s", header.key.ToHex(), key.ToHex()));
   }
-  return VerifyChunkPayload(header, value.Pieces(kChunkHeaderBytes, value.size() - kChunkHeaderBytes));
+  return VerifyChunkPayload(header, payload);
+}
+
+absl::Status CheckHostValue(const HostValue& value, const Hash128& key) {
+  if (value.size() < kChunkHeaderBytes) return CheckChunk(value.size(), "", {}, key);
+  std::string header_bytes(kChunkHeaderBytes, '\0');
+  value.Read(0, kChunkHeaderBytes, header_bytes.data());
+  return CheckChunk(value.size(), header_bytes, value.Pieces(kChunkHeaderBytes, value.size() - kChunkHeaderBytes), key);
 }
 
 }  // namespace
@@ -49,12 +56,16 @@ std::string ChunkReader::ReadAll() const {
 }
 
 absl::Status ChunkWriter::Append(std::string_view bytes) {
-  if (written_ + bytes.size() > value_->size()) {
+  if (written_ + bytes.size() > size_) {
     return absl::InvalidArgumentError(
         absl::StrFormat("payload is longer than header.payload_bytes: %d bytes past the announced %d-byte chunk",
-                        written_ + bytes.size() - value_->size(), value_->size()));
+                        written_ + bytes.size() - size_, size_));
   }
-  value_->Write(written_, bytes);
+  if (direct_to_disk()) {
+    direct_.replace(written_, bytes.size(), bytes);
+  } else {
+    value_->Write(written_, bytes);
+  }
   written_ += bytes.size();
   return absl::OkStatus();
 }
@@ -291,8 +302,44 @@ absl::StatusOr<std::unique_ptr<ChunkWriter>> TieredStore::BeginPut(uint64_t size
     return absl::ResourceExhaustedError(
         absl::StrFormat("chunk of %d bytes exceeds max_chunk_bytes=%d", size, options_.max_chunk_bytes));
   }
+  if (disk_ && arena_->PagesFor(size) > arena_->num_pages()) {
+    // Larger than the host tier: buffered on its own, within one budget, for Commit to
+    // write straight to disk.
+    MutexLock lock(&mu_);
+    if (direct_bytes_ + size > options_.max_chunk_bytes) {
+      metrics_->CountRejected("host_full");
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "chunk of %d bytes is larger than the host tier (%d bytes) and goes straight to disk, but %d bytes of "
+          "such chunks are being written (at most max_chunk_bytes=%d at once); retry",
+          size, arena_->capacity_bytes(), direct_bytes_, options_.max_chunk_bytes));
+    }
+    direct_bytes_ += size;
+    return std::make_unique<ChunkWriter>(std::string(size, '\0'), [this, size] {
+      MutexLock lock(&mu_);
+      direct_bytes_ -= size;
+    });
+  }
   ASSIGN_OR_RETURN(auto value, AllocateHostValue(size));
   return std::make_unique<ChunkWriter>(std::move(value));
+}
+
+absl::StatusOr<bool> TieredStore::CommitToDisk(const Hash128& key, ChunkWriter& writer) {
+  const std::string_view bytes = writer.direct_;
+  RETURN_IF_ERROR(CheckChunk(bytes.size(), bytes.substr(0, kChunkHeaderBytes),
+                             {bytes.substr(std::min<size_t>(bytes.size(), kChunkHeaderBytes))}, key));
+  {
+    MutexLock lock(&mu_);
+    if (host_.contains(key) || disk_->SizeOf(key) || direct_writing_.contains(key)) return true;
+    direct_writing_.insert(key);  // a Delete of the key waits for this write
+  }
+  metrics_->bytes_in->Increment(static_cast<double>(bytes.size()));
+  auto evicted = disk_->Put(key, {bytes}, bytes.size());
+  MutexLock lock(&mu_);
+  direct_writing_.erase(key);
+  disk_wrote_.SignalAll();
+  UpdateGaugesLocked();
+  if (!evicted.ok()) return evicted.status();
+  return false;
 }
 
 absl::StatusOr<bool> TieredStore::Commit(const Hash128& key, std::unique_ptr<ChunkWriter> writer) {
@@ -300,6 +347,7 @@ absl::StatusOr<bool> TieredStore::Commit(const Hash128& key, std::unique_ptr<Chu
     return absl::InvalidArgumentError(absl::StrFormat(
         "payload is shorter than header.payload_bytes: got %d of %d bytes", writer->written(), writer->size()));
   }
+  if (writer->direct_to_disk()) return CommitToDisk(key, *writer);
   RETURN_IF_ERROR(CheckHostValue(*writer->value_, key));
   MutexLock lock(&mu_);
   if (host_.contains(key) || (disk_ && disk_->SizeOf(key))) return true;
@@ -330,7 +378,7 @@ bool TieredStore::Delete(const Hash128& key) {
     }
     if (std::erase_if(disk_queue_, [&](const DiskWrite& write) { return write.key == key; }) > 0) deleted = true;
     if (disk_queue_.empty() && disk_in_flight_ == 0) disk_idle_.SignalAll();
-    while (disk_writing_ == key) disk_wrote_.Wait(&mu_);
+    while (disk_writing_ == key || direct_writing_.contains(key)) disk_wrote_.Wait(&mu_);
   }
   if (disk_ && disk_->Delete(key)) deleted = true;
   MutexLock lock(&mu_);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "cache_server/cache_metrics.h"
 #include "cache_server/disk_tier.h"
@@ -40,7 +42,9 @@ struct TieredStoreOptions {
   uint64_t disk_scrub_bytes_per_second = 16ull << 20;  // its background scrub; 0: none
   uint64_t page_bytes = 256 << 10;
   std::string eviction_policy = "s3fifo";
-  uint64_t max_chunk_bytes = 256ull << 20;  // header + payload
+  // header + payload. A chunk larger than the host tier is buffered on its own and written
+  // straight to disk; at most this many bytes of such chunks are buffered at once.
+  uint64_t max_chunk_bytes = 256ull << 20;
   bool pin_host_memory = true;
   // How long a writer waits for host pages held by in-flight reads and disk writes.
   std::chrono::milliseconds space_wait{2000};
@@ -72,27 +76,42 @@ class ChunkReader {
 
 // A chunk being received into host pages; handed to TieredStore::Commit when complete.
 // Not thread-safe: one stream writes it.
+// A chunk's bytes as they arrive: in host-RAM pages, or, for a chunk larger than the host
+// tier, in a buffer of its own that Commit writes straight to disk.
 class ChunkWriter {
  public:
-  explicit ChunkWriter(std::shared_ptr<HostValue> value) : value_(std::move(value)) {}
-  uint64_t size() const { return value_->size(); }
+  explicit ChunkWriter(std::shared_ptr<HostValue> value) : value_(std::move(value)), size_(value_->size()) {}
+  ChunkWriter(std::string direct, std::function<void()> release)
+      : size_(direct.size()), direct_(std::move(direct)), release_(std::move(release)) {}
+  ~ChunkWriter() {
+    if (release_) release_();
+  }
+  ChunkWriter(const ChunkWriter&) = delete;
+  ChunkWriter& operator=(const ChunkWriter&) = delete;
+  uint64_t size() const { return size_; }
   uint64_t written() const { return written_; }
+  bool direct_to_disk() const { return value_ == nullptr; }
   // INVALID_ARGUMENT when the bytes overrun the announced size.
   absl::Status Append(std::string_view bytes);
   // The value's pages, to be written in place (instead of Append); Commit then takes every
   // byte as written. For a writer that fills the whole chunk (the embedded tier's publisher).
   // The bytes [offset, offset + length) appended so far, in place (checks before Commit).
   std::vector<std::string_view> WrittenPieces(uint64_t offset, uint64_t length) const {
+    if (direct_to_disk()) return {std::string_view(direct_).substr(offset, length)};
     return value_->Pieces(offset, length);
   }
   std::vector<std::span<char>> WritablePieces() {
-    written_ = value_->size();
+    written_ = size_;
+    if (direct_to_disk()) return {std::span<char>(direct_.data(), direct_.size())};
     return value_->WritablePieces();
   }
 
  private:
   friend class TieredStore;
-  std::shared_ptr<HostValue> value_;
+  std::shared_ptr<HostValue> value_;  // null: direct to disk
+  uint64_t size_ = 0;
+  std::string direct_;
+  std::function<void()> release_;  // gives the direct buffer's bytes back to the store's budget
   uint64_t written_ = 0;
 };
 
@@ -122,7 +141,10 @@ class TieredStore {
   absl::StatusOr<ChunkReader> Read(const Hash128& key);
 
   // Reserves host pages for a chunk of `size` bytes (header + payload), evicting as
-  // needed; RESOURCE_EXHAUSTED past max_chunk_bytes or when no room frees in time.
+  // needed; RESOURCE_EXHAUSTED past max_chunk_bytes or when no room frees in time. A chunk
+  // larger than the whole host tier (with a disk tier) gets a buffer of its own instead,
+  // and its Commit writes it straight to disk before returning; RESOURCE_EXHAUSTED when
+  // such buffers already hold max_chunk_bytes.
   absl::StatusOr<std::unique_ptr<ChunkWriter>> BeginPut(uint64_t size);
   // Checks the received chunk (complete, its header's key is `key`, checksum) and
   // stores it; true when the key was already stored (the new bytes are dropped).
@@ -150,6 +172,7 @@ class TieredStore {
     Hash128 key;
     std::shared_ptr<HostValue> value;
   };
+  absl::StatusOr<bool> CommitToDisk(const Hash128& key, ChunkWriter& writer) ABSL_LOCKS_EXCLUDED(mu_);
 
   TieredStore(TieredStoreOptions options, std::unique_ptr<HostArena> arena, std::unique_ptr<EvictionPolicy> policy,
               std::unique_ptr<DiskTier> disk, std::shared_ptr<CacheMetrics> metrics);
@@ -179,9 +202,12 @@ class TieredStore {
   std::deque<DiskWrite> disk_queue_ ABSL_GUARDED_BY(mu_);
   uint64_t disk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;          // taken off the queue, not yet written
   std::optional<Hash128> disk_writing_ ABSL_GUARDED_BY(mu_);  // the key being written now
-  CondVar disk_wrote_;                                        // a write ended (disk_writing_ cleared)
-  CondVar disk_work_;                                         // disk_queue_ gained a write, or stopping_
-  CondVar disk_idle_;                                         // disk_queue_ drained and nothing in flight
+  // Chunks larger than the host tier, written straight to disk by their Commit.
+  absl::flat_hash_set<Hash128, Hash128Hasher> direct_writing_ ABSL_GUARDED_BY(mu_);
+  uint64_t direct_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // their buffers' bytes, at most max_chunk_bytes
+  CondVar disk_wrote_;                              // a write ended (disk_writing_ cleared)
+  CondVar disk_work_;                               // disk_queue_ gained a write, or stopping_
+  CondVar disk_idle_;                               // disk_queue_ drained and nothing in flight
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread disk_writer_;
 };

@@ -289,6 +289,61 @@ TEST(DiskTierTest, ReadRacingTheEvictionOfItsChunkIsNotFoundNotDataLoss) {
 // under way) removed nothing on disk, and the disk writer then stored it, so the deleted
 // chunk came back (at once, and after a restart). A read promoting the disk copy while the
 // chunk is deleted must not bring it back either.
+// A chunk larger than the whole host tier goes straight to disk (it was refused although
+// the disk had room): it reads back exactly, from disk, survives a restart, and such
+// chunks are buffered within max_chunk_bytes at once; a corrupt one is refused unstored.
+TEST(TieredStoreTest, AChunkLargerThanTheHostTierGoesStraightToDisk) {
+  std::mt19937_64 rng(FreshSeed());
+  const std::string dir = TempDir("store_oversize");
+  cache::TieredStoreOptions options;
+  options.host_capacity_bytes = 4 << 20;
+  options.page_bytes = 64 << 10;
+  options.disk_capacity_bytes = 128 << 20;
+  options.data_dir = dir + "/db";
+  options.pin_host_memory = false;
+  options.max_chunk_bytes = 16 << 20;
+  const TestChunk big = RandomTestChunk(rng, 10 << 20), small = RandomTestChunk(rng, 100 << 10);
+  {
+    auto store = *cache::TieredStore::Open(options, nullptr);
+    ASSERT_TRUE(store->Put(small.key, small.stored()).ok());
+    auto stored = store->Put(big.key, big.stored());
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    EXPECT_FALSE(*stored);
+    ASSERT_TRUE(store->Locate(big.key).has_value());
+    EXPECT_EQ(store->Locate(big.key)->tier, cache::StoreTier::kDisk);
+    auto read = store->Read(big.key);
+    ASSERT_TRUE(read.ok()) << read.status();
+    std::string bytes;
+    for (std::string_view piece : read->Pieces(0, read->size())) bytes.append(piece);
+    EXPECT_TRUE(bytes == big.stored());
+    EXPECT_EQ(*store->Put(big.key, big.stored()), true) << "stored once";
+    // Two at once would buffer 20 MiB of the 16 MiB allowed: the second waits its turn.
+    auto first = store->BeginPut(big.stored().size());
+    ASSERT_TRUE(first.ok());
+    auto second = store->BeginPut(big.stored().size());
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_NE(second.status().message().find("straight to disk"), std::string::npos) << second.status();
+    first->reset();
+    EXPECT_TRUE(store->BeginPut(big.stored().size()).ok()) << "the budget came back";
+    // A corrupt one is refused and not stored.
+    TestChunk bad = RandomTestChunk(rng, 9 << 20);
+    std::string corrupt = bad.stored();
+    corrupt[corrupt.size() / 2] ^= 1;
+    EXPECT_FALSE(store->Put(bad.key, corrupt).ok());
+    EXPECT_FALSE(store->Locate(bad.key).has_value());
+    EXPECT_TRUE(store->Locate(small.key).has_value()) << "nothing stored was lost";
+  }
+  auto reopened = *cache::TieredStore::Open(options, nullptr);
+  auto read = reopened->Read(big.key);
+  ASSERT_TRUE(read.ok()) << read.status();
+  std::string bytes;
+  for (std::string_view piece : read->Pieces(0, read->size())) bytes.append(piece);
+  EXPECT_TRUE(bytes == big.stored());
+  EXPECT_TRUE(reopened->Delete(big.key));
+  EXPECT_FALSE(reopened->Locate(big.key).has_value());
+}
+
 TEST(TieredStoreTest, DeletedChunksStayDeletedWhileWritesAndReadsRace) {
   std::mt19937_64 rng(FreshSeed());
   const std::string dir = TempDir("store_delete_race");

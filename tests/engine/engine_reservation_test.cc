@@ -14,26 +14,27 @@ namespace {
 
 int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
-// Block counts of a request's layout, from its tokens (BOS anchor: one token).
+// Block counts of a request's layout, from its tokens (an anchor of `anchor_tokens`: BOS
+// is one token, an anchorless engine none).
 struct Layout {
   int whole_sequence = 0;  // none and prefix: anchor, documents, prompt, tokens fed back
   int own = 0;             // lazy and block: the own tail (prompt or last document, tokens fed back)
-  int chunks = 0;          // the anchor and each distinct non-empty shared document
+  int chunks = 0;          // the anchor (if any) and each distinct non-empty shared document
   int unmoved = 0;         // of those, what block mode keeps in place: anchor and first document
   int moved = 0;           // block mode's copies: every later non-empty shared document
 };
 
-Layout CountLayout(const GenerateRequest& request, int bs) {
+Layout CountLayout(const GenerateRequest& request, int bs, int anchor_tokens) {
   Layout layout;
   const int fed = std::max(request.sampling.max_tokens - 1, 0);
-  int total = 1 + static_cast<int>(request.prompt.size()) + fed;
+  int total = anchor_tokens + static_cast<int>(request.prompt.size()) + fed;
   for (const auto& doc : request.docs) total += static_cast<int>(doc.size());
   layout.whole_sequence = CeilDiv(total, bs);
   const bool last_doc_is_own = request.prompt.empty();
   const size_t shared = last_doc_is_own ? request.docs.size() - 1 : request.docs.size();
   layout.own =
       CeilDiv(static_cast<int>(last_doc_is_own ? request.docs.back().size() : request.prompt.size()) + fed, bs);
-  layout.chunks = layout.unmoved = CeilDiv(1, bs);
+  layout.chunks = layout.unmoved = CeilDiv(anchor_tokens, bs);
   std::vector<std::vector<int32_t>> distinct;
   bool first = true;
   for (size_t d = 0; d < shared; ++d) {
@@ -109,43 +110,48 @@ TEST(EngineReservationTest, ReservedEqualsPeakHeldInEveryMode) {
       request.prompt = RandomTokens(rng, 3, vocab);
     }
     request.sampling.max_tokens = std::uniform_int_distribution<int>(0, 20)(rng);
-    for (AttentionMode mode :
-         {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kLazy, AttentionMode::kBlock}) {
-      SCOPED_TRACE(::testing::Message() << "round " << round << " mode " << AttentionModeName(mode) << " block size "
-                                        << bs);
-      auto engine = MakeEngine(weights, mode, bs, 1024);
-      const Peaks peaks = RunAlone(*engine, request);
-      EXPECT_EQ(peaks.reserved, engine->ReservedBlocks(request));
-      ExpectNoLeakedBlocks(*engine);
-      if (peaks.result.finish_reason != "length") continue;  // stopped early: held less
-      ++exact_checks;
-      const Layout layout = CountLayout(request, bs);
-      // On a fresh engine with room to spare nothing is evicted: the peak of blocks in use
-      // is what the request needed, and admission reserved exactly that.
-      switch (mode) {
-        case AttentionMode::kNone:
-        case AttentionMode::kPrefix:
-          EXPECT_EQ(peaks.reserved, layout.whole_sequence);
-          EXPECT_EQ(peaks.allocated, layout.whole_sequence);
-          break;
-        case AttentionMode::kLazy:
-          EXPECT_EQ(peaks.reserved, layout.chunks + layout.own);
-          EXPECT_EQ(peaks.allocated, layout.chunks + layout.own);
-          break;
-        case AttentionMode::kBlock:
-          // Sources, copies and tail are reserved together (during the copy both sources
-          // and copies are held, and another request may keep a source alive past it);
-          // once copied, the sources' reservation is let go.
-          EXPECT_EQ(peaks.reserved, layout.chunks + layout.moved + layout.own);
-          EXPECT_EQ(peaks.allocated, layout.chunks + layout.moved + layout.own);
-          if (layout.moved > 0 && request.sampling.max_tokens > 1) {
-            EXPECT_EQ(peaks.reserved_last, layout.unmoved + layout.moved + layout.own);
-          }
-          break;
+    for (const bool anchorless : {false, true}) {
+      for (AttentionMode mode :
+           {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kLazy, AttentionMode::kBlock}) {
+        SCOPED_TRACE(::testing::Message() << "round " << round << " mode " << AttentionModeName(mode) << " block size "
+                                          << bs << (anchorless ? " anchorless" : " BOS anchor"));
+        EngineOptions options;
+        options.mode = mode;
+        options.anchorless = anchorless;  // no anchor chunk: nothing reserved or held for one
+        auto engine = MakeEngine(weights, std::move(options), bs, 1024);
+        const Peaks peaks = RunAlone(*engine, request);
+        EXPECT_EQ(peaks.reserved, engine->ReservedBlocks(request));
+        ExpectNoLeakedBlocks(*engine);
+        if (peaks.result.finish_reason != "length") continue;  // stopped early: held less
+        ++exact_checks;
+        const Layout layout = CountLayout(request, bs, anchorless ? 0 : 1);
+        // On a fresh engine with room to spare nothing is evicted: the peak of blocks in use
+        // is what the request needed, and admission reserved exactly that.
+        switch (mode) {
+          case AttentionMode::kNone:
+          case AttentionMode::kPrefix:
+            EXPECT_EQ(peaks.reserved, layout.whole_sequence);
+            EXPECT_EQ(peaks.allocated, layout.whole_sequence);
+            break;
+          case AttentionMode::kLazy:
+            EXPECT_EQ(peaks.reserved, layout.chunks + layout.own);
+            EXPECT_EQ(peaks.allocated, layout.chunks + layout.own);
+            break;
+          case AttentionMode::kBlock:
+            // Sources, copies and tail are reserved together (during the copy both sources
+            // and copies are held, and another request may keep a source alive past it);
+            // once copied, the sources' reservation is let go.
+            EXPECT_EQ(peaks.reserved, layout.chunks + layout.moved + layout.own);
+            EXPECT_EQ(peaks.allocated, layout.chunks + layout.moved + layout.own);
+            if (layout.moved > 0 && request.sampling.max_tokens > 1) {
+              EXPECT_EQ(peaks.reserved_last, layout.unmoved + layout.moved + layout.own);
+            }
+            break;
+        }
       }
     }
   }
-  EXPECT_GT(exact_checks, 24) << "too few requests ran to max_tokens to check the peaks exactly";
+  EXPECT_GT(exact_checks, 48) << "too few requests ran to max_tokens to check the peaks exactly";
 }
 
 TEST(EngineReservationTest, ConcurrentRequestsSharingDocumentsNeverHoldMoreThanReserved) {

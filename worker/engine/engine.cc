@@ -20,7 +20,14 @@ bool UsesChunks(AttentionMode mode) { return mode == AttentionMode::kLazy || mod
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend, EngineOptions options) {
   if (backend == nullptr) return absl::InvalidArgumentError("engine needs a backend");
   const ModelConfig& config = backend->config();
-  if (options.anchor.empty()) options.anchor = {config.bos_id};
+  if (options.anchorless) {
+    if (!options.anchor.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("an anchorless engine takes no anchor tokens (%d given)", options.anchor.size()));
+    }
+  } else if (options.anchor.empty()) {
+    options.anchor = {config.bos_id};
+  }
   for (int32_t token : options.anchor) {
     if (token < 0 || token >= config.vocab_size) {
       return absl::InvalidArgumentError(
@@ -107,6 +114,9 @@ absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
   }
   RETURN_IF_ERROR(check_tokens(request.prompt, "prompt"));
   RETURN_IF_ERROR(check_tokens(request.sampling.stop_token_ids, "stop_token_ids"));
+  if (total == 0) {
+    return absl::InvalidArgumentError("request has no tokens: an anchorless engine needs a document or a prompt");
+  }
   if (total + request.sampling.max_tokens > c.max_seq_len) {
     return absl::InvalidArgumentError(
         absl::StrFormat("request needs %d positions (%d prompt tokens + max_tokens %d); the model's context is %d",
@@ -183,7 +193,7 @@ std::vector<SharedChunkReservations::Chunk> Engine::SharedChunksOf(const Generat
   if (shared_docs < 0) return chunks;
   const int bs = backend_->block_size();
   const std::vector<int32_t>& anchor = options_.anchor;
-  chunks.push_back({MakeAnchorKey(fingerprint_, anchor), CeilDiv(anchor.size(), bs)});
+  if (!anchor.empty()) chunks.push_back({MakeAnchorKey(fingerprint_, anchor), CeilDiv(anchor.size(), bs)});
   for (int d = 0; d < shared_docs; ++d) {
     if (request.docs[d].empty()) continue;
     chunks.push_back({MakeChunkKey(fingerprint_, anchor, request.docs[d]), CeilDiv(request.docs[d].size(), bs)});

@@ -33,8 +33,13 @@ using RequestId = uint64_t;
 struct EngineOptions {
   AttentionMode mode = AttentionMode::kLazy;
   // Tokens every sequence starts with and every chunk is encoded after (DESIGN.md
-  // section 2). Empty: the model's BOS token.
+  // section 2). Empty: the model's BOS token (unless anchorless).
   std::vector<int32_t> anchor;
+  // No anchor at all (an experiment: the attention sink's worth): each document is
+  // encoded alone from position 0, a sequence is `[docs][prompt][generated]` with no BOS
+  // in any mode, and no anchor chunk exists. REQUIRES: `anchor` empty. A request then
+  // needs at least one token (a document's or the prompt's).
+  bool anchorless = false;
   // Prefill tokens (documents being encoded and requests' own tokens) per scheduling
   // step, on top of one token per decoding request: long prefills are cut into pieces
   // so decoding requests keep making progress (chunked prefill).
@@ -179,6 +184,7 @@ class Engine {
 
   const ModelConfig& config() const { return backend_->config(); }
   const Hash128& model_fingerprint() const { return fingerprint_; }
+  // The anchor's tokens (empty when anchorless).
   const std::vector<int32_t>& anchor() const { return options_.anchor; }
   AttentionMode default_mode() const { return options_.mode; }
   // The chunk pipeline to the cache tier (null without one).

@@ -15,8 +15,8 @@ void Engine::PlanChunks(Request& r) {
   const std::vector<int32_t>& anchor = options_.anchor;
   // The request's own tokens (computed with full attention) are the prompt; with an
   // empty prompt the last document, or with no documents either, the anchor. The chunks'
-  // keys were made at submission (shared_chunks: the anchor, then each non-empty shared
-  // document), for admission.
+  // keys were made at submission (shared_chunks: the anchor unless anchorless, then each
+  // non-empty shared document), for admission.
   const int shared_docs = SharedDocumentCount(in);
   if (shared_docs < 0) {
     r.own = anchor;
@@ -29,12 +29,14 @@ void Engine::PlanChunks(Request& r) {
     r.own = in.prompt;
   }
   size_t next_key = 0;
-  r.segments.push_back(ChunkSegment{.key = r.shared_chunks[next_key++].key,
-                                    .tokens = anchor,
-                                    .is_anchor = true,
-                                    .delta = 0,
-                                    .ready = false,
-                                    .blocks = {}});
+  if (!anchor.empty()) {
+    r.segments.push_back(ChunkSegment{.key = r.shared_chunks[next_key++].key,
+                                      .tokens = anchor,
+                                      .is_anchor = true,
+                                      .delta = 0,
+                                      .ready = false,
+                                      .blocks = {}});
+  }
   int64_t position = static_cast<int64_t>(anchor.size());
   for (int d = 0; d < shared_docs; ++d) {
     if (in.docs[d].empty()) continue;
@@ -191,7 +193,7 @@ void Engine::AdvanceChunkJobs(std::vector<EngineEvent>* events) {
   }
   for (auto& [key, job] : jobs_) {
     if (job->state != ChunkJob::State::kEncode || job->context_set) continue;
-    if (job->is_anchor) {
+    if (job->is_anchor || options_.anchor.empty()) {  // encoded from position 0, alone
       job->context_set = true;
       continue;
     }

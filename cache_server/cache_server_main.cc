@@ -21,8 +21,10 @@ namespace {
 
 constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --data-dir DIR [options]
   --host-capacity BYTES     host RAM tier (default 1GiB; suffixes KiB MiB GiB TiB)
-  --disk-capacity BYTES     disk tier under --data-dir: its directory's byte cap, a preallocated value
+  --disk-capacity BYTES     disk tier under --data-dir: its directory's byte cap, a fixed-size value
                             file plus RocksDB's index (default 4GiB; 0: no disk tier)
+  --disk-preallocate        reserve the value file's blocks at start (posix_fallocate), so a full
+                            device cannot fail a write later (default: allocated as written)
   --disk-region-size BYTES  the disk tier's eviction unit, at most (default 32MiB; smaller when the
                             value file would have fewer than 16 regions)
   --disk-scrub-rate BYTES   bytes per second the background scrub reads back and checks
@@ -80,6 +82,7 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   parser.AddByteSize("--disk-capacity", &f.store.disk_capacity_bytes);
   parser.AddByteSize("--disk-region-size", &f.store.disk_region_bytes);
   parser.AddByteSize("--disk-scrub-rate", &f.store.disk_scrub_bytes_per_second);
+  parser.AddSwitch("--disk-preallocate", &f.store.disk_preallocate);
   parser.AddString("--eviction-policy", &f.store.eviction_policy);
   parser.AddByteSize("--max-chunk-bytes", &f.store.max_chunk_bytes);
   parser.AddByteSize("--max-message-bytes", &f.max_message_bytes);

@@ -101,7 +101,8 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
   const uint64_t largest = std::max<uint64_t>(options.region_bytes / ValueFile::kAlign, 1) * ValueFile::kAlign;
   const uint64_t region =
       std::min(largest, (room - 2 * ValueFile::kAlign) / kMinRegions / ValueFile::kAlign * ValueFile::kAlign);
-  ValueFileGeometry geometry{.region_bytes = region, .regions = static_cast<uint32_t>(room / region)};
+  ValueFileGeometry geometry{
+      .region_bytes = region, .regions = static_cast<uint32_t>(room / region), .preallocate = options.preallocate};
   while (geometry.regions > 2 && ValueFile::FileBytes(geometry) > room) --geometry.regions;
 
   std::error_code ec;

@@ -57,6 +57,7 @@ struct DiskTierOptions {
   // The largest region; smaller when needed to give the file at least kMinRegions regions.
   uint64_t region_bytes = 32ull << 20;
   uint64_t scrub_bytes_per_second = 16ull << 20;  // 0: no background scrub (ScrubPass still works)
+  bool preallocate = false;                       // reserve the value file's blocks at open (value_file.h)
 };
 
 struct DiskTierStats {

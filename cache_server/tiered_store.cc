@@ -88,7 +88,8 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Open(const TieredStore
     ASSIGN_OR_RETURN(disk, DiskTier::Open({.path = options.data_dir,
                                            .capacity_bytes = options.disk_capacity_bytes,
                                            .region_bytes = options.disk_region_bytes,
-                                           .scrub_bytes_per_second = options.disk_scrub_bytes_per_second}));
+                                           .scrub_bytes_per_second = options.disk_scrub_bytes_per_second,
+                                           .preallocate = options.disk_preallocate}));
   }
   return std::unique_ptr<TieredStore>(
       new TieredStore(options, std::move(arena), std::move(policy), std::move(disk), std::move(metrics)));

@@ -40,6 +40,7 @@ struct TieredStoreOptions {
   std::string data_dir;                                // the disk tier's directory (needed with a disk tier)
   uint64_t disk_region_bytes = 32ull << 20;            // the disk tier's largest region (disk_tier.h)
   uint64_t disk_scrub_bytes_per_second = 16ull << 20;  // its background scrub; 0: none
+  bool disk_preallocate = false;                       // reserve the value file's blocks at open
   uint64_t page_bytes = 256 << 10;
   std::string eviction_policy = "s3fifo";
   // header + payload. A chunk larger than the host tier is buffered on its own and written

@@ -98,9 +98,12 @@ absl::StatusOr<std::unique_ptr<ValueFile>> ValueFile::Open(const std::string& pa
   *created = !valid;
   if (!valid) {
     RETURN_IF_ERROR(file->Create());
-  } else if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(file->file_bytes())); err != 0) {
-    errno = err;  // holes punched since (or a copy made sparse): take the blocks back
-    return Errno("cannot preallocate value file", path);
+  } else if (geometry.preallocate) {
+    // Holes punched since (or a copy made sparse): take the blocks back.
+    if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(file->file_bytes())); err != 0) {
+      errno = err;
+      return Errno("cannot preallocate value file", path);
+    }
   }
   return file;
 }
@@ -110,7 +113,7 @@ absl::Status ValueFile::Create() {
   const std::string zeros(data_offset_, '\0');
   RETURN_IF_ERROR(PwriteAll(fd_, zeros.data(), kSuperblockBytes, 0, path_));
   if (ftruncate(fd_, static_cast<off_t>(file_bytes())) != 0) return Errno("cannot size value file", path_);
-  if (const int err = posix_fallocate(fd_, 0, static_cast<off_t>(file_bytes())); err != 0) {
+  if (const int err = geometry_.preallocate ? posix_fallocate(fd_, 0, static_cast<off_t>(file_bytes())) : 0; err != 0) {
     errno = err;
     return absl::ResourceExhaustedError(absl::StrFormat("cannot preallocate the value file %s (%d bytes): %s", path_,
                                                         file_bytes(), std::strerror(err)));

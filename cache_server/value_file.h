@@ -1,5 +1,8 @@
-// The disk tier's value file (DESIGN.md section 4): one file preallocated to its full size
-// at open (posix_fallocate), so the bytes it takes on disk never change afterwards.
+// The disk tier's value file (DESIGN.md section 4): one file of a fixed size, set at open,
+// so the bytes it takes on disk never exceed it. Sparse by default (blocks are allocated as
+// chunks are written: a server, a worker's embedded tier or a test that uses little takes
+// little); with `preallocate` its blocks are reserved at open (posix_fallocate), so a full
+// device cannot fail a write later.
 //
 // Layout (little-endian):
 //   [0, 4 KiB)                 superblock: magic "LKVVALS1", format version, geometry, XXH3-64
@@ -31,6 +34,7 @@ namespace lazykv::cache {
 struct ValueFileGeometry {
   uint64_t region_bytes = 0;  // a multiple of 4 KiB
   uint32_t regions = 0;
+  bool preallocate = false;  // not part of the format: how the file's blocks are taken
   friend bool operator==(const ValueFileGeometry&, const ValueFileGeometry&) = default;
 };
 

@@ -4,10 +4,11 @@
 usage: plot_quality.py METRICS.csv OUT.png [TITLE]
 
 Four panels, 95% normal-approximation intervals over cases:
-  held-out perplexity ratio against `none` (paired geometric mean) by document count,
+  held-out perplexity ratio against `none` with the same anchor setting (BOS, long, none;
+  paired geometric mean) by document count,
   the same by position of the relevant document (3 to 8 documents),
   object recall of the greedy free run by document count,
-  greedy agreement with `none` up to the first divergence by document count.
+  greedy agreement with `none` (same anchor setting) up to the first divergence by document count.
 """
 import csv
 import math
@@ -19,8 +20,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-BASELINE = {"lazy": "none", "lazy+long": "none+long", "control": "none", "block": "none", "prefix": "none"}
-COLORS = {"none": "black", "lazy": "tab:red", "lazy+long": "tab:blue", "control": "tab:gray", "none+long": "tab:green"}
+BASELINE = {"lazy": "none", "lazy+long": "none+long", "lazy+noanchor": "none+noanchor", "control": "none",
+            "block": "none", "prefix": "none"}
+COLORS = {"none": "black", "lazy": "tab:red", "lazy+long": "tab:blue", "lazy+noanchor": "tab:orange",
+          "control": "tab:gray", "none+long": "tab:green", "none+noanchor": "tab:brown"}
+LAZY = ["lazy", "lazy+long", "lazy+noanchor"]  # each against `none` with its own anchor setting
 
 
 def mean_ci(values):
@@ -43,6 +47,10 @@ def main():
     for r in rows:
         by[int(r["case"])][r["setting"]] = r
     counts = sorted({int(r["count"]) for r in rows})
+    present = {r["setting"] for r in rows}
+
+    def only(settings):  # the settings this CSV has (--no-long-anchor, --no-anchorless)
+        return [s for s in settings if s in present]
 
     def ratio(setting, keep):
         diffs = []
@@ -57,9 +65,9 @@ def main():
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     ax = axes[0][0]
-    for i, s in enumerate(["lazy", "lazy+long", "control"]):
+    for i, s in enumerate(only(LAZY + ["control"])):
         pts = [ratio(s, lambda r, k=k: int(r["count"]) == k) for k in counts]
-        xs = [k * (1 + 0.03 * (i - 1)) for k in counts]
+        xs = [k * (1 + 0.03 * (i - 1.5)) for k in counts]
         ax.errorbar(xs, [p[0] for p in pts], yerr=[[p[0] - p[1] for p in pts], [p[2] - p[0] for p in pts]],
                     marker="o", capsize=3, label=f"{s} / {BASELINE[s]}", color=COLORS[s])
     ax.axhline(1, color="black", lw=0.8)
@@ -73,9 +81,9 @@ def main():
 
     ax = axes[0][1]
     groups = [(p, k) for p in ["first", "middle", "last"] for k in counts if k >= 3]
-    for i, s in enumerate(["lazy", "lazy+long"]):
+    for i, s in enumerate(only(LAZY)):
         pts = [ratio(s, lambda r, p=p, k=k: r["placement"] == p and int(r["count"]) == k) for p, k in groups]
-        xs = [j + 0.1 * (i - 0.5) for j in range(len(groups))]
+        xs = [j + 0.1 * (i - 1) for j in range(len(groups))]
         ax.errorbar(xs, [q[0] for q in pts], yerr=[[q[0] - q[1] for q in pts], [q[2] - q[0] for q in pts]],
                     marker="o", ls="none", capsize=3, label=f"{s} / {BASELINE[s]}", color=COLORS[s])
     ax.axhline(1, color="black", lw=0.8)
@@ -87,10 +95,10 @@ def main():
 
     for ax, name, label in [(axes[1][0], "recalls_object", "free run names the relevant object"),
                             (axes[1][1], "agree_prefix", "agreement with none to first divergence")]:
-        settings = ["none", "lazy", "lazy+long", "control"] if name == "recalls_object" else ["lazy", "lazy+long"]
+        settings = only(["none"] + LAZY + ["none+noanchor", "control"] if name == "recalls_object" else LAZY)
         for i, s in enumerate(settings):
             pts = [field(s, name, lambda r, k=k: int(r["count"]) == k) for k in counts]
-            xs = [k * (1 + 0.03 * (i - 1.5)) for k in counts]
+            xs = [k * (1 + 0.03 * (i - (len(settings) - 1) / 2)) for k in counts]
             ax.errorbar(xs, [p[0] for p in pts], yerr=[p[1] for p in pts], marker="o", capsize=3, label=s,
                         color=COLORS[s])
         ax.set_xscale("log", base=2)

@@ -29,6 +29,8 @@ constexpr char kUsage[] = R"(usage: lazykv-quality --model PATH [flags]
   --free-run-tokens N     greedy tokens per free run (default 20)
   --long-anchor TEXT      the long anchor after BOS (default: a two-sentence story opening)
   --no-long-anchor        skip the long-anchor settings
+  --no-anchorless         skip the no-anchor settings (none and lazy on an engine with
+                          EngineOptions::anchorless: no anchor, no BOS)
   --repair-k LIST         recompute each document's first k tokens in context (0: off); any
                           k > 0 is reported as not available: the engine has no such hook
   --max-in-flight N       requests batched through an engine at once (default 32)
@@ -69,7 +71,7 @@ int Main(int argc, char** argv) {
   std::string counts = "1,2,4,8", repair = "0", long_anchor = "The sun was shining and the birds were singing.";
   std::string out_md, out_csv;
   ReportContext context;
-  bool no_long_anchor = false;
+  bool no_long_anchor = false, no_anchorless = false;
   FlagParser parser(kUsage);
   parser.AddString("--model", &setup.model);
   parser.AddString("--tokenizer", &setup.tokenizer);
@@ -79,6 +81,7 @@ int Main(int argc, char** argv) {
   parser.AddInt("--free-run-tokens", &run_options.free_run_tokens);
   parser.AddString("--long-anchor", &long_anchor);
   parser.AddSwitch("--no-long-anchor", &no_long_anchor);
+  parser.AddSwitch("--no-anchorless", &no_anchorless);
   parser.AddString("--repair-k", &repair);
   parser.AddInt("--max-in-flight", &run_options.max_in_flight);
   parser.AddInt("--check-every", &run_options.check_every);
@@ -107,6 +110,7 @@ int Main(int argc, char** argv) {
   case_options.counts = *count_list;
   run_options.seed = case_options.seed;
   run_options.long_anchor = !no_long_anchor;
+  run_options.anchorless = !no_anchorless;
   context.repair_k = *repair_list;
   for (int k : context.repair_k) {
     if (k > 0) {
@@ -116,9 +120,14 @@ int Main(int argc, char** argv) {
     }
   }
 
-  std::array<std::unique_ptr<Engine>, 2> engines;
+  std::array<std::unique_ptr<Engine>, 3> engines;
   std::unique_ptr<Tokenizer> tokenizer;
-  for (int a = 0; a < (run_options.long_anchor ? 2 : 1); ++a) {
+  for (int a = 0; a < 3; ++a) {
+    if ((a == 1 && !run_options.long_anchor) || (a == 2 && !run_options.anchorless)) continue;
+    if (a == 2) {
+      setup.engine.anchor.clear();
+      setup.engine.anchorless = true;
+    }
     if (a == 1) {
       setup.engine.anchor = {engines[0]->config().bos_id};
       const std::vector<int32_t> text = tokenizer->Encode(long_anchor);
@@ -147,7 +156,7 @@ int Main(int argc, char** argv) {
   spdlog::info("{} cases over {} documents; e.g. doc \"{}\", prompt \"{}\", held-out \"{}\"", cases->size(),
                corpus->size(), (*corpus)[cases->front().relevant_doc].text, tokenizer->Decode(cases->front().prompt),
                DecodeContinuation(*tokenizer, cases->front().prompt, cases->front().held_out));
-  auto results = RunQuality({engines[0].get(), engines[1].get()}, *corpus, *cases, run_options);
+  auto results = RunQuality({engines[0].get(), engines[1].get(), engines[2].get()}, *corpus, *cases, run_options);
   if (!results.ok()) {
     std::cerr << "lazykv-quality: " << results.status() << "\n";
     return 1;
@@ -157,6 +166,7 @@ int Main(int argc, char** argv) {
   context.model = setup.model;
   context.free_run_tokens = run_options.free_run_tokens;
   context.long_anchor_ran = run_options.long_anchor;
+  context.anchorless_ran = run_options.anchorless;
   const std::string report = MarkdownReport(*cases, metrics, checks, *results, context);
   std::cout << report;
   for (const auto& [path, text] : {std::pair{out_md, report}, std::pair{out_csv, MetricsCsv(*cases, metrics)}}) {

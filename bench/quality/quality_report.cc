@@ -225,11 +225,17 @@ std::string MarkdownReport(const std::vector<QualityCase>& cases, const MetricsT
     absl::StrAppend(&out, "`none+long` and `lazy+long`: the anchor is BOS + \"", context.long_anchor_text, "\" (",
                     context.long_anchor.size(), " tokens), for every sequence and every chunk; ");
   }
-  absl::StrAppend(&out, "free runs of ", context.free_run_tokens,
-                  " greedy tokens. Not available: `lazy` with no anchor (an empty EngineOptions::anchor means BOS)");
-  for (int k : context.repair_k) {
-    if (k > 0) absl::StrAppend(&out, "; repair k=", k, " (no engine hook)");
+  if (context.anchorless_ran) {
+    absl::StrAppend(&out,
+                    "`none+noanchor` and `lazy+noanchor`: no anchor and no BOS at all (EngineOptions::anchorless), "
+                    "each document encoded alone from position 0; ");
   }
+  absl::StrAppend(&out, "free runs of ", context.free_run_tokens, " greedy tokens");
+  std::vector<std::string> missing;
+  for (int k : context.repair_k) {
+    if (k > 0) missing.push_back(absl::StrCat("repair k=", k, " (no engine hook)"));
+  }
+  if (!missing.empty()) absl::StrAppend(&out, ". Not available: ", absl::StrJoin(missing, "; "));
   absl::StrAppend(&out, ".\n\n");
   absl::StrAppend(&out,
                   "95% bootstrap intervals over cases (2000 resamples). Perplexity ratios are paired "
@@ -240,23 +246,36 @@ std::string MarkdownReport(const std::vector<QualityCase>& cases, const MetricsT
   SettingTable(out, "All cases, per setting", cases, metrics, [](const QualityCase&) { return true; });
   SettingTable(out, "Cases with 2 or more documents (with one, lazy is exactly none), per setting", cases, metrics,
                [](const QualityCase& c) { return c.count >= 2; });
-  if (context.long_anchor_ran) {
-    // The anchor's effect on lazy's cost, paired per case: (lazy+long - none+long) - (lazy - none).
-    absl::StrAppend(&out,
-                    "\nLong anchor against BOS, paired per case (ratio of lazy's perplexity ratios, "
-                    "< 1: the long anchor costs less):");
+  // An anchor setting's effect, paired per case against BOS: lazy's cost, (lazyX - noneX) -
+  // (lazy - none), and the held-out text under noneX and lazyX against none (BOS).
+  struct AnchorRow {
+    bool ran;
+    const char* title;
+    SettingId none, lazy;
+  };
+  for (const AnchorRow& row : {AnchorRow{context.long_anchor_ran, "Long anchor", kNoneLong, kLazyLong},
+                               AnchorRow{context.anchorless_ran, "No anchor", kNoneBare, kLazyBare}}) {
+    if (!row.ran) continue;
+    auto multi = [](const QualityCase& c) { return c.count >= 2; };
+    absl::StrAppend(&out, "\n", row.title,
+                    " against BOS, paired per case (ratio of lazy's perplexity ratios, < 1: it costs lazy less "
+                    "than BOS does):");
     for (const auto& [label, field] :
          {std::pair<const char*, Field>{"reference continuation", kRefNll}, {"held-out text", kHeldNll}}) {
       std::vector<double> v;
       for (size_t c = 0; c < cases.size(); ++c) {
         const auto& m = metrics[c];
-        if (cases[c].count >= 2 && m[kLazy].ran && m[kNone].ran && m[kLazyLong].ran && m[kNoneLong].ran) {
-          v.push_back((field(m[kLazyLong]) - field(m[kNoneLong])) - (field(m[kLazy]) - field(m[kNone])));
+        if (multi(cases[c]) && m[kLazy].ran && m[kNone].ran && m[row.lazy].ran && m[row.none].ran) {
+          v.push_back((field(m[row.lazy]) - field(m[row.none])) - (field(m[kLazy]) - field(m[kNone])));
         }
       }
       absl::StrAppend(&out, " ", label, " ", Ci(ExpInterval(BootstrapMean(v, 2000, 13)), 3), ";");
     }
-    absl::StrAppend(&out, " over the cases with 2 or more documents.\n");
+    absl::StrAppend(&out, " held-out perplexity against `none` with BOS: `", Settings()[row.none].name, "` ",
+                    Ci(Ratio(metrics, cases, row.none, kNone, kHeldNll, multi), 3), ", `", Settings()[row.lazy].name,
+                    "` ", Ci(Ratio(metrics, cases, row.lazy, kNone, kHeldNll, multi), 3), " (`lazy` ",
+                    Ci(Ratio(metrics, cases, kLazy, kNone, kHeldNll, multi), 3),
+                    "); over the cases with 2 or more documents.\n");
   }
 
   std::vector<std::pair<std::string, std::function<bool(const QualityCase&)>>> by_count, by_place;
@@ -277,6 +296,7 @@ std::string MarkdownReport(const std::vector<QualityCase>& cases, const MetricsT
   }
   std::vector<Pair> pairs = {{kLazy, kNone}};
   if (context.long_anchor_ran) pairs.push_back({kLazyLong, kNoneLong});
+  if (context.anchorless_ran) pairs.push_back({kLazyBare, kNoneBare});
   GroupTable(out, "By document count (relevant document anywhere)", cases, metrics, by_count, pairs);
   GroupTable(out, "By position of the relevant document", cases, metrics, by_place, pairs);
 

@@ -61,6 +61,7 @@ struct ReportContext {
   std::vector<int> repair_k;  // asked for; reported as not available
   int free_run_tokens = 0;
   bool long_anchor_ran = true;
+  bool anchorless_ran = true;
 };
 
 std::string MarkdownReport(const std::vector<QualityCase>& cases, const MetricsTable& metrics,

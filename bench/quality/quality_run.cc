@@ -22,6 +22,8 @@ const std::array<Setting, kNumSettings>& Settings() {
       {"control", 0, M::kNone, M::kPrefix, true, kNone},
       {"none+long", 1, M::kNone, M::kPrefix, false, kNoneLong},
       {"lazy+long", 1, M::kLazy, M::kLazy, false, kNoneLong},
+      {"none+noanchor", 2, M::kNone, M::kPrefix, false, kNoneBare},
+      {"lazy+noanchor", 2, M::kLazy, M::kLazy, false, kNoneBare},
   }};
   return settings;
 }
@@ -56,12 +58,17 @@ absl::Status CheckContext(const Engine& engine, const std::vector<StoryDoc>& cor
 
 }  // namespace
 
-absl::StatusOr<RunResults> RunQuality(std::array<Engine*, 2> engines, const std::vector<StoryDoc>& corpus,
+absl::StatusOr<RunResults> RunQuality(std::array<Engine*, 3> engines, const std::vector<StoryDoc>& corpus,
                                       const std::vector<QualityCase>& cases, const RunOptions& options) {
-  if (engines[0] == nullptr || (options.long_anchor && engines[1] == nullptr)) {
-    return absl::InvalidArgumentError("RunQuality: missing engine");
+  const std::array<bool, 3> anchor_on = {true, options.long_anchor, options.anchorless};
+  for (int a = 0; a < 3; ++a) {
+    if (anchor_on[a] && engines[a] == nullptr) return absl::InvalidArgumentError("RunQuality: missing engine");
   }
-  for (int a = 0; a < (options.long_anchor ? 2 : 1); ++a) {
+  if (options.anchorless && !engines[2]->anchor().empty()) {
+    return absl::InvalidArgumentError("RunQuality: engines[2] must be anchorless");
+  }
+  for (int a = 0; a < 3; ++a) {
+    if (!anchor_on[a]) continue;
     for (const QualityCase& c : cases) RETURN_IF_ERROR(CheckContext(*engines[a], corpus, c, options.free_run_tokens));
   }
   const std::vector<int32_t> sketch_ids = SketchIds(engines[0]->config().vocab_size, options.sketch_size, options.seed);
@@ -77,7 +84,7 @@ absl::StatusOr<RunResults> RunQuality(std::array<Engine*, 2> engines, const std:
   std::vector<Slot> slots;
   auto active = [&](size_t c, SettingId s) {
     if (s == kPrefix || s == kBlock) return options.check_every > 0 && cases[c].index % options.check_every == 0;
-    return options.long_anchor || Settings()[s].anchor == 0;
+    return anchor_on[Settings()[s].anchor];
   };
   auto spec_for = [&](size_t c, SettingId s) {
     const Setting& setting = Settings()[s];
@@ -118,7 +125,8 @@ absl::StatusOr<RunResults> RunQuality(std::array<Engine*, 2> engines, const std:
     }
   };
   auto run = [&](int pass, size_t begin) -> absl::Status {
-    for (int a = 0; a < (options.long_anchor ? 2 : 1); ++a) {
+    for (int a = 0; a < 3; ++a) {
+      if (!anchor_on[a]) continue;
       std::vector<ScoringJob*> jobs;
       for (size_t k = begin; k < slots.size(); ++k) {
         if (Settings()[slots[k].s].anchor == a) jobs.push_back(slots[k].job.get());

@@ -1,5 +1,6 @@
 // The output-quality run (issue 24): every case through every setting (an attention mode,
-// an anchor, real or control documents), on one engine per anchor.
+// an anchor, real or control documents), on one engine per anchor setting (BOS, the long
+// anchor, none at all: EngineOptions::anchorless).
 //
 // Per case and setting, two scoring jobs (bench/quality/quality_scorer.h):
 //  - continuation: a greedy free run of `free_run_tokens`, and the teacher-forced
@@ -23,11 +24,22 @@
 
 namespace lazykv::quality {
 
-enum SettingId { kNone, kPrefix, kBlock, kLazy, kControl, kNoneLong, kLazyLong, kNumSettings };
+enum SettingId {
+  kNone,
+  kPrefix,
+  kBlock,
+  kLazy,
+  kControl,
+  kNoneLong,
+  kLazyLong,
+  kNoneBare,  // no anchor, no BOS: each document encoded alone from position 0
+  kLazyBare,
+  kNumSettings
+};
 
 struct Setting {
   const char* name;
-  int anchor;  // 0: BOS (the design default), 1: the long anchor
+  int anchor;  // 0: BOS (the design default), 1: the long anchor, 2: none (anchorless)
   AttentionMode mode;
   AttentionMode restart_mode;
   bool control;         // the relevant document swapped for an unrelated one
@@ -40,6 +52,7 @@ struct RunOptions {
   int free_run_tokens = 20;
   int max_in_flight = 32;
   bool long_anchor = true;  // run the long-anchor settings (needs engines[1])
+  bool anchorless = true;   // run the no-anchor settings (needs engines[2])
   int sketch_size = 256;    // logit ids kept per free-run step for the mode comparisons
   int check_every = 4;      // prefix and block run on cases whose index is a multiple of it
   uint64_t seed = 1;
@@ -59,9 +72,10 @@ struct RunResults {
   double seconds = 0;
 };
 
-// engines[0] has the BOS anchor; engines[1] the long anchor (null when !long_anchor).
+// engines[0] has the BOS anchor; engines[1] the long anchor (null when !long_anchor);
+// engines[2] is anchorless (null when !anchorless).
 // Every case must fit the model's context with free_run_tokens (and its anchor).
-absl::StatusOr<RunResults> RunQuality(std::array<Engine*, 2> engines, const std::vector<StoryDoc>& corpus,
+absl::StatusOr<RunResults> RunQuality(std::array<Engine*, 3> engines, const std::vector<StoryDoc>& corpus,
                                       const std::vector<QualityCase>& cases, const RunOptions& options);
 
 // The fixed logit ids the sketches keep (seeded, distinct, within the vocabulary).

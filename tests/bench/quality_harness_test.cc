@@ -1,6 +1,8 @@
 // The output-quality harness (bench/quality/), short form: its arithmetic against hand
 // computations, teacher forcing against one request per position, and a few cases on a
-// trained model where prefix must equal none exactly and lazy must equal block.
+// trained model where prefix must equal none exactly and lazy must equal block, with the
+// BOS anchor, the long anchor and no anchor at all.
+#include <algorithm>
 #include <cmath>
 
 #include "bench/quality/quality_cases.h"
@@ -251,10 +253,14 @@ void ExpectShortRunHolds(const std::string& model, const std::string& tokenizer_
   for (int32_t t : (*tokenizer)->Encode("The sun was warm.")) long_options.anchor.push_back(t);
   auto bos = MakeEngine(*weights, EngineOptions{});
   auto with_long = MakeEngine(*weights, long_options);
-  auto results = RunQuality({bos.get(), with_long.get()}, *corpus, *cases,
+  EngineOptions bare_options;
+  bare_options.anchorless = true;
+  auto bare = MakeEngine(*weights, bare_options);
+  auto results = RunQuality({bos.get(), with_long.get(), bare.get()}, *corpus, *cases,
                             RunOptions{.free_run_tokens = 12,
                                        .max_in_flight = 8,
                                        .long_anchor = true,
+                                       .anchorless = true,
                                        .sketch_size = 128,
                                        .check_every = 1,
                                        .seed = 5});
@@ -272,6 +278,26 @@ void ExpectShortRunHolds(const std::string& model, const std::string& tokenizer_
   EXPECT_EQ(results->per_case[0][kLazy].continuation.generated, results->per_case[0][kNone].continuation.generated);
   EXPECT_EQ(results->per_case[0][kLazyLong].continuation.generated,
             results->per_case[0][kNoneLong].continuation.generated);
+  // No anchor: one document alone is still the same function in lazy as in none (the held-out
+  // text scored in lazy and in prefix mode), and it is not the BOS engine's function.
+  const CaseSettingResult& bare_none = results->per_case[0][kNoneBare];
+  const CaseSettingResult& bare_lazy = results->per_case[0][kLazyBare];
+  EXPECT_EQ(bare_lazy.continuation.generated, bare_none.continuation.generated);
+  ASSERT_EQ(bare_lazy.held_out.logprobs.size(), bare_none.held_out.logprobs.size());
+  double bare_vs_bos = 0;
+  for (size_t i = 0; i < bare_lazy.held_out.logprobs.size(); ++i) {
+    EXPECT_NEAR(bare_lazy.held_out.logprobs[i], bare_none.held_out.logprobs[i], 1e-3) << i;
+    bare_vs_bos = std::max(bare_vs_bos,
+                           std::abs(bare_lazy.held_out.logprobs[i] - results->per_case[0][kLazy].held_out.logprobs[i]));
+  }
+  EXPECT_GT(bare_vs_bos, 1e-3) << "lazy+noanchor scored the held-out text exactly as lazy with BOS";
+  // Several documents: lazy with no anchor is neither none with no anchor nor lazy with BOS.
+  for (size_t c = 1; c < cases->size(); ++c) {
+    const auto& row = results->per_case[c];
+    EXPECT_NE(row[kLazyBare].held_out.logprobs, row[kNoneBare].held_out.logprobs) << c;
+    EXPECT_NE(row[kLazyBare].held_out.logprobs, row[kLazy].held_out.logprobs) << c;
+    EXPECT_NE(row[kNoneBare].held_out.logprobs, row[kNone].held_out.logprobs) << c;
+  }
   for (const auto& row : metrics) {
     for (int s = 0; s < kNumSettings; ++s) {
       ASSERT_TRUE(row[s].ran) << Settings()[s].name;
@@ -281,9 +307,13 @@ void ExpectShortRunHolds(const std::string& model, const std::string& tokenizer_
   }
   const std::string report = MarkdownReport(*cases, metrics, checks, *results, ReportContext{});
   EXPECT_NE(report.find("| lazy+long |"), std::string::npos);
+  EXPECT_NE(report.find("| lazy+noanchor |"), std::string::npos);
+  EXPECT_NE(report.find("No anchor against BOS"), std::string::npos);
+  EXPECT_EQ(report.find("Not available"), std::string::npos);
   EXPECT_EQ(MetricsCsv(*cases, metrics).find("case,count,placement,setting"), 0u);
   ExpectNoLeakedBlocks(*bos);
   ExpectNoLeakedBlocks(*with_long);
+  ExpectNoLeakedBlocks(*bare);
 }
 
 TEST(QualityShortRunTest, Stories260K) { ExpectShortRunHolds("stories260K.bin", "tok512.bin"); }

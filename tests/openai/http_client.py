@@ -8,6 +8,7 @@ HTTP status, the text pieces, the finish_reason, the usage, whether [DONE] ended
 and any protocol error it saw. A plain reply prints {"status", "body"}.
 """
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -20,7 +21,7 @@ def main():
         headers["Authorization"] = "Bearer " + sys.argv[3]
     request = urllib.request.Request(url, data=body.encode(), headers=headers, method="POST")
     try:
-        response = urllib.request.urlopen(request, timeout=60)
+        response = urllib.request.urlopen(request, timeout=float(os.environ.get("LAZYKV_HTTP_TIMEOUT_S", "60")))
     except urllib.error.HTTPError as error:
         print(json.dumps({"status": error.code, "body": json.loads(error.read() or b"null")}))
         return

@@ -68,7 +68,8 @@ int CountTokens(const std::string& address, const std::string& text) {
 json PythonClient(const std::string& url, const json& body, const std::string& token = "") {
   const fs::path body_file = fs::temp_directory_path() / ("openai_body_" + std::to_string(FreshSeed()) + ".json");
   std::ofstream(body_file) << body.dump();
-  std::string command = "/usr/bin/python3 " LAZYKV_HTTP_CLIENT " '" + url + "' \"$(cat " + body_file.string() + ")\"";
+  std::string command = "LAZYKV_HTTP_TIMEOUT_S=" + std::to_string(60 * SlowdownFactor()) +
+                        " /usr/bin/python3 " LAZYKV_HTTP_CLIENT " '" + url + "' \"$(cat " + body_file.string() + ")\"";
   if (!token.empty()) command += " " + token;
   std::string out;
   if (FILE* pipe = popen(command.c_str(), "r")) {
@@ -80,6 +81,14 @@ json PythonClient(const std::string& url, const json& body, const std::string& t
   json parsed = json::parse(out, nullptr, false);
   EXPECT_FALSE(parsed.is_discarded()) << "client printed: " << out;
   return parsed;
+}
+
+// An HTTP client that waits as long as a slowed-down (ThreadSanitizer) worker may take.
+std::unique_ptr<httplib::Client> HttpClient(const std::string& address) {
+  auto client = std::make_unique<httplib::Client>("http://" + address);
+  client->set_read_timeout(60 * SlowdownFactor(), 0);
+  client->set_write_timeout(60 * SlowdownFactor(), 0);
+  return client;
 }
 
 std::string Joined(const json& pieces) {
@@ -249,7 +258,8 @@ TEST_F(OpenAiServerTest, CompletionEqualsTheGrpcReply) {
 
 TEST_F(OpenAiServerTest, MalformedRequestsAre400NamingTheField) {
   auto worker = StartWorker();
-  httplib::Client client("http://" + worker->http_address());
+  auto client_owner = HttpClient(worker->http_address());
+  httplib::Client& client = *client_owner;
   const json chat = {{"model", kModel}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   auto with = [&](const char* field, json value) {
     json body = chat;
@@ -326,7 +336,8 @@ TEST_F(OpenAiServerTest, BearerTokensOfTheClientRole) {
   EXPECT_EQ(PythonClient(url, body, "wrong-token-0123456789abcdef")["status"], 401);
   EXPECT_EQ(PythonClient(url, body, "admin-token-0123456789abcdef")["status"], 403);
   EXPECT_EQ(PythonClient(url, body, "client-token-0123456789abcdef")["status"], 200);
-  httplib::Client client("http://" + worker->http_address());
+  auto client_owner = HttpClient(worker->http_address());
+  httplib::Client& client = *client_owner;
   auto health = client.Get("/health");  // probes need no token
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
@@ -336,15 +347,14 @@ TEST_F(OpenAiServerTest, BearerTokensOfTheClientRole) {
 // Retry-After, and the ones admitted finish.
 TEST_F(OpenAiServerTest, OverloadIsShedWith429) {
   auto worker = StartWorker({"--max-running-requests", "1", "--max-queued-requests", "1"});
-  const json body = {{"model", kModel}, {"prompt", "Count to a hundred"}, {"max_tokens", 300}};
+  const json body = {{"model", kModel}, {"prompt", "Count to a hundred"}, {"max_tokens", 300 / SlowdownFactor()}};
   std::vector<int> statuses(8);
   std::vector<std::string> retry_after(8);
   std::vector<std::thread> threads;
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&, i] {
-      httplib::Client client("http://" + worker->http_address());
-      client.set_read_timeout(60, 0);
-      auto reply = client.Post("/v1/completions", body.dump(), "application/json");
+      auto client = HttpClient(worker->http_address());
+      auto reply = client->Post("/v1/completions", body.dump(), "application/json");
       statuses[i] = reply ? reply->status : -1;
       if (reply) retry_after[i] = reply->get_header_value("Retry-After");
     });
@@ -368,10 +378,12 @@ TEST_F(OpenAiServerTest, ConnectionsPastTheThreadsAndQueueGet429) {
   const std::string url = "http://" + worker->http_address() + "/v1/completions";
   json held;
   std::thread holder([&] {
-    held = PythonClient(url, {{"model", kModel}, {"prompt", "Go on"}, {"max_tokens", 300}, {"stream", true}});
+    held = PythonClient(
+        url, {{"model", kModel}, {"prompt", "Go on"}, {"max_tokens", 300 / SlowdownFactor()}, {"stream", true}});
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  httplib::Client client("http://" + worker->http_address());
+  auto client_owner = HttpClient(worker->http_address());
+  httplib::Client& client = *client_owner;
   const auto start = std::chrono::steady_clock::now();
   auto refused = client.Post("/v1/completions", json{{"model", kModel}, {"prompt", "x"}}.dump(), "application/json");
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -379,23 +391,25 @@ TEST_F(OpenAiServerTest, ConnectionsPastTheThreadsAndQueueGet429) {
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 429) << refused->body;
   EXPECT_NE(refused->body.find("--http-threads"), std::string::npos) << refused->body;
-  EXPECT_LT(waited, 2.0) << "refused at once, not after the holder finished";
+  EXPECT_LT(waited, 2.0 * SlowdownFactor()) << "refused at once, not after the holder finished";
   EXPECT_EQ(held["status"], 200);
   EXPECT_TRUE(held["done"].get<bool>());
 }
 
 // SIGTERM: a stream under way finishes within the grace period, a new request gets 503.
 TEST_F(OpenAiServerTest, ShutdownFinishesStreamsAndRefusesNewRequests) {
-  auto worker = StartWorker({"--shutdown-grace-ms", "20000"});
+  auto worker = StartWorker({"--shutdown-grace-ms", std::to_string(20000 * SlowdownFactor())});
   const std::string url = "http://" + worker->http_address() + "/v1/completions";
   json streamed;
   std::thread stream([&] {
-    streamed = PythonClient(url, {{"model", kModel}, {"prompt", "Go on"}, {"max_tokens", 400}, {"stream", true}});
+    streamed = PythonClient(
+        url, {{"model", kModel}, {"prompt", "Go on"}, {"max_tokens", 400 / SlowdownFactor()}, {"stream", true}});
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   worker->Signal(SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  httplib::Client client("http://" + worker->http_address());
+  auto client_owner = HttpClient(worker->http_address());
+  httplib::Client& client = *client_owner;
   auto refused = client.Post("/v1/completions", json{{"model", kModel}, {"prompt", "x"}}.dump(), "application/json");
   if (refused) EXPECT_EQ(refused->status, 503) << refused->body;  // or the port is already closed
   stream.join();

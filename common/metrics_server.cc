@@ -25,10 +25,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   server.set_payload_max_length(4096);
   server.Get("/metrics", [registry, authorizer](const httplib::Request& request, httplib::Response& response) {
     if (authorizer != nullptr && authorizer->enabled()) {
-      const std::string header = request.get_header_value("Authorization");
       const absl::StatusOr<Principal> caller =
-          header.starts_with("Bearer ") ? authorizer->AuthorizeToken(std::string_view(header).substr(7), Role::kAdmin)
-                                        : absl::UnauthenticatedError("missing 'Authorization: Bearer TOKEN'");
+          authorizer->AuthorizeHttpHeader(request.get_header_value("Authorization"), Role::kAdmin);
       if (!caller.ok()) {
         const bool denied = caller.status().code() == absl::StatusCode::kPermissionDenied;
         response.status = denied ? 403 : 401;

@@ -61,6 +61,13 @@ absl::StatusOr<Principal> CallAuthorizer::Authorize(const grpc::ServerContext& c
   return AuthorizeToken(value.substr(7), required);
 }
 
+absl::StatusOr<Principal> CallAuthorizer::AuthorizeHttpHeader(std::string_view authorization, Role required) const {
+  if (!authorization.starts_with("Bearer ")) {
+    return absl::UnauthenticatedError("missing 'Authorization: Bearer TOKEN'");
+  }
+  return AuthorizeToken(authorization.substr(7), required);
+}
+
 absl::StatusOr<Principal> CallAuthorizer::AuthorizeToken(std::string_view token, Role required) const {
   if (tokens_ == nullptr) return Principal{"", kAllRoles};
   std::optional<Principal> principal = tokens_->Find(token);

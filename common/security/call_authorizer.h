@@ -27,6 +27,9 @@ class CallAuthorizer {
   absl::StatusOr<Principal> Authorize(const grpc::ServerContext& context, Role required) const;
   // The same check for a token given some other way (the metrics endpoint's basic auth).
   absl::StatusOr<Principal> AuthorizeToken(std::string_view token, Role required) const;
+  // The same check for an HTTP request's "Authorization" header value ("" when absent):
+  // UNAUTHENTICATED unless it is "Bearer TOKEN" with a known token.
+  absl::StatusOr<Principal> AuthorizeHttpHeader(std::string_view authorization, Role required) const;
   bool enabled() const { return tokens_ != nullptr; }
 
  private:

@@ -7,8 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/http_connection_pool.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/openai/openai_response.h"
+#include "worker/serve/reply_pump.h"
 #include "worker/tokenizer/text_stream.h"
 
 namespace lazykv {
@@ -36,90 +38,28 @@ void WriteError(httplib::Response& response, const absl::Status& status) {
 
 }  // namespace
 
-// One request in flight: its engine stream, its text, and what the client has received.
-// Shared by the handler and, when streaming, httplib's content provider.
+// One request in flight (its engine stream and text: ReplyPump) and what its responses
+// repeat. Shared by the handler and, when streaming, httplib's content provider.
 struct OpenAiServer::Call {
-  explicit Call(std::atomic<int>* in_flight) : in_flight(in_flight) { ++*in_flight; }
-  std::atomic<int>* in_flight;
-  GenerationLoop* loop = nullptr;
-  ResponseIdentity who;
-  bool include_usage = false;
-  std::shared_ptr<RequestStream> stream;
-  std::unique_ptr<TextStream> text;
-  std::optional<EngineEvent> pending;  // an event taken before the response status was chosen
-  Clock::time_point deadline;
-  std::chrono::seconds timeout{0};
-  int streamed = 0;  // tokens whose text the client was given
-  bool cancelled = false;
-  bool ended = false;  // the engine reported the end (finished or failed)
-  std::shared_ptr<const GenerateResult> result;
-
+  Call(std::atomic<int>* in_flight, std::unique_ptr<ReplyPump> pump) : in_flight(in_flight), pump(std::move(pump)) {
+    ++*in_flight;
+  }
   ~Call() {
-    if (!ended && stream != nullptr) loop->Cancel(stream, absl::CancelledError("the HTTP call ended"));
-    loop->metrics().CountGenerated(streamed);
+    pump.reset();  // cancels a request still running, counts what was streamed
     --*in_flight;
   }
+  std::atomic<int>* in_flight;
+  std::unique_ptr<ReplyPump> pump;
+  ResponseIdentity who;
+  bool include_usage = false;
+  Clock::time_point deadline;
+  std::chrono::seconds timeout{0};
 
-  void Cancel(absl::Status why) {
-    if (cancelled) return;
-    cancelled = true;
-    loop->Cancel(stream, std::move(why));
-  }
-
-  // The next engine event, waiting at most `wait`; cancels the request past its deadline.
-  std::optional<EngineEvent> Next(std::chrono::milliseconds wait) {
-    if (pending) {
-      std::optional<EngineEvent> event = std::move(pending);
-      pending.reset();
-      return event;
-    }
-    std::optional<EngineEvent> event = stream->Next(wait);
-    if (!event && Clock::now() > deadline) {
-      Cancel(absl::DeadlineExceededError(
-          absl::StrFormat("the request ran past the server's request timeout of %d s", timeout.count())));
-    }
-    return event;
-  }
-
-  // Runs the request to its end. `emit` gets each piece of text (false: the client is
-  // gone, and the request is cancelled); `idle` is called when no event came for a while
-  // (false: the client is gone). OK when the reply finished.
-  absl::Status Pump(const std::function<bool(const std::string&)>& emit, const std::function<bool()>& idle) {
-    auto last_event = Clock::now();
-    while (true) {
-      std::optional<EngineEvent> event = Next(std::chrono::milliseconds(50));
-      if (!event) {
-        if (Clock::now() - last_event > std::chrono::seconds(1)) {
-          last_event = Clock::now();
-          if (!idle()) Cancel(absl::CancelledError("the client went away"));
-        }
-        continue;
-      }
-      last_event = Clock::now();
-      switch (event->kind) {
-        case EngineEvent::Kind::kToken: {
-          if (text->stopped() || cancelled) break;  // stopping: tokens still in flight
-          const std::string piece = text->Add(event->token.id);
-          ++streamed;
-          if (text->stopped()) loop->StopEarly(stream);
-          if (!piece.empty() && !emit(piece)) Cancel(absl::CancelledError("the client went away"));
-          break;
-        }
-        case EngineEvent::Kind::kFinished: {
-          ended = true;
-          result = event->result;
-          if (const std::string rest = text->Flush(); !rest.empty()) emit(rest);
-          return absl::OkStatus();
-        }
-        case EngineEvent::Kind::kFailed:
-          ended = true;
-          return event->status;
-      }
-    }
-  }
-
-  std::string_view FinishReason() const {
-    return text->stopped() || result->finish_reason == "stop" ? "stop" : "length";
+  // Past the request timeout: the reason it is cancelled.
+  absl::Status PastDeadline() const {
+    if (Clock::now() <= deadline) return absl::OkStatus();
+    return absl::DeadlineExceededError(
+        absl::StrFormat("the request ran past the server's request timeout of %d s", timeout.count()));
   }
 };
 
@@ -224,10 +164,8 @@ bool OpenAiServer::Admit(const httplib::Request& request, httplib::Response& res
     return false;
   }
   if (authorizer_ != nullptr && authorizer_->enabled()) {
-    const std::string header = request.get_header_value("Authorization");
     absl::StatusOr<Principal> caller =
-        header.starts_with("Bearer ") ? authorizer_->AuthorizeToken(std::string_view(header).substr(7), Role::kClient)
-                                      : absl::UnauthenticatedError("missing 'Authorization: Bearer TOKEN'");
+        authorizer_->AuthorizeHttpHeader(request.get_header_value("Authorization"), Role::kClient);
     if (!caller.ok()) {
       Refuse(response, caller.status());
       return false;
@@ -257,8 +195,11 @@ void OpenAiServer::Generate(const httplib::Request& request, httplib::Response& 
   if (!engine_request.ok()) return Refuse(response, engine_request.status());
   engine_request->arrival = arrival;
 
-  auto call = std::make_shared<Call>(&in_flight_);
-  call->loop = loop_;
+  TextStream text(
+      *tokenizer_, ReplyContext(loop_->engine().anchor(), *engine_request),
+      std::vector<std::string>(parsed->call.sampling().stop().begin(), parsed->call.sampling().stop().end()));
+  auto call = std::make_shared<Call>(
+      &in_flight_, std::make_unique<ReplyPump>(loop_, loop_->Submit(*std::move(engine_request)), std::move(text)));
   call->who = ResponseIdentity{
       endpoint,
       absl::StrFormat("%s-%016x%08x", endpoint == OpenAiEndpoint::kChatCompletions ? "chatcmpl" : "cmpl", id_salt_,
@@ -267,31 +208,29 @@ void OpenAiServer::Generate(const httplib::Request& request, httplib::Response& 
   call->include_usage = parsed->include_usage;
   call->deadline = deadline;
   call->timeout = options_.request_timeout;
-  call->text = std::make_unique<TextStream>(
-      *tokenizer_, ReplyContext(loop_->engine().anchor(), *engine_request),
-      std::vector<std::string>(parsed->call.sampling().stop().begin(), parsed->call.sampling().stop().end()));
-  call->stream = loop_->Submit(*std::move(engine_request));
   // The status line goes out before the first byte of a stream: wait for the engine's
   // first word, so that a request it sheds or refuses gets its own status (429, 400).
-  while (!call->pending) call->pending = call->Next(std::chrono::milliseconds(50));
-  if (call->pending->kind == EngineEvent::Kind::kFailed) {
-    call->ended = true;
-    return WriteError(response, call->pending->status);  // the loop counted it
-  }
+  const EngineEvent* first = call->pump->First([&call] { return call->PastDeadline(); });
+  if (first->kind == EngineEvent::Kind::kFailed) return WriteError(response, first->status);  // the loop counted it
   if (parsed->stream) return Stream(std::move(call), response);
   Reply(*call, response);
 }
 
 void OpenAiServer::Reply(Call& call, httplib::Response& response) {
   std::string text;
-  const absl::Status status = call.Pump(
-      [&](const std::string& piece) {
-        text += piece;
-        return true;
-      },
-      [] { return true; });  // httplib cannot tell before writing: the request timeout bounds it
-  if (!status.ok()) return WriteError(response, status);
-  WriteJson(response, 200, CompletionJson(call.who, text, call.FinishReason(), call.result->usage, call.streamed));
+  // httplib cannot tell a client gone before writing: the request timeout bounds the wait.
+  const absl::StatusOr<std::shared_ptr<const GenerateResult>> result =
+      call.pump->Run({.token =
+                          [&](const SampledToken&, const std::string& piece) {
+                            text += piece;
+                            return true;
+                          },
+                      .rest = [&](const std::string& rest) { text += rest; },
+                      .idle = [&call] { return call.PastDeadline(); },
+                      .gone = [] { return absl::CancelledError("the client went away"); }});
+  if (!result.ok()) return WriteError(response, result.status());
+  WriteJson(response, 200,
+            CompletionJson(call.who, text, call.pump->FinishReason(**result), (*result)->usage, call.pump->streamed()));
 }
 
 void OpenAiServer::Stream(std::shared_ptr<Call> call, httplib::Response& response) {
@@ -307,26 +246,40 @@ void OpenAiServer::Stream(std::shared_ptr<Call> call, httplib::Response& respons
           first = false;
           return ok;
         };
+        auto gone = [] { return absl::CancelledError("the client went away"); };
         // The role comes first in a chat stream, before any text.
-        if (call->who.endpoint == OpenAiEndpoint::kChatCompletions && !emit("")) {
-          call->Cancel(absl::CancelledError("the client went away"));
-        }
-        // A comment line while nothing else moves: finds a client that has gone.
-        const absl::Status status = call->Pump(emit, [&] { return send(": waiting\n\n"); });
-        if (status.ok()) {
-          send(ServerSentEvent(ChunkJson(call->who, "", first, call->FinishReason())));
+        if (call->who.endpoint == OpenAiEndpoint::kChatCompletions && !emit("")) call->pump->Cancel(gone());
+        auto last_sign_of_life = Clock::now();
+        const absl::StatusOr<std::shared_ptr<const GenerateResult>> result =
+            call->pump->Run({.token =
+                                 [&](const SampledToken&, const std::string& piece) {
+                                   if (piece.empty()) return true;  // a character still incomplete
+                                   last_sign_of_life = Clock::now();
+                                   return emit(piece);
+                                 },
+                             .rest = [&](const std::string& rest) { emit(rest); },
+                             .idle = [&]() -> absl::Status {
+                               RETURN_IF_ERROR(call->PastDeadline());
+                               // A comment line while nothing else moves: finds a client that has gone.
+                               if (Clock::now() - last_sign_of_life < std::chrono::seconds(1)) return absl::OkStatus();
+                               last_sign_of_life = Clock::now();
+                               return send(": waiting\n\n") ? absl::OkStatus() : gone();
+                             },
+                             .gone = gone});
+        if (result.ok()) {
+          send(ServerSentEvent(ChunkJson(call->who, "", first, call->pump->FinishReason(**result))));
           if (call->include_usage) {
-            send(ServerSentEvent(UsageChunkJson(call->who, call->result->usage, call->streamed)));
+            send(ServerSentEvent(UsageChunkJson(call->who, (*result)->usage, call->pump->streamed())));
           }
         } else {
-          send(ServerSentEvent(ErrorFor(status).body));
+          send(ServerSentEvent(ErrorFor(result.status()).body));
         }
         send("data: [DONE]\n\n");
         sink.done();
         return true;
       },
       [call](bool success) {
-        if (!success) call->Cancel(absl::CancelledError("the client went away"));
+        if (!success) call->pump->Cancel(absl::CancelledError("the client went away"));
       });
 }
 

@@ -5,8 +5,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_util.h"
-#include "worker/tokenizer/text_stream.h"
 #include "spdlog/spdlog.h"
+#include "worker/serve/reply_pump.h"
+#include "worker/tokenizer/text_stream.h"
 
 namespace lazykv {
 namespace {
@@ -180,58 +181,36 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
   request->arrival = arrival;  // queue time and TTFT count from here, as total_ms does
   TextStream text(*tokenizer_, ReplyContext(loop_->engine().anchor(), *request),
                   std::vector<std::string>(call->sampling().stop().begin(), call->sampling().stop().end()));
-
-  std::shared_ptr<RequestStream> stream = loop_->Submit(*std::move(request));
-  int streamed = 0;
   // Generated tokens are what the client received (the tokens in flight after a stop
-  // string are not), whichever way the call ends.
-  struct CountStreamed {
-    WorkerMetrics& metrics;
-    const int& streamed;
-    ~CountStreamed() { metrics.CountGenerated(streamed); }
-  } count_streamed{loop_->metrics(), streamed};
-  bool cancelled = false;
-  while (true) {
-    std::optional<EngineEvent> event = stream->Next(std::chrono::milliseconds(50));
-    if (!event) {
-      if (!cancelled && context->IsCancelled()) {
-        cancelled = true;
-        loop_->Cancel(stream, WhyCallEnded(*context));
-      }
-      continue;
-    }
-    switch (event->kind) {
-      case EngineEvent::Kind::kToken: {
-        if (text.stopped() || cancelled) break;  // stopping: tokens still in flight
-        v1::GenerateResponse response;
-        v1::TokenDelta* delta = response.mutable_delta();
-        delta->add_token_ids(event->token.id);
-        delta->add_logprobs(event->token.logprob);
-        delta->set_text(text.Add(event->token.id));
-        ++streamed;
-        if (text.stopped()) loop_->StopEarly(stream);
-        if (!writer->Write(response) && !cancelled) {
-          cancelled = true;
-          loop_->Cancel(stream, WhyCallEnded(*context));
-        }
-        break;
-      }
-      case EngineEvent::Kind::kFinished: {
-        if (const std::string rest = text.Flush(); !rest.empty()) {
-          v1::GenerateResponse response;
-          response.mutable_delta()->set_text(rest);
-          writer->Write(response);
-        }
-        v1::GenerateResponse response;
-        FillDone(*event->result, call->request_id(), streamed, text.stopped(), MillisSince(arrival),
-                 response.mutable_done());
-        writer->Write(response);
-        return grpc::Status::OK;
-      }
-      case EngineEvent::Kind::kFailed:
-        return ToGrpcStatus(event->status);
-    }
-  }
+  // string are not), whichever way the call ends: the pump counts them.
+  ReplyPump pump(loop_, loop_->Submit(*std::move(request)), std::move(text));
+  auto call_ended = [context] { return WhyCallEnded(*context); };
+  ReplyPump::Hooks hooks{
+      .token =
+          [writer](const SampledToken& token, const std::string& piece) {
+            v1::GenerateResponse response;
+            v1::TokenDelta* delta = response.mutable_delta();
+            delta->add_token_ids(token.id);
+            delta->add_logprobs(token.logprob);
+            delta->set_text(piece);
+            return writer->Write(response);
+          },
+      .rest =
+          [writer](const std::string& rest) {
+            v1::GenerateResponse response;
+            response.mutable_delta()->set_text(rest);
+            writer->Write(response);
+          },
+      .idle = [context, call_ended] { return context->IsCancelled() ? call_ended() : absl::OkStatus(); },
+      .gone = call_ended,
+  };
+  absl::StatusOr<std::shared_ptr<const GenerateResult>> result = pump.Run(hooks);
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  v1::GenerateResponse response;
+  FillDone(**result, call->request_id(), pump.streamed(), pump.stopped(), MillisSince(arrival),
+           response.mutable_done());
+  writer->Write(response);
+  return grpc::Status::OK;
 }
 
 grpc::Status GenerationService::Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* call,

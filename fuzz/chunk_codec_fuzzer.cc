@@ -53,8 +53,8 @@ std::span<const std::string_view> One(const std::string_view& bytes) { return {&
 // The payload size a layout implies, computed without wrapping; nullopt past 64 bits.
 std::optional<uint64_t> ExactPayloadBytes(const ChunkLayout& l) {
   uint64_t v = KvDtypeBytes(l.dtype);
-  for (uint64_t factor : {uint64_t{l.n_kv_heads}, uint64_t{l.head_dim}, uint64_t{l.num_tokens}, uint64_t{2},
-                          uint64_t{l.num_layers}}) {
+  for (uint64_t factor :
+       {uint64_t{l.n_kv_heads}, uint64_t{l.head_dim}, uint64_t{l.num_tokens}, uint64_t{2}, uint64_t{l.num_layers}}) {
     if (__builtin_mul_overflow(v, factor, &v)) return std::nullopt;
   }
   return v;
@@ -198,16 +198,36 @@ void Structured(FuzzedDataProvider& in) {
     }
     ChunkHeader h = header;
     switch (where % 10) {
-      case 0: h.key.high ^= uint64_t{1} << bit; break;
-      case 1: h.model_fingerprint.low ^= uint64_t{1} << bit; break;
-      case 2: h.layout.num_layers ^= 1u << (bit % 32); break;
-      case 3: h.layout.n_kv_heads ^= 1u << (bit % 32); break;
-      case 4: h.layout.head_dim ^= 1u << (bit % 32); break;
-      case 5: h.layout.num_tokens ^= 1u << (bit % 32); break;
-      case 6: h.layout.anchor_tokens ^= 1u << (bit % 32); break;
-      case 7: h.payload_bytes ^= uint64_t{1} << bit; break;
-      case 8: h.payload_checksum ^= uint64_t{1} << bit; break;
-      default: h.mac[(where / 10) % kChunkMacBytes] ^= static_cast<uint8_t>(1 << (bit % 8)); break;
+      case 0:
+        h.key.high ^= uint64_t{1} << bit;
+        break;
+      case 1:
+        h.model_fingerprint.low ^= uint64_t{1} << bit;
+        break;
+      case 2:
+        h.layout.num_layers ^= 1u << (bit % 32);
+        break;
+      case 3:
+        h.layout.n_kv_heads ^= 1u << (bit % 32);
+        break;
+      case 4:
+        h.layout.head_dim ^= 1u << (bit % 32);
+        break;
+      case 5:
+        h.layout.num_tokens ^= 1u << (bit % 32);
+        break;
+      case 6:
+        h.layout.anchor_tokens ^= 1u << (bit % 32);
+        break;
+      case 7:
+        h.payload_bytes ^= uint64_t{1} << bit;
+        break;
+      case 8:
+        h.payload_checksum ^= uint64_t{1} << bit;
+        break;
+      default:
+        h.mac[(where / 10) % kChunkMacBytes] ^= static_cast<uint8_t>(1 << (bit % 8));
+        break;
     }
     FUZZ_CHECK(!TestMac().Verify(h, One(payload)).ok());
   }
@@ -217,28 +237,50 @@ void Structured(FuzzedDataProvider& in) {
   std::string signed_bytes = sign ? stored.substr(0, kChunkMacCoveredHeaderBytes) + payload : "";
   std::array<uint8_t, kChunkMacBytes> signed_tag = header.mac;
   bool signed_now = sign;  // whether the mutated chunk carries a tag made by the test key
+  // Signs `m` over `p` with the test key and remembers what was signed.
+  auto sign_with_test_key = [&](ChunkHeader& m, const std::string& p) {
+    signed_now = true;
+    m.mac = TestMac().Sign(m, One(p));
+    signed_bytes = EncodeChunkHeader(m).substr(0, kChunkMacCoveredHeaderBytes) + p;
+    signed_tag = m.mac;
+  };
   switch (mutation) {
     case 0: {  // a header field, through the encoder (the header checksum stays valid)
       ChunkHeader m = header;
       std::string p = payload;
       switch (where % 10) {
-        case 0: m.layout_version = static_cast<uint32_t>(value); break;
-        case 1: m.layout.num_layers = static_cast<uint32_t>(value); break;
-        case 2: m.layout.n_kv_heads = static_cast<uint32_t>(value); break;
-        case 3: m.layout.head_dim = static_cast<uint32_t>(value); break;
-        case 4: m.layout.num_tokens = static_cast<uint32_t>(value); break;
-        case 5: m.layout.anchor_tokens = static_cast<uint32_t>(value); break;
-        case 6: m.layout.dtype = static_cast<KvDtype>(static_cast<uint32_t>(value)); break;
-        case 7: m.payload_bytes = value; break;
-        case 8: m.payload_checksum = value; break;
-        default: m.key.low = value; break;
+        case 0:
+          m.layout_version = static_cast<uint32_t>(value);
+          break;
+        case 1:
+          m.layout.num_layers = static_cast<uint32_t>(value);
+          break;
+        case 2:
+          m.layout.n_kv_heads = static_cast<uint32_t>(value);
+          break;
+        case 3:
+          m.layout.head_dim = static_cast<uint32_t>(value);
+          break;
+        case 4:
+          m.layout.num_tokens = static_cast<uint32_t>(value);
+          break;
+        case 5:
+          m.layout.anchor_tokens = static_cast<uint32_t>(value);
+          break;
+        case 6:
+          m.layout.dtype = static_cast<KvDtype>(static_cast<uint32_t>(value));
+          break;
+        case 7:
+          m.payload_bytes = value;
+          break;
+        case 8:
+          m.payload_checksum = value;
+          break;
+        default:
+          m.key.low = value;
+          break;
       }
-      if (resign) {
-        signed_now = true;
-        m.mac = TestMac().Sign(m, One(p));
-        signed_bytes = EncodeChunkHeader(m).substr(0, kChunkMacCoveredHeaderBytes) + p;
-        signed_tag = m.mac;
-      }
+      if (resign) sign_with_test_key(m, p);
       mutated = EncodeChunk(m, p);
       break;
     }
@@ -269,12 +311,7 @@ void Structured(FuzzedDataProvider& in) {
       std::string p(big.payload_bytes(), '\0');
       for (size_t i = 0; !source.empty() && i < p.size(); ++i) p[i] = source[i % source.size()];
       ChunkHeader m = MakeChunkHeader(key, fingerprint, big, p);
-      if (sign) {
-        signed_now = true;
-        m.mac = TestMac().Sign(m, One(p));
-        signed_bytes = EncodeChunkHeader(m).substr(0, kChunkMacCoveredHeaderBytes) + p;
-        signed_tag = m.mac;
-      }
+      if (sign) sign_with_test_key(m, p);
       mutated = EncodeChunk(m, p);
       break;
     }

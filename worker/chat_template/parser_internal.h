@@ -86,20 +86,17 @@ class Parser {
     return name;
   }
 
-  ExprPtr NewExpr(Expr::Kind kind, const Token& at) {
-    auto e = std::make_unique<Expr>();
-    e->kind = kind;
-    e->offset = at.offset;
-    e->line = at.line;
-    return e;
+  // An expression or a statement node of `kind`, placed where `at` is.
+  template <typename T>
+  static std::unique_ptr<T> NewAt(typename T::Kind kind, const Token& at) {
+    auto made = std::make_unique<T>();
+    made->kind = kind;
+    made->offset = at.offset;
+    made->line = at.line;
+    return made;
   }
-  NodePtr NewNode(Node::Kind kind, const Token& at) {
-    auto n = std::make_unique<Node>();
-    n->kind = kind;
-    n->offset = at.offset;
-    n->line = at.line;
-    return n;
-  }
+  ExprPtr NewExpr(Expr::Kind kind, const Token& at) { return NewAt<Expr>(kind, at); }
+  NodePtr NewNode(Node::Kind kind, const Token& at) { return NewAt<Node>(kind, at); }
 
   // Statements (parser.cc).
   absl::Status ParseBody(std::initializer_list<std::string_view> end_names, const Token* opener, Body* body,

@@ -31,8 +31,8 @@ constexpr char kUsage[] = R"(usage: lazykv-quality --model PATH [flags]
   --no-long-anchor        skip the long-anchor settings
   --no-anchorless         skip the no-anchor settings (none and lazy on an engine with
                           EngineOptions::anchorless: no anchor, no BOS)
-  --repair-k LIST         recompute each document's first k tokens in context (0: off); any
-                          k > 0 is reported as not available: the engine has no such hook
+  --no-repair             skip the repair settings (lazy with each document's first 4 and 16
+                          tokens recomputed in context: GenerateRequest::repair_tokens)
   --max-in-flight N       requests batched through an engine at once (default 32)
   --check-every N         run the sanity baselines prefix and block on every N-th case (default 4)
   --kv-pool BYTES         each engine's KV pool (default 512MiB)
@@ -68,7 +68,8 @@ int Main(int argc, char** argv) {
   setup.cache_tier.enabled = false;
   CaseOptions case_options;
   RunOptions run_options;
-  std::string counts = "1,2,4,8", repair = "0", long_anchor = "The sun was shining and the birds were singing.";
+  bool no_repair = false;
+  std::string counts = "1,2,4,8", long_anchor = "The sun was shining and the birds were singing.";
   std::string out_md, out_csv;
   ReportContext context;
   bool no_long_anchor = false, no_anchorless = false;
@@ -82,7 +83,7 @@ int Main(int argc, char** argv) {
   parser.AddString("--long-anchor", &long_anchor);
   parser.AddSwitch("--no-long-anchor", &no_long_anchor);
   parser.AddSwitch("--no-anchorless", &no_anchorless);
-  parser.AddString("--repair-k", &repair);
+  parser.AddSwitch("--no-repair", &no_repair);
   parser.AddInt("--max-in-flight", &run_options.max_in_flight);
   parser.AddInt("--check-every", &run_options.check_every);
   parser.AddByteSize("--kv-pool", &setup.kv_pool_bytes);
@@ -101,24 +102,15 @@ int Main(int argc, char** argv) {
     return 2;
   }
   auto count_list = ParseIntList(counts);
-  auto repair_list = ParseIntList(repair);
-  if (!count_list.ok() || !repair_list.ok()) {
-    std::cerr << "lazykv-quality: --counts/--repair-k: "
-              << (count_list.ok() ? repair_list.status() : count_list.status()).message() << "\n";
+  if (!count_list.ok()) {
+    std::cerr << "lazykv-quality: --counts: " << count_list.status().message() << "\n";
     return 2;
   }
   case_options.counts = *count_list;
   run_options.seed = case_options.seed;
   run_options.long_anchor = !no_long_anchor;
   run_options.anchorless = !no_anchorless;
-  context.repair_k = *repair_list;
-  for (int k : context.repair_k) {
-    if (k > 0) {
-      std::cout << "repair k=" << k
-                << ": not available (the engine cannot recompute a document's first tokens in context; "
-                   "README, section Quality, names the hook it needs); running k=0 only\n";
-    }
-  }
+  run_options.repair = !no_repair;
 
   std::array<std::unique_ptr<Engine>, 3> engines;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -167,6 +159,7 @@ int Main(int argc, char** argv) {
   context.free_run_tokens = run_options.free_run_tokens;
   context.long_anchor_ran = run_options.long_anchor;
   context.anchorless_ran = run_options.anchorless;
+  context.repair_ran = run_options.repair;
   const std::string report = MarkdownReport(*cases, metrics, checks, *results, context);
   std::cout << report;
   for (const auto& [path, text] : {std::pair{out_md, report}, std::pair{out_csv, MetricsCsv(*cases, metrics)}}) {

@@ -211,6 +211,35 @@ void SettingTable(std::string& out, const std::string& title, const std::vector<
   }
 }
 
+// The repair's effect and cost over the cases with 2 or more documents (with one, nothing
+// is repaired): perplexity ratios against `none`, and the tokens each request computed.
+void RepairSummary(std::string& out, const std::vector<QualityCase>& cases, const MetricsTable& metrics,
+                   const RunResults& results) {
+  auto multi = [](const QualityCase& c) { return c.count >= 2; };
+  absl::StrAppend(&out,
+                  "\n### Repair: the first K tokens of each document recomputed in context (cases with 2 or "
+                  "more documents)\n\n| K | n | ppl ratio of ref. continuation | held-out ppl ratio | agreement "
+                  "to first divergence | prompt tokens per request | computed per request (prompt) | "
+                  "recomputed per request (repair) |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (SettingId s : {kLazy, kLazyRepair4, kLazyRepair16}) {
+    double prompt = 0, computed = 0, repaired = 0;
+    int n = 0;
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const CaseSettingResult& r = results.per_case[c][s];
+      if (!multi(cases[c]) || !r.ran) continue;
+      prompt += r.continuation.prompt_tokens;
+      computed += r.continuation.computed_tokens;
+      repaired += r.continuation.repaired_tokens;
+      ++n;
+    }
+    if (n == 0) continue;
+    absl::StrAppend(&out, "| ", Settings()[s].repair, " | ", n, " | ", Ci(Ratio(metrics, cases, s, kNone, kRefNll, multi), 3),
+                    " | ", Ci(Ratio(metrics, cases, s, kNone, kHeldNll, multi), 3), " | ",
+                    Ci(Over(metrics, cases, s, kAgreePrefix, multi), 3), " | ",
+                    absl::StrFormat("%.1f | %.1f | %.1f", prompt / n, computed / n, repaired / n), " |\n");
+  }
+}
+
 }  // namespace
 
 std::string MarkdownReport(const std::vector<QualityCase>& cases, const MetricsTable& metrics,
@@ -230,13 +259,12 @@ std::string MarkdownReport(const std::vector<QualityCase>& cases, const MetricsT
                     "`none+noanchor` and `lazy+noanchor`: no anchor and no BOS at all (EngineOptions::anchorless), "
                     "each document encoded alone from position 0; ");
   }
-  absl::StrAppend(&out, "free runs of ", context.free_run_tokens, " greedy tokens");
-  std::vector<std::string> missing;
-  for (int k : context.repair_k) {
-    if (k > 0) missing.push_back(absl::StrCat("repair k=", k, " (no engine hook)"));
+  if (context.repair_ran) {
+    absl::StrAppend(&out,
+                    "`lazy+repairK`: `lazy` with the first K tokens of every document but the first computed "
+                    "again in context (GenerateRequest::repair_tokens), in every request; ");
   }
-  if (!missing.empty()) absl::StrAppend(&out, ". Not available: ", absl::StrJoin(missing, "; "));
-  absl::StrAppend(&out, ".\n\n");
+  absl::StrAppend(&out, "free runs of ", context.free_run_tokens, " greedy tokens.\n\n");
   absl::StrAppend(&out,
                   "95% bootstrap intervals over cases (2000 resamples). Perplexity ratios are paired "
                   "geometric means, exp(mean over cases of the NLL difference), against `none` with the same "
@@ -278,6 +306,8 @@ std::string MarkdownReport(const std::vector<QualityCase>& cases, const MetricsT
                     "); over the cases with 2 or more documents.\n");
   }
 
+  if (context.repair_ran) RepairSummary(out, cases, metrics, results);
+
   std::vector<std::pair<std::string, std::function<bool(const QualityCase&)>>> by_count, by_place;
   std::vector<int> counts;
   for (const QualityCase& c : cases) {
@@ -297,6 +327,10 @@ std::string MarkdownReport(const std::vector<QualityCase>& cases, const MetricsT
   std::vector<Pair> pairs = {{kLazy, kNone}};
   if (context.long_anchor_ran) pairs.push_back({kLazyLong, kNoneLong});
   if (context.anchorless_ran) pairs.push_back({kLazyBare, kNoneBare});
+  if (context.repair_ran) {
+    pairs.push_back({kLazyRepair4, kNone});
+    pairs.push_back({kLazyRepair16, kNone});
+  }
   GroupTable(out, "By document count (relevant document anywhere)", cases, metrics, by_count, pairs);
   GroupTable(out, "By position of the relevant document", cases, metrics, by_place, pairs);
 

@@ -58,10 +58,10 @@ struct ReportContext {
   std::string model, command, machine, date;
   std::vector<int32_t> long_anchor;
   std::string long_anchor_text;
-  std::vector<int> repair_k;  // asked for; reported as not available
   int free_run_tokens = 0;
   bool long_anchor_ran = true;
   bool anchorless_ran = true;
+  bool repair_ran = true;
 };
 
 std::string MarkdownReport(const std::vector<QualityCase>& cases, const MetricsTable& metrics,

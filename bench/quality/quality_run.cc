@@ -24,6 +24,8 @@ const std::array<Setting, kNumSettings>& Settings() {
       {"lazy+long", 1, M::kLazy, M::kLazy, false, kNoneLong},
       {"none+noanchor", 2, M::kNone, M::kPrefix, false, kNoneBare},
       {"lazy+noanchor", 2, M::kLazy, M::kLazy, false, kNoneBare},
+      {"lazy+repair4", 0, M::kLazy, M::kLazy, false, kNone, 4},
+      {"lazy+repair16", 0, M::kLazy, M::kLazy, false, kNone, 16},
   }};
   return settings;
 }
@@ -84,6 +86,7 @@ absl::StatusOr<RunResults> RunQuality(std::array<Engine*, 3> engines, const std:
   std::vector<Slot> slots;
   auto active = [&](size_t c, SettingId s) {
     if (s == kPrefix || s == kBlock) return options.check_every > 0 && cases[c].index % options.check_every == 0;
+    if (Settings()[s].repair > 0 && !options.repair) return false;
     return anchor_on[Settings()[s].anchor];
   };
   auto spec_for = [&](size_t c, SettingId s) {
@@ -94,6 +97,7 @@ absl::StatusOr<RunResults> RunQuality(std::array<Engine*, 3> engines, const std:
     spec.prompt = qc.prompt;
     spec.mode = setting.mode;
     spec.restart_mode = setting.restart_mode;
+    spec.repair_tokens = setting.repair;
     return spec;
   };
   // Pass 1: the references' free runs and every held-out job; pass 2: the continuations

@@ -34,6 +34,8 @@ enum SettingId {
   kLazyLong,
   kNoneBare,  // no anchor, no BOS: each document encoded alone from position 0
   kLazyBare,
+  kLazyRepair4,  // lazy with GenerateRequest::repair_tokens 4, then 16
+  kLazyRepair16,
   kNumSettings
 };
 
@@ -44,6 +46,7 @@ struct Setting {
   AttentionMode restart_mode;
   bool control;         // the relevant document swapped for an unrelated one
   SettingId reference;  // whose free run the continuation is scored against (itself: a baseline)
+  int repair = 0;       // GenerateRequest::repair_tokens of every request
 };
 
 const std::array<Setting, kNumSettings>& Settings();
@@ -53,6 +56,7 @@ struct RunOptions {
   int max_in_flight = 32;
   bool long_anchor = true;  // run the long-anchor settings (needs engines[1])
   bool anchorless = true;   // run the no-anchor settings (needs engines[2])
+  bool repair = true;       // run the repair settings
   int sketch_size = 256;    // logit ids kept per free-run step for the mode comparisons
   int check_every = 4;      // prefix and block run on cases whose index is a multiple of it
   uint64_t seed = 1;

@@ -18,6 +18,7 @@ std::optional<GenerateRequest> ScoringJob::NextRequest() {
   request.docs = spec_.docs;
   request.prompt = spec_.prompt;
   request.record_logits = true;
+  request.repair_tokens = spec_.repair_tokens;
   request.sampling.temperature = 0;
   request.sampling.seed = 0;
   if (!free_run_done_) {
@@ -44,6 +45,9 @@ absl::Status ScoringJob::Take(const GenerateResult& result) {
   ++out_.requests;
   if (!free_run_done_) {
     free_run_done_ = true;
+    out_.prompt_tokens = result.usage.prompt_tokens;
+    out_.computed_tokens = result.usage.computed_tokens;
+    out_.repaired_tokens = result.usage.repaired_tokens;
     out_.generated = result.tokens;
     if (result.finish_reason == "stop" && result.step_logits.size() > result.tokens.size()) {
       out_.generated.push_back(ArgMax(result.step_logits[result.tokens.size()]));  // the EOS it sampled

@@ -42,6 +42,7 @@ struct ScoringJobSpec {
   bool full_free_run = true;
   // Logit ids kept from each free-run step (a sketch for comparing modes); empty: none.
   std::span<const int32_t> sketch_ids;
+  int repair_tokens = 0;  // GenerateRequest::repair_tokens of every request
 };
 
 // What a job measured.
@@ -51,6 +52,8 @@ struct ScoringOutput {
   std::vector<double> logprobs;            // per target token: log p(T[i] | P, T[0..i))
   std::vector<uint8_t> top1;               // per target token: the greedy choice was T[i]
   int requests = 0;                        // engine requests the job used
+  // The first request's prompt tokens and what it computed (the repair's cost).
+  int prompt_tokens = 0, computed_tokens = 0, repaired_tokens = 0;
 };
 
 // One scoring job: a free run, then restarts until every target token is scored.

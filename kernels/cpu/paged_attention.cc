@@ -86,10 +86,10 @@ void LazyPagedAttention(const float* q, const int32_t* positions, int n_queries,
   }
 }
 
-void CopyBlockRotated(const KvLayerView& kv, int32_t src_block, int32_t dst_block, int32_t num_tokens, int32_t delta,
-                      const RopeTable& rope) {
+void CopyBlockRotated(const KvLayerView& kv, int32_t src_block, int32_t dst_block, int32_t first_slot,
+                      int32_t end_slot, int32_t delta, const RopeTable& rope) {
   const size_t width = static_cast<size_t>(kv.n_kv_heads) * kv.head_dim;
-  for (int32_t s = 0; s < num_tokens; ++s) {
+  for (int32_t s = first_slot; s < end_slot; ++s) {
     float* k_dst = kv.k + kv.slot_offset(dst_block, s);
     std::memcpy(k_dst, kv.k + kv.slot_offset(src_block, s), width * sizeof(float));
     rope.RotateHeads(k_dst, kv.n_kv_heads, delta);

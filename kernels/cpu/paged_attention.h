@@ -34,8 +34,8 @@ void LazyPagedAttention(const float* q, const int32_t* positions, int n_queries,
                         std::span<const KvBlockRef> context, const KvLayerView& kv, const RopeTable& rope, float* out);
 
 // The block baseline's materialize: dst slots get the src keys re-rotated by `delta`
-// (k' = R(delta) k) and the values copied, for the first `num_tokens` slots.
-void CopyBlockRotated(const KvLayerView& kv, int32_t src_block, int32_t dst_block, int32_t num_tokens, int32_t delta,
-                      const RopeTable& rope);
+// (k' = R(delta) k) and the values copied, for slots [first_slot, end_slot).
+void CopyBlockRotated(const KvLayerView& kv, int32_t src_block, int32_t dst_block, int32_t first_slot,
+                      int32_t end_slot, int32_t delta, const RopeTable& rope);
 
 }  // namespace lazykv::cpu

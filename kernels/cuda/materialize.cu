@@ -25,7 +25,8 @@ __global__ void MaterializeKernel(MaterializeParams p, bool vectorized) {
   constexpr int kVec = sizeof(Vec) / sizeof(T);
   extern __shared__ float2 sin_cos[];  // [head_dim / 2]: (sin, cos) of delta * inv_freq[i]
   const int copy = blockIdx.x, layer = blockIdx.y;
-  const int src = p.src_blocks[copy], dst = p.dst_blocks[copy], n = p.num_tokens[copy], delta = p.deltas[copy];
+  const int src = p.src_blocks[copy], dst = p.dst_blocks[copy], delta = p.deltas[copy];
+  int n = p.num_tokens[copy];
   const int hd = p.kv.head_dim, half = hd / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     float s, c;
@@ -37,8 +38,11 @@ __global__ void MaterializeKernel(MaterializeParams p, bool vectorized) {
   const size_t layer_offset = static_cast<size_t>(layer) * p.pool_blocks * p.kv.block_size * slot_width;
   T* k = static_cast<T*>(p.kv.k_pool) + layer_offset;
   T* v = static_cast<T*>(p.kv.v_pool) + layer_offset;
-  const size_t src_base = static_cast<size_t>(src) * p.kv.block_size * slot_width;
-  const size_t dst_base = static_cast<size_t>(dst) * p.kv.block_size * slot_width;
+  // Slots [first, n): the bases move to the first slot, and n - first slots are copied.
+  const int first = p.first_slots != nullptr ? p.first_slots[copy] : 0;
+  const size_t src_base = (static_cast<size_t>(src) * p.kv.block_size + first) * slot_width;
+  const size_t dst_base = (static_cast<size_t>(dst) * p.kv.block_size + first) * slot_width;
+  n -= first;
   const int rows = n * p.kv.n_kv_heads;  // row = slot * n_kv_heads + head
   const bool interleaved = p.kv.rope_style == RopeStyle::kInterleaved;
 

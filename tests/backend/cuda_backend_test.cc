@@ -207,8 +207,8 @@ TEST(CudaBackendTest, LazyEqualsBlockOnStories) {
 }
 
 // Random models: the CUDA engine (weights drawn on the GPU) against the CPU engine on the
-// same draws, every step's logits until the greedy paths part; and lazy against block on
-// the GPU. tiny-llama3 runs the generic attention (head dim 16), small the tensor-core
+// same draws, every step's logits until the greedy paths part, with and without the repair;
+// and lazy against block on the GPU. tiny-llama3 runs the generic attention (head dim 16), small the tensor-core
 // prefill and decode kernels (head dim 64).
 class SyntheticModelTest : public ::testing::TestWithParam<std::string> {};
 
@@ -227,8 +227,11 @@ TEST_P(SyntheticModelTest, LogitsWithinBf16ToleranceOfCpu) {
     auto cpu = MakeEngine(weights, mode);
     auto cpu_like = EngineOn(GpuLikeCpu(weights, 1024), mode);
     ASSERT_TRUE(gpu && gpu_block && cpu_like);
-    for (int r = 0; r < 3; ++r) {
-      const GenerateRequest request = RandomRagRequest(rng, corpus, config.vocab_size);
+    for (int r = 0; r < 4; ++r) {
+      GenerateRequest request = RandomRagRequest(rng, corpus, config.vocab_size);
+      // The repair: own tokens between chunks, and a chunk block's rest copied from a slot
+      // offset (materialize with first_slots).
+      if (r >= 2) request.repair_tokens = std::uniform_int_distribution<int>(1, 40)(rng);
       auto g = gpu->Generate(request);
       auto c = cpu->Generate(request);
       auto b = gpu_block->Generate(request);

@@ -285,9 +285,9 @@ TEST(CudaModelOpsTest, ChunkScatterAndGather) {
   CheckChunkScatterAndGather<float>(rng);
 }
 
-// The block baseline's materialize: random source blocks (some partly copied) re-rotated
-// by deltas up to 128k into fresh blocks, against cpu::CopyBlockRotated. T: the pool's
-// element type.
+// The block baseline's materialize: random source blocks (some partly copied, some from a
+// slot past 0, as a repaired chunk's rest of a block) re-rotated by deltas up to 128k into
+// fresh blocks, against cpu::CopyBlockRotated. T: the pool's element type.
 template <typename T>
 void CheckMaterialize(std::mt19937_64& rng) {
   SCOPED_TRACE(Name<T>());
@@ -301,14 +301,15 @@ void CheckMaterialize(std::mt19937_64& rng) {
     std::vector<float> k, v;
     RandomElements(rng, pool, k_stored, k);
     RandomElements(rng, pool, v_stored, v);
-    std::vector<int32_t> src, dst, counts, deltas;
+    std::vector<int32_t> src, dst, counts, deltas, firsts;
     for (int i = 0; i < copies; ++i) {
       src.push_back(i);
       dst.push_back(copies + i);
       counts.push_back(std::uniform_int_distribution<int32_t>(1, block_size)(rng));
       deltas.push_back(std::uniform_int_distribution<int32_t>(0, 131072)(rng));
+      firsts.push_back(i % 2 == 0 ? 0 : std::uniform_int_distribution<int32_t>(1, counts.back())(rng));
     }
-    // Poison the destinations on both sides: slots past a copy's count must stay untouched.
+    // Poison the destinations on both sides: slots outside a copy's range must stay untouched.
     for (size_t e = copies * block_size * slot_width; e < pool; ++e) {
       k[e] = v[e] = 7.0f;
       k_stored[e] = v_stored[e] = static_cast<T>(7.0f);
@@ -316,7 +317,9 @@ void CheckMaterialize(std::mt19937_64& rng) {
     const RopeConfig rope = TestRope(style);
     const cpu::RopeTable table(rope, head_dim);
     const cpu::KvLayerView view{k.data(), v.data(), num_blocks, block_size, n_kv_heads, head_dim};
-    for (int i = 0; i < copies; ++i) cpu::CopyBlockRotated(view, src[i], dst[i], counts[i], deltas[i], table);
+    for (int i = 0; i < copies; ++i) {
+      cpu::CopyBlockRotated(view, src[i], dst[i], firsts[i], counts[i], deltas[i], table);
+    }
     DeviceArena arena;
     cuda::MaterializeParams m;
     T* k_d = arena.Copy(k_stored);
@@ -328,6 +331,7 @@ void CheckMaterialize(std::mt19937_64& rng) {
     m.dst_blocks = arena.Copy(dst);
     m.num_tokens = arena.Copy(counts);
     m.deltas = arena.Copy(deltas);
+    m.first_slots = arena.Copy(firsts);
     m.kv.inv_freq = arena.Copy(RopeInverseFrequencies(rope, head_dim));
     m.num_copies = copies;
     m.kv.n_kv_heads = n_kv_heads;

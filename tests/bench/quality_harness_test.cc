@@ -298,6 +298,20 @@ void ExpectShortRunHolds(const std::string& model, const std::string& tokenizer_
     EXPECT_NE(row[kLazyBare].held_out.logprobs, row[kLazy].held_out.logprobs) << c;
     EXPECT_NE(row[kNoneBare].held_out.logprobs, row[kNone].held_out.logprobs) << c;
   }
+  // Repair: with one document nothing is repaired (lazy's free run exactly); with several,
+  // each request recomputes K tokens of every document but the first (the documents here
+  // are longer than 16 tokens), and K = 16 changes what lazy computes.
+  EXPECT_EQ(results->per_case[0][kLazyRepair16].continuation.generated,
+            results->per_case[0][kLazy].continuation.generated);
+  EXPECT_EQ(results->per_case[0][kLazyRepair16].continuation.repaired_tokens, 0);
+  for (size_t c = 1; c < cases->size(); ++c) {
+    const auto& row = results->per_case[c];
+    const int later_docs = (*cases)[c].count - 1;
+    EXPECT_EQ(row[kLazyRepair4].continuation.repaired_tokens, 4 * later_docs) << c;
+    EXPECT_EQ(row[kLazyRepair16].continuation.repaired_tokens, 16 * later_docs) << c;
+    EXPECT_EQ(row[kLazyRepair16].continuation.computed_tokens, row[kLazy].continuation.computed_tokens) << c;
+    EXPECT_NE(row[kLazyRepair16].held_out.logprobs, row[kLazy].held_out.logprobs) << c;
+  }
   for (const auto& row : metrics) {
     for (int s = 0; s < kNumSettings; ++s) {
       ASSERT_TRUE(row[s].ran) << Settings()[s].name;
@@ -309,6 +323,8 @@ void ExpectShortRunHolds(const std::string& model, const std::string& tokenizer_
   EXPECT_NE(report.find("| lazy+long |"), std::string::npos);
   EXPECT_NE(report.find("| lazy+noanchor |"), std::string::npos);
   EXPECT_NE(report.find("No anchor against BOS"), std::string::npos);
+  EXPECT_NE(report.find("| lazy+repair16 |"), std::string::npos);
+  EXPECT_NE(report.find("### Repair"), std::string::npos);
   EXPECT_EQ(report.find("Not available"), std::string::npos);
   EXPECT_EQ(MetricsCsv(*cases, metrics).find("case,count,placement,setting"), 0u);
   ExpectNoLeakedBlocks(*bos);

@@ -134,7 +134,7 @@ TEST(LazyPagedAttentionTest, EqualsDenseAttentionOverMaterializedKeys) {
 
     // Materialize (the block baseline) writes exactly the re-rotated keys.
     const KvBlockRef src = table[0];
-    CopyBlockRotated(kv, src.block, num_blocks - 1, src.num_tokens, src.delta, rope);
+    CopyBlockRotated(kv, src.block, num_blocks - 1, 0, src.num_tokens, src.delta, rope);
     for (int s = 0; s < src.num_tokens; ++s) {
       const std::vector<float> copied(k_pool.begin() + kv.slot_offset(num_blocks - 1, s),
                                       k_pool.begin() + kv.slot_offset(num_blocks - 1, s) + width);

@@ -79,7 +79,7 @@ TEST_P(DecodeAttentionGpuTest, MatchesCpuReference) {
   }
   const cpu::RopeTable table(TestRope(s.style), s.head_dim);
   const cpu::KvLayerView kv = problem.kv_view();
-  for (size_t i = 0; i < src.size(); ++i) cpu::CopyBlockRotated(kv, src[i], src[i], counts[i], copy_deltas[i], table);
+  for (size_t i = 0; i < src.size(); ++i) cpu::CopyBlockRotated(kv, src[i], src[i], 0, counts[i], copy_deltas[i], table);
   cuda::MaterializeParams m;
   m.kv = problem.PoolKv(d);
   m.src_blocks = arena.Copy(src);

@@ -166,6 +166,30 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
       }
     }
   }
+  // The repair through the API: the same tokens as the in-process engine with it, its cost in
+  // usage apart from computed_tokens (the sum of sources still adds up).
+  {
+    const std::vector<std::string> docs = {kDocs[2], kDocs[0], kDocs[1]};
+    GenerateRequest expected_request;
+    for (const std::string& doc : docs) expected_request.docs.push_back(local->tokenizer->Encode(doc));
+    expected_request.prompt = local->tokenizer->Encode("Once upon a time");
+    expected_request.sampling.max_tokens = 30;
+    expected_request.repair_tokens = 6;
+    auto expected = local->engine->Generate(expected_request);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    ASSERT_EQ(expected->usage.repaired_tokens, 12);
+    v1::GenerateRequest request = TextRequest(docs, "Once upon a time", 30);
+    request.set_mode("lazy");
+    request.set_repair_tokens(6);
+    const Reply reply = Call(*stub, request);
+    ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+    streamed_total += static_cast<int>(reply.tokens.size());
+    EXPECT_EQ(reply.tokens, expected->tokens);
+    const v1::Usage& u = reply.done.usage();
+    EXPECT_EQ(u.repaired_tokens(), 12);
+    EXPECT_EQ(u.pool_tokens() + u.host_tokens() + u.disk_tokens() + u.remote_tokens() + u.computed_tokens(),
+              u.prompt_tokens());
+  }
   // A stop string ends the text before it, with finish reason STOP.
   const Reply full = Call(*stub, TextRequest({kDocs[0]}, "Once upon a time", 40));
   ASSERT_TRUE(full.status.ok());
@@ -189,7 +213,7 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
   EXPECT_EQ(std::vector<int32_t>(tokens.ids().begin(), tokens.ids().end()), local->tokenizer->Encode(kDocs[1]));
   EXPECT_EQ(tokens.vocab_size(), 512);
   const std::string page = MetricsWhenIdle(*worker);
-  EXPECT_EQ(Metric(page, "lazykv_worker_requests_total{outcome=\"OK\"}"), 8);
+  EXPECT_EQ(Metric(page, "lazykv_worker_requests_total{outcome=\"OK\"}"), 9);
   // What clients received: not the tokens in flight when the stop string matched.
   EXPECT_EQ(Metric(page, "lazykv_worker_generated_tokens_total"), streamed_total);
   EXPECT_GT(Metric(page, "lazykv_worker_ttft_seconds_count"), 0);
@@ -219,6 +243,9 @@ TEST(WorkerServerTest, BadInputGetsInvalidArgumentNamingTheFieldAndTheWorkerGoes
   v1::GenerateRequest request = TextRequest({kDocs[0]}, "Once upon a time", 10);
   request.set_mode("turbo");
   expect_invalid(request, "mode");
+  request = TextRequest({kDocs[0], kDocs[1]}, "Once upon a time", 10);
+  request.set_repair_tokens(-3);
+  expect_invalid(request, "repair_tokens -3");
   request = TextRequest({kDocs[0]}, "Once upon a time", 600);
   expect_invalid(request, "max_tokens 600");
   request = TextRequest({kDocs[0]}, "Once upon a time", 10);

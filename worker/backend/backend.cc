@@ -93,6 +93,11 @@ absl::Status ValidateBlockCopies(std::span<const BlockCopy> copies, int block_si
       return absl::InvalidArgumentError(
           absl::StrFormat("copy of %d tokens; block size is %d", copy.num_tokens, block_size));
     }
+    if (copy.first_slot < 0 || copy.first_slot > copy.num_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("copy from slot %d to slot %d: first_slot outside [0, num_tokens]", copy.first_slot,
+                          copy.num_tokens));
+    }
   }
   return absl::OkStatus();
 }

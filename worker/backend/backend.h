@@ -29,12 +29,15 @@ struct SequenceStep {
   LogitsWanted logits = LogitsWanted::kLast;
 };
 
-// Materialize for the block baseline: dst gets src's keys rotated by `delta`, values copied.
+// Materialize for the block baseline: dst gets src's keys rotated by `delta`, values
+// copied, in slots [first_slot, num_tokens) (a repaired chunk's rest of a block starts
+// past slot 0).
 struct BlockCopy {
   int32_t src_block = 0;
   int32_t dst_block = 0;
   int32_t num_tokens = 0;
   int32_t delta = 0;
+  int32_t first_slot = 0;
 };
 
 // What ForwardAndSample does with one step's last row of logits.

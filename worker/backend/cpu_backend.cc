@@ -77,8 +77,9 @@ class CpuBackend : public Backend {
     for (int layer = 0; layer < c_.n_layers; ++layer) {
       const cpu::KvLayerView kv = LayerView(layer);
       for (const BlockCopy& copy : copies) {
-        cpu::CopyBlockRotated(kv, copy.src_block, copy.dst_block, copy.num_tokens, copy.delta, rope_);
-        Round(kv.k + kv.slot_offset(copy.dst_block, 0), static_cast<size_t>(copy.num_tokens) * c_.kv_dim());
+        cpu::CopyBlockRotated(kv, copy.src_block, copy.dst_block, copy.first_slot, copy.num_tokens, copy.delta, rope_);
+        Round(kv.k + kv.slot_offset(copy.dst_block, copy.first_slot),
+              static_cast<size_t>(copy.num_tokens - copy.first_slot) * c_.kv_dim());
       }
     }
     return absl::OkStatus();

@@ -64,16 +64,17 @@ cuda::PagedKv CudaBackend::LayerKv(int layer) const {
 absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
   RETURN_IF_ERROR(ValidateBlockCopies(copies, block_size_, num_blocks_));
   if (copies.empty()) return absl::OkStatus();
-  // Four lists of n: sources, destinations, token counts, deltas. They go up from pageable
+  // Five lists of n: sources, destinations, token counts, deltas, first slots. They go up from pageable
   // memory, read during the call: nothing on the host is reused under an upload in flight,
   // so the copy needs no synchronize (the forward pass that follows on stream_ sees it in order).
   const size_t n = copies.size();
-  std::vector<int32_t> lists(4 * n);
+  std::vector<int32_t> lists(5 * n);
   for (size_t i = 0; i < n; ++i) {
     lists[i] = copies[i].src_block;
     lists[n + i] = copies[i].dst_block;
     lists[2 * n + i] = copies[i].num_tokens;
     lists[3 * n + i] = copies[i].delta;
+    lists[4 * n + i] = copies[i].first_slot;
   }
   RETURN_IF_ERROR(meta_.Reserve(lists.size() * sizeof(int32_t)));  // grows it (synchronizing) only when too small
   RETURN_IF_ERROR(UploadDuringCall(meta_.as<int32_t>(0), lists.data(), lists.size() * sizeof(int32_t)));
@@ -83,6 +84,7 @@ absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
   m.dst_blocks = m.src_blocks + n;
   m.num_tokens = m.src_blocks + 2 * n;
   m.deltas = m.src_blocks + 3 * n;
+  m.first_slots = m.src_blocks + 4 * n;
   m.num_copies = static_cast<int>(n);
   m.num_layers = c_.n_layers;
   m.pool_blocks = num_blocks_;

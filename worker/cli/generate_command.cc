@@ -24,6 +24,7 @@ constexpr char kUsage[] = R"(usage: lazykv generate --server HOST:PORT [--doc TE
   --seed S               sampling seed (default: the worker draws one, printed)
   --stop TEXT            stop before this text (repeatable)
   --mode MODE            override the worker's attention mode (benchmarks)
+  --repair-tokens N      recompute each document's first N tokens in context (lazy, block)
   --deadline-ms N        give up after N ms (default 60000)
 The reply streams to stdout; usage and timings follow on stderr.
 Security (a worker with --tls-cert, --auth-tokens):
@@ -39,6 +40,7 @@ int GenerateCommand(int argc, char** argv) {
   float temperature = 0, top_p = 0;
   std::optional<uint64_t> seed;
   std::string prompt, mode;
+  int repair_tokens = 0;
   ClientSecurityOptions security;
   FlagParser parser(absl::StrCat(kUsage, ClientSecurityUsage("")));
   AddClientSecurityFlags(parser, security, "");
@@ -57,6 +59,7 @@ int GenerateCommand(int argc, char** argv) {
     return absl::OkStatus();
   });
   parser.AddString("--mode", &mode);
+  parser.AddInt("--repair-tokens", &repair_tokens);
   parser.AddInt("--deadline-ms", &deadline_ms);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
     std::cerr << s.message() << "\n";
@@ -76,6 +79,7 @@ int GenerateCommand(int argc, char** argv) {
   request.mutable_sampling()->set_top_p(top_p);
   if (seed) request.mutable_sampling()->set_seed(*seed);
   request.set_mode(mode);
+  request.set_repair_tokens(repair_tokens);
 
   auto stub = v1::Generation::NewStub(MakeClientChannel(server, security));
   grpc::ClientContext context;
@@ -100,10 +104,11 @@ int GenerateCommand(int argc, char** argv) {
   }
   const v1::Usage& u = done.usage();
   std::cerr << absl::StrFormat(
-      "[%s] finish=%s prompt_tokens=%d (pool=%d host=%d disk=%d remote=%d computed=%d, of which recomputed=%d) "
-      "completion_tokens=%d seed=%d queue=%.1fms ttft=%.1fms total=%.1fms\n",
+      "[%s] finish=%s prompt_tokens=%d (pool=%d host=%d disk=%d remote=%d computed=%d, of which recomputed=%d; "
+      "repaired=%d) completion_tokens=%d seed=%d queue=%.1fms ttft=%.1fms total=%.1fms\n",
       done.mode(), v1::FinishReason_Name(done.finish_reason()), u.prompt_tokens(), u.pool_tokens(), u.host_tokens(),
-      u.disk_tokens(), u.remote_tokens(), u.computed_tokens(), u.recomputed_tokens(), u.completion_tokens(),
+      u.disk_tokens(), u.remote_tokens(), u.computed_tokens(), u.recomputed_tokens(),
+      u.repaired_tokens(), u.completion_tokens(),
       done.seed(), done.timings().queue_ms(), done.timings().ttft_ms(), done.timings().total_ms());
   return 0;
 }

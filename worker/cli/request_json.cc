@@ -78,6 +78,8 @@ absl::StatusOr<GenerateRequest> ParseRequestJson(const json& j, const Tokenizer&
         ASSIGN_OR_RETURN(request.sampling.seed, NumberAs<uint64_t>(value, "seed"));
       } else if (key == "mode") {
         ASSIGN_OR_RETURN(request.mode, ParseAttentionMode(value.get<std::string>()));
+      } else if (key == "repair_tokens") {
+        ASSIGN_OR_RETURN(request.repair_tokens, NumberAs<int>(value, "repair_tokens"));
       } else {
         return absl::InvalidArgumentError(absl::StrCat("unknown field '", key, "'"));
       }
@@ -113,6 +115,7 @@ json ResultToJson(const GenerateRequest& request, const GenerateResult& result, 
         {"chunk_misses", u.chunk_misses},
         {"chunk_recomputes", u.chunk_recomputes},
         {"recomputed_tokens", u.recomputed_tokens},
+        {"repaired_tokens", u.repaired_tokens},
         {"kv_bytes_copied", u.kv_bytes_copied},
         {"kv_bytes_fetched", u.kv_bytes_fetched},
         {"host_bytes_fetched", u.host_bytes_fetched},

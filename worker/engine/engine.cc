@@ -1,5 +1,6 @@
 #include "worker/engine/engine.h"
 
+#include <algorithm>
 #include <string_view>
 #include <unordered_set>
 
@@ -114,6 +115,10 @@ absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
   }
   RETURN_IF_ERROR(check_tokens(request.prompt, "prompt"));
   RETURN_IF_ERROR(check_tokens(request.sampling.stop_token_ids, "stop_token_ids"));
+  if (request.repair_tokens < 0 || request.repair_tokens > c.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrFormat("repair_tokens %d must be in [0, %d] (the model's context)",
+                                                      request.repair_tokens, c.max_seq_len));
+  }
   if (total == 0) {
     return absl::InvalidArgumentError("request has no tokens: an anchorless engine needs a document or a prompt");
   }
@@ -133,6 +138,18 @@ absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
 int SharedDocumentCount(const GenerateRequest& request) {
   if (!request.prompt.empty()) return static_cast<int>(request.docs.size());
   return request.docs.empty() ? -1 : static_cast<int>(request.docs.size()) - 1;
+}
+
+std::vector<int> RepairPerDocument(const GenerateRequest& request, int shared_docs) {
+  std::vector<int> repair(std::max(shared_docs, 0), 0);
+  bool first = true;
+  for (int d = 0; d < shared_docs; ++d) {
+    const int size = static_cast<int>(request.docs[d].size());
+    if (size == 0) continue;
+    if (!first) repair[d] = std::min(request.repair_tokens, size);
+    first = false;
+  }
+  return repair;
 }
 
 std::vector<bool> FirstOccurrences(const std::vector<std::vector<int32_t>>& docs) {
@@ -163,7 +180,9 @@ int Engine::WorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) 
 // token fed back while decoding (the last sampled token is never fed), from a fresh block
 // after any shared chunk. In lazy and block modes the shared chunks are counted apart
 // (SharedChunksOf); the block baseline also holds a re-rotated copy of each document it
-// moves (every shared document but the first, which sits where it was encoded).
+// moves (every shared document but the first, which sits where it was encoded). A
+// repaired document's first tokens are own tokens, in blocks of their own (in block mode
+// they replace blocks of its copy).
 int Engine::PrivateWorstCaseBlocks(const GenerateRequest& request, AttentionMode mode) const {
   const int bs = backend_->block_size();
   const int64_t fed = std::max(request.sampling.max_tokens - 1, 0);
@@ -182,6 +201,8 @@ int Engine::PrivateWorstCaseBlocks(const GenerateRequest& request, AttentionMode
       if (!first) needed += CeilDiv(request.docs[d].size(), bs);
       first = false;
     }
+  } else if (request.repair_tokens > 0) {
+    for (int repaired : RepairPerDocument(request, shared_docs)) needed += CeilDiv(repaired, bs);
   }
   return static_cast<int>(std::min<int64_t>(needed, INT32_MAX));
 }
@@ -302,10 +323,12 @@ void Engine::StartRequest(Request& r) {
   switch (r.result.mode) {
     case AttentionMode::kNone:
       r.own = all;
+      r.own_ready = r.own.size();
       r.result.usage.document_computed_tokens = r.result.usage.document_tokens;
       break;
     case AttentionMode::kPrefix:
       AttachCachedPrefix(r);
+      r.own_ready = r.own.size();
       break;
     case AttentionMode::kBlock:
     case AttentionMode::kLazy:
@@ -316,7 +339,7 @@ void Engine::StartRequest(Request& r) {
 
 void Engine::Release(Request& r) {
   for (ChunkSegment& segment : r.segments) {
-    if (segment.ready && !r.segments_attached) {
+    if (segment.ready) {  // not attached yet (attaching clears the list)
       for (const KvBlockRef& ref : segment.blocks) allocator_.Unref(ref.block);
     }
     segment.blocks.clear();

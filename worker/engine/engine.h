@@ -27,6 +27,8 @@
 
 namespace lazykv {
 
+struct ChunkSegment;  // engine_state.h
+
 // A request inside the engine.
 using RequestId = uint64_t;
 
@@ -64,6 +66,13 @@ struct GenerateRequest {
   SamplingParams sampling;
   std::optional<AttentionMode> mode;  // overrides EngineOptions::mode
   bool record_logits = false;         // keep each decoding step's logits (tests)
+  // Repair (lazy and block modes; DESIGN.md section 2): the first repair_tokens tokens of
+  // every shared document but the first are computed again in context, after the
+  // documents before them, instead of taken from the document's position-free KV; the rest
+  // of each document still reuses it. Costs repair_tokens x (documents - 1) prefill
+  // tokens (Usage::repaired_tokens). No effect in none and prefix modes, where every
+  // token is computed in context already.
+  int repair_tokens = 0;
   // When the request arrived (a server stamps the call's arrival, before tokenizing and
   // queueing for the engine thread): queue time, TTFT and total time count from here.
   // Absent: from Submit.
@@ -88,6 +97,9 @@ struct Usage {
   // recomputing was judged faster than fetching (or the fetch failed). Not misses.
   int chunk_recomputes = 0;
   int recomputed_tokens = 0;      // their tokens (part of computed_tokens)
+  // Document tokens computed again in context by the repair (GenerateRequest::repair_tokens),
+  // on top of computed_tokens: their reused KV counts as cached, where it came from.
+  int repaired_tokens = 0;
   uint64_t kv_bytes_copied = 0;   // KV bytes written to reuse chunks (the block baseline's copies)
   uint64_t kv_bytes_fetched = 0;  // chunk bytes fetched from the cache tier (the three below)
   uint64_t host_bytes_fetched = 0;
@@ -238,7 +250,13 @@ class Engine {
   // `recomputed`: computed here though the tier held it (usage counts it apart from misses).
   void TakeChunk(Request& request, size_t segment, std::span<const KvBlockRef> blocks, ChunkSource source,
                  uint64_t fetched_bytes, bool recomputed);
-  absl::Status AttachSegments(Request& request);
+  // Attaches the request's ready segments in order, up to a repaired one whose own tokens
+  // have not run yet (it makes them ready to run and stops); then the request prefills.
+  absl::Status AttachReadySegments(Request& request);
+  // A repaired segment whose own tokens ran: fills the rest of the block they end in from
+  // the chunk and lets go of the chunk blocks they replaced. Returns the index of the
+  // chunk's first block to attach as it is.
+  absl::StatusOr<size_t> AttachRepairedHead(Request& request, const ChunkSegment& segment);
   absl::Status AttachChunk(KvSequence& seq, AttentionMode mode, std::span<const KvBlockRef> chunk, int32_t delta,
                            Usage& usage);
   // Imports a staged chunk into new blocks, and indexes them.

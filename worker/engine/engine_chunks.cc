@@ -20,13 +20,20 @@ void Engine::PlanChunks(Request& r) {
   const int shared_docs = SharedDocumentCount(in);
   if (shared_docs < 0) {
     r.own = anchor;
+    r.own_ready = r.own.size();
     return;
   }
+  // Own tokens: each repaired document's first tokens, in order, then the prompt.
+  const std::vector<int> repair = RepairPerDocument(in, shared_docs);
+  for (int d = 0; d < shared_docs; ++d) {
+    r.own.insert(r.own.end(), in.docs[d].begin(), in.docs[d].begin() + repair[d]);
+    r.result.usage.repaired_tokens += repair[d];
+  }
   if (in.prompt.empty()) {
-    r.own = in.docs.back();
-    if (r.first_occurrence.back()) r.result.usage.document_computed_tokens += static_cast<int>(r.own.size());
+    r.own.insert(r.own.end(), in.docs.back().begin(), in.docs.back().end());
+    if (r.first_occurrence.back()) r.result.usage.document_computed_tokens += static_cast<int>(in.docs.back().size());
   } else {
-    r.own = in.prompt;
+    r.own.insert(r.own.end(), in.prompt.begin(), in.prompt.end());
   }
   size_t next_key = 0;
   if (!anchor.empty()) {
@@ -46,6 +53,7 @@ void Engine::PlanChunks(Request& r) {
                                       .repeat = !r.first_occurrence[d],
                                       .delta = static_cast<int32_t>(position - static_cast<int64_t>(anchor.size())),
                                       .ready = false,
+                                      .repair = repair[d],
                                       .blocks = {}});
     position += static_cast<int64_t>(in.docs[d].size());
   }
@@ -81,7 +89,7 @@ void Engine::PlanChunks(Request& r) {
   // One batched lookup for every key this request is first to miss.
   if (pipeline_) pipeline_->Request(std::move(new_chunks));
   if (r.segments_pending == 0) {
-    if (absl::Status s = AttachSegments(r); !s.ok()) {
+    if (absl::Status s = AttachReadySegments(r); !s.ok()) {
       // Attach only fails on a full pool, which admission rules out: report it loudly.
       spdlog::error("request {}: {}", r.id, s.ToString());
       Fail(r, s, &pending_events_);
@@ -140,30 +148,73 @@ void Engine::TakeChunk(Request& r, size_t s, std::span<const KvBlockRef> blocks,
   }
 }
 
-absl::Status Engine::AttachSegments(Request& r) {
+absl::Status Engine::AttachReadySegments(Request& r) {
   // The block baseline's moved documents are copied now; the request holds the copies
   // (reserved privately) and lets go of the sources, so their reservation goes too.
-  // Segment s is shared_chunks[s]: split them into the sources just copied and the chunks
-  // still reserved (what Release will undo).
-  std::vector<SharedChunkReservations::Chunk> copied_sources, kept;
-  for (size_t s = 0; s < r.segments.size(); ++s) {
-    ChunkSegment& segment = r.segments[s];
-    if (segment.is_anchor) {
-      r.seq.AdoptBlocks(segment.blocks, 0);
-    } else {
-      RETURN_IF_ERROR(AttachChunk(r.seq, r.result.mode, segment.blocks, segment.delta, r.result.usage));
+  std::vector<SharedChunkReservations::Chunk> copied_sources;
+  while (r.segments_attached < r.segments.size()) {
+    ChunkSegment& segment = r.segments[r.segments_attached];
+    size_t first_reused = 0;  // the chunk's first block attached as it is
+    if (segment.repair > 0) {
+      if (!segment.repair_queued) {
+        // Its first tokens run as own tokens first, after everything attached so far.
+        segment.repair_queued = true;
+        r.own_ready += static_cast<size_t>(segment.repair);
+        break;
+      }
+      if (r.own_done < r.own_ready) break;  // they are still running
+      ASSIGN_OR_RETURN(first_reused, AttachRepairedHead(r, segment));
     }
-    const bool copied = !segment.is_anchor && r.result.mode == AttentionMode::kBlock && segment.delta != 0;
-    (copied ? copied_sources : kept).push_back(r.shared_chunks[s]);
+    const auto rest = std::span<const KvBlockRef>(segment.blocks).subspan(first_reused);
+    if (segment.is_anchor) {
+      r.seq.AdoptBlocks(rest, 0);
+    } else {
+      RETURN_IF_ERROR(AttachChunk(r.seq, r.result.mode, rest, segment.delta, r.result.usage));
+    }
+    if (!segment.is_anchor && r.result.mode == AttentionMode::kBlock && segment.delta != 0) {
+      // One entry per occurrence: a document repeated at delta 0 keeps its other one.
+      auto it = std::ranges::find_if(r.shared_chunks, [&](const auto& chunk) { return chunk.key == segment.key; });
+      if (it != r.shared_chunks.end()) {
+        copied_sources.push_back(*it);
+        r.shared_chunks.erase(it);
+      }
+    }
     segment.blocks.clear();
+    ++r.segments_attached;
   }
-  if (!copied_sources.empty()) {
-    shared_reservations_.Remove(copied_sources);
-    r.shared_chunks = std::move(kept);
-  }
-  r.segments_attached = true;
+  shared_reservations_.Remove(copied_sources);
+  if (r.segments_attached == r.segments.size()) r.own_ready = r.own.size();
   r.phase = Request::Phase::kPrefill;
   return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> Engine::AttachRepairedHead(Request& r, const ChunkSegment& segment) {
+  // The own tail holds the chunk's first `repair` tokens, computed in context. The rest of
+  // the chunk block they end in is copied after them (keys re-rotated to the own block's delta
+  // 0, as the block baseline does); the chunk's blocks from the next one on are attached
+  // as usual. Every block before that is let go once the copy is enqueued.
+  const int bs = backend_->block_size();
+  const size_t whole = static_cast<size_t>(segment.repair / bs);
+  const int32_t cut = segment.repair % bs;
+  const size_t first_reused = whole + (cut > 0 ? 1 : 0);
+  KvSequence replaced(&allocator_);  // releases the replaced blocks after the copy
+  replaced.AdoptBlocks(std::span<const KvBlockRef>(segment.blocks).first(std::min(first_reused, segment.blocks.size())),
+                       0);
+  int32_t copied = 0;
+  if (cut > 0 && whole < segment.blocks.size() && segment.blocks[whole].num_tokens > cut) {
+    const KvBlockRef& source = segment.blocks[whole];
+    RETURN_IF_ERROR(backend_->CopyBlocksRotated(std::vector<BlockCopy>{{.src_block = source.block,
+                                                                        .dst_block = r.seq.table().back().block,
+                                                                        .num_tokens = source.num_tokens,
+                                                                        .delta = segment.delta,
+                                                                        .first_slot = cut}}));
+    copied = source.num_tokens - cut;
+    r.result.usage.kv_bytes_copied += backend_->kv_bytes_per_block() / bs * static_cast<uint64_t>(copied);
+  }
+  // The next own tokens (another document's head, the prompt) start a new block, as
+  // admission counts them.
+  r.seq.EndOwnRun(copied);
+  return first_reused;
 }
 
 absl::Status Engine::AttachChunk(KvSequence& seq, AttentionMode mode, std::span<const KvBlockRef> chunk, int32_t delta,
@@ -258,7 +309,7 @@ void Engine::CompleteJob(ChunkJob& job, std::span<const KvBlockRef> blocks, Chun
       TakeChunk(r, s, chunk, ChunkSource::kPool, 0, false);
     }
     if (--r.segments_pending == 0) {
-      if (absl::Status status = AttachSegments(r); !status.ok()) Fail(r, status, events);
+      if (absl::Status status = AttachReadySegments(r); !status.ok()) Fail(r, status, events);
     }
   }
 }

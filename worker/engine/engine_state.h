@@ -27,6 +27,10 @@ struct ChunkSegment {
   bool repeat = false;              // a document this request already holds earlier
   int32_t delta = 0;                // logical position minus the position it was encoded at
   bool ready = false;
+  // Repair: the chunk's first `repair` tokens are the request's own tokens, computed in
+  // context before the rest of the chunk is attached (0: the whole chunk is reused).
+  int repair = 0;
+  bool repair_queued = false;  // its repaired tokens were made ready to run
   // Once ready: the chunk's blocks, one reference each held by the request until the
   // segments are attached to its sequence.
   std::vector<KvBlockRef> blocks;
@@ -36,6 +40,11 @@ struct ChunkSegment {
 // chunks (with an empty prompt the last document is its own tokens); -1 when it has no
 // chunks at all (no prompt, no documents: its own tokens are the anchor).
 int SharedDocumentCount(const GenerateRequest& request);
+
+// Per shared document (the first SharedDocumentCount(request)), the tokens the repair
+// computes in context: min(repair_tokens, its size), except 0 for the first non-empty one
+// (it follows the anchor, or starts the sequence, exactly as when it was encoded alone).
+std::vector<int> RepairPerDocument(const GenerateRequest& request, int shared_docs);
 
 // For each of `docs`, whether it is the first occurrence of its tokens in the list. A
 // document repeated within one request is one document: it is reserved once and counted
@@ -59,11 +68,16 @@ struct Engine::Request {
   std::vector<ChunkSegment> segments;  // lazy and block modes
   std::vector<bool> first_occurrence;  // per input document: FirstOccurrences(input.docs)
   size_t segments_pending = 0;
-  bool segments_attached = false;
+  // Segments are attached to the sequence in order; a repaired segment stops the walk
+  // until its own tokens are computed (AttachReadySegments).
+  size_t segments_attached = 0;
 
   KvSequence seq;
-  std::vector<int32_t> own;  // tokens this request prefills itself
+  // Tokens this request prefills itself: the repaired tokens of each repaired segment in
+  // order, then the prompt (or, with an empty prompt, the last document; or the anchor).
+  std::vector<int32_t> own;
   size_t own_done = 0;
+  size_t own_ready = 0;  // own[0, own_ready) have their context attached: prefill may run them
   std::vector<Hash128> prefix_keys;  // prefix mode: the chain of full-block keys
   size_t prefix_reused_blocks = 0;
 

@@ -40,7 +40,10 @@ std::vector<Engine::PrefillWork> Engine::PlanPrefill() {
   }
   for (const auto& [id, request] : running_) {
     if (request->phase == Request::Phase::kPrefill) {
-      candidates.push_back({id, PrefillWork{.request = request.get()}, request->own.size() - request->own_done});
+      // Up to own_ready: a repaired document's tokens wait for the segments before them.
+      if (request->own_done < request->own_ready) {
+        candidates.push_back({id, PrefillWork{.request = request.get()}, request->own_ready - request->own_done});
+      }
     }
   }
   // The oldest request's work first; its chunks before its own tokens.
@@ -162,8 +165,13 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
       continue;
     }
     r.own_done += t.count;
-    if (r.own_done < r.own.size()) continue;
-    r.result.usage.computed_tokens += static_cast<int>(r.own.size());
+    if (r.own_done < r.own.size()) {
+      if (r.own_done == r.own_ready) {  // a repaired document's tokens ran: attach what follows
+        if (absl::Status s = AttachReadySegments(r); !s.ok()) failed.emplace_back(r.id, s);
+      }
+      continue;
+    }
+    r.result.usage.computed_tokens += static_cast<int>(r.own.size()) - r.result.usage.repaired_tokens;
     if (r.result.mode == AttentionMode::kPrefix) {
       // Publish the full blocks this request computed (one table entry per block).
       for (size_t b = r.prefix_reused_blocks; b < r.prefix_keys.size(); ++b) {

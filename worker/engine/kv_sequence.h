@@ -50,6 +50,14 @@ class KvSequence {
     if (!tail_is_own_) AbortFillWithoutOwnTail();
     ++table_.back().num_tokens;
   }
+  // Ends the run of own tokens in the tail block after `copied_slots` more slots that a
+  // copy fills (a repaired chunk's rest of the block): the next own token starts a new block.
+  // REQUIRES: the tail is an own block with copied_slots free slots (aborts when it is not own).
+  void EndOwnRun(int32_t copied_slots) {
+    if (!tail_is_own_) AbortFillWithoutOwnTail();
+    table_.back().num_tokens += copied_slots;
+    tail_is_own_ = false;
+  }
   const std::vector<KvBlockRef>& table() const { return table_; }
   size_t num_held() const { return held_.size(); }
   void Clear() {

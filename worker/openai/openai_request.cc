@@ -123,6 +123,13 @@ absl::Status ParseCommon(const json& body, bool chat, const OpenAiLimits& limits
     if (!body["mode"].is_string()) return Bad("mode", "must be one of lazy, block, prefix, none");
     out.call.set_mode(body["mode"].get<std::string>());
   }
+  if (Present(body, "repair_tokens")) {
+    if (!body["repair_tokens"].is_number_integer() || body["repair_tokens"].get<int64_t>() < 0 ||
+        body["repair_tokens"].get<int64_t>() > INT32_MAX) {
+      return Bad("repair_tokens", "must be a non-negative integer");
+    }
+    out.call.set_repair_tokens(static_cast<int32_t>(body["repair_tokens"].get<int64_t>()));
+  }
   for (const auto& [field, neutral] :
        std::initializer_list<std::pair<const char*, json>>{{"logprobs", chat ? json(false) : json(nullptr)},
                                                            {"top_logprobs", json(0)},

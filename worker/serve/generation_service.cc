@@ -50,6 +50,7 @@ void FillDone(const GenerateResult& result, const std::string& request_id, int s
   usage->set_chunk_misses(u.chunk_misses);
   usage->set_chunk_recomputes(u.chunk_recomputes);
   usage->set_recomputed_tokens(u.recomputed_tokens);
+  usage->set_repaired_tokens(u.repaired_tokens);
   usage->set_kv_bytes_copied(u.kv_bytes_copied);
   usage->set_kv_bytes_fetched(u.kv_bytes_fetched);
   usage->set_host_bytes_fetched(u.host_bytes_fetched);
@@ -138,6 +139,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
     if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("mode: ", mode.status().message()));
     request.mode = *mode;
   }
+  request.repair_tokens = call.repair_tokens();  // range checked by the engine, naming the field
   return request;
 }
 

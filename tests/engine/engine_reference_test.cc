@@ -1,13 +1,8 @@
 // Lazy and block against an independent statement of what they compute, not against each
 // other (both take their rotation deltas from the same engine code, so comparing them
-// cannot tell a misplaced document). The reference is the naive dense forward pass
-// (tests/test_util.h) over an explicit layout with explicit positions and mask:
-//   - the anchor at positions [0, a);
-//   - each document k at its logical positions [s_k, s_k + len_k), attending causally to
-//     itself and to its own copy of the anchor placed just before it, at [s_k - a, s_k)
-//     (a document's KV is computed after the anchor alone: DESIGN.md section 2);
-//   - the prompt (then each generated token) after the documents, attending to the anchor,
-//     to every document's tokens (not the anchor copies) and causally to itself.
+// cannot tell a misplaced document): PlacedDocumentsReference
+// (tests/engine/placed_documents_reference.h), the naive dense forward pass over an
+// explicit layout with explicit positions and mask.
 // A delta that shifts documents, a chunk encoded without its anchor, a mask that lets
 // documents see each other, or wrong RoPE frequencies all move the logits.
 #include <algorithm>
@@ -19,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/engine/engine_compare_util.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/engine/placed_documents_reference.h"
 #include "tests/test_util.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/model/llama2c_loader.h"
@@ -29,58 +25,6 @@ namespace lazykv::testing {
 namespace {
 
 constexpr double kTolerance = 1e-4;
-
-std::unique_ptr<Engine> MakeEngineWithAnchor(const ModelWeights& weights, AttentionMode mode, int block_size,
-                                             std::vector<int32_t> anchor) {
-  EngineOptions options;
-  options.mode = mode;
-  options.anchor = std::move(anchor);
-  return MakeEngine(weights, std::move(options), block_size);
-}
-
-// Logits of the reference at each tail position from the prompt's last token on: entry s
-// is what the engine's step s (record_logits) must equal.
-std::vector<std::vector<float>> PlacedDocumentsReference(const ModelWeights& w, const std::vector<int32_t>& anchor,
-                                                         const std::vector<std::vector<int32_t>>& docs,
-                                                         const std::vector<int32_t>& prompt,
-                                                         const std::vector<int32_t>& generated) {
-  constexpr int kAnchor = -1, kTail = -2;  // groups; documents are 0, 1, ...
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> positions;
-  std::vector<int> group;
-  std::vector<bool> is_copy;  // an anchor copy (seen by its document only)
-  auto add = [&](int32_t token, int64_t position, int g, bool copy) {
-    tokens.push_back(token);
-    positions.push_back(position);
-    group.push_back(g);
-    is_copy.push_back(copy);
-  };
-  const int64_t a = static_cast<int64_t>(anchor.size());
-  for (int64_t i = 0; i < a; ++i) add(anchor[i], i, kAnchor, false);
-  int64_t start = a;
-  int k = 0;
-  for (const auto& doc : docs) {
-    if (doc.empty()) continue;
-    for (int64_t i = 0; i < a; ++i) add(anchor[i], start - a + i, k, true);
-    for (size_t j = 0; j < doc.size(); ++j) add(doc[j], start + static_cast<int64_t>(j), k, false);
-    start += static_cast<int64_t>(doc.size());
-    ++k;
-  }
-  const size_t tail_begin = tokens.size();
-  std::vector<int32_t> tail = prompt;
-  tail.insert(tail.end(), generated.begin(), generated.end());
-  for (size_t j = 0; j < tail.size(); ++j) add(tail[j], start + static_cast<int64_t>(j), kTail, false);
-
-  auto visible = [&](size_t q, size_t key) {
-    if (key > q) return false;  // every group is laid out in order: causal within it
-    if (group[q] == kTail) return !is_copy[key];
-    return group[key] == group[q];  // the anchor sees itself; a document its copy and itself
-  };
-  std::vector<bool> want(tokens.size(), false);
-  for (size_t i = tail_begin + prompt.size() - 1; i < tokens.size(); ++i) want[i] = true;
-  auto logits = NaiveForwardMasked(w, tokens, positions, visible, want);
-  return std::vector<std::vector<float>>(logits.begin() + tail_begin + prompt.size() - 1, logits.end());
-}
 
 // Runs `request` through lazy and block engines and checks every step's logits against
 // the reference; returns the largest relative error seen.
@@ -116,14 +60,7 @@ TEST_P(PlacedReferenceTest, LazyAndBlockEqualDenseAttentionWithDocumentsPlacedRi
     // length is then several positions.
     const std::vector<int32_t> anchor =
         round == 0 ? std::vector<int32_t>{weights.config.bos_id} : RandomTokens(rng, 3, vocab);
-    GenerateRequest request;
-    const int docs = std::uniform_int_distribution<int>(2, 4)(rng);
-    for (int d = 0; d < docs; ++d) {
-      request.docs.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(1, 30)(rng), vocab));
-    }
-    request.prompt = RandomTokens(rng, std::uniform_int_distribution<int>(1, 9)(rng), vocab);
-    request.sampling.max_tokens = 4;
-    request.record_logits = true;
+    const GenerateRequest request = RandomPlacedRequest(rng, vocab);
     ExpectModesMatchReference(weights, anchor, std::uniform_int_distribution<int>(3, 16)(rng), request);
 
     // The reference is not plain causal attention: `none` (documents see each other) differs.
@@ -284,14 +221,8 @@ TEST_P(AnchorlessReferenceTest, EveryModeEqualsItsReferenceWithNoAnchor) {
   const int vocab = weights.config.vocab_size;
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(::testing::Message() << "round " << round);
-    GenerateRequest request;
-    const int docs = std::uniform_int_distribution<int>(2, 4)(rng);
-    for (int d = 0; d < docs; ++d) {
-      request.docs.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(1, 30)(rng), vocab));
-    }
-    request.prompt = RandomTokens(rng, std::uniform_int_distribution<int>(1, 9)(rng), vocab);
-    request.sampling.max_tokens = 4;
-    request.record_logits = true;
+    const GenerateRequest request = RandomPlacedRequest(rng, vocab);
+    const int docs = static_cast<int>(request.docs.size());
     const int bs = std::uniform_int_distribution<int>(3, 16)(rng);
     const int piece = std::uniform_int_distribution<int>(5, 40)(rng);  // chunked prefill too
     const std::vector<int32_t> all = Concatenated(request.docs, request.prompt);

@@ -1,16 +1,6 @@
 // The repair (GenerateRequest::repair_tokens) against an independent statement of what it
-// computes: the naive dense forward pass (tests/test_util.h) over an explicit layout with
-// positions and a mask, written here without the engine's block tables:
-//   - the anchor at [0, a);
-//   - each document k at its logical positions [s_k, s_k + len_k), encoded alone: its rows
-//     attend causally to themselves and to their own copy of the anchor at [s_k - a, s_k);
-//   - for each document but the first, its first r_k = min(repair, len_k) tokens again at
-//     the same positions ("repaired rows"), attending to the anchor, to what earlier
-//     documents show the rest of the sequence, and causally to each other;
-//   - what a document shows later tokens: its repaired rows, then its encoded rows from
-//     r_k on (its encoded first r_k rows stay visible to its own encoded rows only);
-//   - the prompt and generated tokens after everything, attending to what every document
-//     shows and causally to themselves.
+// computes: PlacedDocumentsReference (tests/engine/placed_documents_reference.h) with the
+// repaired rows written out.
 // Bugs this catches: repaired KV written into the shared chunk (the next request sees
 // it), the rest of the chunk's block copied from the wrong slot or without its rotation,
 // repaired tokens run before the documents before them are attached, the first document
@@ -21,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/engine/placed_documents_reference.h"
 #include "tests/test_util.h"
 
 namespace lazykv::testing {
@@ -28,80 +19,10 @@ namespace {
 
 constexpr double kTolerance = 1e-4;
 
-std::unique_ptr<Engine> MakeEngineWithAnchor(const ModelWeights& weights, AttentionMode mode, int block_size,
-                                             std::vector<int32_t> anchor, int max_prefill_tokens = 512) {
-  EngineOptions options;
-  options.mode = mode;
-  options.anchor = std::move(anchor);
-  options.max_prefill_tokens = max_prefill_tokens;
-  return MakeEngine(weights, std::move(options), block_size);
-}
-
-// Logits of the reference from the prompt's last token on: entry s is what the engine's
-// step s (record_logits) must equal. REQUIRES: a non-empty prompt.
-std::vector<std::vector<float>> RepairedReference(const ModelWeights& w, const std::vector<int32_t>& anchor,
-                                                  const std::vector<std::vector<int32_t>>& docs, int repair,
-                                                  const std::vector<int32_t>& prompt,
-                                                  const std::vector<int32_t>& generated) {
-  enum class Kind { kAnchor, kCopy, kEncodedHead, kEncodedRest, kRepaired, kTail };
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> positions;
-  std::vector<Kind> kind;
-  std::vector<int> doc_of;
-  auto add = [&](int32_t token, int64_t position, Kind k, int doc) {
-    tokens.push_back(token);
-    positions.push_back(position);
-    kind.push_back(k);
-    doc_of.push_back(doc);
-  };
-  const int64_t a = static_cast<int64_t>(anchor.size());
-  for (int64_t i = 0; i < a; ++i) add(anchor[i], i, Kind::kAnchor, -1);
-  int64_t start = a;
-  int d = 0;
-  for (const auto& doc : docs) {
-    if (doc.empty()) continue;
-    const int64_t r = d == 0 ? 0 : std::min<int64_t>(repair, static_cast<int64_t>(doc.size()));
-    for (int64_t i = 0; i < a; ++i) add(anchor[i], start - a + i, Kind::kCopy, d);
-    for (int64_t j = 0; j < static_cast<int64_t>(doc.size()); ++j) {
-      add(doc[j], start + j, j < r ? Kind::kEncodedHead : Kind::kEncodedRest, d);
-    }
-    for (int64_t j = 0; j < r; ++j) add(doc[j], start + j, Kind::kRepaired, d);
-    start += static_cast<int64_t>(doc.size());
-    ++d;
-  }
-  const size_t tail_begin = tokens.size();
-  std::vector<int32_t> tail = prompt;
-  tail.insert(tail.end(), generated.begin(), generated.end());
-  for (size_t j = 0; j < tail.size(); ++j) add(tail[j], start + static_cast<int64_t>(j), Kind::kTail, -1);
-
-  auto shown = [&](size_t key) { return kind[key] == Kind::kEncodedRest || kind[key] == Kind::kRepaired; };
-  auto visible = [&](size_t q, size_t key) {
-    if (key > q) return false;  // rows are laid out so that everything a row sees is before it
-    switch (kind[q]) {
-      case Kind::kAnchor:
-        return kind[key] == Kind::kAnchor;
-      case Kind::kCopy:
-      case Kind::kEncodedHead:
-      case Kind::kEncodedRest:  // the document encoded alone after its anchor copy
-        return doc_of[key] == doc_of[q] && kind[key] != Kind::kRepaired;
-      case Kind::kRepaired:
-        return kind[key] == Kind::kAnchor || (doc_of[key] < doc_of[q] && shown(key)) ||
-               (doc_of[key] == doc_of[q] && kind[key] == Kind::kRepaired);
-      case Kind::kTail:
-        return kind[key] == Kind::kAnchor || kind[key] == Kind::kTail || shown(key);
-    }
-    return false;
-  };
-  std::vector<bool> want(tokens.size(), false);
-  for (size_t i = tail_begin + prompt.size() - 1; i < tokens.size(); ++i) want[i] = true;
-  auto logits = NaiveForwardMasked(w, tokens, positions, visible, want);
-  return std::vector<std::vector<float>>(logits.begin() + tail_begin + prompt.size() - 1, logits.end());
-}
-
 void ExpectMatchesReference(const ModelWeights& weights, const std::vector<int32_t>& anchor, const GenerateRequest& request,
                             const GenerateResult& result, const std::string& what) {
   const auto reference =
-      RepairedReference(weights, anchor, request.docs, request.repair_tokens, request.prompt, result.tokens);
+      PlacedDocumentsReference(weights, anchor, request.docs, request.prompt, result.tokens, request.repair_tokens);
   ASSERT_EQ(result.step_logits.size(), result.tokens.size() + (result.finish_reason == "stop" ? 1 : 0)) << what;
   for (size_t s = 0; s < result.step_logits.size(); ++s) {
     EXPECT_LT(RelativeError(result.step_logits[s], reference[s]), kTolerance) << what << ", step " << s;
@@ -120,14 +41,7 @@ int ExpectedRepairedTokens(const GenerateRequest& request) {
 }
 
 GenerateRequest RandomRequest(std::mt19937_64& rng, int vocab, int repair) {
-  GenerateRequest request;
-  const int docs = std::uniform_int_distribution<int>(2, 4)(rng);
-  for (int d = 0; d < docs; ++d) {
-    request.docs.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(1, 30)(rng), vocab));
-  }
-  request.prompt = RandomTokens(rng, std::uniform_int_distribution<int>(1, 9)(rng), vocab);
-  request.sampling.max_tokens = 4;
-  request.record_logits = true;
+  GenerateRequest request = RandomPlacedRequest(rng, vocab);
   request.repair_tokens = repair;
   return request;
 }

@@ -28,6 +28,16 @@ inline std::unique_ptr<Engine> MakeEngine(const ModelWeights& weights, Attention
   return MakeEngine(weights, std::move(options), block_size, num_blocks);
 }
 
+// An engine in `mode` with the given anchor (empty: the model's BOS).
+inline std::unique_ptr<Engine> MakeEngineWithAnchor(const ModelWeights& weights, AttentionMode mode, int block_size,
+                                                    std::vector<int32_t> anchor, int max_prefill_tokens = 512) {
+  EngineOptions options;
+  options.mode = mode;
+  options.anchor = std::move(anchor);
+  options.max_prefill_tokens = max_prefill_tokens;
+  return MakeEngine(weights, std::move(options), block_size);
+}
+
 // A random model of a synthetic shape ("tiny", "tiny-hf", "tiny-llama3", ...), drawn from `seed`.
 inline ModelWeights RandomModel(const std::string& shape, uint64_t seed) {
   auto config = SyntheticConfig(shape);

@@ -5,7 +5,7 @@ usage: plot_quality.py METRICS.csv OUT.png [TITLE]
 
 Four panels, 95% normal-approximation intervals over cases:
   held-out perplexity ratio against `none` with the same anchor setting (BOS, long, none;
-  paired geometric mean) by document count,
+  paired geometric mean; the repair settings against `none` with BOS) by document count,
   the same by position of the relevant document (3 to 8 documents),
   object recall of the greedy free run by document count,
   greedy agreement with `none` (same anchor setting) up to the first divergence by document count.
@@ -21,10 +21,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 BASELINE = {"lazy": "none", "lazy+long": "none+long", "lazy+noanchor": "none+noanchor", "control": "none",
-            "block": "none", "prefix": "none"}
+            "block": "none", "prefix": "none", "lazy+repair4": "none", "lazy+repair16": "none"}
 COLORS = {"none": "black", "lazy": "tab:red", "lazy+long": "tab:blue", "lazy+noanchor": "tab:orange",
-          "control": "tab:gray", "none+long": "tab:green", "none+noanchor": "tab:brown"}
-LAZY = ["lazy", "lazy+long", "lazy+noanchor"]  # each against `none` with its own anchor setting
+          "control": "tab:gray", "none+long": "tab:green", "none+noanchor": "tab:brown", "lazy+repair4": "tab:pink",
+          "lazy+repair16": "tab:purple"}
+# Each against `none` with its own anchor setting; the repairs (BOS anchor) against `none`.
+LAZY = ["lazy", "lazy+long", "lazy+noanchor", "lazy+repair4", "lazy+repair16"]
 
 
 def mean_ci(values):
@@ -67,7 +69,7 @@ def main():
     ax = axes[0][0]
     for i, s in enumerate(only(LAZY + ["control"])):
         pts = [ratio(s, lambda r, k=k: int(r["count"]) == k) for k in counts]
-        xs = [k * (1 + 0.03 * (i - 1.5)) for k in counts]
+        xs = [k * (1 + 0.03 * (i - 2.5)) for k in counts]
         ax.errorbar(xs, [p[0] for p in pts], yerr=[[p[0] - p[1] for p in pts], [p[2] - p[0] for p in pts]],
                     marker="o", capsize=3, label=f"{s} / {BASELINE[s]}", color=COLORS[s])
     ax.axhline(1, color="black", lw=0.8)
@@ -83,7 +85,7 @@ def main():
     groups = [(p, k) for p in ["first", "middle", "last"] for k in counts if k >= 3]
     for i, s in enumerate(only(LAZY)):
         pts = [ratio(s, lambda r, p=p, k=k: r["placement"] == p and int(r["count"]) == k) for p, k in groups]
-        xs = [j + 0.1 * (i - 1) for j in range(len(groups))]
+        xs = [j + 0.08 * (i - 2) for j in range(len(groups))]
         ax.errorbar(xs, [q[0] for q in pts], yerr=[[q[0] - q[1] for q in pts], [q[2] - q[0] for q in pts]],
                     marker="o", ls="none", capsize=3, label=f"{s} / {BASELINE[s]}", color=COLORS[s])
     ax.axhline(1, color="black", lw=0.8)

@@ -477,12 +477,13 @@ int main(int argc, char** argv) {
   int requests = -1, max_tokens = -1;  // per benchmark defaults
   double pool_gib = 0, utilization = 0.9;
   BatchedOptions batched_options;
-  std::string modes;
+  std::string modes, shared_decode = "auto", mixed_steps = "decode";
   FlagParser parser(
       "usage: cuda_backend_bench [--e2e] [--requests N] [--max-tokens N] [--kv-pool-gib G]\n"
       "       cuda_backend_bench --e2e-batched [--requests N] [--max-tokens N] [--request-rate R|inf]\n"
       "           [--max-concurrency C (0: none)] [--max-prefill-tokens N] [--modes none,prefix,block,lazy]\n"
-      "           [--kv-pool-gib G | --gpu-memory-utilization F] [--out FILE.json]\n"
+      "           [--kv-pool-gib G | --gpu-memory-utilization F] [--shared-decode auto|always|off]\n"
+      "           [--mixed-steps decode|prefill] [--out FILE.json]\n"
       "Without --e2e-batched: chunk import and decode ceilings, then with --e2e the trace one request\n"
       "at a time (40 requests, 16 tokens, 12 GiB pool). --e2e-batched runs only the loaded benchmark\n"
       "(256 requests, 128 tokens, rate inf, concurrency 64; the pool takes what is left of 0.9 of the\n"
@@ -497,6 +498,8 @@ int main(int argc, char** argv) {
   parser.AddInt("--max-concurrency", &batched_options.load.max_concurrency);
   parser.AddInt("--max-prefill-tokens", &batched_options.load.max_prefill_tokens);
   parser.AddString("--modes", &modes);
+  parser.AddString("--shared-decode", &shared_decode);
+  parser.AddString("--mixed-steps", &mixed_steps);
   parser.AddString("--out", &batched_options.out);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return ExitForFlagError(s, "cuda_backend_bench");
   if (!modes.empty()) {
@@ -511,6 +514,19 @@ int main(int argc, char** argv) {
       batched_options.modes.push_back(*mode);
     }
   }
+  CudaBackendOptions backend_options;
+  if (shared_decode == "always") {
+    backend_options.shared_decode = SharedDecode::kAlways;
+  } else if (shared_decode == "off") {
+    backend_options.shared_decode = SharedDecode::kOff;
+  } else if (shared_decode != "auto") {
+    return ExitForFlagError(absl::InvalidArgumentError("--shared-decode: one of auto, always, off"),
+                            "cuda_backend_bench");
+  }
+  if (mixed_steps != "decode" && mixed_steps != "prefill") {
+    return ExitForFlagError(absl::InvalidArgumentError("--mixed-steps: decode or prefill"), "cuda_backend_bench");
+  }
+  backend_options.decode_in_mixed_steps = mixed_steps == "decode";
   if (batched) {
     if (requests > 0) batched_options.requests = requests;
     if (max_tokens >= 0) batched_options.max_tokens = max_tokens;
@@ -525,14 +541,22 @@ int main(int argc, char** argv) {
                      : batched    ? PoolBlocksForUtilization(config, utilization)
                                   : static_cast<int>(12 * 1073741824.0 / block_bytes);
   const auto start = std::chrono::steady_clock::now();
-  auto backend = CreateSyntheticCudaBackend(config, 0, 16, blocks);
+  auto backend = CreateSyntheticCudaBackend(config, 0, 16, blocks, backend_options);
   if (!backend.ok()) {
     std::fprintf(stderr, "backend: %s\n", std::string(backend.status().message()).c_str());
     return 1;
   }
   std::printf("synthetic:llama3-8b drawn on the GPU in %.2f s; KV pool %d blocks of 16 tokens (%.2f GiB)\n",
               Seconds(start), blocks, static_cast<double>(blocks) * block_bytes / 1073741824.0);
-  if (batched) return EndToEndBatched(**backend, batched_options, prop.name);
+  if (batched) {
+    const int rc = EndToEndBatched(**backend, batched_options, prop.name);
+    const SharedDecodeStats shared = CudaSharedDecodeStats(**backend);
+    std::printf("chunk-shared decode (--shared-decode %s, --mixed-steps %s): %llu steps, %llu KV tokens per layer "
+                "not read again\n",
+                shared_decode.c_str(), mixed_steps.c_str(), static_cast<unsigned long long>(shared.steps),
+                static_cast<unsigned long long>(shared.tokens_saved));
+    return rc;
+  }
   const double hbm_gbs = ScatterBench(**backend);
   DecodeBench(**backend, hbm_gbs);
   if (e2e) EndToEnd(**backend, requests > 0 ? requests : 40, max_tokens >= 0 ? max_tokens : 16);

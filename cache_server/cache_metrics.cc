@@ -52,6 +52,27 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
                              .Add({});
   active_streams =
       &Family(prometheus::BuildGauge(), "lazykv_cache_active_streams", "Streams and waits in progress", r).Add({});
+  auto& sent_bytes = Family(prometheus::BuildCounter(), "lazykv_cache_bytes_sent_total",
+                           "Chunk bytes handed to readers, by transport (grpc: streamed; shm: page locations)", r);
+  auto& sent_chunks =
+      Family(prometheus::BuildCounter(), "lazykv_cache_chunks_sent_total", "Chunks handed to readers, by transport", r);
+  grpc_sent = {&sent_bytes.Add({{"transport", "grpc"}}), &sent_chunks.Add({{"transport", "grpc"}})};
+  shm_sent = {&sent_bytes.Add({{"transport", "shm"}}), &sent_chunks.Add({{"transport", "shm"}})};
+  auto& received_bytes = Family(prometheus::BuildCounter(), "lazykv_cache_bytes_received_total",
+                               "Chunk bytes stored from writers, by transport (grpc: Put; shm: ShmCommit)", r);
+  auto& received_chunks = Family(prometheus::BuildCounter(), "lazykv_cache_chunks_received_total",
+                                 "Chunks stored from writers, by transport", r);
+  grpc_received = {&received_bytes.Add({{"transport", "grpc"}}), &received_chunks.Add({{"transport", "grpc"}})};
+  shm_received = {&received_bytes.Add({{"transport", "shm"}}), &received_chunks.Add({{"transport", "shm"}})};
+  shm_sessions =
+      &Family(prometheus::BuildGauge(), "lazykv_cache_shm_sessions", "Same-host (shared memory) sessions open", r)
+           .Add({});
+  shm_leases = &Family(prometheus::BuildGauge(), "lazykv_cache_shm_leases",
+                       "Read leases held on host pages by same-host readers", r)
+                    .Add({});
+  shm_leased_bytes = &Family(prometheus::BuildGauge(), "lazykv_cache_shm_leased_bytes",
+                             "Host bytes held by same-host sessions: read leases and reservations for publications", r)
+                          .Add({});
   rejected_ = &Family(prometheus::BuildCounter(), "lazykv_cache_rejected_total", "Calls refused, by reason", r);
   latency_ = &Family(prometheus::BuildHistogram(), "lazykv_cache_request_seconds", "Call latency, by method", r);
   reports_ = &Family(prometheus::BuildCounter(), "lazykv_cache_invalid_reports_total",
@@ -60,7 +81,7 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
   // first event, and rate() sees that first event.
   for (const char* reason : {"chunk_too_large", "host_full", "lease_held", "max_concurrent_streams", "max_lookup_keys",
                              "max_streams_per_client", "stream_idle_timeout", "unauthenticated", "permission_denied",
-                             "bad_mac", "non_finite"}) {
+                             "bad_mac", "non_finite", "shm_lease_limit", "shm_session_limit"}) {
     rejected_->Add({{"reason", reason}});
   }
   for (const char* outcome : {"dropped", "stale", "verified_good"}) reports_->Add({{"outcome", outcome}});

@@ -42,6 +42,18 @@ class CacheMetrics {
   prometheus::Counter* lease_expiries;
   prometheus::Gauge* pending_disk_writes;
   prometheus::Gauge* active_streams;
+  // Chunks and their bytes handed to readers, by transport: streamed by Get ("grpc"), or
+  // as page locations in the shared host arena by ShmGet ("shm").
+  struct Transport {
+    prometheus::Counter* bytes;
+    prometheus::Counter* chunks;
+  };
+  Transport grpc_sent, shm_sent;
+  // Chunks and bytes stored from writers, by transport: Put ("grpc") or ShmCommit ("shm").
+  Transport grpc_received, shm_received;
+  prometheus::Gauge* shm_sessions;      // same-host sessions open
+  prometheus::Gauge* shm_leases;        // read leases held by them
+  prometheus::Gauge* shm_leased_bytes;  // bytes those leases and the sessions' reservations hold
 
   void CountRejected(const std::string& reason);
   // A worker reported a chunk it refused: dropped, stale (another version is stored, or it

@@ -47,6 +47,14 @@ constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --dat
                             or whose values are not finite is refused, and a chunk a worker reports
                             is dropped only if it fails those checks here (default: not checked here)
   --no-pin                  do not page-lock host RAM even with a GPU present
+  --no-shm                  host RAM in private memory: no same-host transport (workers on this
+                            host then fetch over gRPC too)
+  --shm-max-sessions N      same-host worker sessions at once (default 64)
+  --shm-max-leases N        read leases one session may hold at once (default 256)
+  --shm-max-lease-bytes-per-session BYTES  bytes one session may hold leased (default: a
+                            quarter of --host-capacity)
+  --shm-max-lease-bytes BYTES  bytes all sessions together may hold leased (default: half of
+                            --host-capacity); past a bound a worker reads that chunk over gRPC
   --gpu-capacity BYTES      reserved for the GPU tier (not built yet; 0 only)
 A port of 0 picks a free one; the address is printed on stdout.
 Security (plaintext and no tokens: loopback only):
@@ -66,6 +74,10 @@ struct ServerFlags {
   int stream_idle_timeout_ms = 10000;
   int shutdown_grace_ms = 10000;
   bool no_pin = false;
+  bool no_shm = false;
+  ShmLeaseLimits shm;
+  int shm_max_sessions = 64;
+  int shm_max_leases = 256;
   std::shared_ptr<const ChunkMac> mac;
 };
 
@@ -92,6 +104,13 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   parser.AddInt("--stream-idle-timeout-ms", &f.stream_idle_timeout_ms);
   parser.AddInt("--shutdown-grace-ms", &f.shutdown_grace_ms);
   parser.AddSwitch("--no-pin", &f.no_pin);
+  parser.AddSwitch("--no-shm", &f.no_shm);
+  parser.AddInt("--shm-max-sessions", &f.shm_max_sessions);
+  parser.AddInt("--shm-max-leases", &f.shm_max_leases);
+  f.shm.max_bytes_per_session = 0;
+  f.shm.max_bytes_total = 0;
+  parser.AddByteSize("--shm-max-lease-bytes-per-session", &f.shm.max_bytes_per_session);
+  parser.AddByteSize("--shm-max-lease-bytes", &f.shm.max_bytes_total);
   parser.Add("--chunk-mac-key-file", [&f](const std::string& v) -> absl::Status {
     absl::StatusOr<std::shared_ptr<const ChunkMac>> mac = ChunkMac::FromKeyFile(v);
     if (!mac.ok()) return mac.status();
@@ -125,6 +144,14 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   f.limits.stream_idle_timeout = std::chrono::milliseconds(f.stream_idle_timeout_ms);
   f.limits.default_lease_ttl = std::chrono::milliseconds(f.lease_ttl_ms);
   f.store.pin_host_memory = !f.no_pin;
+  f.store.shared_host_memory = !f.no_shm;
+  if (f.shm_max_sessions <= 0 || f.shm_max_leases <= 0) {
+    return absl::InvalidArgumentError("--shm-max-sessions and --shm-max-leases must be positive");
+  }
+  f.shm.max_sessions = static_cast<uint32_t>(f.shm_max_sessions);
+  f.shm.max_leases_per_session = static_cast<uint32_t>(f.shm_max_leases);
+  if (f.shm.max_bytes_per_session == 0) f.shm.max_bytes_per_session = f.store.host_capacity_bytes / 4;
+  if (f.shm.max_bytes_total == 0) f.shm.max_bytes_total = f.store.host_capacity_bytes / 2;
   return absl::OkStatus();
 }
 
@@ -148,6 +175,8 @@ int Serve(int argc, char** argv) {
     return 1;
   }
   KvCacheService service(store_ptr, &leases, flags.limits, authorizer->get(), flags.mac);
+  ShmLeaseTable shm_leases(flags.shm, metrics.get());
+  if ((*store)->arena().shared()) service.EnableShm(&shm_leases);
 
   auto metrics_server =
       MetricsServer::Start(flags.metrics_listen, metrics->registry(), flags.security, authorizer->get());
@@ -175,6 +204,14 @@ int Serve(int argc, char** argv) {
                stats.host_pinned ? "pinned" : "pageable", FormatByteSize(stats.disk_capacity), stats.disk_entries,
                flags.store.eviction_policy);
   spdlog::info("chunk MAC checks {}", flags.mac != nullptr ? "on" : "off (workers check)");
+  if ((*store)->arena().shared()) {
+    spdlog::info("same-host transport on: host RAM is shared memory; at most {} sessions, {} leases and {} per session, "
+                 "{} leased in all",
+                 flags.shm.max_sessions, flags.shm.max_leases_per_session,
+                 FormatByteSize(flags.shm.max_bytes_per_session), FormatByteSize(flags.shm.max_bytes_total));
+  } else {
+    spdlog::info("same-host transport off{}", flags.no_shm ? " (--no-shm)" : " (no shared memory)");
+  }
   if (const auto armed = crash_point::ArmedNames(); !armed.empty()) {
     spdlog::warn("crash points armed (testing only): {} with probability {}", absl::StrJoin(armed, ","),
                  crash_point::Probability());
@@ -190,6 +227,7 @@ int Serve(int argc, char** argv) {
   spdlog::info("signal {}: draining streams and flushing", signal_number);
   server->GetHealthCheckService()->Shutdown();  // NOT_SERVING, and its own calls end
   leases.Shutdown();                            // lease waiters answer now instead of holding up the drain
+  shm_leases.Shutdown();                        // same-host sessions end (they last as long as their workers)
   // Idle client connections hold this up for a few seconds (gRPC's GOAWAY exchange),
   // never past the grace period.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms));

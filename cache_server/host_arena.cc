@@ -1,6 +1,10 @@
 #include "cache_server/host_arena.h"
 
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -8,9 +12,27 @@
 #include "cache_server/pinned_memory.h"
 
 namespace lazykv::cache {
+namespace {
+
+// A memfd of `bytes`, sealed so that nobody can shrink it under a reader (which would
+// turn its reads into SIGBUS) or grow it; -1 with errno when the kernel refuses one.
+int CreateSealedMemfd(uint64_t bytes) {
+  const int fd = memfd_create("lazykv-host-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    const int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(uint64_t capacity_bytes, uint64_t page_bytes,
-                                                             bool pin_for_gpu) {
+                                                             bool pin_for_gpu, bool shared) {
   if (page_bytes < 4096 || (page_bytes & (page_bytes - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat("page size %d must be a power of two >= 4096", page_bytes));
   }
@@ -20,19 +42,36 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(uint64_t capacity_b
         absl::StrFormat("host capacity %d bytes is less than one page of %d bytes", capacity_bytes, page_bytes));
   }
   if (num_pages > UINT32_MAX) return absl::InvalidArgumentError("host capacity: too many pages");
-  // Reserved lazily by the kernel: untouched pages cost no RAM.
-  void* base =
-      mmap(nullptr, num_pages * page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("cannot map %d bytes of host memory: %s", num_pages * page_bytes, std::strerror(errno)));
+  const uint64_t bytes = num_pages * page_bytes;
+  int fd = -1;
+  if (shared) {
+    fd = CreateSealedMemfd(bytes);
+    if (fd < 0) {
+      spdlog::warn("host arena: no shared memory ({}); the same-host transport is off", std::strerror(errno));
+    }
   }
-  const bool pinned = pin_for_gpu && PinHostMemory(base, num_pages * page_bytes);
-  return std::unique_ptr<HostArena>(new HostArena(static_cast<char*>(base), page_bytes, num_pages, pinned));
+  // Reserved lazily by the kernel: untouched pages cost no RAM (a memfd's pages too).
+  void* base = fd >= 0 ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0)
+                       : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    const int saved = errno;
+    if (fd >= 0) close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cannot map %d bytes of host memory: %s", bytes, std::strerror(saved)));
+  }
+  const bool pinned = pin_for_gpu && PinHostMemory(base, bytes);
+  return std::unique_ptr<HostArena>(new HostArena(static_cast<char*>(base), page_bytes, num_pages, pinned, fd));
 }
 
-HostArena::HostArena(char* base, uint64_t page_bytes, uint64_t num_pages, bool pinned)
-    : base_(base), page_bytes_(page_bytes), num_pages_(num_pages), pinned_(pinned) {
+HostArena::HostArena(char* base, uint64_t page_bytes, uint64_t num_pages, bool pinned, int fd)
+    : base_(base), fd_(fd), page_bytes_(page_bytes), num_pages_(num_pages), pinned_(pinned) {
+  if (fd_ >= 0) {
+    struct stat st {};
+    if (fstat(fd_, &st) == 0) {
+      file_dev_ = static_cast<uint64_t>(st.st_dev);
+      file_ino_ = static_cast<uint64_t>(st.st_ino);
+    }
+  }
   free_.reserve(num_pages);
   for (uint64_t i = num_pages; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
 }
@@ -40,12 +79,16 @@ HostArena::HostArena(char* base, uint64_t page_bytes, uint64_t num_pages, bool p
 HostArena::~HostArena() {
   if (pinned_) UnpinHostMemory(base_);
   munmap(base_, num_pages_ * page_bytes_);
+  if (fd_ >= 0) close(fd_);
 }
 
 bool HostArena::TryAllocate(uint64_t n, std::vector<uint32_t>* pages) {
   MutexLock lock(&mu_);
   if (free_.size() < n) return false;
-  pages->insert(pages->end(), free_.end() - static_cast<ptrdiff_t>(n), free_.end());
+  // Popped from the top: the stack holds runs in descending order (Free pushes them
+  // reversed), so a value gets ascending, mostly adjacent pages: fewer, larger pieces for
+  // the device copies and for a same-host reader's mapping.
+  pages->insert(pages->end(), free_.rbegin(), free_.rbegin() + static_cast<ptrdiff_t>(n));
   free_.resize(free_.size() - n);
   return true;
 }
@@ -54,7 +97,7 @@ void HostArena::Free(std::span<const uint32_t> pages) {
   if (pages.empty()) return;
   {
     MutexLock lock(&mu_);
-    free_.insert(free_.end(), pages.begin(), pages.end());
+    free_.insert(free_.end(), pages.rbegin(), pages.rend());
   }
   freed_.SignalAll();
 }

@@ -1,7 +1,9 @@
 // Host RAM for the cache tier: one region cut into fixed-size pages. A value is a list
 // of pages, so any free page serves any value and MiB-sized churn never fragments the
 // region; at most one partial page is wasted per value. The region is pinned for fast
-// GPU copies when a CUDA device is present (pinned_memory.h).
+// GPU copies when a CUDA device is present (pinned_memory.h). A shared arena is a memfd
+// (sealed against resizing) that a worker on the same host maps read-only (the same-host
+// transport, DESIGN.md section 5: kv_cache_shm.cc); otherwise it is private memory.
 #pragma once
 
 #include <cstddef>
@@ -20,9 +22,11 @@ namespace lazykv::cache {
 // to whoever holds it (a HostValue); the arena never touches them.
 class HostArena {
  public:
-  // capacity is rounded down to whole pages.
+  // capacity is rounded down to whole pages. `shared`: back the region with a memfd that
+  // other processes can map; when the kernel refuses one (no memfd_create), the arena is
+  // private and says so (shared() false), with a warning.
   static absl::StatusOr<std::unique_ptr<HostArena>> Create(uint64_t capacity_bytes, uint64_t page_bytes,
-                                                           bool pin_for_gpu);
+                                                           bool pin_for_gpu, bool shared = false);
   ~HostArena();
   HostArena(const HostArena&) = delete;
   HostArena& operator=(const HostArena&) = delete;
@@ -31,6 +35,12 @@ class HostArena {
   uint64_t num_pages() const { return num_pages_; }
   uint64_t capacity_bytes() const { return page_bytes_ * num_pages_; }
   bool pinned() const { return pinned_; }
+  // The memfd behind a shared arena (-1 when private): other processes of the same user
+  // open it as /proc/<pid>/fd/<fd>. Its device and inode identify it.
+  bool shared() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  uint64_t file_dev() const { return file_dev_; }
+  uint64_t file_ino() const { return file_ino_; }
   uint64_t PagesFor(uint64_t bytes) const { return (bytes + page_bytes_ - 1) / page_bytes_; }
 
   // Takes `n` free pages, or returns false (taking none) when fewer are free.
@@ -43,9 +53,12 @@ class HostArena {
   char* page(uint32_t index) const { return base_ + static_cast<size_t>(index) * page_bytes_; }
 
  private:
-  HostArena(char* base, uint64_t page_bytes, uint64_t num_pages, bool pinned);
+  HostArena(char* base, uint64_t page_bytes, uint64_t num_pages, bool pinned, int fd);
 
   char* const base_;
+  const int fd_;  // -1: private memory
+  uint64_t file_dev_ = 0;
+  uint64_t file_ino_ = 0;
   const uint64_t page_bytes_;
   const uint64_t num_pages_;
   const bool pinned_;
@@ -66,6 +79,8 @@ class HostValue {
   HostValue& operator=(const HostValue&) = delete;
 
   uint64_t size() const { return size_; }
+  // The value's pages, in order: byte b is at page pages()[b / page_bytes].
+  std::span<const uint32_t> pages() const { return pages_; }
   void Write(uint64_t offset, std::string_view bytes);
   void Read(uint64_t offset, uint64_t length, char* out) const;
   // Contiguous pieces covering [offset, offset + length), in order.

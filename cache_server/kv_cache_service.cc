@@ -143,6 +143,8 @@ grpc::Status KvCacheService::StreamChunk(grpc::ServerContext* context,
   if (!read.ok()) return ToGrpcStatus(read.status());
   const auto reader = std::make_shared<const ChunkReader>(*std::move(read));
   const uint64_t size = reader->size();
+  metrics_.grpc_sent.chunks->Increment();
+  metrics_.grpc_sent.bytes->Increment(static_cast<double>(size));
   OutgoingGetResponse message;
   message.header.resize(kChunkHeaderBytes);
   reader->Read(0, kChunkHeaderBytes, message.header.data());
@@ -245,6 +247,10 @@ grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerRea
   auto already = store_->Commit(key, std::move(*writer));
   if (!already.ok()) return ToGrpcStatus(already.status());
   leases_->Published(key);
+  if (!*already) {
+    metrics_.grpc_received.chunks->Increment();
+    metrics_.grpc_received.bytes->Increment(static_cast<double>(size));
+  }
   response->set_already_stored(*already);
   response->set_stored_bytes(size);
   return grpc::Status::OK;
@@ -421,6 +427,17 @@ grpc::Status KvCacheService::Stats(grpc::ServerContext* context, const v1::Stats
   response->set_demotions(static_cast<uint64_t>(metrics_.demotions->Value()));
   response->set_promotions(static_cast<uint64_t>(metrics_.promotions->Value()));
   response->set_pending_disk_writes(s.pending_disk_writes);
+  response->set_grpc_bytes_sent(static_cast<uint64_t>(metrics_.grpc_sent.bytes->Value()));
+  response->set_shm_bytes_sent(static_cast<uint64_t>(metrics_.shm_sent.bytes->Value()));
+  if (shm_ != nullptr) {
+    const ShmLeaseTable::Totals shm = shm_->totals();
+    response->set_shm_sessions(shm.sessions);
+    response->set_shm_leases(shm.leases);
+    response->set_shm_leased_bytes(shm.bytes);
+    response->set_shm_reservations(shm.reservations);
+    response->set_shm_bytes_received(static_cast<uint64_t>(metrics_.shm_received.bytes->Value()));
+    if (store_->arena().shared()) response->set_shm_arena_bytes(store_->arena().capacity_bytes());
+  }
   return grpc::Status::OK;
 }
 

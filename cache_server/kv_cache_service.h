@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "cache_server/lease_table.h"
+#include "cache_server/shm_lease_table.h"
 #include "cache_server/stream_watchdog.h"
 #include "cache_server/tiered_store.h"
 #include "common/chunk_mac.h"
@@ -50,6 +51,12 @@ class KvCacheService final : public v1::KvCache::Service {
   KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLimits limits,
                  const CallAuthorizer* authorizer = nullptr, std::shared_ptr<const ChunkMac> mac = nullptr);
 
+  // Turns on the same-host transport (ShmSession, ShmGet; kv_cache_shm.cc) over the
+  // store's shared host arena, with `shm` (which must outlive the service) holding the
+  // read leases. Without it, or with a private arena, both calls answer
+  // FAILED_PRECONDITION and workers use Get. Call before serving.
+  void EnableShm(ShmLeaseTable* shm) { shm_ = shm; }
+
   grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                       v1::LookupResponse* response) override;
   // Get streams the stored bytes without copying them (common/chunk_wire.h).
@@ -69,6 +76,16 @@ class KvCacheService final : public v1::KvCache::Service {
                           v1::RenewLeaseResponse* response) override;
   grpc::Status ReportInvalid(grpc::ServerContext* context, const v1::ReportInvalidRequest* request,
                              v1::ReportInvalidResponse* response) override;
+  // The same-host transport (kv_cache_shm.cc): a session per worker, held open as long as
+  // it maps the arena; read leases die with it.
+  grpc::Status ShmSession(grpc::ServerContext* context,
+                          grpc::ServerReaderWriter<v1::ShmSessionResponse, v1::ShmSessionRequest>* stream) override;
+  grpc::Status ShmGet(grpc::ServerContext* context, const v1::ShmGetRequest* request,
+                      v1::ShmGetResponse* response) override;
+  grpc::Status ShmReserve(grpc::ServerContext* context, const v1::ShmReserveRequest* request,
+                          v1::ShmReserveResponse* response) override;
+  grpc::Status ShmCommit(grpc::ServerContext* context, const v1::ShmCommitRequest* request,
+                         v1::ShmCommitResponse* response) override;
 
  private:
   class StreamSlot;
@@ -91,6 +108,7 @@ class KvCacheService final : public v1::KvCache::Service {
                             std::string* failed) const;
 
   std::shared_ptr<const ChunkMac> mac_;
+  ShmLeaseTable* shm_ = nullptr;  // null: no same-host transport
   std::unique_ptr<CallAuthorizer> allow_all_;  // when constructed without an authorizer
   const CallAuthorizer* authorizer_;
   std::atomic<int> active_streams_{0};

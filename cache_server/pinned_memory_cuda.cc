@@ -13,6 +13,16 @@ bool PinHostMemory(void* base, size_t bytes) {
   return cudaHostRegister(base, bytes, cudaHostRegisterPortable) == cudaSuccess;
 }
 
+bool PinHostMemoryReadOnly(const void* base, size_t bytes) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  return cudaHostRegister(const_cast<void*>(base), bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly) ==
+         cudaSuccess;
+}
+
 void UnpinHostMemory(void* base) { cudaHostUnregister(base); }
 
 }  // namespace lazykv::cache

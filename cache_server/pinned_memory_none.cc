@@ -3,6 +3,7 @@
 namespace lazykv::cache {
 
 bool PinHostMemory(void*, size_t) { return false; }
+bool PinHostMemoryReadOnly(const void*, size_t) { return false; }
 void UnpinHostMemory(void*) {}
 
 }  // namespace lazykv::cache

@@ -74,7 +74,8 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Open(const TieredStore
                                                                std::shared_ptr<CacheMetrics> metrics) {
   if (metrics == nullptr) metrics = std::make_shared<CacheMetrics>();
   ASSIGN_OR_RETURN(auto arena,
-                   HostArena::Create(options.host_capacity_bytes, options.page_bytes, options.pin_host_memory));
+                   HostArena::Create(options.host_capacity_bytes, options.page_bytes, options.pin_host_memory,
+                                     options.shared_host_memory));
   ASSIGN_OR_RETURN(auto policy, MakeEvictionPolicy(options.eviction_policy, arena->capacity_bytes()));
   std::unique_ptr<DiskTier> disk;
   if (options.disk_capacity_bytes > 0) {
@@ -207,6 +208,12 @@ absl::StatusOr<ChunkReader> TieredStore::Read(const Hash128& key) {
     }
   }
   return ChunkReader(StoreTier::kDisk, std::move(*bytes));
+}
+
+std::shared_ptr<const HostValue> TieredStore::HostCopy(const Hash128& key) const {
+  MutexLock lock(&mu_);
+  if (auto it = host_.find(key); it != host_.end()) return it->second.value;
+  return nullptr;
 }
 
 absl::StatusOr<std::shared_ptr<HostValue>> TieredStore::AllocateHostValue(uint64_t size) {

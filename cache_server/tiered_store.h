@@ -47,6 +47,9 @@ struct TieredStoreOptions {
   // straight to disk; at most this many bytes of such chunks are buffered at once.
   uint64_t max_chunk_bytes = 256ull << 20;
   bool pin_host_memory = true;
+  // Back host RAM with a memfd that a worker on the same host can map (the same-host
+  // transport, DESIGN.md section 5). Off: private memory.
+  bool shared_host_memory = false;
   // How long a writer waits for host pages held by in-flight reads and disk writes.
   std::chrono::milliseconds space_wait{2000};
 };
@@ -63,6 +66,8 @@ class ChunkReader {
   ChunkReader(StoreTier tier, std::shared_ptr<const HostValue> host) : tier_(tier), host_(std::move(host)) {}
   ChunkReader(StoreTier tier, std::string bytes) : tier_(tier), bytes_(std::move(bytes)) {}
   StoreTier tier() const { return tier_; }
+  // The host value read (null when the bytes came from disk): holding it keeps its pages.
+  const std::shared_ptr<const HostValue>& host_value() const { return host_; }
   uint64_t size() const { return host_ ? host_->size() : bytes_.size(); }
   void Read(uint64_t offset, uint64_t length, char* out) const;
   // Contiguous pieces covering [offset, offset + length), valid while the reader lives.
@@ -92,6 +97,10 @@ class ChunkWriter {
   uint64_t size() const { return size_; }
   uint64_t written() const { return written_; }
   bool direct_to_disk() const { return value_ == nullptr; }
+  // The host pages the chunk is written into, in order (empty when direct to disk).
+  std::span<const uint32_t> host_pages() const {
+    return value_ ? value_->pages() : std::span<const uint32_t>();
+  }
   // INVALID_ARGUMENT when the bytes overrun the announced size.
   absl::Status Append(std::string_view bytes);
   // The value's pages, to be written in place (instead of Append); Commit then takes every
@@ -141,6 +150,10 @@ class TieredStore {
   // NOT_FOUND, DATA_LOSS (corrupt, now dropped), or the bytes (header + payload).
   absl::StatusOr<ChunkReader> Read(const Hash128& key);
 
+  // The chunk's host copy without checks or counting (null when not in host RAM): for a
+  // reader that has just read it through Read() from disk, which promoted it.
+  std::shared_ptr<const HostValue> HostCopy(const Hash128& key) const;
+
   // Reserves host pages for a chunk of `size` bytes (header + payload), evicting as
   // needed; RESOURCE_EXHAUSTED past max_chunk_bytes or when no room frees in time. A chunk
   // larger than the whole host tier (with a disk tier) gets a buffer of its own instead,
@@ -161,6 +174,7 @@ class TieredStore {
 
   TieredStoreStats stats() const;
   const TieredStoreOptions& options() const { return options_; }
+  const HostArena& arena() const { return *arena_; }
   CacheMetrics& metrics() const { return *metrics_; }
 
  private:

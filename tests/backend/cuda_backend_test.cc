@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -257,6 +258,96 @@ TEST_P(SyntheticModelTest, LogitsWithinBf16ToleranceOfCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Models, SyntheticModelTest, ::testing::Values("tiny", "tiny-llama3", "small"),
                          SyntheticModelParamName);
+
+// Decode kernels inside batched steps: a batch of requests drawing their documents from a
+// small corpus, submitted at once, so that steps mix decoding sequences (which run the decode
+// kernels, and share chunk blocks at different positions) with prefill pieces. Three CUDA
+// engines over the same weights (chunk-shared decode always on; off; and every row of a
+// mixed step through the prefill kernel, the former path) against the CPU engine in
+// GPU-like numerics on the same batch: the same tokens up to near-ties and logits within
+// bf16 noise, and the shared path really ran.
+TEST(CudaBackendTest, DecodeKernelsInMixedAndSharedStepsEqualTheCpu) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const ModelConfig config = *SyntheticConfig("small");  // head dim 64: the tensor-core kernels
+  const ModelWeights weights = MakeSyntheticWeights(config, seed);
+  std::vector<std::vector<int32_t>> corpus;
+  for (int d = 0; d < 6; ++d) {
+    corpus.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(20, 90)(rng), config.vocab_size));
+  }
+  std::vector<GenerateRequest> requests;
+  for (int r = 0; r < 12; ++r) {
+    GenerateRequest request;
+    const int docs = std::uniform_int_distribution<int>(1, 4)(rng);
+    for (int d = 0; d < docs; ++d) request.docs.push_back(corpus[rng() % 3 == 0 ? rng() % corpus.size() : rng() % 2]);
+    request.prompt = RandomTokens(rng, std::uniform_int_distribution<int>(1, 9)(rng), config.vocab_size);
+    request.sampling.max_tokens = 12;
+    request.record_logits = true;
+    request.mode = r % 4 == 3 ? AttentionMode::kBlock : AttentionMode::kLazy;  // block shares no chunk blocks
+    requests.push_back(request);
+  }
+  // Runs the batch at once on `backend` (prefill cut into 32-token pieces, so that prefill
+  // and decoding sequences meet in one step); the results in request order.
+  auto run = [&](absl::StatusOr<std::unique_ptr<Backend>> backend, SharedDecodeStats* stats) {
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    const Backend* raw = backend->get();
+    EngineOptions options;
+    options.max_prefill_tokens = 32;
+    auto engine = Engine::Create(*std::move(backend), options);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    std::vector<RequestId> ids;
+    for (const GenerateRequest& request : requests) ids.push_back(*(*engine)->Submit(request));
+    std::map<RequestId, GenerateResult> done;
+    std::vector<EngineEvent> events;
+    while (done.size() < requests.size()) {
+      events.clear();
+      (*engine)->Step(&events);
+      for (EngineEvent& e : events) {
+        EXPECT_NE(e.kind, EngineEvent::Kind::kFailed) << e.status;
+        if (e.kind == EngineEvent::Kind::kFinished) done[e.id] = *e.result;
+        if (e.kind == EngineEvent::Kind::kFailed) done[e.id] = GenerateResult{};
+      }
+    }
+    if (stats != nullptr) *stats = CudaSharedDecodeStats(*raw);
+    ExpectNoLeakedBlocks(**engine);
+    std::vector<GenerateResult> results;
+    for (RequestId id : ids) results.push_back(done[id]);
+    return results;
+  };
+  const std::vector<GenerateResult> cpu = run(GpuLikeCpu(weights, 2048), nullptr);
+  struct Variant {
+    const char* name;
+    CudaBackendOptions options;
+  };
+  for (const Variant& v : {Variant{"shared", CudaBackendOptions{.shared_decode = SharedDecode::kAlways}},
+                           Variant{"per-sequence", CudaBackendOptions{.shared_decode = SharedDecode::kOff}},
+                           Variant{"prefill kernel for mixed steps",
+                                   CudaBackendOptions{.shared_decode = SharedDecode::kOff,
+                                                      .decode_in_mixed_steps = false}}}) {
+    SCOPED_TRACE(v.name);
+    SharedDecodeStats stats;
+    const std::vector<GenerateResult> gpu = run(CreateCudaBackend(weights, 16, 2048, v.options), &stats);
+    EXPECT_EQ(stats.steps > 0, v.options.shared_decode == SharedDecode::kAlways) << stats.steps;
+    size_t same = 0, total = 0;
+    double worst = 0;
+    for (size_t r = 0; r < requests.size(); ++r) {
+      const double error = WorstLogitError(gpu[r], cpu[r]);
+      worst = std::max(worst, error);
+      EXPECT_LT(error, 3e-2) << "request " << r;  // bf16 noise, as in SyntheticModelTest
+      double margin = 0;
+      same += CheckParting(gpu[r], cpu[r], "request " + std::to_string(r), kTieTolerance, &margin);
+      total += cpu[r].tokens.size();
+    }
+    EXPECT_GT(total, 0u);
+    EXPECT_GE(same * 10, total * 7) << "greedy paths part early: " << same << " of " << total;
+    std::printf("%s: %llu decode steps shared (%llu KV tokens per layer not read again); %zu of %zu tokens equal to "
+                "the CPU's, worst relative logit difference %.2e\n",
+                v.name, static_cast<unsigned long long>(stats.steps), static_cast<unsigned long long>(stats.tokens_saved),
+                same, total, worst);
+  }
+}
 
 // A chunk computed on the GPU, exported (bf16 payload) against the CPU backend's export
 // (fp32) of the same tokens; imported into other blocks from pageable and from pinned

@@ -37,6 +37,20 @@ TEST(HostArena, RoundsCapacityDownToPagesAndAllocatesAllOrNothing) {
   EXPECT_EQ(arena->free_pages(), 10u);
 }
 
+TEST(HostArena, HandsOutAscendingRunsAndGetsThemBackInOrder) {
+  // Adjacent ascending pages make one piece for a device copy or a same-host reader.
+  auto arena = Arena(16 * 4096, 4096);
+  std::vector<uint32_t> first, second;
+  ASSERT_TRUE(arena->TryAllocate(4, &first));
+  EXPECT_EQ(first, (std::vector<uint32_t>{0, 1, 2, 3}));
+  ASSERT_TRUE(arena->TryAllocate(3, &second));
+  EXPECT_EQ(second, (std::vector<uint32_t>{4, 5, 6}));
+  arena->Free(first);
+  std::vector<uint32_t> again;
+  ASSERT_TRUE(arena->TryAllocate(4, &again));
+  EXPECT_EQ(again, first) << "a freed run comes back whole and in order (and warm)";
+}
+
 TEST(HostValue, ReadsBackWhatWasWrittenAcrossPagesAndFreesItsPages) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(seed);

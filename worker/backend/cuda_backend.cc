@@ -99,8 +99,9 @@ using cuda_backend::CudaBackend;
 
 absl::StatusOr<std::unique_ptr<Backend>> Finish(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks,
                                                 const CudaBackendOptions& options) {
-  auto backend =
-      std::make_unique<CudaBackend>(std::move(weights), block_size, num_blocks, options.transfer_staging_bytes);
+  auto backend = std::make_unique<CudaBackend>(std::move(weights), block_size, num_blocks,
+                                               options.transfer_staging_bytes, options.shared_decode,
+                                               options.decode_in_mixed_steps);
   RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));
 }
@@ -116,6 +117,11 @@ absl::Status CheckPoolShape(int block_size, int num_blocks) {
 }
 
 }  // namespace
+
+SharedDecodeStats CudaSharedDecodeStats(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->shared_decode_stats() : SharedDecodeStats{};
+}
 
 bool CudaDeviceAvailable() {
   int count = 0;

@@ -28,13 +28,35 @@ enum class CudaPrecision {
   kFp32,
 };
 
+// Chunk-shared decode attention (kernels/cuda/shared_decode_attention.h): in a decode step,
+// blocks that several sequences reference (a document's chunk, each at its own position) are
+// read once for all of them.
+enum class SharedDecode {
+  kAuto,    // when the step's plan saves at least a fifth of the KV the attention reads
+  kAlways,  // whenever some block is shared (tests, benchmarks)
+  kOff,     // the per-sequence decode kernel only
+};
+
 struct CudaBackendOptions {
   CudaPrecision precision = CudaPrecision::kBf16;
+  SharedDecode shared_decode = SharedDecode::kAuto;
+  // In a step that mixes decoding sequences and prefill pieces, the decoding ones run the
+  // decode kernels (and the chunk-shared one); false: every row runs the prefill kernel
+  // (the former path, kept for benchmarks).
+  bool decode_in_mixed_steps = true;
   // Device memory for chunks in transit (captured for publication and not yet copied out,
   // or fetched and staged but not yet imported); past it a capture or a staging fails
   // RESOURCE_EXHAUSTED (the publication is dropped, the chunk computed).
   uint64_t transfer_staging_bytes = 1ull << 30;
 };
+
+// Decode steps that ran the chunk-shared attention, and the KV tokens it saved reading (per
+// layer), since the backend was made; zeros for a backend that is not CUDA's.
+struct SharedDecodeStats {
+  uint64_t steps = 0;
+  uint64_t tokens_saved = 0;
+};
+SharedDecodeStats CudaSharedDecodeStats(const Backend& backend);
 
 // Bytes of K and V one block holds across all layers.
 uint64_t CudaKvBytesPerBlock(const ModelConfig& config, int block_size, CudaPrecision precision = CudaPrecision::kBf16);

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,7 +21,9 @@
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/paged_kv.h"
+#include "kernels/cuda/shared_decode_attention.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/cuda_backend.h"
 #include "worker/backend/cuda_weights.h"
 
 namespace lazykv::cuda_backend {
@@ -72,6 +76,13 @@ class MetaPack {
     data_.resize((data_.size() + 3) / 4 * 4);  // 16-byte aligned arrays
     return at;
   }
+  // Trivially copyable structs of int32 fields (the shared decode plan's), as int32s.
+  template <typename T>
+  size_t AddStructs(const std::vector<T>& v) {
+    static_assert(sizeof(T) % sizeof(int32_t) == 0 && std::is_trivially_copyable_v<T>);
+    const int32_t* words = reinterpret_cast<const int32_t*>(v.data());
+    return Add(std::vector<int32_t>(words, words + v.size() * (sizeof(T) / sizeof(int32_t))));
+  }
   absl::Status Upload(PinnedBuffer& host, DeviceBuffer& device, cudaStream_t stream) {
     const size_t bytes = std::max<size_t>(1, data_.size()) * sizeof(int32_t);
     RETURN_IF_ERROR(host.Reserve(bytes));
@@ -97,6 +108,16 @@ struct PassPlan {
   int n_out = 0;
   cuda::PrefillAttentionParams attention;
   cuda::KvWriteParams kv_write;
+  // Sequences [0, decode_seqs) run the decode kernel (every one in a decode step; the
+  // leading decoding ones in a mixed step, whose other sequences run `rest`, the prefill
+  // kernel's parameters over their rows); 0: the prefill or generic kernel runs them all.
+  int decode_seqs = 0;
+  int decode_max_entries = 0;
+  cuda::PrefillAttentionParams rest;
+  // The decoding sequences share chunk blocks: the chunk-shared attention's plan on the
+  // device (its `base` is filled per layer from `attention`).
+  bool shared_decode = false;
+  cuda::SharedDecodeParams shared;
 };
 
 // The rows of logits a forward pass computed: per step that wants logits, a contiguous run
@@ -144,12 +165,15 @@ uint64_t KvBytesPerBlock(const ModelConfig& config, int block_size, cuda::Elemen
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks, uint64_t transfer_staging_bytes)
+  CudaBackend(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks, uint64_t transfer_staging_bytes,
+              SharedDecode shared_decode, bool decode_in_mixed_steps)
       : w_(std::move(weights)),
         c_(w_->config()),
         element_(w_->element()),
         block_size_(block_size),
         num_blocks_(num_blocks),
+        shared_decode_(shared_decode),
+        decode_in_mixed_steps_(decode_in_mixed_steps),
         budget_(std::make_shared<TransferBudget>(transfer_staging_bytes)) {}
   ~CudaBackend() override;
   absl::Status Init();
@@ -170,6 +194,7 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) override;
   absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload) override;
   absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) override;
+  SharedDecodeStats shared_decode_stats() const { return shared_stats_; }
 
  private:
   size_t PoolElems() const { return static_cast<size_t>(num_blocks_) * block_size_ * c_.kv_dim(); }
@@ -181,8 +206,20 @@ class CudaBackend : public Backend {
   // block table). Layer 0's pools are also the base of all layers (the chunk transfer's).
   cuda::PagedKv LayerKv(int layer) const;
   absl::Status ReserveActivations(int rows);
-  absl::Status Attention(cuda::PrefillAttentionParams& p, int rows, bool all_single, const int32_t* positions,
-                         int max_entries);
+  // Whether the tensor-core decode kernels (bf16, head dim 64 or 128) and prefill kernel
+  // (also a power-of-two block of at least 16) run this model.
+  bool DecodeKernelApplies() const;
+  bool PrefillKernelApplies() const;
+  absl::Status Attention(PassPlan& plan);
+  // A decode step's chunk-shared attention plan, when it pays (shared_decode_): appended to
+  // `pack`, its device pointers set in `plan` once the pack is uploaded (PointSharedPlan).
+  // Returns the pack offsets, or nothing when the step runs the per-sequence kernel.
+  struct SharedPlanOffsets {
+    size_t items, members, parts, ids, tokens, deltas, starts, offsets;
+    cuda::SharedDecodePlan plan;
+  };
+  std::optional<SharedPlanOffsets> PlanSharedDecode(const cuda::SharedDecodeTables& tables, int64_t total_tokens,
+                                                    MetaPack& pack);
   // The layers over every step's new tokens, then the output layer over every row that
   // wants logits at once (one classifier GEMM into logits_). Enqueued, not synchronized.
   absl::Status RunModel(std::span<const SequenceStep> steps, std::vector<LogitsRows>* wanted);
@@ -208,6 +245,9 @@ class CudaBackend : public Backend {
   const cuda::Element element_;
   int block_size_;
   int num_blocks_;
+  const SharedDecode shared_decode_;
+  const bool decode_in_mixed_steps_;
+  SharedDecodeStats shared_stats_;
   cudaStream_t stream_ = nullptr;
   int device_ = 0;                          // the device of stream_ (set on the pipeline's threads too)
   std::shared_ptr<TransferBudget> budget_;  // shared with chunks in transit

@@ -28,26 +28,52 @@ absl::Status CudaBackend::ReserveActivations(int rows) {
   return absl::OkStatus();
 }
 
-// The tensor-core kernels where they apply (a bf16 pool, head dims 64 and 128; decode when
-// every step has one token, prefill for power-of-two blocks of at least 16), the generic
-// kernel else.
-absl::Status CudaBackend::Attention(cuda::PrefillAttentionParams& p, int rows, bool all_single,
-                                    const int32_t* positions, int max_entries) {
-  const bool fast_dim = p.kv.element == cuda::Element::kBf16 && (p.kv.head_dim == 64 || p.kv.head_dim == 128);
-  const bool pow2_block = p.kv.block_size >= 16 && (p.kv.block_size & (p.kv.block_size - 1)) == 0;
-  if (fast_dim && all_single) {
-    cuda::DecodeAttentionParams d = cuda::DecodeParamsFrom(p, positions, max_entries);
-    RETURN_IF_ERROR(attn_ws_.Reserve(std::max<size_t>(16, cuda::DecodeWorkspaceBytes(d, cuda::ChooseDecodeSplits(d)))));
-    d.workspace = attn_ws_.as<float>();
-    return Cuda(cuda::LaunchLazyDecodeAttention(d, stream_), "decode attention");
+bool CudaBackend::DecodeKernelApplies() const {
+  return element_ == cuda::Element::kBf16 && (c_.head_dim == 64 || c_.head_dim == 128);
+}
+
+bool CudaBackend::PrefillKernelApplies() const {
+  return DecodeKernelApplies() && block_size_ >= 16 && (block_size_ & (block_size_ - 1)) == 0;
+}
+
+// The tensor-core kernels where they apply (a bf16 pool, head dims 64 and 128; decode for
+// one-token sequences, prefill for power-of-two blocks of at least 16), the generic kernel
+// else. A mixed step (decoding sequences first, then prefill pieces) runs both: a decode
+// row in the prefill kernel would take a whole 128-query tile over its context.
+absl::Status CudaBackend::Attention(PassPlan& plan) {
+  cuda::PrefillAttentionParams& p = plan.attention;
+  if (plan.decode_seqs > 0) {
+    cuda::DecodeAttentionParams d = cuda::DecodeParamsFrom(p, plan.last_pos, plan.decode_max_entries);
+    d.num_seqs = plan.decode_seqs;
+    if (plan.shared_decode) {  // this layer's pools, the step's plan
+      cuda::SharedDecodeParams& s = plan.shared;
+      s.base = d;
+      RETURN_IF_ERROR(attn_ws_.Reserve(std::max<size_t>(16, cuda::SharedDecodeWorkspaceBytes(s))));
+      s.workspace = attn_ws_.as<float>();
+      RETURN_IF_ERROR(Cuda(cuda::LaunchSharedDecodeAttention(s, stream_), "shared decode attention"));
+    } else {
+      RETURN_IF_ERROR(
+          attn_ws_.Reserve(std::max<size_t>(16, cuda::DecodeWorkspaceBytes(d, cuda::ChooseDecodeSplits(d)))));
+      d.workspace = attn_ws_.as<float>();
+      RETURN_IF_ERROR(Cuda(cuda::LaunchLazyDecodeAttention(d, stream_), "decode attention"));
+    }
+    if (plan.decode_seqs == p.num_seqs) return absl::OkStatus();
+    // The prefill pieces after them; the workspace is free again in stream order.
+    cuda::PrefillAttentionParams r = plan.rest;
+    r.kv.k_pool = p.kv.k_pool;
+    r.kv.v_pool = p.kv.v_pool;
+    RETURN_IF_ERROR(
+        attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(r, cuda::ChoosePrefillSplits(r)))));
+    r.workspace = attn_ws_.as<float>();
+    return Cuda(cuda::LaunchLazyPrefillAttention(r, stream_), "prefill attention");
   }
-  if (fast_dim && pow2_block) {
+  if (PrefillKernelApplies()) {
     RETURN_IF_ERROR(
         attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(p, cuda::ChoosePrefillSplits(p)))));
     p.workspace = attn_ws_.as<float>();
     return Cuda(cuda::LaunchLazyPrefillAttention(p, stream_), "prefill attention");
   }
-  return Cuda(cuda::LaunchGenericPagedAttention(p, rows, stream_), "generic attention");
+  return Cuda(cuda::LaunchGenericPagedAttention(p, plan.rows, stream_), "generic attention");
 }
 
 absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vector<LogitsRows>* wanted) {
@@ -59,6 +85,9 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   std::vector<size_t> active;  // steps with tokens, in order
   int max_entries = 0, max_queries = 0;
   bool all_single = true;
+  // The leading run of one-token steps (the engine puts its decoding sequences first).
+  size_t lead = 0;
+  int lead_max_entries = 0, rest_max_queries = 0;
   for (size_t s = 0; s < steps.size(); ++s) {
     const SequenceStep& step = steps[s];
     const int n = static_cast<int>(step.tokens.size());
@@ -90,6 +119,12 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     last_pos.push_back(static_cast<int32_t>(total - 1));
     max_entries = std::max<int>(max_entries, step.context.size());
     max_queries = std::max(max_queries, n);
+    if (n == 1 && lead + 1 == active.size()) {
+      ++lead;
+      lead_max_entries = std::max<int>(lead_max_entries, step.context.size());
+    } else {
+      rest_max_queries = std::max(rest_max_queries, n);
+    }
   }
   const int rows = static_cast<int>(tokens.size());
   if (rows == 0) return absl::OkStatus();
@@ -104,7 +139,31 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     for (int r = query_offsets[a + 1] - count; r < query_offsets[a + 1]; ++r) out_rows.push_back(r);
   }
 
+  // Sequences [0, decode_seqs) run the decode kernel: all of them in a decode step, the
+  // leading run in a mixed step (when both tensor-core kernels apply), none else.
+  const size_t decode_seqs = all_single && DecodeKernelApplies() ? active.size()
+                             : lead > 0 && decode_in_mixed_steps_ && PrefillKernelApplies() ? lead
+                                                                                            : 0;
   MetaPack pack;
+  std::optional<SharedPlanOffsets> shared;
+  if (decode_seqs > 0) {
+    int64_t total_tokens = 0;
+    for (int32_t e = 0; e < table_offsets[decode_seqs]; ++e) total_tokens += counts[e];
+    shared = PlanSharedDecode(cuda::SharedDecodeTables{.block_ids = ids.data(),
+                                                       .block_tokens = counts.data(),
+                                                       .block_deltas = deltas.data(),
+                                                       .block_starts = starts.data(),
+                                                       .table_offsets = table_offsets.data(),
+                                                       .positions = last_pos.data(),
+                                                       .num_seqs = static_cast<int>(decode_seqs)},
+                              total_tokens, pack);
+  }
+  // The prefill pieces' query offsets from their own first row.
+  std::vector<int32_t> rest_query_offsets;
+  for (size_t a = decode_seqs; decode_seqs > 0 && a <= active.size(); ++a) {
+    rest_query_offsets.push_back(query_offsets[a] - query_offsets[decode_seqs]);
+  }
+  const size_t o_rest_qo = pack.Add(rest_query_offsets);
   const size_t o_tokens = pack.Add(tokens), o_sb = pack.Add(slot_blocks), o_si = pack.Add(slot_index),
                o_rp = pack.Add(rope_pos), o_ids = pack.Add(ids), o_counts = pack.Add(counts),
                o_deltas = pack.Add(deltas), o_starts = pack.Add(starts), o_to = pack.Add(table_offsets),
@@ -117,6 +176,8 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   plan.rows = rows;
   plan.all_single = all_single;
   plan.max_entries = max_entries;
+  plan.decode_seqs = static_cast<int>(decode_seqs);
+  plan.decode_max_entries = all_single ? max_entries : lead_max_entries;
   plan.tokens = meta(o_tokens);
   plan.last_pos = meta(o_last);
   plan.out_rows = meta(o_out);
@@ -135,6 +196,33 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   ap.num_seqs = static_cast<int>(active.size());
   ap.n_heads = c_.n_heads;
   ap.max_queries_per_seq = max_queries;
+  if (decode_seqs > 0 && decode_seqs < active.size()) {
+    cuda::PrefillAttentionParams& r = plan.rest;  // the rows after the decoding sequences'
+    r = ap;
+    const size_t row_offset = static_cast<size_t>(query_offsets[decode_seqs]) * c_.q_dim();
+    r.q = ap.q + row_offset;
+    r.out = ap.out + row_offset;
+    r.query_offsets = meta(o_rest_qo);
+    r.query_pos0 = ap.query_pos0 + decode_seqs;
+    r.kv.table_offsets = ap.kv.table_offsets + decode_seqs;  // entries index the whole table
+    r.num_seqs = static_cast<int>(active.size() - decode_seqs);
+    r.max_queries_per_seq = rest_max_queries;
+  }
+  if (shared) {
+    cuda::SharedDecodeParams& s = plan.shared;
+    plan.shared_decode = true;
+    s.items = reinterpret_cast<const cuda::SharedWorkItem*>(meta(shared->items));
+    s.members = reinterpret_cast<const cuda::SharedMember*>(meta(shared->members));
+    s.shared_parts = meta(shared->parts);
+    s.num_items = static_cast<int>(shared->plan.items.size());
+    s.max_shared_parts = shared->plan.max_shared_parts;
+    s.res_block_ids = meta(shared->ids);
+    s.res_block_tokens = meta(shared->tokens);
+    s.res_block_deltas = meta(shared->deltas);
+    s.res_block_starts = meta(shared->starts);
+    s.res_offsets = meta(shared->offsets);
+    s.max_residual_entries = shared->plan.max_residual_entries;
+  }
   cuda::KvWriteParams& kw = plan.kv_write;
   kw.qkv = qkv_.as<float>();
   kw.q_out = q_.as<float>();
@@ -167,7 +255,7 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
     kw.kv.k_pool = ap.kv.k_pool = KPool(l);
     kw.kv.v_pool = ap.kv.v_pool = VPool(l);
     RETURN_IF_ERROR(Cuda(cuda::LaunchKvWrite(kw, stream_), "KV write"));
-    RETURN_IF_ERROR(Attention(ap, rows, plan.all_single, plan.last_pos, plan.max_entries));
+    RETURN_IF_ERROR(Attention(plan));
     const T* attention_out;
     if constexpr (std::is_same_v<T, float>) {
       attention_out = attn_.as<float>();

@@ -13,6 +13,7 @@
 #include "worker/backend/cuda_backend.h"
 #endif
 #include "worker/model/model_loader.h"
+#include "cache_server/pinned_memory.h"
 #include "worker/tier/embedded_chunk_tier.h"
 #include "worker/tier/remote_chunk_tier.h"
 
@@ -42,6 +43,13 @@ absl::StatusOr<Device> ParseDevice(std::string_view name) {
   return absl::InvalidArgumentError(absl::StrFormat("unknown device '%s'; expected cpu, cuda or auto", name));
 }
 
+absl::StatusOr<SharedDecode> ParseSharedDecode(std::string_view name) {
+  if (name == "auto") return SharedDecode::kAuto;
+  if (name == "always") return SharedDecode::kAlways;
+  if (name == "off") return SharedDecode::kOff;
+  return absl::InvalidArgumentError(absl::StrCat("unknown --shared-decode '", std::string(name), "' (auto, always or off)"));
+}
+
 absl::StatusOr<ModelDtype> ParseModelDtype(std::string_view name) {
   if (name == "auto") return ModelDtype::kAuto;
   if (name == "bf16" || name == "bfloat16") return ModelDtype::kBf16;
@@ -57,6 +65,17 @@ std::string DefaultCacheDir() {
   const char* home = std::getenv("HOME");
   return (std::filesystem::path(home != nullptr ? home : "/tmp") / ".cache" / "lazykv").string();
 }
+
+namespace {
+
+// A cache server's arena mapped by this worker is page-locked as the server's own is
+// (cache_server/pinned_memory.h: with CUDA and a device; otherwise nothing).
+HostPinner ShmPinner() {
+  return HostPinner{.pin = [](const void* base, size_t bytes) { return cache::PinHostMemoryReadOnly(base, bytes); },
+                    .unpin = [](const void* base) { cache::UnpinHostMemory(const_cast<void*>(base)); }};
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<ChunkTier>> SetUpCacheTier(const CacheTierSetup& setup) {
   if (!setup.enabled) return nullptr;
@@ -74,7 +93,9 @@ absl::StatusOr<std::shared_ptr<ChunkTier>> SetUpCacheTier(const CacheTierSetup& 
                                                                      .holder = setup.holder,
                                                                      .security = setup.security,
                                                                      .initial_call_deadline = 5 * floor,
-                                                                     .min_call_deadline = floor}));
+                                                                     .min_call_deadline = floor,
+                                                                     .transport = setup.transport,
+                                                                     .shm_pinner = ShmPinner()}));
   } else {
     cache::TieredStoreOptions store;
     store.host_capacity_bytes = setup.host_bytes;
@@ -124,8 +145,9 @@ absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& o
   ASSIGN_OR_RETURN([[maybe_unused]] const bool cuda, UseCuda(options.device));  // unused without CUDA
 #ifdef LAZYKV_WITH_CUDA
   if (cuda) {
-    const CudaBackendOptions cuda_options{.precision = options.dtype == ModelDtype::kFp32 ? CudaPrecision::kFp32
-                                                                                          : CudaPrecision::kBf16};
+    const CudaBackendOptions cuda_options{
+        .precision = options.dtype == ModelDtype::kFp32 ? CudaPrecision::kFp32 : CudaPrecision::kBf16,
+        .shared_decode = options.shared_decode};
     if (options.model.starts_with("synthetic:")) {
       // Drawn on the GPU: no host copy of (say) Llama-3-8B's weights.
       ASSIGN_OR_RETURN(const SyntheticSpec spec, ParseSyntheticSpec(options.model));

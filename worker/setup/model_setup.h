@@ -9,7 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/security/transport_security.h"
+#include "worker/backend/cuda_backend.h"
 #include "worker/engine/engine.h"
+#include "worker/tier/fetch_transport.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace lazykv {
@@ -25,6 +27,7 @@ struct CacheTierSetup {
   uint64_t disk_bytes = 2ull << 30;
   std::string holder;              // this process's name in lease logs
   ClientSecurityOptions security;  // TLS and token towards the cache servers
+  FetchTransport transport = FetchTransport::kAuto;  // shm for servers on this host, else gRPC
 };
 
 // $LAZYKV_CACHE_DIR, else $XDG_CACHE_HOME/lazykv, else ~/.cache/lazykv.
@@ -43,12 +46,14 @@ absl::StatusOr<Device> ParseDevice(std::string_view name);  // "cpu", "cuda", "a
 // on the GPU is CudaPrecision::kFp32. The KV dtype, and so the chunk keys, follow it.
 enum class ModelDtype { kAuto, kBf16, kFp32 };
 absl::StatusOr<ModelDtype> ParseModelDtype(std::string_view name);  // "auto", "bf16", "fp32"
+absl::StatusOr<SharedDecode> ParseSharedDecode(std::string_view name);  // "auto", "always", "off"
 
 struct ModelSetupOptions {
   std::string model;      // path, HF directory, or synthetic:NAME[:SEED]
   std::string tokenizer;  // empty: next to the model, or bytes for synthetic models
   Device device = Device::kAuto;
   ModelDtype dtype = ModelDtype::kAuto;
+  SharedDecode shared_decode = SharedDecode::kAuto;  // the CUDA backend's chunk-shared decode attention
   int block_size = 16;
   uint64_t kv_pool_bytes = 256ull << 20;
   EngineOptions engine;

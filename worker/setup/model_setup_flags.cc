@@ -16,6 +16,9 @@ constexpr char kUsage[] =
   --device D             cpu | cuda | auto (default auto: cuda when this build has it and a GPU is present)
   --dtype T              bf16 | fp32 | auto: the precision of weights, activations between GEMMs and KV
                          (default auto: bf16 on cuda, fp32 on cpu; bf16 on cpu rounds where cuda does)
+  --shared-decode S      auto | always | off: decode attention reads KV blocks that several
+                         sequences of a batch share (a document's chunk) once for all of them
+                         (cuda; default auto: when that saves at least a fifth of the reads)
   --block-size N         KV block size in tokens (default 16)
   --kv-pool BYTES        KV pool size (default 256MiB)
   --max-prefill-tokens N prefill tokens per scheduling step (default 512)
@@ -23,6 +26,9 @@ constexpr char kUsage[] =
   --cache-min-deadline-ms N  floor of a cache server call's deadline, otherwise set from the
                          server's observed latency (default 20; 5x before the first answer); a
                          server that misses one is skipped until it answers a health check
+  --transport T          auto | grpc | shm: how chunks come from the cache servers; auto (default)
+                         reads a server on this host in place from its shared host RAM (shm)
+                         and streams from the others over gRPC
   --cache-dir DIR        without --cache-servers: the embedded cache tier's RocksDB directory
                          (default $LAZYKV_CACHE_DIR, $XDG_CACHE_HOME/lazykv or ~/.cache/lazykv)
   --cache-host-capacity B  embedded tier's host RAM (default 256MiB)
@@ -57,12 +63,20 @@ void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
     ASSIGN_OR_RETURN(s.dtype, ParseModelDtype(v));
     return absl::OkStatus();
   });
+  parser.Add("--shared-decode", [&s](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(s.shared_decode, ParseSharedDecode(v));
+    return absl::OkStatus();
+  });
   parser.AddInt("--block-size", &s.block_size);
   parser.AddByteSize("--kv-pool", &s.kv_pool_bytes);
   parser.AddInt("--max-prefill-tokens", &s.engine.max_prefill_tokens);
   parser.AddString("--cache-servers", &s.cache_tier.servers);
   AddClientSecurityFlags(parser, s.cache_tier.security, "cache-");
   parser.AddInt("--cache-min-deadline-ms", &s.cache_tier.min_call_deadline_ms);
+  parser.Add("--transport", [&s](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(s.cache_tier.transport, ParseFetchTransport(v));
+    return absl::OkStatus();
+  });
   parser.AddString("--cache-dir", &s.cache_tier.dir);
   parser.AddByteSize("--cache-host-capacity", &s.cache_tier.host_bytes);
   parser.AddByteSize("--cache-disk-capacity", &s.cache_tier.disk_bytes);

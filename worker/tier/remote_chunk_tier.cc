@@ -15,15 +15,12 @@
 #include "common/chunk_wire.h"
 #include "common/grpc_util.h"
 #include "common/rendezvous_hash.h"
+#include "worker/tier/remote_chunk_tier_run.h"
 
 namespace lazykv {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool Retryable(grpc::StatusCode code) {
-  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::ABORTED;
-}
 
 }  // namespace
 
@@ -127,53 +124,6 @@ void RemoteChunkTier::MarkDown(Server& server, const grpc::Status& status, std::
   prober_wake_.Signal();
 }
 
-template <typename Call>
-RemoteChunkTier::Attempted RemoteChunkTier::Run(Server& server, std::chrono::microseconds deadline, int retries,
-                                                std::string_view name, Call call) {
-  Attempted out;
-  for (int attempt = 0;; ++attempt) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + deadline);
-    {
-      MutexLock lock(&server.mu);
-      if (!server.up) {
-        out.status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "cache server " + server.address + " is down");
-        return out;
-      }
-      server.in_flight.insert(&context);
-    }
-    const auto start = Clock::now();
-    out.status = call(context);
-    out.elapsed = Clock::now() - start;
-    {
-      MutexLock lock(&server.mu);
-      server.in_flight.erase(&context);
-    }
-    const grpc::StatusCode code = out.status.error_code();
-    if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      MarkDown(server, out.status,
-               absl::StrFormat("%s (deadline %.1f ms)", std::string(name), deadline.count() / 1000.0));
-      return out;
-    }
-    if (!Retryable(code) || attempt >= retries) {
-      if (code == grpc::StatusCode::UNAVAILABLE) MarkDown(server, out.status, name);
-      // Wrong or missing credentials make every call a miss: say so once, loudly, instead
-      // of serving quietly without the tier. (A put may also be denied for a lease another
-      // worker holds; a lookup is denied only for want of the worker role.)
-      const bool refused = code == grpc::StatusCode::UNAUTHENTICATED ||
-                           (code == grpc::StatusCode::PERMISSION_DENIED && name == "lookup");
-      if (refused && !server.refusal_logged.exchange(true)) {
-        spdlog::error(
-            "cache server {} refused this worker's credentials ({}); its chunks are computed (check "
-            "--cache-auth-token and --cache-tls-*)",
-            server.address, out.status.error_message());
-      }
-      return out;
-    }
-    std::this_thread::sleep_for(options_.retry_delay);
-  }
-}
-
 bool RemoteChunkTier::AnyDown() const {
   for (const auto& server : servers_) {
     MutexLock lock(&server->mu);
@@ -259,6 +209,17 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
 absl::StatusOr<FetchedChunk> RemoteChunkTier::Fetch(const Hash128& key) {
   Server& server = *servers_[OwnerOf(key)];
   if (!Up(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));
+  if (options_.transport == FetchTransport::kGrpc) return FetchGrpc(server, key);
+  absl::StatusOr<FetchedChunk> shm = FetchShm(server, key);
+  if (shm.ok() || options_.transport == FetchTransport::kShm) return shm;
+  const absl::StatusCode code = shm.status().code();
+  // A miss or a sick server is the same answer over gRPC: not asked twice.
+  if (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kDataLoss || !Up(server)) return shm;
+  if (code != absl::StatusCode::kUnavailable) shm_fallbacks_.fetch_add(1);  // UNAVAILABLE: no session
+  return FetchGrpc(server, key);
+}
+
+absl::StatusOr<FetchedChunk> RemoteChunkTier::FetchGrpc(Server& server, const Hash128& key) {
   v1::GetRequest request;
   *request.mutable_key() = ToProto(key);
   std::string stored;
@@ -273,7 +234,24 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::Fetch(const Hash128& key) {
     MutexLock lock(&server.mu);
     server.estimator.ObserveTransfer(stored.size(), call.elapsed);
   }
+  grpc_chunks_.fetch_add(1);
+  grpc_bytes_.fetch_add(stored.size());
   return FetchedChunk{ChunkBytes::FromString(std::move(stored)), ChunkSource::kRemote, server.address};
+}
+
+TransportStats RemoteChunkTier::transport_stats() const {
+  TransportStats out{.grpc_chunks = grpc_chunks_.load(),
+                     .grpc_bytes = grpc_bytes_.load(),
+                     .shm_chunks = shm_chunks_.load(),
+                     .shm_bytes = shm_bytes_.load(),
+                     .shm_fallbacks = shm_fallbacks_.load(),
+                     .shm_published_chunks = shm_published_chunks_.load(),
+                     .shm_published_bytes = shm_published_bytes_.load()};
+  for (const auto& server : servers_) {
+    MutexLock lock(&server->shm_mu);
+    if (server->shm != nullptr && server->shm->alive()) ++out.shm_sessions;
+  }
+  return out;
 }
 
 LeaseAnswer RemoteChunkTier::Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) {
@@ -384,7 +362,8 @@ absl::Status RemoteChunkTier::Publish(const Hash128& key, const Hash128& model_f
 }
 
 std::string RemoteChunkTier::Describe() const {
-  return absl::StrFormat("cache servers %s", absl::StrJoin(options_.servers, ","));
+  return absl::StrFormat("cache servers %s (transport %s)", absl::StrJoin(options_.servers, ","),
+                         FetchTransportName(options_.transport));
 }
 
 }  // namespace lazykv

@@ -22,7 +22,9 @@
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/kvcache.grpc.pb.h"
 #include "worker/tier/chunk_tier.h"
+#include "worker/tier/fetch_transport.h"
 #include "worker/tier/server_estimator.h"
+#include "worker/tier/shm_session.h"
 
 namespace lazykv {
 
@@ -40,6 +42,22 @@ struct RemoteTierOptions {
   std::chrono::milliseconds retry_delay{10};
   std::chrono::milliseconds probe_interval{150};  // between health checks of a down server
   uint32_t slice_bytes = 4 << 20;
+  FetchTransport transport = FetchTransport::kAuto;
+  // After a server's same-host session could not be opened (or ended), the next attempt
+  // waits this long; its fetches go over gRPC meanwhile (auto).
+  std::chrono::milliseconds shm_retry_interval{5000};
+  // Page-locks each server's mapped arena for the device copies (worker/setup sets the
+  // CUDA backend's); empty: pageable.
+  HostPinner shm_pinner;
+};
+
+// Chunks and bytes this tier fetched, per transport.
+struct TransportStats {
+  uint64_t grpc_chunks = 0, grpc_bytes = 0;
+  uint64_t shm_chunks = 0, shm_bytes = 0;
+  uint64_t shm_fallbacks = 0;  // fetches tried over shm and served by gRPC (auto)
+  uint64_t shm_published_chunks = 0, shm_published_bytes = 0;  // committed over shm
+  uint64_t shm_sessions = 0;   // same-host sessions open now
 };
 
 // "host:1,host:2" → servers; INVALID_ARGUMENT naming the bad entry.
@@ -68,12 +86,18 @@ class RemoteChunkTier final : public ChunkTier {
   void ReportInvalid(const Hash128& key, std::string_view header, std::string_view reason) override;
   absl::Status Publish(const Hash128& key, const Hash128& model_fingerprint, std::string_view stored,
                        uint64_t lease_id) override;
+  // To a server on the same host: pages of its arena reserved for the chunk, written in
+  // place and committed (ShmReserve, ShmCommit); otherwise (or when it refuses, in auto) a
+  // buffer sent by Publish at Commit.
+  absl::StatusOr<std::unique_ptr<PublishSlot>> BeginPublish(const Hash128& key, const Hash128& model_fingerprint,
+                                                            uint64_t stored_bytes, uint64_t lease_id) override;
   std::string Describe() const override;
 
   // Index of the server owning `key` (in options().servers).
   size_t OwnerOf(const Hash128& key) const;
   // One entry per server, in options().servers order.
   std::vector<ServerEstimate> Estimates() const;
+  TransportStats transport_stats() const;
 
  private:
   struct Server {
@@ -89,6 +113,11 @@ class RemoteChunkTier final : public ChunkTier {
     // Calls under way (Run's), cancelled when the server goes down: a lease wait or a
     // transfer to a hung server ends then, not at its own deadline.
     std::set<grpc::ClientContext*> in_flight ABSL_GUARDED_BY(mu);
+    // The same-host session, opened on first use (its opening holds shm_mu).
+    Mutex shm_mu;
+    std::shared_ptr<ShmClientSession> shm ABSL_GUARDED_BY(shm_mu);
+    std::chrono::steady_clock::time_point shm_next_try ABSL_GUARDED_BY(shm_mu);
+    bool shm_logged ABSL_GUARDED_BY(shm_mu) = false;  // the first refusal was logged
   };
   // A call's outcome: its status, and how long the answered try took.
   struct Attempted {
@@ -106,6 +135,16 @@ class RemoteChunkTier final : public ChunkTier {
   // last UNAVAILABLE. UNAVAILABLE without a call when the server is already down.
   template <typename Call>
   Attempted Run(Server& server, std::chrono::microseconds deadline, int retries, std::string_view name, Call call);
+  // The server's same-host session, opened now if none is and an attempt is due; null
+  // when there is none.
+  std::shared_ptr<ShmClientSession> ShmSessionFor(Server& server) ABSL_LOCKS_EXCLUDED(server.shm_mu);
+  // A fetch over the same-host session: NOT_FOUND (a miss), or any other error (then gRPC
+  // in auto mode).
+  absl::StatusOr<FetchedChunk> FetchShm(Server& server, const Hash128& key);
+  absl::StatusOr<FetchedChunk> FetchGrpc(Server& server, const Hash128& key);
+  class ShmPublishSlot;
+  // ShmCommit of a reservation (the slot's Commit).
+  absl::Status CommitShm(Server& server, ShmClientSession& session, uint64_t reservation_id, uint64_t bytes);
   bool AnyDown() const;
   void ProberLoop() ABSL_LOCKS_EXCLUDED(prober_mu_);
   void Probe(Server& server) ABSL_LOCKS_EXCLUDED(prober_mu_);  // one health check; up when it answers
@@ -117,6 +156,8 @@ class RemoteChunkTier final : public ChunkTier {
   bool stopping_ ABSL_GUARDED_BY(prober_mu_) = false;
   grpc::ClientContext* probe_ ABSL_GUARDED_BY(prober_mu_) = nullptr;  // the health check under way
   std::thread prober_;
+  std::atomic<uint64_t> grpc_chunks_{0}, grpc_bytes_{0}, shm_chunks_{0}, shm_bytes_{0}, shm_fallbacks_{0};
+  std::atomic<uint64_t> shm_published_chunks_{0}, shm_published_bytes_{0};
 };
 
 }  // namespace lazykv

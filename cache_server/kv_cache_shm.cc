@@ -1,0 +1,207 @@
+// The same-host transport of the KvCache service (DESIGN.md section 5): ShmSession and
+// ShmGet. A worker on this host maps the shared host arena read-only and reads a chunk's
+// pages in place under a read lease (shm_lease_table.h), instead of receiving its bytes
+// over a gRPC stream.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "absl/strings/str_format.h"
+#include "cache_server/kv_cache_service.h"
+#include "common/grpc_util.h"
+#include "common/shm_host_id.h"
+
+namespace lazykv::cache {
+
+grpc::Status KvCacheService::ShmSession(
+    grpc::ServerContext* context, grpc::ServerReaderWriter<v1::ShmSessionResponse, v1::ShmSessionRequest>* stream) {
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (shm_ == nullptr || !store_->arena().shared()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this server's host arena is not shared: use Get");
+  }
+  v1::ShmSessionRequest request;
+  if (!stream->Read(&request)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty shm session");
+  auto session = shm_->OpenSession(caller->name, [context] { context->TryCancel(); });
+  if (!session.ok()) {
+    if (session.status().code() == absl::StatusCode::kResourceExhausted) metrics_.CountRejected("shm_session_limit");
+    return ToGrpcStatus(session.status());
+  }
+  const HostArena& arena = store_->arena();
+  v1::ShmSessionResponse opened;
+  opened.set_session_id(*session);
+  opened.set_server_pid(static_cast<int32_t>(getpid()));
+  opened.set_arena_fd(arena.fd());
+  opened.set_arena_bytes(arena.capacity_bytes());
+  opened.set_page_bytes(arena.page_bytes());
+  opened.set_arena_dev(arena.file_dev());
+  opened.set_arena_ino(arena.file_ino());
+  opened.set_max_leases(shm_->limits().max_leases_per_session);
+  opened.set_max_lease_bytes(shm_->limits().max_bytes_per_session);
+  opened.set_boot_id(HostBootId());
+  spdlog::info("shm session {:016x} opened by {} ({})", *session, caller->name, request.holder());
+  uint64_t released = 0;
+  if (stream->Write(opened)) {
+    // Until the worker closes the stream or its connection drops (exit, kill -9): the
+    // kernel closes its socket, and gRPC ends this Read.
+    while (stream->Read(&request)) {
+      for (uint64_t lease : request.release()) released += shm_->Release(*session, lease) ? 1 : 0;
+      for (uint64_t reservation : request.abandon()) shm_->Abandon(*session, reservation);
+    }
+  }
+  const uint64_t held = shm_->totals().leases;
+  shm_->CloseSession(*session);
+  spdlog::info("shm session {:016x} of {} ended ({} leases released by the worker; {} leases held server-wide before "
+               "its own were dropped)",
+               *session, caller->name, released, held);
+  return grpc::Status::OK;
+}
+
+grpc::Status KvCacheService::ShmGet(grpc::ServerContext* context, const v1::ShmGetRequest* request,
+                                    v1::ShmGetResponse* response) {
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (shm_ == nullptr || !store_->arena().shared()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this server's host arena is not shared: use Get");
+  }
+  if (!request->has_key()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key is required");
+  const Hash128 key = FromProto(request->key());
+  auto read = store_->Read(key);  // checks the checksum; a chunk read from disk is promoted to host RAM
+  if (!read.ok()) return ToGrpcStatus(read.status());
+  std::shared_ptr<const HostValue> value = read->host_value();
+  if (value == nullptr) value = store_->HostCopy(key);  // promoted by this read
+  if (value == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrFormat("chunk %s is on disk only (no room in host RAM now): use Get", key.ToHex()));
+  }
+  const uint64_t size = value->size();
+  const std::span<const uint32_t> pages = value->pages();
+  // `value` is held here too: a session ending at once would otherwise drop it under us.
+  auto lease = shm_->Acquire(request->session_id(), caller->name, value);
+  if (!lease.ok()) {
+    if (lease.status().code() == absl::StatusCode::kResourceExhausted) metrics_.CountRejected("shm_lease_limit");
+    return ToGrpcStatus(lease.status());
+  }
+  response->set_lease_id(*lease);
+  response->set_tier(ToProtoTier(read->tier()));
+  response->set_stored_bytes(size);
+  response->mutable_pages()->Assign(pages.begin(), pages.end());
+  metrics_.shm_sent.chunks->Increment();
+  metrics_.shm_sent.bytes->Increment(static_cast<double>(size));
+  return grpc::Status::OK;
+}
+
+namespace {
+
+grpc::Status Refused(grpc::StatusCode code, const std::string& message) { return grpc::Status(code, message); }
+
+}  // namespace
+
+grpc::Status KvCacheService::ShmReserve(grpc::ServerContext* context, const v1::ShmReserveRequest* request,
+                                        v1::ShmReserveResponse* response) {
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (shm_ == nullptr || !store_->arena().shared()) {
+    return Refused(grpc::StatusCode::FAILED_PRECONDITION, "this server's host arena is not shared: use Put");
+  }
+  if (!request->has_key() || !request->has_model_fingerprint()) {
+    return Refused(grpc::StatusCode::INVALID_ARGUMENT, "key and model_fingerprint are required");
+  }
+  const uint64_t size = request->stored_bytes();
+  if (size < kChunkHeaderBytes) {
+    return Refused(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("stored_bytes %d is shorter than the %d-byte header", size, kChunkHeaderBytes));
+  }
+  const Hash128 key = FromProto(request->key());
+  if (leases_->HeldByAnother(key, request->lease_id(), caller->name)) {
+    metrics_.CountRejected("lease_held");
+    return Refused(grpc::StatusCode::PERMISSION_DENIED,
+                   absl::StrFormat("key %s is leased to another caller (lease_id %d does not match)", key.ToHex(),
+                                   request->lease_id()));
+  }
+  if (store_->Locate(key)) {
+    leases_->Published(key);
+    response->set_already_stored(true);
+    return grpc::Status::OK;
+  }
+  if (store_->arena().PagesFor(size) > store_->arena().num_pages()) {
+    return Refused(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   absl::StrFormat("chunk of %d bytes is larger than host RAM: use Put", size));
+  }
+  auto writer = store_->BeginPut(size);  // may wait for room, up to the store's space_wait
+  if (!writer.ok()) return ToGrpcStatus(writer.status());
+  if ((*writer)->direct_to_disk()) return Refused(grpc::StatusCode::RESOURCE_EXHAUSTED, "not in host RAM: use Put");
+  const std::span<const uint32_t> pages = (*writer)->host_pages();
+  response->mutable_pages()->Assign(pages.begin(), pages.end());  // before the writer moves
+  auto reserved = shm_->Reserve(request->session_id(), caller->name,
+                                ShmLeaseTable::Reservation{.key = key,
+                                                           .model_fingerprint = FromProto(request->model_fingerprint()),
+                                                           .lease_id = request->lease_id(),
+                                                           .writer = *std::move(writer)});
+  if (!reserved.ok()) {
+    if (reserved.status().code() == absl::StatusCode::kResourceExhausted) metrics_.CountRejected("shm_lease_limit");
+    response->clear_pages();
+    return ToGrpcStatus(reserved.status());
+  }
+  response->set_reservation_id(*reserved);
+  return grpc::Status::OK;
+}
+
+grpc::Status KvCacheService::ShmCommit(grpc::ServerContext* context, const v1::ShmCommitRequest* request,
+                                       v1::ShmCommitResponse* response) {
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (shm_ == nullptr) {
+    return Refused(grpc::StatusCode::FAILED_PRECONDITION, "this server's host arena is not shared: use Put");
+  }
+  auto reservation = shm_->TakeReservation(request->session_id(), caller->name, request->reservation_id());
+  if (!reservation.ok()) return ToGrpcStatus(reservation.status());
+  const Hash128& key = reservation->key;
+  std::unique_ptr<ChunkWriter> writer = std::move(reservation->writer);
+  (void)writer->WritablePieces();  // the worker wrote every byte in place
+  const uint64_t size = writer->size();
+  std::string header_bytes;
+  for (std::string_view piece : writer->WrittenPieces(0, kChunkHeaderBytes)) header_bytes.append(piece);
+  // The checks of a Put, on the bytes as they rest in the pages.
+  auto header = DecodeChunkHeader(header_bytes);
+  if (!header.ok()) {
+    return Refused(static_cast<grpc::StatusCode>(header.status().code()),
+                   absl::StrFormat("header: %s", std::string(header.status().message())));
+  }
+  if (header->key != key) {
+    return Refused(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("header.key %s does not match the reserved key %s", header->key.ToHex(), key.ToHex()));
+  }
+  if (header->model_fingerprint != reservation->model_fingerprint) {
+    return Refused(grpc::StatusCode::INVALID_ARGUMENT, "header.model_fingerprint does not match the reservation's");
+  }
+  if (kChunkHeaderBytes + header->payload_bytes != size) {
+    return Refused(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("header announces %d payload bytes; %d were reserved", header->payload_bytes,
+                                   size - kChunkHeaderBytes));
+  }
+  if (leases_->HeldByAnother(key, reservation->lease_id, caller->name)) {
+    metrics_.CountRejected("lease_held");
+    return Refused(grpc::StatusCode::PERMISSION_DENIED,
+                   absl::StrFormat("key %s is leased to another caller", key.ToHex()));
+  }
+  if (mac_ != nullptr) {
+    const std::vector<std::string_view> payload = writer->WrittenPieces(kChunkHeaderBytes, header->payload_bytes);
+    std::string failed;
+    if (absl::Status trusted = CheckTrusted(*header, payload, &failed); !trusted.ok()) {
+      metrics_.CountRejected(failed);
+      return ToGrpcStatus(trusted);
+    }
+  }
+  auto already = store_->Commit(key, std::move(writer));  // checks the checksum
+  if (!already.ok()) return ToGrpcStatus(already.status());
+  leases_->Published(key);
+  if (!*already) {
+    metrics_.shm_received.chunks->Increment();
+    metrics_.shm_received.bytes->Increment(static_cast<double>(size));
+  }
+  response->set_already_stored(*already);
+  response->set_stored_bytes(size);
+  return grpc::Status::OK;
+}
+
+}  // namespace lazykv::cache

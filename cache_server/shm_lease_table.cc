@@ -1,0 +1,210 @@
+#include "cache_server/shm_lease_table.h"
+
+#include <openssl/rand.h>
+
+#include <random>
+
+#include "absl/strings/str_format.h"
+
+namespace lazykv::cache {
+namespace {
+
+// A fresh random id, never 0: a lease or session id from another worker, or from before
+// a restart, matches nothing.
+uint64_t RandomId() {
+  uint64_t id = 0;
+  while (id == 0) {
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof(id)) != 1) id = std::random_device()() | 1;
+  }
+  return id;
+}
+
+}  // namespace
+
+ShmLeaseTable::ShmLeaseTable(ShmLeaseLimits limits, CacheMetrics* metrics) : limits_(limits), metrics_(metrics) {}
+
+ShmLeaseTable::~ShmLeaseTable() {
+  absl::flat_hash_map<uint64_t, Session> sessions;
+  {
+    MutexLock lock(&mu_);
+    sessions.swap(sessions_);
+  }
+}
+
+absl::StatusOr<uint64_t> ShmLeaseTable::OpenSession(const std::string& owner, std::function<void()> cancel) {
+  MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("cache server is shutting down");
+  if (sessions_.size() >= limits_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("server is at max_shm_sessions=%d; use Get", limits_.max_sessions));
+  }
+  uint64_t id = RandomId();
+  while (sessions_.contains(id)) id = RandomId();
+  Session& session = sessions_[id];
+  session.owner = owner;
+  session.cancel = std::move(cancel);
+  UpdateGaugesLocked();
+  return id;
+}
+
+void ShmLeaseTable::CloseSession(uint64_t session_id) {
+  Session closed;  // its values and writers are dropped after the lock
+  {
+    MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return;
+    closed = std::move(it->second);
+    sessions_.erase(it);
+    leases_ -= closed.leases.size();
+    reservations_ -= closed.reservations.size();
+    bytes_ -= closed.bytes;
+    UpdateGaugesLocked();
+  }
+}
+
+absl::StatusOr<ShmLeaseTable::Session*> ShmLeaseTable::FindLocked(uint64_t session_id, const std::string& owner) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || it->second.owner != owner) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("no shm session %016x of this caller (ended, or the server restarted)", session_id));
+  }
+  return &it->second;
+}
+
+absl::Status ShmLeaseTable::CheckRoomLocked(const Session& session, uint64_t size) const {
+  const size_t held = session.leases.size() + session.reservations.size();
+  if (held >= limits_.max_leases_per_session) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "shm session holds %d leases and reservations, at max_shm_leases_per_session=%d; release some or use gRPC",
+        held, limits_.max_leases_per_session));
+  }
+  if (session.bytes + size > limits_.max_bytes_per_session) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("shm session holds %d bytes; %d more exceed max_shm_lease_bytes_per_session=%d; use gRPC",
+                        session.bytes, size, limits_.max_bytes_per_session));
+  }
+  if (bytes_ + size > limits_.max_bytes_total) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("shm sessions hold %d bytes; %d more exceed max_shm_lease_bytes=%d; use gRPC", bytes_, size,
+                        limits_.max_bytes_total));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ShmLeaseTable::Acquire(uint64_t session_id, const std::string& owner,
+                                                std::shared_ptr<const HostValue> value) {
+  const uint64_t size = value->size();
+  MutexLock lock(&mu_);
+  absl::StatusOr<Session*> found = FindLocked(session_id, owner);
+  if (!found.ok()) return found.status();
+  Session& session = **found;
+  if (absl::Status room = CheckRoomLocked(session, size); !room.ok()) return room;
+  uint64_t id = RandomId();
+  while (session.leases.contains(id) || session.reservations.contains(id)) id = RandomId();
+  session.leases.emplace(id, std::move(value));
+  session.bytes += size;
+  ++leases_;
+  bytes_ += size;
+  UpdateGaugesLocked();
+  return id;
+}
+
+absl::StatusOr<uint64_t> ShmLeaseTable::Reserve(uint64_t session_id, const std::string& owner,
+                                                Reservation reservation) {
+  const uint64_t size = reservation.writer->size();
+  MutexLock lock(&mu_);
+  absl::StatusOr<Session*> found = FindLocked(session_id, owner);
+  if (!found.ok()) return found.status();
+  Session& session = **found;
+  if (absl::Status room = CheckRoomLocked(session, size); !room.ok()) {
+    lock.Unlock();  // the refused writer's pages go back outside the lock
+    return room;
+  }
+  uint64_t id = RandomId();
+  while (session.leases.contains(id) || session.reservations.contains(id)) id = RandomId();
+  session.reservations.emplace(id, std::move(reservation));
+  session.bytes += size;
+  ++reservations_;
+  bytes_ += size;
+  UpdateGaugesLocked();
+  return id;
+}
+
+absl::StatusOr<ShmLeaseTable::Reservation> ShmLeaseTable::TakeReservation(uint64_t session_id,
+                                                                          const std::string& owner,
+                                                                          uint64_t reservation_id) {
+  MutexLock lock(&mu_);
+  absl::StatusOr<Session*> found = FindLocked(session_id, owner);
+  if (!found.ok()) return found.status();
+  Session& session = **found;
+  auto it = session.reservations.find(reservation_id);
+  if (it == session.reservations.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("shm session holds no reservation %016x (committed or abandoned)", reservation_id));
+  }
+  Reservation taken = std::move(it->second);
+  session.reservations.erase(it);
+  session.bytes -= taken.writer->size();
+  --reservations_;
+  bytes_ -= taken.writer->size();
+  UpdateGaugesLocked();
+  return taken;
+}
+
+bool ShmLeaseTable::Abandon(uint64_t session_id, uint64_t reservation_id) {
+  Reservation dropped;  // its pages go back after the lock
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return false;
+  Session& session = it->second;
+  auto r = session.reservations.find(reservation_id);
+  if (r == session.reservations.end()) return false;
+  dropped = std::move(r->second);
+  session.reservations.erase(r);
+  session.bytes -= dropped.writer->size();
+  --reservations_;
+  bytes_ -= dropped.writer->size();
+  UpdateGaugesLocked();
+  return true;
+}
+
+bool ShmLeaseTable::Release(uint64_t session_id, uint64_t lease_id) {
+  std::shared_ptr<const HostValue> released;  // dropped after the lock
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return false;
+  Session& session = it->second;
+  auto lease = session.leases.find(lease_id);
+  if (lease == session.leases.end()) return false;
+  released = std::move(lease->second);
+  session.leases.erase(lease);
+  session.bytes -= released->size();
+  --leases_;
+  bytes_ -= released->size();
+  UpdateGaugesLocked();
+  return true;
+}
+
+// Under the lock: a session's handler closes it (taking the lock) before its stream's
+// context goes away, so every cancel runs on a live context.
+void ShmLeaseTable::Shutdown() {
+  MutexLock lock(&mu_);
+  shut_down_ = true;
+  for (auto& [id, session] : sessions_) {
+    if (session.cancel) session.cancel();
+  }
+}
+
+ShmLeaseTable::Totals ShmLeaseTable::totals() const {
+  MutexLock lock(&mu_);
+  return Totals{sessions_.size(), leases_, reservations_, bytes_};
+}
+
+void ShmLeaseTable::UpdateGaugesLocked() {
+  if (metrics_ == nullptr) return;
+  metrics_->shm_sessions->Set(static_cast<double>(sessions_.size()));
+  metrics_->shm_leases->Set(static_cast<double>(leases_));
+  metrics_->shm_leased_bytes->Set(static_cast<double>(bytes_));
+}
+
+}  // namespace lazykv::cache

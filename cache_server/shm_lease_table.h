@@ -1,0 +1,120 @@
+// Read leases of the same-host transport (DESIGN.md section 5): a worker that maps the
+// host arena reads a chunk's pages in place, so the server must neither free nor reuse
+// them while it reads. A read lease holds the chunk's HostValue (whose pages go back to
+// the arena only when its last holder lets go: eviction and Delete drop the index entry,
+// never the pages under a reader) until the worker releases it or its session ends. A
+// session is one worker's ShmSession stream: when the stream ends (the worker closed
+// it, exited, or was killed), every lease taken under it is dropped at once.
+//
+// A session also holds its reservations: host pages a worker publishing on the same host
+// writes into before it commits them (a ChunkWriter, handed back to the store at commit;
+// dropped, and its pages freed, when abandoned or when the session ends).
+//
+// Bounds, so that no worker can pin the arena: leases and reservations, and their bytes,
+// per session, and their bytes over all sessions; past them Acquire and Reserve answer
+// RESOURCE_EXHAUSTED (the worker then reads or publishes the chunk over gRPC).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "cache_server/cache_metrics.h"
+#include "cache_server/host_arena.h"
+#include "cache_server/tiered_store.h"
+#include "common/chunk_key.h"
+#include "common/mutex.h"
+
+namespace lazykv::cache {
+
+struct ShmLeaseLimits {
+  uint32_t max_sessions = 64;
+  uint32_t max_leases_per_session = 256;
+  uint64_t max_bytes_per_session = 256ull << 20;
+  uint64_t max_bytes_total = 512ull << 20;
+};
+
+// Thread-safe: every method may be called from any thread (the sessions' handlers and
+// the ShmGet handlers). HostValues are dropped outside the table's lock.
+class ShmLeaseTable {
+ public:
+  // `metrics` (may be null) outlives the table; its shm gauges follow the table.
+  ShmLeaseTable(ShmLeaseLimits limits, CacheMetrics* metrics);
+  ~ShmLeaseTable();
+  ShmLeaseTable(const ShmLeaseTable&) = delete;
+  ShmLeaseTable& operator=(const ShmLeaseTable&) = delete;
+
+  const ShmLeaseLimits& limits() const { return limits_; }
+
+  // A new session of `owner` (the authenticated caller), under a fresh random id.
+  // `cancel` ends the session's stream: Shutdown calls it under the table's lock, so it
+  // must not call back into the table (ServerContext::TryCancel does not). RESOURCE_EXHAUSTED past
+  // max_sessions, UNAVAILABLE after Shutdown.
+  absl::StatusOr<uint64_t> OpenSession(const std::string& owner, std::function<void()> cancel);
+  // Ends the session: its leases are dropped. No effect for an unknown id.
+  void CloseSession(uint64_t session_id);
+
+  // A read lease on `value` under the session: a fresh random id. FAILED_PRECONDITION when
+  // the session is unknown or not `owner`'s; RESOURCE_EXHAUSTED past a bound.
+  absl::StatusOr<uint64_t> Acquire(uint64_t session_id, const std::string& owner,
+                                   std::shared_ptr<const HostValue> value);
+  // False when the session does not hold the lease (released already, or never).
+  bool Release(uint64_t session_id, uint64_t lease_id);
+
+  // Pages reserved for a same-host publication of `key` (under the worker's `lease_id`).
+  struct Reservation {
+    Hash128 key;
+    Hash128 model_fingerprint;
+    uint64_t lease_id = 0;
+    std::unique_ptr<ChunkWriter> writer;
+  };
+  // Holds the reservation under the session: a fresh random id. Errors as Acquire's (the
+  // refused writer is dropped, its pages freed).
+  absl::StatusOr<uint64_t> Reserve(uint64_t session_id, const std::string& owner, Reservation reservation);
+  // Hands the reservation back for its commit; FAILED_PRECONDITION when the session (of
+  // `owner`) does not hold it.
+  absl::StatusOr<Reservation> TakeReservation(uint64_t session_id, const std::string& owner, uint64_t reservation_id);
+  // Drops the reservation (its pages go back); false when the session does not hold it.
+  bool Abandon(uint64_t session_id, uint64_t reservation_id);
+
+  // Refuses new sessions and cancels every session's stream (their handlers then close
+  // them).
+  void Shutdown();
+
+  struct Totals {
+    uint64_t sessions = 0;
+    uint64_t leases = 0;
+    uint64_t reservations = 0;
+    uint64_t bytes = 0;  // of leases and reservations
+  };
+  Totals totals() const;
+
+ private:
+  struct Session {
+    std::string owner;
+    std::function<void()> cancel;
+    absl::flat_hash_map<uint64_t, std::shared_ptr<const HostValue>> leases;
+    absl::flat_hash_map<uint64_t, Reservation> reservations;
+    uint64_t bytes = 0;  // of both
+  };
+  // The session of `owner`, or FAILED_PRECONDITION.
+  absl::StatusOr<Session*> FindLocked(uint64_t session_id, const std::string& owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when `bytes` more fit the session's and the total bounds, and one more entry its count.
+  absl::Status CheckRoomLocked(const Session& session, uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ShmLeaseLimits limits_;
+  CacheMetrics* const metrics_;
+  mutable Mutex mu_;
+  absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  uint64_t leases_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reservations_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace lazykv::cache

@@ -1,0 +1,216 @@
+// Chunk-shared decode attention: the launcher (shared_decode_attention.h), the residual launch of
+// the per-sequence split kernel, and the combine of every partial state of a (sequence, head).
+#include <algorithm>
+#include <array>
+#include <atomic>
+
+#include "kernels/cuda/lazy_decode_kernels.cuh"
+#include "kernels/cuda/shared_decode_attention.h"
+#include "kernels/cuda/shared_decode_kernel.cuh"
+#include "kernels/cuda/softmax_merge.cuh"
+#include "kernels/cuda/split_combine.h"
+
+namespace lazykv::cuda {
+namespace {
+
+constexpr int kStages = 4;                              // K+V tiles of 32 tokens in flight per CTA, less one
+constexpr int kResidualWarps = 4, kResidualStages = 3;  // the per-sequence kernel's default
+constexpr int kMaxDevices = 64;
+constexpr int kCombineWarps = 4;
+
+// Raises a kernel's dynamic shared-memory limit once per device (what the launch needs).
+template <typename Kernel>
+void AllowSmem(Kernel* kernel, size_t bytes, std::array<std::atomic<bool>, kMaxDevices>& done) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) device = 0;
+  if (done[device].load(std::memory_order_relaxed)) return;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) ==
+      cudaSuccess) {
+    done[device].store(true, std::memory_order_relaxed);
+  }
+}
+
+template <int HD, int MIN_CTAS, bool SPLIT_S, bool TSPLIT>
+void LaunchSharedWith(const SharedDecodeParams& p, int group, cudaStream_t stream) {
+  using Shape = shared_decode::SharedShape<HD, kStages>;
+  static std::array<std::atomic<bool>, kMaxDevices> done{};
+  auto* kernel = &shared_decode::SharedDecodeKernel<HD, kStages, MIN_CTAS, SPLIT_S, TSPLIT>;
+  AllowSmem(kernel, Shape::kSmemBytes, done);
+  const unsigned ctas = static_cast<unsigned>(p.num_items) * p.base.kv.n_kv_heads;
+  kernel<<<ctas, shared_decode::kSThreads, Shape::kSmemBytes, stream>>>(p, group);
+}
+
+// The variants (shared_decode_attention.h; the kernel's template parameters): CTAs per SM the
+// registers must allow, split score accumulators, token halves for small row counts.
+struct SharedVariant {
+  void (*launch)(const SharedDecodeParams&, int, cudaStream_t);
+  void (*launch64)(const SharedDecodeParams&, int, cudaStream_t);
+  const char* name;
+};
+template <int MIN_CTAS, bool SPLIT_S, bool TSPLIT>
+constexpr SharedVariant Variant(const char* name) {
+  return {&LaunchSharedWith<128, MIN_CTAS, SPLIT_S, TSPLIT>, &LaunchSharedWith<64, MIN_CTAS, SPLIT_S, TSPLIT>, name};
+}
+// Measured on the H200 (bench/results/shared_decode_2026-11-25.md): the default is fastest or
+// tied at batch 32/64/128; 3 CTAs per SM (registers capped at 168, spilling) was 5-25% slower
+// and is gone.
+constexpr SharedVariant kVariants[kSharedKernelVariants] = {
+    Variant<2, true, true>("2 CTAs/SM, split S, token halves"),
+    Variant<2, false, false>("2 CTAs/SM, one S chain"),
+    Variant<2, true, false>("2 CTAs/SM, split S"),
+};
+
+void LaunchShared(const SharedDecodeParams& p, int group, cudaStream_t stream) {
+  const SharedVariant& v =
+      kVariants[p.kernel_variant >= 0 && p.kernel_variant < kSharedKernelVariants ? p.kernel_variant : 0];
+  (p.base.kv.head_dim == 64 ? v.launch64 : v.launch)(p, group, stream);
+}
+
+template <int HD, int GP>
+void LaunchResidualFor(const DecodeAttentionParams& r, int splits, int entries_per_split, cudaStream_t stream) {
+  using Shape = DecodeShape<HD, GP, kResidualWarps, kResidualStages>;
+  static std::array<std::atomic<bool>, kMaxDevices> done{};
+  auto* kernel = &DecodeSplitKernel<HD, GP, kResidualWarps, kResidualStages>;
+  AllowSmem(kernel, Shape::kSmemBytes, done);
+  const unsigned ctas = static_cast<unsigned>(r.num_seqs) * splits * r.kv.n_kv_heads;
+  kernel<<<ctas, kResidualWarps * 32, Shape::kSmemBytes, stream>>>(r, splits, entries_per_split);
+}
+
+template <int HD>
+void LaunchResidualHd(const DecodeAttentionParams& r, int group, int splits, int eps, cudaStream_t stream) {
+  if (group <= 1) return LaunchResidualFor<HD, 1>(r, splits, eps, stream);
+  if (group <= 2) return LaunchResidualFor<HD, 2>(r, splits, eps, stream);
+  if (group <= 4) return LaunchResidualFor<HD, 4>(r, splits, eps, stream);
+  return LaunchResidualFor<HD, 8>(r, splits, eps, stream);
+}
+
+// One warp per (sequence, head) pair: merges the pair's shared parts (shared_parts[seq] of
+// max_parts slots) and its residual splits (all res_splits of them; an empty one has l = 0).
+// State j (shared parts first, then residual splits) is read by lane j % 32 for its max and
+// weight; the weights are broadcast and every lane sums its dimensions over the states.
+__global__ void __launch_bounds__(kCombineWarps * 32)
+    SharedCombineKernel(const float* shared_ws, const float* residual_ws, const int32_t* shared_parts, float* out,
+                        int pairs, int n_heads, int max_parts, int res_splits, int hd) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int pair = blockIdx.x * kCombineWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (pair >= pairs) return;
+  const int parts = shared_parts[pair / n_heads], states = parts + res_splits;
+  const SplitPartials<const float> s = SplitPartialsIn(shared_ws, static_cast<size_t>(pairs), max_parts);
+  const SplitPartials<const float> r = SplitPartialsIn(residual_ws, static_cast<size_t>(pairs), res_splits);
+  const size_t s0 = SplitStateIndex(pair, 0, max_parts), r0 = SplitStateIndex(pair, 0, res_splits);
+  // State j's max, sum and accumulator.
+  const auto m_of = [&](int j) { return j < parts ? s.m + s0 + j : r.m + r0 + (j - parts); };
+  const auto l_of = [&](int j) { return j < parts ? s.l[s0 + j] : r.l[r0 + (j - parts)]; };
+  const auto acc_of = [&](int j) { return j < parts ? s.acc + (s0 + j) * hd : r.acc + (r0 + j - parts) * hd; };
+  float m = -INFINITY;
+  for (int j = lane; j < states; j += 32) m = MergeMax(m, m_of(j), l_of(j));
+#pragma unroll
+  for (int mask = 16; mask > 0; mask /= 2) m = fmaxf(m, __shfl_xor_sync(kAll, m, mask));
+  constexpr int kMaxPerLane = 128 / 32;
+  float acc[kMaxPerLane] = {0.0f, 0.0f, 0.0f, 0.0f}, l = 0.0f;
+  for (int first = 0; first < states; first += 32) {
+    const int j = first + lane;
+    float w = 0.0f;
+    if (j < states) {
+      const float lj = l_of(j);
+      w = MergeWeight(m_of(j), lj, m);
+      l += w * lj;
+    }
+    const int count = min(32, states - first);
+#pragma unroll 4
+    for (int i = 0; i < count; ++i) {
+      const float wi = __shfl_sync(kAll, w, i);
+      const float* a = acc_of(first + i);
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        const int d = lane + 32 * k;
+        acc[k] += d < hd && wi > 0.0f ? wi * a[d] : 0.0f;  // an empty state's acc is never read
+      }
+    }
+  }
+#pragma unroll
+  for (int mask = 16; mask > 0; mask /= 2) l += __shfl_xor_sync(kAll, l, mask);
+#pragma unroll
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    if (lane + 32 * k < hd) out[static_cast<size_t>(pair) * hd + lane + 32 * k] = MergedOutput(acc[k], l);
+  }
+}
+
+size_t SharedWorkspaceFloats(const SharedDecodeParams& p) {
+  return SplitWorkspaceBytes(static_cast<size_t>(p.base.num_seqs) * p.base.n_heads, p.max_shared_parts,
+                             p.base.kv.head_dim) /
+         sizeof(float);
+}
+
+}  // namespace
+
+const char* SharedKernelVariantName(int variant) {
+  return kVariants[variant >= 0 && variant < kSharedKernelVariants ? variant : 0].name;
+}
+
+SharedDecodePlanOptions SharedDecodeOptionsFor(int n_heads, int n_kv_heads, int block_size) {
+  // Measured at batch 32/64/128 (bench/results/shared_decode_2026-11-25.md): items of a whole
+  // 512-token document beat 256 (fewer CTAs, prologues and partial states). Solo items were 4%
+  // faster at batch 64 and within noise at 32 and 128, but were not measured where little is
+  // shared (most of the KV would then go through the shared kernel, built for many rows): off.
+  const int group = n_kv_heads > 0 ? std::max(1, n_heads / n_kv_heads) : 1;
+  SharedDecodePlanOptions o;
+  o.max_members = std::max(3, std::min(16, kSharedMaxRows / group));
+  o.max_entries_per_item = std::clamp(512 / std::max(1, block_size), 1, kSharedMaxEntries);
+  o.solo_items = false;
+  return o;
+}
+
+int SharedResidualSplits(const SharedDecodeParams& p) {
+  if (p.max_residual_entries <= 0) return 0;
+  if (p.residual_splits > 0) return std::max(2, std::min(p.residual_splits, 1024));
+  // As the per-sequence kernel would split the residual table, but at least 2: with one split
+  // that kernel writes its normalized output, not the partial state the combine needs.
+  DecodeAttentionParams r = p.base;
+  r.max_entries_per_seq = p.max_residual_entries;
+  r.num_splits = 0;
+  return std::max(2, ChooseDecodeSplits(r));
+}
+
+size_t SharedDecodeWorkspaceBytes(const SharedDecodeParams& p) {
+  return SharedWorkspaceFloats(p) * sizeof(float) +
+         SplitWorkspaceBytes(static_cast<size_t>(p.base.num_seqs) * p.base.n_heads, SharedResidualSplits(p),
+                             p.base.kv.head_dim);
+}
+
+cudaError_t LaunchSharedDecodeAttention(const SharedDecodeParams& p, cudaStream_t stream) {
+  const DecodeAttentionParams& b = p.base;
+  const int group = b.kv.n_kv_heads > 0 ? b.n_heads / b.kv.n_kv_heads : 0;
+  if (b.num_seqs <= 0 || b.kv.n_kv_heads <= 0 || b.n_heads % b.kv.n_kv_heads != 0 || group < 1 || group > kMaxGroup ||
+      (b.kv.head_dim != 64 && b.kv.head_dim != 128) || b.kv.block_size <= 0 || b.kv.element != Element::kBf16 ||
+      p.workspace == nullptr || b.out == nullptr || p.num_items < 0 ||
+      (p.num_items > 0 && (p.items == nullptr || p.members == nullptr || p.max_shared_parts <= 0)) ||
+      p.shared_parts == nullptr || p.res_offsets == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.num_items > 0) LaunchShared(p, group, stream);
+  const int res_splits = SharedResidualSplits(p);
+  float* residual_ws = p.workspace + SharedWorkspaceFloats(p);
+  if (res_splits > 0) {
+    DecodeAttentionParams r = b;
+    r.kv.block_ids = p.res_block_ids;
+    r.kv.block_tokens = p.res_block_tokens;
+    r.kv.block_deltas = p.res_block_deltas;
+    r.kv.block_starts = p.res_block_starts;
+    r.kv.table_offsets = p.res_offsets;
+    r.max_entries_per_seq = p.max_residual_entries;
+    r.workspace = residual_ws;
+    const int eps = std::max(1, (p.max_residual_entries + res_splits - 1) / res_splits);
+    if (b.kv.head_dim == 64) {
+      LaunchResidualHd<64>(r, group, res_splits, eps, stream);
+    } else {
+      LaunchResidualHd<128>(r, group, res_splits, eps, stream);
+    }
+  }
+  const int pairs = b.num_seqs * b.n_heads;
+  SharedCombineKernel<<<(pairs + kCombineWarps - 1) / kCombineWarps, kCombineWarps * 32, 0, stream>>>(
+      p.workspace, residual_ws, p.shared_parts, b.out, pairs, b.n_heads, p.max_shared_parts, res_splits, b.kv.head_dim);
+  return cudaGetLastError();
+}
+
+}  // namespace lazykv::cuda

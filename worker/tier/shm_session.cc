@@ -1,0 +1,158 @@
+#include "worker/tier/shm_session.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_format.h"
+#include "common/grpc_util.h"
+
+namespace lazykv {
+namespace {
+
+// Keeps a leased chunk's bytes valid (the mapping) and releases the lease when the last
+// copy of them goes.
+struct LeasedBytes {
+  std::shared_ptr<ShmClientSession> session;
+  uint64_t lease_id = 0;
+  ~LeasedBytes() { session->Release(lease_id); }
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<ShmClientSession>> ShmClientSession::Open(std::shared_ptr<grpc::Channel> channel,
+                                                                         const std::string& holder,
+                                                                         std::chrono::microseconds deadline,
+                                                                         const HostPinner* pinner) {
+  std::shared_ptr<ShmClientSession> session(new ShmClientSession());
+  session->stub_ = v1::KvCache::NewStub(channel);
+  session->thread_ = std::thread([s = session.get(), holder] { s->Run(holder); });
+  v1::ShmSessionResponse answer;
+  {
+    MutexLock lock(&session->mu_);
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    while (!session->opened_) {
+      if (!session->changed_.WaitUntil(&session->mu_, until)) break;
+    }
+    if (!session->opened_) {
+      lock.Unlock();
+      return absl::DeadlineExceededError(
+          absl::StrFormat("shm session: no answer within %.1f ms", deadline.count() / 1000.0));
+      // The destructor cancels the stream and joins the thread.
+    }
+    if (!session->open_status_.ok()) return FromGrpcStatus(session->open_status_);
+    answer = session->answer_;
+  }
+  auto mapping = ShmArenaMapping::Map(ShmArenaIdentity{.server_pid = answer.server_pid(),
+                                                       .arena_fd = answer.arena_fd(),
+                                                       .arena_bytes = answer.arena_bytes(),
+                                                       .page_bytes = answer.page_bytes(),
+                                                       .dev = answer.arena_dev(),
+                                                       .ino = answer.arena_ino(),
+                                                       .boot_id = answer.boot_id()},
+                                      pinner);
+  if (!mapping.ok()) return mapping.status();
+  session->mapping_ = *std::move(mapping);
+  session->id_ = answer.session_id();
+  return session;
+}
+
+void ShmClientSession::Run(std::string holder) {
+  stream_ = stub_->ShmSession(&context_);
+  v1::ShmSessionRequest hello;
+  hello.set_holder(std::move(holder));
+  v1::ShmSessionResponse answer;
+  const bool answered = stream_->Write(hello) && stream_->Read(&answer);
+  {
+    MutexLock lock(&mu_);
+    opened_ = true;
+    alive_ = answered;
+    if (answered) {
+      answer_ = answer;
+    } else {
+      lock.Unlock();
+      const grpc::Status status = stream_->Finish();  // why the server ended it
+      finished_ = true;
+      lock.Lock();
+      open_status_ = status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "shm session ended at once") : status;
+    }
+  }
+  changed_.SignalAll();
+  if (!answered) return;
+  MutexLock lock(&mu_);
+  while (true) {
+    while (!stopping_ && pending_.empty() && abandoned_.empty()) changed_.Wait(&mu_);
+    if (pending_.empty() && abandoned_.empty()) break;  // stopping, nothing left to send
+    v1::ShmSessionRequest release;
+    for (uint64_t id : pending_) release.add_release(id);
+    for (uint64_t id : abandoned_) release.add_abandon(id);
+    pending_.clear();
+    abandoned_.clear();
+    lock.Unlock();
+    const bool sent = stream_->Write(release);
+    lock.Lock();
+    if (!sent) {
+      alive_ = false;  // the server is gone: its leases died with the stream
+      pending_.clear();
+      abandoned_.clear();
+      while (!stopping_) changed_.Wait(&mu_);
+      break;
+    }
+  }
+}
+
+ShmClientSession::~ShmClientSession() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  changed_.SignalAll();
+  // A hung server must not hold this up: cancelling ends the stream on both sides (the
+  // server then drops any lease still held).
+  context_.TryCancel();
+  if (thread_.joinable()) thread_.join();
+  if (stream_ != nullptr && !finished_) (void)stream_->Finish();  // CANCELLED, at once
+}
+
+bool ShmClientSession::alive() const {
+  MutexLock lock(&mu_);
+  return alive_;
+}
+
+uint64_t ShmClientSession::leases_held() const {
+  MutexLock lock(&mu_);
+  return held_;
+}
+
+absl::StatusOr<ChunkBytes> ShmClientSession::Adopt(const v1::ShmGetResponse& answer) {
+  {
+    MutexLock lock(&mu_);
+    ++held_;
+  }
+  // Built in place: a temporary LeasedBytes would release the lease as it goes.
+  std::shared_ptr<const LeasedBytes> owner(new LeasedBytes{shared_from_this(), answer.lease_id()});
+  auto pieces = mapping_->Pieces(std::span<const uint32_t>(answer.pages().data(), answer.pages_size()),
+                                 answer.stored_bytes());
+  if (!pieces.ok()) return pieces.status();  // `owner` releases the lease
+  return ChunkBytes(*std::move(pieces), std::move(owner));
+}
+
+void ShmClientSession::Release(uint64_t lease_id) {
+  {
+    MutexLock lock(&mu_);
+    --held_;
+    if (!alive_) return;
+    pending_.push_back(lease_id);
+  }
+  changed_.Signal();
+}
+
+void ShmClientSession::Abandon(uint64_t reservation_id) {
+  {
+    MutexLock lock(&mu_);
+    if (!alive_) return;
+    abandoned_.push_back(reservation_id);
+  }
+  changed_.Signal();
+}
+
+}  // namespace lazykv

@@ -1,0 +1,84 @@
+// A worker's same-host session with one cache server (DESIGN.md section 5): the
+// ShmSession stream it holds open, the server's host arena mapped read-only
+// (shm_arena_mapping.h), and the read leases it holds. A chunk fetched over it is handed
+// out as pieces of the mapping (no copy) whose owner releases the lease when the last
+// copy of those bytes goes; the release is queued and sent on the stream by the
+// session's own thread, so no caller ever waits on the network for it. When the session
+// ends (this object goes, the worker exits or is killed), the server drops every lease
+// taken under it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/chunk_bytes.h"
+#include "common/mutex.h"
+#include "proto/kvcache.grpc.pb.h"
+#include "worker/tier/shm_arena_mapping.h"
+
+namespace lazykv {
+
+// Thread-safe: Adopt and Release may be called from any thread. Kept alive by the chunk
+// bytes it handed out, so it may outlive whoever opened it.
+class ShmClientSession : public std::enable_shared_from_this<ShmClientSession> {
+ public:
+  // Opens a session on `channel` (the server's answer within `deadline`) and maps the
+  // arena. FAILED_PRECONDITION when the server has no shared arena or it cannot be mapped
+  // from here (another host: use gRPC); DEADLINE_EXCEEDED or the call's error otherwise.
+  // `pinner` (may be null) page-locks the mapping (shm_arena_mapping.h).
+  static absl::StatusOr<std::shared_ptr<ShmClientSession>> Open(std::shared_ptr<grpc::Channel> channel,
+                                                                const std::string& holder,
+                                                                std::chrono::microseconds deadline,
+                                                                const HostPinner* pinner = nullptr);
+  ~ShmClientSession();  // ends the stream: the server drops what is still leased
+  ShmClientSession(const ShmClientSession&) = delete;
+  ShmClientSession& operator=(const ShmClientSession&) = delete;
+
+  uint64_t id() const { return id_; }
+  const ShmArenaMapping& mapping() const { return *mapping_; }
+  // False once sending on the stream failed (the server went away or restarted).
+  bool alive() const;
+  uint64_t leases_held() const;
+
+  // The chunk that `answer` leases, as pieces of the mapping; the lease is released when
+  // the last copy of the returned bytes goes. INVALID_ARGUMENT for an answer that does
+  // not fit the arena (the lease is released at once).
+  absl::StatusOr<ChunkBytes> Adopt(const v1::ShmGetResponse& answer);
+  // Queues the lease's release (sent by the session's thread).
+  void Release(uint64_t lease_id);
+  // Queues the drop of a reservation that will not be committed (sent likewise).
+  void Abandon(uint64_t reservation_id);
+
+ private:
+  ShmClientSession() = default;
+  // Opens the stream and waits for the server's answer; then sends queued releases
+  // until stopped or a write fails.
+  void Run(std::string holder);
+
+  std::unique_ptr<v1::KvCache::Stub> stub_;
+  grpc::ClientContext context_;
+  // Written by the session's thread only; read by the destructor after joining it.
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ShmSessionRequest, v1::ShmSessionResponse>> stream_;
+  bool finished_ = false;  // Finish was called
+  uint64_t id_ = 0;
+  std::shared_ptr<const ShmArenaMapping> mapping_;
+
+  mutable Mutex mu_;
+  CondVar changed_;  // opened, releases queued, or stopping
+  bool opened_ ABSL_GUARDED_BY(mu_) = false;  // the answer arrived, or the stream failed
+  v1::ShmSessionResponse answer_ ABSL_GUARDED_BY(mu_);
+  grpc::Status open_status_ ABSL_GUARDED_BY(mu_);
+  bool alive_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<uint64_t> pending_ ABSL_GUARDED_BY(mu_);    // releases not yet sent
+  std::vector<uint64_t> abandoned_ ABSL_GUARDED_BY(mu_);  // abandoned reservations not yet sent
+  uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+}  // namespace lazykv

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "bench/random_chunk_payload.h"
 #include "common/byte_size.h"
 #include "common/child_process.h"
 #include "common/chunk_codec.h"
@@ -32,14 +33,8 @@ double Seconds(Clock::time_point since) { return std::chrono::duration<double>(C
 
 // Stored chunks of `payload_bytes` sharing one random payload, each under its own key.
 std::vector<std::string> MakeChunks(size_t count, size_t payload_bytes, uint64_t& rng) {
-  ChunkLayout layout{
-      .num_layers = 1, .n_kv_heads = 8, .head_dim = 128, .num_tokens = 0, .anchor_tokens = 1, .dtype = KvDtype::kBf16};
-  layout.num_tokens = static_cast<uint32_t>(payload_bytes / (2 * layout.row_bytes()));
-  std::string payload(layout.payload_bytes(), '\0');
-  for (size_t i = 0; i + 8 <= payload.size(); i += 8) {
-    const uint64_t word = SplitMix64(rng);
-    std::memcpy(payload.data() + i, &word, 8);
-  }
+  const ChunkLayout layout = bench::BenchLayout(payload_bytes);
+  const std::string payload = bench::RandomPayload(layout, rng);
   const Hash128 fingerprint{1, 2};
   ChunkHeader header = MakeChunkHeader(Hash128{}, fingerprint, layout, payload);
   std::vector<std::string> chunks;

@@ -1,11 +1,13 @@
 // Shared by the GPU benchmarks: fail-fast CUDA calls, uploads, and median event timing.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -85,6 +87,43 @@ std::pair<float, float> AlternatedMedianMs(FnA&& fn_a, FnB&& fn_b, int reps = 40
   for (auto& ev : e) CHECK_CUDA(cudaEventDestroy(ev));
   for (auto& t : times) std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
   return {times[0][reps / 2], times[1][reps / 2]};
+}
+
+// Median time of one launch, from `replays` graph replays of 10 launches (no launch gaps).
+template <typename Launch>
+float GraphMedianMs(Launch&& launch, int replays = 20) {
+  constexpr int kPerGraph = 10;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  launch(stream);
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kPerGraph; ++i) launch(stream);
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const float ms = MedianMs([&] { cudaGraphLaunch(exec, stream); }, replays, stream) / kPerGraph;
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return ms;
+}
+
+// Fills a bf16 pool with random normal values: a 32 MB random block (drawn once per
+// process) copied over the pool.
+inline void FillRandomBf16(void* pool, size_t elems, std::mt19937& rng) {
+  static std::vector<__nv_bfloat16> block;
+  if (block.empty()) {
+    block.resize(size_t{16} << 20);
+    std::normal_distribution<float> dist;
+    for (auto& x : block) x = __float2bfloat16(dist(rng));
+  }
+  auto* dst = static_cast<__nv_bfloat16*>(pool);
+  for (size_t done = 0; done < elems; done += block.size()) {
+    const size_t n = std::min(block.size(), elems - done);
+    CHECK_CUDA(cudaMemcpy(dst + done, block.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  }
 }
 
 }  // namespace lazykv::bench

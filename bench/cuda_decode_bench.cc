@@ -28,44 +28,10 @@
 
 namespace {
 
+using lazykv::bench::FillRandomBf16;
+using lazykv::bench::GraphMedianMs;
 using lazykv::bench::MedianMs;
 using lazykv::bench::Upload;
-
-// Median time of one launch, from graph replays of 10 launches (no launch gaps).
-template <typename Launch>
-float GraphMedianMs(Launch&& launch) {
-  constexpr int kPerGraph = 10;
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  launch(stream);
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kPerGraph; ++i) launch(stream);
-  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  const float ms = MedianMs([&] { cudaGraphLaunch(exec, stream); }, 20, stream) / kPerGraph;
-  CHECK_CUDA(cudaGraphExecDestroy(exec));
-  CHECK_CUDA(cudaGraphDestroy(graph));
-  CHECK_CUDA(cudaStreamDestroy(stream));
-  return ms;
-}
-
-// Fills a bf16 pool with random normal values: a 32 MB random block copied over the pool.
-void FillRandom(void* pool, size_t elems, std::mt19937& rng) {
-  static std::vector<__nv_bfloat16> block;
-  if (block.empty()) {
-    block.resize(size_t{16} << 20);
-    std::normal_distribution<float> dist;
-    for (auto& x : block) x = __float2bfloat16(dist(rng));
-  }
-  auto* dst = static_cast<__nv_bfloat16*>(pool);
-  for (size_t done = 0; done < elems; done += block.size()) {
-    const size_t n = std::min(block.size(), elems - done);
-    CHECK_CUDA(cudaMemcpy(dst + done, block.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
-  }
-}
 
 }  // namespace
 
@@ -127,8 +93,8 @@ int main(int argc, char** argv) {
     void *k, *v;
     CHECK_CUDA(cudaMalloc(&k, pool_elems * 2));
     CHECK_CUDA(cudaMalloc(&v, pool_elems * 2));
-    FillRandom(k, pool_elems, rng);
-    FillRandom(v, pool_elems, rng);
+    FillRandomBf16(k, pool_elems, rng);
+    FillRandomBf16(v, pool_elems, rng);
     std::vector<int32_t> ids, tokens, lazy_deltas, zero_deltas, starts, offsets = {0}, positions;
     for (int s = 0; s < batch; ++s) {
       // Each document lands at a random offset: one delta per 512-token document.

@@ -38,43 +38,13 @@
 namespace {
 
 using lazykv::bench::AlternatedMedianMs;
+using lazykv::bench::FillRandomBf16;
+using lazykv::bench::GraphMedianMs;
 using lazykv::bench::MedianMs;
 using lazykv::bench::Upload;
 
 constexpr int kHeads = 32, kKvHeads = 8, kHd = 128, kBlock = 16, kDocTokens = 512;
 constexpr double kTokenBytes = 2.0 * kKvHeads * kHd * 2;  // K and V, bf16, all KV heads
-
-// Median time of one call, from graph replays of 10 calls (no launch gaps).
-template <typename Launch>
-float GraphMedianMs(Launch&& launch) {
-  constexpr int kPerGraph = 10;
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  launch(stream);
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kPerGraph; ++i) launch(stream);
-  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  const float ms = MedianMs([&] { cudaGraphLaunch(exec, stream); }, 30, stream) / kPerGraph;
-  CHECK_CUDA(cudaGraphExecDestroy(exec));
-  CHECK_CUDA(cudaGraphDestroy(graph));
-  CHECK_CUDA(cudaStreamDestroy(stream));
-  return ms;
-}
-
-void FillRandom(void* pool, size_t elems, std::mt19937& rng) {
-  std::vector<__nv_bfloat16> block(size_t{8} << 20);
-  std::normal_distribution<float> dist;
-  for (auto& x : block) x = __float2bfloat16(dist(rng));
-  auto* dst = static_cast<__nv_bfloat16*>(pool);
-  for (size_t done = 0; done < elems; done += block.size()) {
-    const size_t n = std::min(block.size(), elems - done);
-    CHECK_CUDA(cudaMemcpy(dst + done, block.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
-  }
-}
 
 struct Config {
   int batch, docs, catalogue;
@@ -196,8 +166,8 @@ void RunConfig(const Config& c, const double* inv_freq, std::mt19937& rng) {
   void *k, *v;
   CHECK_CUDA(cudaMalloc(&k, pool_elems * 2));
   CHECK_CUDA(cudaMalloc(&v, pool_elems * 2));
-  FillRandom(k, pool_elems, rng);
-  FillRandom(v, pool_elems, rng);
+  FillRandomBf16(k, pool_elems, rng);
+  FillRandomBf16(v, pool_elems, rng);
   std::vector<float> q(static_cast<size_t>(c.batch) * kHeads * kHd);
   std::normal_distribution<float> dist;
   for (float& x : q) x = dist(rng);
@@ -236,8 +206,8 @@ void RunConfig(const Config& c, const double* inv_freq, std::mt19937& rng) {
 
   const auto [per_seq_ms, shared_ms] = AlternatedMedianMs([&] { cuda::LaunchLazyDecodeAttention(base, nullptr); },
                                                           [&] { cuda::LaunchSharedDecodeAttention(p, nullptr); }, 100);
-  const float per_seq_graph = GraphMedianMs([&](cudaStream_t s) { cuda::LaunchLazyDecodeAttention(base, s); });
-  const float shared_graph = GraphMedianMs([&](cudaStream_t s) { cuda::LaunchSharedDecodeAttention(p, s); });
+  const float per_seq_graph = GraphMedianMs([&](cudaStream_t s) { cuda::LaunchLazyDecodeAttention(base, s); }, 30);
+  const float shared_graph = GraphMedianMs([&](cudaStream_t s) { cuda::LaunchSharedDecodeAttention(p, s); }, 30);
   CHECK_CUDA(cudaGetLastError());
 
   const double per_seq_bytes = total_tokens * kTokenBytes;
@@ -287,7 +257,7 @@ void RunConfig(const Config& c, const double* inv_freq, std::mt19937& rng) {
       CHECK_CUDA(cuda::LaunchSharedDecodeAttention(vp, nullptr));
       CHECK_CUDA(cudaDeviceSynchronize());
       const double diff = MaxRelDiff(base.out, shared_out, q.size());
-      const float ms = GraphMedianMs([&](cudaStream_t st) { cuda::LaunchSharedDecodeAttention(vp, st); });
+      const float ms = GraphMedianMs([&](cudaStream_t st) { cuda::LaunchSharedDecodeAttention(vp, st); }, 30);
       int64_t vres_tokens = 0;
       for (int32_t t : vplan.res_block_tokens) vres_tokens += t;
       const double bytes = (vplan.item_tokens + vres_tokens) * kTokenBytes;

@@ -23,6 +23,7 @@
 #include "common/chunk_codec.h"
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
+#include "bench/random_chunk_payload.h"
 #include "common/splitmix64.h"
 #include "worker/tier/remote_chunk_tier.h"
 
@@ -35,14 +36,8 @@ double Seconds(Clock::time_point since) { return std::chrono::duration<double>(C
 
 // A stored chunk of about `payload_bytes` of random bf16 KV under a random key.
 std::string MakeChunk(size_t payload_bytes, uint64_t& rng) {
-  ChunkLayout layout{
-      .num_layers = 1, .n_kv_heads = 8, .head_dim = 128, .num_tokens = 0, .anchor_tokens = 1, .dtype = KvDtype::kBf16};
-  layout.num_tokens = static_cast<uint32_t>(payload_bytes / (2 * layout.row_bytes()));
-  std::string payload(layout.payload_bytes(), '\0');
-  for (size_t i = 0; i + 8 <= payload.size(); i += 8) {
-    const uint64_t word = SplitMix64(rng);
-    std::memcpy(payload.data() + i, &word, 8);
-  }
+  const ChunkLayout layout = bench::BenchLayout(payload_bytes);
+  const std::string payload = bench::RandomPayload(layout, rng);
   return EncodeChunk(MakeChunkHeader(Hash128{SplitMix64(rng), SplitMix64(rng)}, Hash128{1, 2}, layout, payload),
                      payload);
 }

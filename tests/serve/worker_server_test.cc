@@ -475,6 +475,18 @@ TEST(WorkerServerTest, TwoWorkersSharingACacheServerComputeEachDocumentOnce) {
   // computed, the other fetched from the cache server.
   EXPECT_EQ(computed, distinct_doc_tokens);
   EXPECT_GT(remote, 0);
+  // Both workers run beside the cache server: what they fetched came through its shared
+  // memory (the transport the worker picks by itself), and each says so in its metrics.
+  double shm_bytes = 0, sessions = 0;
+  for (auto& worker : workers) {
+    const std::string page = MetricsWhenIdle(*worker);
+    EXPECT_EQ(Metric(page, "lazykv_worker_tier_fetched_bytes_total{transport=\"grpc\"}"), 0);
+    EXPECT_LE(Metric(page, "lazykv_worker_tier_shm_sessions"), 1);
+    sessions += Metric(page, "lazykv_worker_tier_shm_sessions");
+    shm_bytes += Metric(page, "lazykv_worker_tier_fetched_bytes_total{transport=\"shm\"}");
+  }
+  EXPECT_GE(sessions, 1);
+  EXPECT_GT(shm_bytes, 0);
   for (auto& worker : workers) EXPECT_EQ(worker->Stop(SIGTERM), 0);
 }
 

@@ -148,6 +148,7 @@ class ChunkPipeline {
   FetchCostModel& cost_model() { return cost_; }
   const LeaseKeeper& lease_keeper() const { return lease_keeper_; }
   ChunkTier& tier() { return *tier_; }
+  const ChunkTier& tier() const { return *tier_; }
 
  private:
   void RunLookup(const std::vector<ChunkRequest>& chunks) ABSL_LOCKS_EXCLUDED(mu_);

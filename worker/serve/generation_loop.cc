@@ -111,7 +111,10 @@ void GenerationLoop::Run() {
     const int ran = engine_->HasWork() ? engine_->Step(&events) : 0;
     Dispatch(events);
     metrics_->SetEngineState(engine_->stats());
-    if (const ChunkPipeline* pipeline = engine_->pipeline()) metrics_->ObservePipeline(pipeline->stats());
+    if (const ChunkPipeline* pipeline = engine_->pipeline()) {
+      metrics_->ObservePipeline(pipeline->stats());
+      metrics_->ObserveTransports(pipeline->tier().transport_stats());
+    }
     if (stopping && !engine_->HasWork()) return;
     // Nothing runnable: the work waits on the cache tier (new requests still wake us
     // within a few milliseconds).

@@ -1,5 +1,7 @@
 #include "worker/serve/worker_metrics.h"
 
+#include <tuple>
+
 namespace lazykv {
 namespace {
 
@@ -79,6 +81,24 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
       Counter("lazykv_worker_chunk_publish_failures_total", "Publications the cache tier refused or lost", r);
   publications_dropped_ = Counter("lazykv_worker_publications_dropped_total",
                                   "Publications dropped because the publication budget was full (never waited for)", r);
+  for (const auto& [transport, chunks, bytes] :
+       {std::tuple{"grpc", &fetched_chunks_grpc_, &fetched_bytes_grpc_},
+        std::tuple{"shm", &fetched_chunks_shm_, &fetched_bytes_shm_}}) {
+    *chunks = Counter("lazykv_worker_tier_fetched_chunks_total",
+                      "Chunks fetched from cache servers, by transport (shm: a server on this host, in place)", r,
+                      {{"transport", transport}});
+    *bytes = Counter("lazykv_worker_tier_fetched_bytes_total", "Stored chunk bytes fetched from cache servers, by transport",
+                     r, {{"transport", transport}});
+  }
+  published_chunks_shm_ = Counter("lazykv_worker_tier_published_chunks_total",
+                                  "Chunks published to a cache server written in place in its shared memory", r,
+                                  {{"transport", "shm"}});
+  published_bytes_shm_ = Counter("lazykv_worker_tier_published_bytes_total",
+                                 "Stored chunk bytes published in place in a cache server's shared memory", r,
+                                 {{"transport", "shm"}});
+  shm_fallbacks_ = Counter("lazykv_worker_tier_shm_fallbacks_total",
+                           "Fetches tried over shared memory and served over gRPC instead (a lease bound, no room)", r);
+  shm_sessions_ = Gauge("lazykv_worker_tier_shm_sessions", "Same-host sessions with cache servers open now", r);
   lease_waits_ = Counter("lazykv_worker_lease_waits_total", "Chunks waited for while another worker computed them", r);
   publish_bytes_in_flight_ =
       Gauge("lazykv_worker_publish_bytes_in_flight", "Captured chunk bytes not yet published (the budget's use)", r);
@@ -128,6 +148,22 @@ void WorkerMetrics::ObservePipeline(const ChunkPipelineStats& s) {
   add(lease_waits_, s.lease_waits, last.lease_waits);
   publish_bytes_in_flight_->Set(static_cast<double>(s.publish_bytes_in_flight));
   last_pipeline_ = s;
+}
+
+void WorkerMetrics::ObserveTransports(const TransportStats& s) {
+  const TransportStats& last = last_transports_;
+  auto add = [](prometheus::Counter* counter, uint64_t now, uint64_t before) {
+    if (now > before) counter->Increment(static_cast<double>(now - before));
+  };
+  add(fetched_chunks_grpc_, s.grpc_chunks, last.grpc_chunks);
+  add(fetched_bytes_grpc_, s.grpc_bytes, last.grpc_bytes);
+  add(fetched_chunks_shm_, s.shm_chunks, last.shm_chunks);
+  add(fetched_bytes_shm_, s.shm_bytes, last.shm_bytes);
+  add(published_chunks_shm_, s.shm_published_chunks, last.shm_published_chunks);
+  add(published_bytes_shm_, s.shm_published_bytes, last.shm_published_bytes);
+  add(shm_fallbacks_, s.shm_fallbacks, last.shm_fallbacks);
+  shm_sessions_->Set(static_cast<double>(s.shm_sessions));
+  last_transports_ = s;
 }
 
 void WorkerMetrics::CountRequest(const std::string& outcome) { requests_->Add({{"outcome", outcome}}).Increment(); }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "worker/engine/engine.h"
+#include "worker/tier/chunk_tier.h"
 
 namespace lazykv {
 
@@ -32,6 +33,8 @@ class WorkerMetrics {
   // The chunk pipeline's counters so far (its decisions, publications, lease waits): the
   // metrics advance by the difference from the last snapshot. Called by one thread.
   void ObservePipeline(const ChunkPipelineStats& stats);
+  // The cache tier's transport counters so far (ChunkTier::transport_stats), the same way.
+  void ObserveTransports(const TransportStats& stats);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -67,6 +70,16 @@ class WorkerMetrics {
   prometheus::Counter* publications_dropped_;
   prometheus::Counter* lease_waits_;
   prometheus::Gauge* publish_bytes_in_flight_;
+  // From the tier's transport snapshots.
+  TransportStats last_transports_;
+  prometheus::Counter* fetched_chunks_grpc_;
+  prometheus::Counter* fetched_chunks_shm_;
+  prometheus::Counter* fetched_bytes_grpc_;
+  prometheus::Counter* fetched_bytes_shm_;
+  prometheus::Counter* published_chunks_shm_;
+  prometheus::Counter* published_bytes_shm_;
+  prometheus::Counter* shm_fallbacks_;
+  prometheus::Gauge* shm_sessions_;
   prometheus::Gauge* blocks_used_;
   prometheus::Gauge* blocks_cached_;
   prometheus::Gauge* blocks_free_;

@@ -59,6 +59,16 @@ class PublishSlot {
   virtual absl::Status Commit() = 0;
 };
 
+// Chunks and bytes a tier moved, per transport (cache servers: gRPC, or shared memory on the
+// same host); zeros for a tier without transports (the embedded one).
+struct TransportStats {
+  uint64_t grpc_chunks = 0, grpc_bytes = 0;
+  uint64_t shm_chunks = 0, shm_bytes = 0;
+  uint64_t shm_fallbacks = 0;  // fetches tried over shm and served by gRPC (auto)
+  uint64_t shm_published_chunks = 0, shm_published_bytes = 0;  // committed over shm
+  uint64_t shm_sessions = 0;   // same-host sessions open now
+};
+
 // Implementations are thread-safe: the chunk pipeline calls every method from several
 // threads at once (lookups, fetches and lease waits of different chunks, publications).
 class ChunkTier {
@@ -88,6 +98,8 @@ class ChunkTier {
                                                                     const Hash128& model_fingerprint,
                                                                     uint64_t stored_bytes, uint64_t lease_id);
   virtual std::string Describe() const = 0;
+  // Counters since the tier was made (for metrics). Thread-safe.
+  virtual TransportStats transport_stats() const { return {}; }
 };
 
 }  // namespace lazykv

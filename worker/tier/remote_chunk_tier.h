@@ -51,14 +51,6 @@ struct RemoteTierOptions {
   HostPinner shm_pinner;
 };
 
-// Chunks and bytes this tier fetched, per transport.
-struct TransportStats {
-  uint64_t grpc_chunks = 0, grpc_bytes = 0;
-  uint64_t shm_chunks = 0, shm_bytes = 0;
-  uint64_t shm_fallbacks = 0;  // fetches tried over shm and served by gRPC (auto)
-  uint64_t shm_published_chunks = 0, shm_published_bytes = 0;  // committed over shm
-  uint64_t shm_sessions = 0;   // same-host sessions open now
-};
 
 // "host:1,host:2" → servers; INVALID_ARGUMENT naming the bad entry.
 absl::StatusOr<std::vector<std::string>> ParseServerList(std::string_view list);
@@ -97,7 +89,7 @@ class RemoteChunkTier final : public ChunkTier {
   size_t OwnerOf(const Hash128& key) const;
   // One entry per server, in options().servers order.
   std::vector<ServerEstimate> Estimates() const;
-  TransportStats transport_stats() const;
+  TransportStats transport_stats() const override;
 
  private:
   struct Server {

@@ -98,6 +98,9 @@ struct ChunkPipelineStats {
   uint64_t publish_failures = 0;
   uint64_t publications_dropped = 0;  // no room in the publication budget, or capture failed
   uint64_t publish_bytes_in_flight = 0;
+  // Where the fetched chunks' time went, summed: the tier's call, the checks (checksum when
+  // the tier did not verify it, MAC, finite values), staging on the device.
+  double fetch_tier_seconds = 0, fetch_check_seconds = 0, fetch_stage_seconds = 0;
 };
 
 // One line for logs: what was requested, fetched, computed (and why), published.

@@ -355,12 +355,21 @@ grpc::Status KvCacheService::ReportInvalid(grpc::ServerContext* context, const v
     return Invalid(
         absl::StrFormat("header: %d bytes, expected exactly %d", request->header().size(), kChunkHeaderBytes));
   }
-  if (request->reason() != "mac" && request->reason() != "non_finite") {
-    return Invalid(absl::StrFormat("reason '%s': expected mac or non_finite", request->reason()));
+  if (request->reason() != "mac" && request->reason() != "non_finite" && request->reason() != "checksum") {
+    return Invalid(absl::StrFormat("reason '%s': expected mac, non_finite or checksum", request->reason()));
   }
   const Hash128 key = FromProto(request->key());
-  auto read = store_->Read(key);            // checks the stored checksum: a corrupt value is dropped there
-  if (!read.ok()) return grpc::Status::OK;  // gone already
+  auto read = store_->Read(key);  // checks the stored checksum: a corrupt value is dropped there
+  if (!read.ok()) {
+    if (request->reason() == "checksum" && read.status().code() == absl::StatusCode::kDataLoss) {
+      metrics_.CountReport("dropped");
+    }
+    return grpc::Status::OK;  // gone already
+  }
+  if (request->reason() == "checksum") {  // the stored copy passed that read: the damage was in transit
+    metrics_.CountReport("verified_good");
+    return grpc::Status::OK;
+  }
   const ChunkReader& reader = *read;
   std::string stored_header(kChunkHeaderBytes, '\0');
   if (reader.size() < kChunkHeaderBytes) return grpc::Status::OK;

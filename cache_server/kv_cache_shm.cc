@@ -65,7 +65,9 @@ grpc::Status KvCacheService::ShmGet(grpc::ServerContext* context, const v1::ShmG
   }
   if (!request->has_key()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key is required");
   const Hash128 key = FromProto(request->key());
-  auto read = store_->Read(key);  // checks the checksum; a chunk read from disk is promoted to host RAM
+  // The worker checks the payload's checksum itself, so only header and key are checked here
+  // (a chunk read from disk is checked in full, and promoted to host RAM).
+  auto read = store_->Read(key, PayloadCheck::kHeaderOnly);
   if (!read.ok()) return ToGrpcStatus(read.status());
   std::shared_ptr<const HostValue> value = read->host_value();
   if (value == nullptr) value = store_->HostCopy(key);  // promoted by this read

@@ -14,7 +14,7 @@ namespace {
 // Header, key and checksum of a chunk held in host pages.
 // A chunk's header (its first bytes) names `key`, and its payload matches the checksum.
 absl::Status CheckChunk(uint64_t size, std::string_view header_bytes, const std::vector<std::string_view>& payload,
-                        const Hash128& key) {
+                        const Hash128& key, PayloadCheck check = PayloadCheck::kChecksum) {
   if (size < kChunkHeaderBytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("chunk of %d bytes is shorter than its %d-byte header", size, kChunkHeaderBytes));
@@ -24,14 +24,24 @@ absl::Status CheckChunk(uint64_t size, std::string_view header_bytes, const std:
     return absl::InvalidArgumentError(
         absl::StrFormat("header.key %s does not match the request key %s", header.key.ToHex(), key.ToHex()));
   }
+  if (check == PayloadCheck::kHeaderOnly) {
+    if (kChunkHeaderBytes + header.payload_bytes != size) {
+      return absl::DataLossError(absl::StrFormat("chunk of %d bytes; its header announces a %d-byte payload", size,
+                                                 header.payload_bytes));
+    }
+    return absl::OkStatus();
+  }
   return VerifyChunkPayload(header, payload);
 }
 
-absl::Status CheckHostValue(const HostValue& value, const Hash128& key) {
+absl::Status CheckHostValue(const HostValue& value, const Hash128& key, PayloadCheck check = PayloadCheck::kChecksum) {
   if (value.size() < kChunkHeaderBytes) return CheckChunk(value.size(), "", {}, key);
   std::string header_bytes(kChunkHeaderBytes, '\0');
   value.Read(0, kChunkHeaderBytes, header_bytes.data());
-  return CheckChunk(value.size(), header_bytes, value.Pieces(kChunkHeaderBytes, value.size() - kChunkHeaderBytes), key);
+  return CheckChunk(value.size(), header_bytes,
+                    check == PayloadCheck::kChecksum ? value.Pieces(kChunkHeaderBytes, value.size() - kChunkHeaderBytes)
+                                                     : std::vector<std::string_view>{},
+                    key, check);
 }
 
 }  // namespace
@@ -155,7 +165,7 @@ std::optional<ChunkLocation> TieredStore::Lookup(const Hash128& key) {
   return where;
 }
 
-absl::StatusOr<ChunkReader> TieredStore::Read(const Hash128& key) {
+absl::StatusOr<ChunkReader> TieredStore::Read(const Hash128& key, PayloadCheck check) {
   std::shared_ptr<HostValue> value;
   {
     MutexLock lock(&mu_);
@@ -165,13 +175,13 @@ absl::StatusOr<ChunkReader> TieredStore::Read(const Hash128& key) {
     }
   }
   if (value) {
-    const absl::Status check = CheckHostValue(*value, key);
-    if (check.ok()) {
+    const absl::Status checked = CheckHostValue(*value, key, check);
+    if (checked.ok()) {
       metrics_->host.bytes_out->Increment(static_cast<double>(value->size()));
       return ChunkReader(StoreTier::kHost, std::move(value));
     }
     metrics_->host.corrupt->Increment();
-    spdlog::error("dropping chunk {} from host RAM: {}", key.ToHex(), std::string(check.message()));
+    spdlog::error("dropping chunk {} from host RAM: {}", key.ToHex(), std::string(checked.message()));
     MutexLock lock(&mu_);
     if (auto it = host_.find(key); it != host_.end() && it->second.value == value) EraseHostLocked(key);
     // The disk copy, if any, is checked on its own below.

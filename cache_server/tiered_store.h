@@ -132,6 +132,12 @@ struct TieredStoreStats {
   bool host_pinned = false;
 };
 
+// How much of a chunk in host RAM a read checks: header, key and payload checksum; or
+// header and key only, for a reader that checks the payload itself (a same-host worker reading
+// the pages in place verifies the checksum anyway: a second pass here costs it ~30 ms per
+// 64 MiB chunk; it reports a mismatch, and ReportInvalid then checks and drops the chunk).
+enum class PayloadCheck { kChecksum, kHeaderOnly };
+
 // Thread-safe: every method may be called from any thread (the service's handlers, the
 // embedded tier's resolver threads). One lock guards the host index and the disk-write
 // queue; it is never held across RocksDB calls or page copies, which run on the
@@ -147,8 +153,9 @@ class TieredStore {
   // Where a chunk is, not counted.
   std::optional<ChunkLocation> Locate(const Hash128& key) const;
 
-  // NOT_FOUND, DATA_LOSS (corrupt, now dropped), or the bytes (header + payload).
-  absl::StatusOr<ChunkReader> Read(const Hash128& key);
+  // NOT_FOUND, DATA_LOSS (corrupt, now dropped), or the bytes (header + payload). A chunk
+  // in host RAM is checked as `check` says (a chunk read from disk always in full).
+  absl::StatusOr<ChunkReader> Read(const Hash128& key, PayloadCheck check = PayloadCheck::kChecksum);
 
   // The chunk's host copy without checks or counting (null when not in host RAM): for a
   // reader that has just read it through Read() from disk, which promoted it.

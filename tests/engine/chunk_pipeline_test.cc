@@ -168,6 +168,10 @@ TEST(ChunkPipeline, UnusableBytesAreRecomputedNeverImported) {
     EXPECT_FALSE(outcomes[0].publish) << variant;  // the tier holds the key: nothing to publish
     EXPECT_EQ(f.pipeline->stats().fetch_failures, 1u) << variant;
     EXPECT_EQ(f.pipeline->stats().computed_failed, 1u) << variant;
+    // A checksum mismatch found here is reported (the tier judges its own copy); the other
+    // failures are not the stored chunk's fault, or the tier found them itself.
+    EXPECT_EQ(f.tier->reports(), variant == 1 ? std::vector<std::string>{"checksum"} : std::vector<std::string>{})
+        << variant;
   }
 }
 

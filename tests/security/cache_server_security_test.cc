@@ -430,6 +430,9 @@ TEST_F(CacheServerSecurityTest, WithoutTheKeyAReportDropsExactlyTheRefusedVersio
   EXPECT_TRUE(Report(*worker, forged, "mac").deleted);
   EXPECT_TRUE(Report(*worker, poisoned, "non_finite").deleted);
   EXPECT_FALSE(Report(*worker, good, "non_finite").deleted);
+  // A checksum the server finds good in its own copy was broken in transit: kept.
+  EXPECT_FALSE(Report(*worker, good, "checksum").deleted);
+  EXPECT_EQ(Report(*worker, good, "bogus").status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   bool found = false;
   for (const auto& [chunk, stays] : {std::pair{&forged, false}, {&poisoned, false}, {&good, true}}) {
     ASSERT_TRUE(LookupStatus(*worker, chunk->key, &found).ok());

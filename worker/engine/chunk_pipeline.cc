@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <thread>
 #include <limits>
 
 #include "absl/strings/str_format.h"
@@ -13,6 +14,10 @@ namespace lazykv {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Payloads from this size on have their values scanned on a thread of its own, beside the
+// checksum pass.
+constexpr uint64_t kParallelScanBytes = 4ull << 20;
 
 double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -196,20 +201,38 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
           header.key.ToHex(), header.model_fingerprint.ToHex(), header.layout.num_tokens, header.layout.anchor_tokens));
     }
     const ChunkBytes payload = fetched.stored.Slice(kChunkHeaderBytes, fetched.stored.size());
-    // A stored chunk refused for its MAC or its values is reported, so the tier drops it and
-    // the next fetcher computes it instead of refusing it again. (A checksum mismatch is
-    // not: the tier checks checksums itself as it reads, so this one happened in transit.)
+    // A stored chunk refused for its MAC, its values or its checksum is reported, so the tier
+    // drops it and the next fetcher computes it instead of refusing it again. (A checksum
+    // mismatch may have happened in transit over gRPC: the tier then checks its own copy,
+    // finds it good and keeps it; read in place from a same-host server's memory, it is the
+    // stored copy that is bad.)
     auto refuse = [&](absl::Status status, std::string_view reason) {
       tier_->ReportInvalid(chunk.key, header_bytes, reason);
       return status;
     };
-    if (!fetched.payload_verified) RETURN_IF_ERROR(VerifyChunkPayload(header, payload.pieces()));
     if (payload.size() != header.payload_bytes) return absl::DataLossError("fetched chunk is truncated");
-    // Nothing unsigned or non-finite reaches the GPU (PERMISSION_DENIED: rejected).
-    if (options_.mac) {
-      if (absl::Status s = options_.mac->Verify(header, payload.pieces()); !s.ok()) return refuse(s, "mac");
+    // The value scan runs beside the checksum (and MAC) pass on a large chunk: each is a
+    // pass over tens of MiB at a few GB/s, and a fetch must beat recomputing the chunk.
+    absl::Status finite;
+    std::thread scan;
+    if (payload.size() >= kParallelScanBytes) {
+      scan = std::thread([&] { finite = CheckPayloadFinite(header.layout.dtype, payload.pieces()); });
+    } else {
+      finite = CheckPayloadFinite(header.layout.dtype, payload.pieces());
     }
-    if (absl::Status finite = CheckPayloadFinite(header.layout.dtype, payload.pieces()); !finite.ok()) {
+    auto integrity = [&]() -> std::pair<absl::Status, std::string_view> {
+      if (!fetched.payload_verified) {
+        if (absl::Status s = VerifyChunkPayload(header, payload.pieces()); !s.ok()) return {s, "checksum"};
+      }
+      // Nothing unsigned or non-finite reaches the GPU (PERMISSION_DENIED: rejected).
+      if (options_.mac) {
+        if (absl::Status s = options_.mac->Verify(header, payload.pieces()); !s.ok()) return {s, "mac"};
+      }
+      return {absl::OkStatus(), ""};
+    }();
+    if (scan.joinable()) scan.join();
+    if (!integrity.first.ok()) return refuse(integrity.first, integrity.second);
+    if (!finite.ok()) {
       return refuse(absl::PermissionDeniedError(absl::StrCat("fetched chunk refused: ", finite.message())),
                     "non_finite");
     }

@@ -100,8 +100,6 @@ class MetaPack {
 // metadata and the kernels' parameters over it.
 struct PassPlan {
   int rows = 0;
-  bool all_single = true;  // every sequence brings one token: decode attention applies
-  int max_entries = 0;     // the longest block table
   const int32_t* tokens = nullptr;
   const int32_t* last_pos = nullptr;  // per sequence: the position of its last token
   const int32_t* out_rows = nullptr;  // the rows that want logits
@@ -112,7 +110,7 @@ struct PassPlan {
   // leading decoding ones in a mixed step, whose other sequences run `rest`, the prefill
   // kernel's parameters over their rows); 0: the prefill or generic kernel runs them all.
   int decode_seqs = 0;
-  int decode_max_entries = 0;
+  int decode_max_entries = 0;  // the longest block table among them
   cuda::PrefillAttentionParams rest;
   // The decoding sequences share chunk blocks: the chunk-shared attention's plan on the
   // device (its `base` is filled per layer from `attention`).

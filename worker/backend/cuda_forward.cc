@@ -83,9 +83,10 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   std::vector<int32_t> tokens, slot_blocks, slot_index, rope_pos;
   std::vector<int32_t> ids, counts, deltas, starts, table_offsets = {0}, query_offsets = {0}, pos0, last_pos;
   std::vector<size_t> active;  // steps with tokens, in order
-  int max_entries = 0, max_queries = 0;
+  int max_queries = 0;
   bool all_single = true;
-  // The leading run of one-token steps (the engine puts its decoding sequences first).
+  // The leading run of one-token steps (the engine puts its decoding sequences first); in a
+  // decode step, every step.
   size_t lead = 0;
   int lead_max_entries = 0, rest_max_queries = 0;
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -117,7 +118,6 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     query_offsets.push_back(static_cast<int32_t>(tokens.size()));
     pos0.push_back(static_cast<int32_t>(first));
     last_pos.push_back(static_cast<int32_t>(total - 1));
-    max_entries = std::max<int>(max_entries, step.context.size());
     max_queries = std::max(max_queries, n);
     if (n == 1 && lead + 1 == active.size()) {
       ++lead;
@@ -174,10 +174,8 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
 
   PassPlan plan;
   plan.rows = rows;
-  plan.all_single = all_single;
-  plan.max_entries = max_entries;
   plan.decode_seqs = static_cast<int>(decode_seqs);
-  plan.decode_max_entries = all_single ? max_entries : lead_max_entries;
+  plan.decode_max_entries = lead_max_entries;
   plan.tokens = meta(o_tokens);
   plan.last_pos = meta(o_last);
   plan.out_rows = meta(o_out);

@@ -24,6 +24,11 @@ prometheus::Gauge* Gauge(const std::string& name, const std::string& help, prome
 const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                                  0.25,  0.5,    1,     2.5,  5,     10,   30};
 
+// A counter fed from snapshots of a running total: advances by what the total grew since.
+void AddSince(prometheus::Counter* counter, uint64_t now, uint64_t before) {
+  if (now > before) counter->Increment(static_cast<double>(now - before));
+}
+
 }  // namespace
 
 WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
@@ -133,35 +138,29 @@ void WorkerMetrics::ObserveFinished(const GenerateResult& result) {
 
 void WorkerMetrics::ObservePipeline(const ChunkPipelineStats& s) {
   const ChunkPipelineStats& last = last_pipeline_;
-  auto add = [](prometheus::Counter* counter, uint64_t now, uint64_t before) {
-    if (now > before) counter->Increment(static_cast<double>(now - before));
-  };
-  add(decision_fetch_, s.fetched, last.fetched);
-  add(decision_miss_, s.computed_miss, last.computed_miss);
-  add(decision_chosen_, s.computed_chosen, last.computed_chosen);
-  add(decision_failed_, s.computed_failed, last.computed_failed);
-  add(decision_busy_, s.computed_busy, last.computed_busy);
-  add(published_, s.published, last.published);
-  add(chunks_rejected_, s.chunks_rejected, last.chunks_rejected);
-  add(publish_failures_, s.publish_failures, last.publish_failures);
-  add(publications_dropped_, s.publications_dropped, last.publications_dropped);
-  add(lease_waits_, s.lease_waits, last.lease_waits);
+  AddSince(decision_fetch_, s.fetched, last.fetched);
+  AddSince(decision_miss_, s.computed_miss, last.computed_miss);
+  AddSince(decision_chosen_, s.computed_chosen, last.computed_chosen);
+  AddSince(decision_failed_, s.computed_failed, last.computed_failed);
+  AddSince(decision_busy_, s.computed_busy, last.computed_busy);
+  AddSince(published_, s.published, last.published);
+  AddSince(chunks_rejected_, s.chunks_rejected, last.chunks_rejected);
+  AddSince(publish_failures_, s.publish_failures, last.publish_failures);
+  AddSince(publications_dropped_, s.publications_dropped, last.publications_dropped);
+  AddSince(lease_waits_, s.lease_waits, last.lease_waits);
   publish_bytes_in_flight_->Set(static_cast<double>(s.publish_bytes_in_flight));
   last_pipeline_ = s;
 }
 
 void WorkerMetrics::ObserveTransports(const TransportStats& s) {
   const TransportStats& last = last_transports_;
-  auto add = [](prometheus::Counter* counter, uint64_t now, uint64_t before) {
-    if (now > before) counter->Increment(static_cast<double>(now - before));
-  };
-  add(fetched_chunks_grpc_, s.grpc_chunks, last.grpc_chunks);
-  add(fetched_bytes_grpc_, s.grpc_bytes, last.grpc_bytes);
-  add(fetched_chunks_shm_, s.shm_chunks, last.shm_chunks);
-  add(fetched_bytes_shm_, s.shm_bytes, last.shm_bytes);
-  add(published_chunks_shm_, s.shm_published_chunks, last.shm_published_chunks);
-  add(published_bytes_shm_, s.shm_published_bytes, last.shm_published_bytes);
-  add(shm_fallbacks_, s.shm_fallbacks, last.shm_fallbacks);
+  AddSince(fetched_chunks_grpc_, s.grpc_chunks, last.grpc_chunks);
+  AddSince(fetched_bytes_grpc_, s.grpc_bytes, last.grpc_bytes);
+  AddSince(fetched_chunks_shm_, s.shm_chunks, last.shm_chunks);
+  AddSince(fetched_bytes_shm_, s.shm_bytes, last.shm_bytes);
+  AddSince(published_chunks_shm_, s.shm_published_chunks, last.shm_published_chunks);
+  AddSince(published_bytes_shm_, s.shm_published_bytes, last.shm_published_bytes);
+  AddSince(shm_fallbacks_, s.shm_fallbacks, last.shm_fallbacks);
   shm_sessions_->Set(static_cast<double>(s.shm_sessions));
   last_transports_ = s;
 }

@@ -152,7 +152,7 @@ double ScatterBench(Backend& backend) {
   std::vector<double> stage_s;  // StageChunk alone (the H2D copy into device staging)
   auto import_paged = [&] {
     const auto stage_start = std::chrono::steady_clock::now();
-    auto staged = backend.StageChunk(paged);  // a pipeline thread's part
+    auto staged = backend.StageChunk(paged, {.check_finite = true});  // a pipeline thread's part
     stage_s.push_back(Seconds(stage_start));
     if (!staged.ok()) {
       std::fprintf(stderr, "StageChunk: %s\n", staged.status().ToString().c_str());

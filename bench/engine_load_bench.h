@@ -47,8 +47,8 @@ class BorrowedBackend : public Backend {
   absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) override {
     return backend_->CaptureChunk(blocks);
   }
-  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload) override {
-    return backend_->StageChunk(payload);
+  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload, const StageOptions& options) override {
+    return backend_->StageChunk(payload, options);
   }
   absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) override {
     return backend_->ImportStaged(std::move(staged), blocks);

@@ -1,5 +1,6 @@
 // Random chunk payloads for the cache benchmarks: a bf16 layout (8 KV heads of 128, one layer)
-// whose payload is about the size asked, filled with random bytes.
+// whose payload is about the size asked, filled with random finite values (a worker refuses
+// a chunk holding an infinity or a NaN).
 #pragma once
 
 #include <cstdint>
@@ -19,11 +20,12 @@ inline ChunkLayout BenchLayout(size_t payload_bytes) {
   return layout;
 }
 
-// layout.payload_bytes() random bytes drawn from `rng`.
+// layout.payload_bytes() random bytes drawn from `rng`, with the top exponent bit of every
+// bf16 value cleared (so none is an infinity or a NaN).
 inline std::string RandomPayload(const ChunkLayout& layout, uint64_t& rng) {
   std::string payload(layout.payload_bytes(), '\0');
   for (size_t i = 0; i + 8 <= payload.size(); i += 8) {
-    const uint64_t word = SplitMix64(rng);
+    const uint64_t word = SplitMix64(rng) & ~0x4000400040004000ull;
     std::memcpy(payload.data() + i, &word, 8);
   }
   return payload;

@@ -5,7 +5,11 @@
 # in-process engine under the same load (cuda_backend_bench --e2e-batched); then a fresh
 # worker against the warm embedded tier and against a warm cache server over gRPC
 # (bench/run_tier_warmth.sh), which show which way fetch-or-recompute went.
-# usage: bench/run_served_tier_gpu.sh BUNDLE_DIR OUT_DIR [PARTS]   PARTS: any of "served inproc warm remote"
+# usage: bench/run_served_tier_gpu.sh BUNDLE_DIR OUT_DIR [PARTS]
+#   PARTS: any of "served inproc warm remote remote_hot remote_rate remote_hot_rate shm" (remote_hot:
+#   the cache server's host RAM holds every chunk of the trace; *_rate: the same trace with open-loop
+#   Poisson arrivals at 20 requests/s instead of 64 in flight, whose TTFT is not shaped by waves
+#   of requests finishing together; shm: shm_fetch_bench --device, same-host fetches to the GPU)
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
 out=$2
@@ -18,6 +22,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 trace=$out/trace.jsonl
 lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests 160 --doc-lengths fixed:512 \
   --question-tokens 16 --max-tokens 64 --vocab 128000 --concurrency 64 --seed 1 --out "$trace"
+# The same requests arriving open-loop (Poisson, 20 per second: below both runs' capacity).
+rate_trace=$out/trace_rate20.jsonl
+lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests 160 --doc-lengths fixed:512 \
+  --question-tokens 16 --max-tokens 64 --vocab 128000 --rate 20 --seed 1 --out "$rate_trace"
 model=(--model synthetic:llama3-8b --worker-arg --kv-pool --worker-arg 50GiB)
 run() {  # name, then lazykv-bench compare arguments
   local name=$1
@@ -51,9 +59,29 @@ for part in $parts; do
       grep -h "steps:\|chunk pipeline:\|fetch cost\|prefill cost" "$out"/warm_embedded*/*/worker-lazy.log
       ;;
     remote)
-      echo "== warmth, one cache server over gRPC"
+      echo "== warmth, one cache server on this host (shared memory)"
       timeout 300 "$BUNDLE_DATA/run_tier_warmth.sh" "$bin" "$out/warm_remote" "$trace" remote "${model[@]}"
-      grep -h "steps:\|chunk pipeline:\|fetch cost\|prefill cost" "$out"/warm_remote/*/worker-lazy.log
+      grep -h "steps:\|chunk pipeline:\|fetch cost\|prefill cost\|prefill calibration" "$out"/warm_remote/*/worker-lazy.log
+      ;;
+    remote_hot)
+      echo "== warmth, one cache server on this host (shared memory) holding the whole trace in RAM"
+      CACHE_HOST_CAPACITY=12GiB timeout 300 "$BUNDLE_DATA/run_tier_warmth.sh" "$bin" "$out/warm_remote_hot" "$trace" \
+        remote "${model[@]}"
+      grep -h "steps:\|chunk pipeline:\|fetch cost\|prefill cost\|prefill calibration" "$out"/warm_remote_hot/*/worker-lazy.log
+      ;;
+    remote_rate | remote_hot_rate)
+      capacity=4GiB
+      [[ $part == remote_hot_rate ]] && capacity=12GiB
+      echo "== warmth at 20 requests/s open-loop, one cache server on this host with $capacity of host RAM"
+      CACHE_HOST_CAPACITY=$capacity timeout 300 "$BUNDLE_DATA/run_tier_warmth.sh" "$bin" "$out/warm_$part" \
+        "$rate_trace" remote "${model[@]}"
+      ;;
+    shm)
+      echo "== same-host fetch to the GPU: shm_fetch_bench --device"
+      timeout 300 shm_fetch_bench --device --server "$bin/lazykv-cache-server" --chunks 6 --rounds 5 \
+        > "$out/shm_fetch_device.txt" 2>&1
+      echo "rc=$?"
+      grep -v "^\[" "$out/shm_fetch_device.txt"
       ;;
   esac
 done

@@ -6,6 +6,7 @@
 # usage: bench/run_tier_warmth.sh BIN_DIR OUT_DIR TRACE TIER [COMPARE ARGS...]
 #   TIER: remote (a lazykv-cache-server on 127.0.0.1) or embedded (a shared --cache-dir)
 #   COMPARE ARGS: lazykv-bench compare's, e.g. --model M --tokenizer T --worker-arg --kv-pool --worker-arg 1GiB
+#   CACHE_HOST_CAPACITY (environment): the cache server's host RAM (default 4GiB)
 # Prints one line per run: TTFT p50/p90, req/s, and where document tokens came from.
 set -euo pipefail
 bin=$1 out=$2 trace=$3 tier=$4
@@ -19,7 +20,7 @@ trap cleanup EXIT
 case $tier in
   remote)
     rm -rf "$out/cache-server"
-    "$bin/lazykv-cache-server" --listen 127.0.0.1:0 --data-dir "$out/cache-server" --host-capacity 4GiB \
+    "$bin/lazykv-cache-server" --listen 127.0.0.1:0 --data-dir "$out/cache-server" --host-capacity "${CACHE_HOST_CAPACITY:-4GiB}" \
       > "$out/cache-server.log" 2>&1 &
     server_pid=$!
     for _ in $(seq 100); do grep -q "listening on" "$out/cache-server.log" && break; sleep 0.1; done
@@ -46,4 +47,5 @@ print(f'{sys.argv[3]:8s} {sys.argv[2]:4s}: TTFT p50 {s["ttft_ms"]["p50"]:8.2f} m
       f'{s["request_throughput"]:6.2f} req/s  usage {json.dumps(u)}')
 PY
   grep -h "chunk pipeline:\|fetch cost" "$out/$run"/worker-lazy.log || true
+  grep -A1 "TTFT p50 by the number" "$out/$run.txt" || true
 done

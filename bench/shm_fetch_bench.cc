@@ -8,14 +8,22 @@
 // same chunks is timed too: written in place into pages the server reserved and committed
 // (shm), against a buffer streamed by Put (grpc), each from the bench's own memory.
 //
-//   shm_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N]
+// With --device (a CUDA build on a GPU machine) the copy goes to device memory as the
+// backend's staging does it (the worker's mapping page-locked, a copy per piece, the value
+// check on the device), against the same copy from a pinned buffer of the bench's own;
+// and then with two fetches in flight (two threads, each its own stream), as the worker's
+// chunk pipeline fetches on several threads, so one chunk's ShmGet overlaps another's copy.
+//
+//   shm_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N] [--device]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <span>
 #include <thread>
 
 #include "common/byte_size.h"
@@ -23,7 +31,9 @@
 #include "common/chunk_codec.h"
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
+#include "bench/device_sink.h"
 #include "bench/random_chunk_payload.h"
+#include "cache_server/pinned_memory.h"
 #include "common/splitmix64.h"
 #include "worker/tier/remote_chunk_tier.h"
 
@@ -48,8 +58,10 @@ struct Timing {
   int errors = 0;
 };
 
-// Fetches every chunk once through `tier` and copies it into `dst`.
-Timing FetchAll(RemoteChunkTier& tier, const std::vector<std::string>& chunks, std::string& dst, bool check) {
+// Fetches every chunk once through `tier` and copies it into `dst`, or hands its payload
+// to `device` when there is one.
+Timing FetchAll(RemoteChunkTier& tier, std::span<const std::string> chunks, std::string& dst, bool check,
+                bench::DeviceSink* device = nullptr) {
   Timing t;
   for (const std::string& chunk : chunks) {
     const Hash128 key = DecodeChunkHeader(chunk)->key;
@@ -60,12 +72,42 @@ Timing FetchAll(RemoteChunkTier& tier, const std::vector<std::string>& chunks, s
       ++t.errors;
       continue;
     }
-    fetched->stored.CopyTo(0, chunk.size(), dst.data());
+    if (device != nullptr) {
+      const ChunkBytes payload = fetched->stored.Slice(kChunkHeaderBytes, fetched->stored.size());
+      if (absl::Status s = device->Consume(payload.pieces()); !s.ok()) {
+        std::fprintf(stderr, "device copy: %s\n", std::string(s.message()).c_str());
+        ++t.errors;
+      }
+    } else {
+      fetched->stored.CopyTo(0, chunk.size(), dst.data());
+    }
     t.total_s += Seconds(start);
     t.fetch_s += fetched_s;
     if (check && std::memcmp(dst.data(), chunk.data(), chunk.size()) != 0) ++t.errors;
   }
   return t;
+}
+
+// Wall seconds for `rounds` passes over `chunks` through `tier` by one thread per sink
+// (thread t takes chunks t, t + n, ...); errors counted into *errors.
+double FetchInParallel(RemoteChunkTier& tier, const std::vector<std::string>& chunks, int rounds,
+                       const std::vector<std::unique_ptr<bench::DeviceSink>>& sinks, int* errors) {
+  std::atomic<int> failed{0};
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < sinks.size(); ++t) {
+    threads.emplace_back([&, t] {
+      std::string unused;
+      for (int r = 0; r < rounds; ++r) {
+        for (size_t c = t; c < chunks.size(); c += sinks.size()) {
+          failed += FetchAll(tier, std::span(&chunks[c], 1), unused, false, sinks[t].get()).errors;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  *errors += failed.load();
+  return Seconds(start);
 }
 
 int Main(int argc, char** argv) {
@@ -75,7 +117,10 @@ int Main(int argc, char** argv) {
   int num_chunks = 6;
   uint64_t chunk_bytes = 64ull << 20;
   int rounds = 5;
-  FlagParser parser("usage: shm_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N]\n");
+  bool to_device = false;
+  FlagParser parser(
+      "usage: shm_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N] [--device]\n");
+  parser.AddSwitch("--device", &to_device);
   parser.AddString("--server", &server_binary);
   parser.AddInt("--chunks", &num_chunks);
   parser.AddByteSize("--chunk-bytes", &chunk_bytes);
@@ -98,7 +143,21 @@ int Main(int argc, char** argv) {
   options.holder = "shm_fetch_bench";
   options.initial_call_deadline = std::chrono::seconds(2);
   options.transport = FetchTransport::kShm;
+  std::unique_ptr<bench::DeviceSink> device;
+  if (to_device) {
+    auto sink = bench::DeviceSink::Create(chunk_bytes + (1 << 20));
+    if (!sink.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(sink.status().message()).c_str());
+      return 1;
+    }
+    device = *std::move(sink);
+    // The worker's page-locking of the mapped arena (worker/setup/model_setup.cc).
+    options.shm_pinner = HostPinner{
+        .pin = [](const void* base, size_t bytes) { return cache::PinHostMemoryReadOnly(base, bytes); },
+        .unpin = [](const void* base) { cache::UnpinHostMemory(const_cast<void*>(base)); }};
+  }
   auto shm = *RemoteChunkTier::Create(options);
+  options.shm_pinner = {};
   options.transport = FetchTransport::kGrpc;
   auto grpc = *RemoteChunkTier::Create(options);
 
@@ -127,9 +186,20 @@ int Main(int argc, char** argv) {
   Timing warm_shm = FetchAll(*shm, chunks, dst, /*check=*/true);
   Timing warm_grpc = FetchAll(*grpc, chunks, dst, /*check=*/true);
   Timing shm_t, grpc_t;
+  double pinned_s = 0;
+  const size_t payload_bytes = chunks[0].size() - kChunkHeaderBytes;
+  if (device != nullptr) {  // warm the device path up too
+    (void)FetchAll(*shm, chunks, dst, false, device.get());
+    (void)FetchAll(*grpc, chunks, dst, false, device.get());
+  }
   for (int r = 0; r < rounds; ++r) {
-    const Timing a = FetchAll(*shm, chunks, dst, false);
-    const Timing b = FetchAll(*grpc, chunks, dst, false);
+    const Timing a = FetchAll(*shm, chunks, dst, false, device.get());
+    const Timing b = FetchAll(*grpc, chunks, dst, false, device.get());
+    for (size_t c = 0; device != nullptr && c < chunks.size(); ++c) {
+      const auto start = Clock::now();
+      if (!device->CopyFromPinned(payload_bytes).ok()) ++shm_t.errors;
+      pinned_s += Seconds(start);
+    }
     shm_t.fetch_s += a.fetch_s, shm_t.total_s += a.total_s, shm_t.errors += a.errors;
     grpc_t.fetch_s += b.fetch_s, grpc_t.total_s += b.total_s, grpc_t.errors += b.errors;
   }
@@ -173,28 +243,51 @@ int Main(int argc, char** argv) {
     publish_grpc_s += publish_all(*grpc, publish_errors);
   }
   const uint64_t published_over_shm = shm->transport_stats().shm_published_chunks;
+  // Two fetches in flight (the chunks were published again above, so they are in RAM).
+  double parallel_s = 0;
+  int parallel_errors = 0;
+  if (device != nullptr) {
+    std::vector<std::unique_ptr<bench::DeviceSink>> sinks;
+    sinks.push_back(std::move(device));
+    auto second = bench::DeviceSink::Create(chunk_bytes + (1 << 20));
+    if (second.ok()) {
+      sinks.push_back(*std::move(second));
+      (void)FetchInParallel(*shm, chunks, 1, sinks, &parallel_errors);  // warm-up
+      parallel_s = FetchInParallel(*shm, chunks, rounds, sinks, &parallel_errors);
+    }
+    device = std::move(sinks[0]);
+  }
 
   const double bytes = static_cast<double>(chunks[0].size()) * num_chunks * rounds;
   const TransportStats s = shm->transport_stats();
   std::printf("same-host fetch of %d x %s chunks, %d rounds (server %s, %u CPUs)\n", num_chunks,
               FormatByteSize(chunks[0].size()).c_str(), rounds, server.address().c_str(),
               std::thread::hardware_concurrency());
-  std::printf("%-10s %12s %16s %14s\n", "transport", "fetch_GB/s", "fetch+copy_GB/s", "vs_memcpy");
-  const double copy_gbps = bytes / memcpy_s / 1e9;
+  const bool dev = device != nullptr;
+  if (dev) std::printf("copies go to device memory: %s (the worker's mapping page-locked)\n", device->Describe().c_str());
+  std::printf("%-10s %12s %16s %14s\n", "transport", "fetch_GB/s", dev ? "fetch+device_GB/s" : "fetch+copy_GB/s",
+              dev ? "vs_pinned_h2d" : "vs_memcpy");
+  // The ceiling: a memcpy on the host; with --device, pinned host to device.
+  const double copy_gbps = dev ? static_cast<double>(payload_bytes) * num_chunks * rounds / pinned_s / 1e9
+                               : bytes / memcpy_s / 1e9;
   std::printf("%-10s %12.2f %16.2f %13.0f%%%s\n", "shm", bytes / shm_t.fetch_s / 1e9, bytes / shm_t.total_s / 1e9,
               100 * (bytes / shm_t.total_s / 1e9) / copy_gbps,
               shm_t.errors + warm_shm.errors ? "  (errors!)" : "");
   std::printf("%-10s %12.2f %16.2f %13.0f%%%s\n", "grpc", bytes / grpc_t.fetch_s / 1e9, bytes / grpc_t.total_s / 1e9,
               100 * (bytes / grpc_t.total_s / 1e9) / copy_gbps,
               grpc_t.errors + warm_grpc.errors ? "  (errors!)" : "");
-  std::printf("%-10s %12s %16.2f %13s\n", "memcpy", "-", copy_gbps, "100%");
+  if (parallel_s > 0) {
+    std::printf("%-10s %12s %16.2f %13.0f%%%s\n", "shm_x2", "-", bytes / parallel_s / 1e9,
+                100 * (bytes / parallel_s / 1e9) / copy_gbps, parallel_errors ? "  (errors!)" : "");
+  }
+  std::printf("%-10s %12s %16.2f %13s\n", dev ? "pinned_h2d" : "memcpy", "-", copy_gbps, "100%");
   std::printf("publish: shm %.2f GB/s (%llu committed in place), grpc %.2f GB/s%s\n", bytes / publish_shm_s / 1e9,
               static_cast<unsigned long long>(published_over_shm), bytes / publish_grpc_s / 1e9,
               publish_errors ? "  (errors!)" : "");
   std::printf("shm fetches %llu (fallbacks %llu); byte-exact check of the first round: %s\n",
               static_cast<unsigned long long>(s.shm_chunks), static_cast<unsigned long long>(s.shm_fallbacks),
               warm_shm.errors + warm_grpc.errors == 0 ? "ok" : "FAILED");
-  return shm_t.errors + grpc_t.errors + warm_shm.errors + warm_grpc.errors + publish_errors == 0 ? 0 : 1;
+  return shm_t.errors + grpc_t.errors + warm_shm.errors + warm_grpc.errors + publish_errors + parallel_errors == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/engine/engine_compare_util.h"
 #include "tests/engine/engine_test_util.h"
@@ -419,7 +420,9 @@ TEST(CudaBackendTest, ChunkExportImportRoundTrip) {
 // The split transfer: a capture is only enqueued, so its blocks may be overwritten by
 // later passes before the copy-out (on another thread) and the copy still holds the old
 // KV; payloads staged from pinned 256 KiB pieces and from pageable memory by several
-// threads at once import exactly; a staging budget smaller than a chunk refuses it.
+// threads at once import exactly; a staging budget smaller than a chunk refuses it, a full
+// one makes a staging wait for room (or refuses it at its deadline); values that are not
+// finite are refused where they land.
 TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";
   const uint64_t seed = FreshSeed();
@@ -470,8 +473,8 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   std::vector<std::thread> stagers;
   for (int t = 0; t < 4; ++t) {
     stagers.emplace_back([&, t] {
-      staged[t] = t % 2 == 0 ? backend.StageChunk(ChunkBytes(pieces, nullptr))
-                             : backend.StageChunk(ChunkBytes::FromString(expected));
+      staged[t] = t % 2 == 0 ? backend.StageChunk(ChunkBytes(pieces, nullptr), {.check_finite = true})
+                             : backend.StageChunk(ChunkBytes::FromString(expected), {.check_finite = true});
     });
   }
   for (std::thread& t : stagers) t.join();
@@ -485,7 +488,7 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   }
   cudaFreeHost(pinned);
   // Staged bytes for other blocks than they fit are refused.
-  auto wrong = backend.StageChunk(ChunkBytes::FromString(expected.substr(4)));
+  auto wrong = backend.StageChunk(ChunkBytes::FromString(expected.substr(4)), {.check_finite = true});
   ASSERT_TRUE(wrong.ok());
   EXPECT_FALSE(backend.ImportStaged(*std::move(wrong), blocks).ok());
 
@@ -496,8 +499,45 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   ASSERT_TRUE((*tight)->Forward({&step1, 1}, &unused).ok());
   auto refused = (*tight)->CaptureChunk(blocks);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
-  auto refused_stage = (*tight)->StageChunk(ChunkBytes::FromString(expected));
+  auto refused_stage = (*tight)->StageChunk(ChunkBytes::FromString(expected), {.check_finite = true});
   EXPECT_EQ(refused_stage.status().code(), absl::StatusCode::kResourceExhausted);
+  // Larger than the whole budget: no wait makes room.
+  const auto start = std::chrono::steady_clock::now();
+  refused_stage = (*tight)->StageChunk(ChunkBytes::FromString(expected),
+                                       {.wait_for_room_until = start + std::chrono::seconds(5)});
+  EXPECT_EQ(refused_stage.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+
+  // Room for one chunk: a second staging waits for the first to be imported (which frees
+  // its staging), or is refused when its wait ends first.
+  auto one = CreateSyntheticCudaBackend(config, seed, 16, 128,
+                                        CudaBackendOptions{.transfer_staging_bytes = expected.size() + 4096});
+  ASSERT_TRUE(one.ok());
+  auto held = (*one)->StageChunk(ChunkBytes::FromString(expected), {});
+  ASSERT_TRUE(held.ok()) << held.status();
+  auto no_room = (*one)->StageChunk(ChunkBytes::FromString(expected),
+                                    {.wait_for_room_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50)});
+  EXPECT_EQ(no_room.status().code(), absl::StatusCode::kResourceExhausted);
+  std::thread importer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    held->reset();  // dropped unimported: its staging goes back, as an import's does
+  });
+  auto waited = (*one)->StageChunk(ChunkBytes::FromString(expected),
+                                   {.wait_for_room_until = std::chrono::steady_clock::now() + std::chrono::seconds(10)});
+  importer.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  ASSERT_TRUE((*one)->ImportStaged(*std::move(waited), blocks).ok());
+
+  // A value that is not finite, planted at a random element: refused where it lands,
+  // naming its byte (the CPU twin's message).
+  std::string poisoned = expected;
+  const size_t at = 2 * (rng() % (poisoned.size() / 2));
+  const uint16_t nan_bits = 0x7FC1;
+  std::memcpy(poisoned.data() + at, &nan_bits, 2);
+  auto refused_nan = (*one)->StageChunk(ChunkBytes::FromString(poisoned), {.check_finite = true});
+  EXPECT_EQ(refused_nan.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(refused_nan.status().message().find(absl::StrCat("at byte ", at)), std::string::npos) << refused_nan.status();
+  EXPECT_TRUE((*one)->StageChunk(ChunkBytes::FromString(poisoned), {}).ok()) << "unchecked: staged as it is";
 }
 
 // The chunk pipeline over the GPU: a fresh engine served from a tier that a first engine

@@ -183,8 +183,8 @@ TEST(ChunkPipeline, RecomputesWhenFetchingIsMeasuredSlower) {
   f.tier->Store(second, f.Stored(second, f.RandomPayload()));
   // Steps: 512 prefill tokens cost 2 ms more than none, so 20 tokens cost ~0.08 ms.
   for (int i = 0; i < 8; ++i) {
-    f.pipeline->RecordStep(0, 0.001);
-    f.pipeline->RecordStep(512, 0.003);
+    f.pipeline->RecordStep(StepShape{0}, 0.001);
+    f.pipeline->RecordStep(StepShape{512}, 0.003);
   }
   f.pipeline->Request({f.RequestFor(first)});  // unmeasured source: fetched, which measures it
   auto outcomes = f.Await(1);
@@ -209,8 +209,8 @@ TEST(ChunkPipeline, FetchesWhenComputingIsMeasuredSlower) {
   f.tier->Store(first, f.Stored(first, f.RandomPayload()));
   f.tier->Store(second, f.Stored(second, payload));
   for (int i = 0; i < 8; ++i) {  // 20 tokens cost about 4 s: anything fetches faster
-    f.pipeline->RecordStep(0, 0.001);
-    f.pipeline->RecordStep(512, 100.0);
+    f.pipeline->RecordStep(StepShape{0}, 0.001);
+    f.pipeline->RecordStep(StepShape{512}, 100.0);
   }
   for (const Hash128& key : {first, second}) {
     f.pipeline->Request({f.RequestFor(key)});
@@ -222,6 +222,35 @@ TEST(ChunkPipeline, FetchesWhenComputingIsMeasuredSlower) {
     }
   }
   EXPECT_EQ(f.pipeline->stats().computed_chosen, 0u);
+}
+
+// A burst of chunks from a source nobody has measured: one probe, and the rest wait for
+// its answer (within what computing them would cost) instead of computing blindly.
+TEST(ChunkPipeline, ABurstWaitsForTheProbeOfAnUnmeasuredSource) {
+  for (const bool fast_source : {true, false}) {
+    SCOPED_TRACE(fast_source ? "fast source, costly compute" : "slow source, cheap compute");
+    Fixture f;  // auto
+    f.tier->SetFaults({.fetch_delay = milliseconds(fast_source ? 20 : 400)});
+    for (int i = 0; i < 8; ++i) {
+      f.pipeline->RecordStep(StepShape{0}, 0.001);
+      // Costly: 20 tokens cost seconds (the wait is capped at 1 s). Cheap: 20 tokens, 80 us.
+      f.pipeline->RecordStep(StepShape{512}, fast_source ? 100.0 : 0.003);
+    }
+    std::vector<ChunkPipeline::ChunkRequest> burst;
+    for (int i = 0; i < 6; ++i) {
+      const Hash128 key = f.RandomKey();
+      f.tier->Store(key, f.Stored(key, f.RandomPayload()));
+      burst.push_back(f.RequestFor(key));
+    }
+    f.pipeline->Request(burst);
+    const auto outcomes = f.Await(burst.size());
+    ASSERT_EQ(outcomes.size(), burst.size());
+    int fetched = 0;
+    for (const ChunkOutcome& o : outcomes) fetched += o.fetched;
+    // Fast: every chunk fetched once the probe says so. Slow: only the probe.
+    EXPECT_EQ(fetched, fast_source ? 6 : 1);
+    EXPECT_EQ(f.pipeline->stats().computed_chosen, fast_source ? 0u : 5u);
+  }
 }
 
 TEST(ChunkPipeline, NeverPolicyRecomputesEveryHit) {
@@ -328,7 +357,7 @@ TEST(ChunkPipeline, ASquattersLeaseCostsAWaitBoundedByTheChunksComputeTime) {
   Fixture f(ChunkPipelineOptions{.min_lease_wait = milliseconds(20), .max_lease_wait = milliseconds(30000)});
   // Measured: 10 ms per prefill token, so a 20-token chunk takes 200 ms to compute and a
   // waiter gives up after 3 x 200 ms, not after max_lease_wait.
-  for (int i = 0; i < 8; ++i) f.pipeline->RecordStep(i % 2 == 0 ? 10 : 30, i % 2 == 0 ? 0.1 : 0.3);
+  for (int i = 0; i < 8; ++i) f.pipeline->RecordStep(StepShape{i % 2 == 0 ? 10 : 30}, i % 2 == 0 ? 0.1 : 0.3);
   const Hash128 key = f.RandomKey();
   f.tier->HoldForever(key, milliseconds(120000));
   const auto start = Clock::now();
@@ -401,15 +430,15 @@ TEST(ChunkPipeline, ARefusedChunkIsReportedSoTheTierDropsIt) {
 TEST(FetchCostModel, AnUnmeasuredSourceGetsOneProbeAtATime) {
   FetchCostModel model(FetchCostOptions{.decay = 0.9, .explore_every = 4});
   using Choice = FetchCostModel::Choice;
-  // A burst before any measurement: one probe, the rest recompute.
+  // A burst before any measurement: one probe, the rest wait for it.
   EXPECT_EQ(model.Decide("disk", 64 << 20, 512), Choice::kExplore);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(model.Decide("disk", 64 << 20, 512), Choice::kRecompute);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(model.Decide("disk", 64 << 20, 512), Choice::kAwaitProbe);
   EXPECT_EQ(model.Decide("host", 64 << 20, 512), Choice::kExplore);  // per source
   model.ProbeDone("host");
   EXPECT_EQ(model.Decide("host", 64 << 20, 512), Choice::kExplore);  // still unmeasured: probe again
   // The probe measured a slow disk (300 ms for 64 MiB) against 50 ms of compute.
   model.RecordFetch("disk", 64 << 20, 0.3);
-  for (int i = 0; i < 8; ++i) model.RecordStep(i % 2 == 0 ? 0 : 512, i % 2 == 0 ? 0.01 : 0.06);
+  for (int i = 0; i < 8; ++i) model.RecordStep(StepShape{i % 2 == 0 ? 0 : 512}, i % 2 == 0 ? 0.01 : 0.06);
   int explores = 0, recomputes = 0;
   for (int i = 0; i < 8; ++i) {
     const Choice c = model.Decide("disk", 64 << 20, 512);

@@ -88,7 +88,7 @@ class ScriptedBackend : public Backend {
   absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef>) override {
     return absl::UnimplementedError("scripted backend holds no KV");
   }
-  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes&) override {
+  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes&, const StageOptions&) override {
     return absl::UnimplementedError("scripted backend holds no KV");
   }
   absl::Status ImportStaged(std::unique_ptr<StagedChunk>, std::span<const KvBlockRef>) override {

@@ -216,3 +216,30 @@ TEST(EngineTierTest, ACancelledRequestLeavesNoLeaseBehind) {
 
 }  // namespace
 }  // namespace lazykv
+
+namespace lazykv {
+namespace {
+
+// The start-up calibration: a prefill timed alone, handed to the cost model, no block kept,
+// the engine's outputs unchanged by it; refused once requests are in.
+TEST(EngineTierTest, CalibrationAnchorsThePrefillCostAndLeavesNothingBehind) {
+  std::mt19937_64 rng(testing::FreshSeed());
+  const Workload s = MakeWorkload(rng);
+  auto tier = std::make_shared<FakeChunkTier>();
+  auto engine = EngineWithTier(s.weights, tier, FetchPolicy::kAuto);
+  const int free_before = engine->stats().free_blocks;
+  auto per_token = engine->CalibratePrefill(48, 2);
+  ASSERT_TRUE(per_token.ok()) << per_token.status();
+  EXPECT_GT(*per_token, 0);
+  EXPECT_EQ(engine->pipeline()->cost_model().CalibratedSecondsPerToken(), *per_token);
+  EXPECT_EQ(engine->pipeline()->cost_model().PrefillSecondsPerToken(), *per_token);
+  EXPECT_EQ(engine->stats().free_blocks, free_before);
+  EXPECT_FALSE(engine->CalibratePrefill(0, 1).ok());
+  ExpectOutputs(s, RunAll(*engine, s.requests), "after calibration");
+  testing::ExpectNoLeakedBlocks(*engine);
+  ASSERT_TRUE(engine->Submit(s.requests[0]).ok());
+  EXPECT_EQ(engine->CalibratePrefill(48, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace lazykv

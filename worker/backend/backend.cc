@@ -13,7 +13,7 @@ absl::Status Backend::ExportChunk(std::span<const KvBlockRef> blocks, std::strin
 
 absl::Status Backend::ImportChunk(std::string_view payload, std::span<const KvBlockRef> blocks) {
   // The view stays valid for the whole call, and StageChunk has read it when it returns.
-  ASSIGN_OR_RETURN(std::unique_ptr<StagedChunk> staged, StageChunk(ChunkBytes({payload}, nullptr)));
+  ASSIGN_OR_RETURN(std::unique_ptr<StagedChunk> staged, StageChunk(ChunkBytes({payload}, nullptr), StageOptions{}));
   return ImportStaged(std::move(staged), blocks);
 }
 

@@ -2,8 +2,10 @@
 // model. The engine above it plans block tables and never sees which device runs.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -110,8 +112,19 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) = 0;
   // Thread-safe, unlike the other methods: copies a payload to where ImportStaged reads
   // it (device memory on a GPU) and returns once it is there. `payload` may rest in
-  // pinned host pages (read in place) or anywhere else.
-  virtual absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload) = 0;
+  // pinned host pages (read in place) or anywhere else. RESOURCE_EXHAUSTED when staging
+  // memory is short past options.wait_for_room_until.
+  struct StageOptions {
+    // Refuse a payload holding an infinity or a NaN (PERMISSION_DENIED naming the byte
+    // offset), checked where the bytes land: on a GPU one pass at device memory speed, so a
+    // fetch needs no CPU pass over its values (DESIGN.md section 5).
+    bool check_finite = false;
+    // Wait this long at most for staging room that staged chunks hold until imported (the
+    // engine imports them at its next step). Unset: do not wait.
+    std::optional<std::chrono::steady_clock::time_point> wait_for_room_until;
+  };
+  virtual absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload,
+                                                                  const StageOptions& options) = 0;
   // Writes a staged payload into `blocks` (sizes must agree; checked). Enqueued in order
   // with Forward.
   virtual absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) = 0;

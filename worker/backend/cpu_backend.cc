@@ -3,7 +3,9 @@
 #include <cstring>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/chunk_values.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/dense_ops.h"
@@ -105,7 +107,12 @@ class CpuBackend : public Backend {
     return std::unique_ptr<ExportedChunk>(new HostPayload(std::move(payload)));
   }
 
-  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload) override {
+  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload, const StageOptions& options) override {
+    if (options.check_finite) {
+      if (absl::Status s = CheckPayloadFinite(bf16_ ? KvDtype::kBf16 : KvDtype::kFp32, payload.pieces()); !s.ok()) {
+        return absl::PermissionDeniedError(absl::StrCat("chunk refused: ", s.message()));
+      }
+    }
     return std::unique_ptr<StagedChunk>(new HostPayload(payload.ToString()));
   }
 

@@ -132,6 +132,8 @@ class TransferBudget {
  public:
   explicit TransferBudget(uint64_t limit) : limit_(limit) {}
   bool TryTake(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // TryTake, waiting for Releases until `deadline` while it fails.
+  bool TakeBy(uint64_t bytes, std::chrono::steady_clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_);
   void Release(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t used() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t limit() const { return limit_; }
@@ -139,6 +141,7 @@ class TransferBudget {
  private:
   const uint64_t limit_;
   mutable Mutex mu_;
+  CondVar released_;
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -190,7 +193,7 @@ class CudaBackend : public Backend {
   // cuda_chunk_transfer.cc. StageChunk and ExportedChunk::CopyTo run on other threads:
   // they touch only their own streams, the budget and the stream-ordered allocator.
   absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) override;
-  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload) override;
+  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload, const StageOptions& options) override;
   absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) override;
   SharedDecodeStats shared_decode_stats() const { return shared_stats_; }
 

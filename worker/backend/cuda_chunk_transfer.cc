@@ -6,6 +6,8 @@
 // budget (TransferBudget). Block metadata goes up from pageable vectors, which
 // cudaMemcpyAsync has copied out by the time it returns, so nothing the scheduling
 // thread reuses (the pinned meta buffer of the forward pass) is read later by a transfer.
+#include "kernels/cuda/finite_check.h"
+#include "worker/backend/cuda_copy_pieces.h"
 #include "worker/backend/cuda_backend_internal.h"
 
 namespace lazykv::cuda_backend {
@@ -31,43 +33,6 @@ class ThreadStream {
   std::shared_ptr<StreamPool> pool_;
   cudaStream_t stream_ = nullptr;
 };
-
-// Copies between host pieces and one device range on `stream`, as few API calls as it
-// takes: adjacent pieces are merged, and the rest go in one cudaMemcpyBatchAsync (a chunk
-// in 256 KiB pages is hundreds of copies, whose one-by-one launches would cost more than
-// the transfer). Falls back to one cudaMemcpyAsync per piece where batching is refused.
-absl::Status CopyPieces(std::vector<void*> dsts, std::vector<const void*> srcs, std::vector<size_t> sizes,
-                        cudaStream_t stream, const char* what) {
-  size_t n = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) continue;
-    if (n > 0 && static_cast<char*>(dsts[n - 1]) + sizes[n - 1] == dsts[i] &&
-        static_cast<const char*>(srcs[n - 1]) + sizes[n - 1] == srcs[i]) {
-      sizes[n - 1] += sizes[i];
-      continue;
-    }
-    dsts[n] = dsts[i];
-    srcs[n] = srcs[i];
-    sizes[n] = sizes[i];
-    ++n;
-  }
-  if (n == 0) return absl::OkStatus();
-  if (n > 1) {
-    cudaMemcpyAttributes attributes{};
-    attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    attributes.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-    size_t attribute_index = 0;
-    if (cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), n, &attributes, &attribute_index, 1, stream) ==
-        cudaSuccess) {
-      return absl::OkStatus();
-    }
-    cudaGetLastError();  // not supported here: one by one
-  }
-  for (size_t i = 0; i < n; ++i) {
-    RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyDefault, stream), what));
-  }
-  return absl::OkStatus();
-}
 
 uint64_t PiecesBytes(const MutablePieces& pieces) {
   uint64_t total = 0;
@@ -216,9 +181,20 @@ bool TransferBudget::TryTake(uint64_t bytes) {
   return true;
 }
 
+bool TransferBudget::TakeBy(uint64_t bytes, std::chrono::steady_clock::time_point deadline) {
+  MutexLock lock(&mu_);
+  while (used_ + bytes > limit_) {
+    if (bytes > limit_ || std::chrono::steady_clock::now() >= deadline) return false;
+    released_.WaitUntil(&mu_, deadline);
+  }
+  used_ += bytes;
+  return true;
+}
+
 void TransferBudget::Release(uint64_t bytes) {
   MutexLock lock(&mu_);
   used_ -= std::min(used_, bytes);
+  released_.SignalAll();
 }
 
 uint64_t TransferBudget::used() const {
@@ -292,9 +268,10 @@ absl::StatusOr<std::unique_ptr<ExportedChunk>> CudaBackend::CaptureChunk(std::sp
       std::make_unique<CudaExportedChunk>(budget_, streams_, staging, bytes, staged, gathered));
 }
 
-absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const ChunkBytes& payload) {
+absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const ChunkBytes& payload, const StageOptions& options) {
   const uint64_t bytes = payload.size();
-  if (!budget_->TryTake(bytes)) {
+  const bool check_finite = options.check_finite;
+  if (!(options.wait_for_room_until ? budget_->TakeBy(bytes, *options.wait_for_room_until) : budget_->TryTake(bytes))) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("chunk staging: %d bytes of transfer staging in use of %d", budget_->used(), budget_->limit()));
   }
@@ -306,8 +283,10 @@ absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const Chunk
   const uint64_t token_bytes = 2ull * c_.n_layers * c_.kv_dim() * cuda::ElementBytes(element_);
   const uint64_t meta_offset = (bytes + 255) / 256 * 256;
   const uint64_t meta_bytes = 3 * sizeof(int32_t) * (bytes / token_bytes + 1);
+  // And after that, the value check's answer.
+  const uint64_t check_offset = (meta_offset + meta_bytes + 7) / 8 * 8;
   if (allocated.ok()) {
-    allocated = Cuda(cudaMallocAsync(&device_bytes, meta_offset + meta_bytes, stream->get()), "staging");
+    allocated = Cuda(cudaMallocAsync(&device_bytes, check_offset + sizeof(unsigned long long), stream->get()), "staging");
   }
   if (!allocated.ok()) {
     budget_->Release(bytes);
@@ -329,8 +308,20 @@ absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const Chunk
       offset += piece.size();
     }
     RETURN_IF_ERROR(CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream->get(), "chunk import copy"));
+    unsigned long long first_bad = ~0ull;
+    if (check_finite) {
+      auto* answer = reinterpret_cast<unsigned long long*>(static_cast<char*>(device_bytes) + check_offset);
+      RETURN_IF_ERROR(
+          Cuda(cuda::LaunchFindNonFinite(device_bytes, bytes, element_, answer, stream->get()), "chunk value check"));
+      RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(&first_bad, answer, sizeof(first_bad), cudaMemcpyDeviceToHost, stream->get()),
+                           "chunk value check"));
+    }
     // The chunk's bytes must be complete before the compute stream may free or read them.
     RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream->get()), "chunk import copy"));
+    if (first_bad != ~0ull) {
+      return absl::PermissionDeniedError(
+          absl::StrFormat("chunk refused: chunk payload holds a non-finite value at byte %d", first_bad));
+    }
     return std::unique_ptr<StagedChunk>(std::move(chunk));
   }();
   if (!staged.ok()) cudaStreamSynchronize(stream->get());  // before the chunk's destructor frees the bytes

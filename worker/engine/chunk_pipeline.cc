@@ -3,11 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <thread>
 #include <limits>
 
 #include "absl/strings/str_format.h"
-#include "common/chunk_values.h"
+#include "absl/strings/str_cat.h"
+#include "common/chunk_codec.h"
 #include "common/status_macros.h"
 
 namespace lazykv {
@@ -15,15 +15,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Payloads from this size on have their values scanned on a thread of its own, beside the
-// checksum pass.
-constexpr uint64_t kParallelScanBytes = 4ull << 20;
+// How long a fetch waits (for a source's probe, for staging room) when nothing says what
+// computing the chunk costs yet, and at most.
+constexpr double kUnmeasuredComputeSeconds = 0.02;
+constexpr double kMaxWaitSeconds = 1.0;
+
+std::chrono::microseconds SecondsBound(double seconds) {
+  return std::chrono::microseconds(static_cast<int64_t>(std::clamp(seconds, 0.0, kMaxWaitSeconds) * 1e6));
+}
 
 double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // The cost model's name for where a hit rests.
-std::string SourceName(ChunkSource source, const std::string& origin) {
-  return origin.empty() ? ChunkSourceName(source) : absl::StrFormat("%s %s", ChunkSourceName(source), origin);
+std::string SourceName(ChunkSource source, const std::string& origin, const std::string& server_tier = "") {
+  std::string name = origin.empty() ? ChunkSourceName(source) : absl::StrFormat("%s %s", ChunkSourceName(source), origin);
+  if (!server_tier.empty()) absl::StrAppend(&name, " (", server_tier, ")");
+  return name;
 }
 
 // The pieces of `pieces` from byte `offset` on.
@@ -95,9 +102,11 @@ ChunkPipeline::ChunkPipeline(std::shared_ptr<ChunkTier> tier, Backend* backend, 
       fingerprint_(fingerprint),
       kv_dtype_(kv_dtype),
       options_(options),
+      staging_gate_(options.max_concurrent_stagings),
       lease_keeper_(tier_.get(), options.max_lease_hold),
       publishers_(options.publish_threads, std::numeric_limits<size_t>::max()),
-      workers_(options.tier_threads, static_cast<size_t>(std::max(1, options.max_queued_tasks))) {}
+      workers_(options.tier_threads, static_cast<size_t>(std::max(1, options.max_queued_tasks))),
+      lookups_(options.lookup_threads, static_cast<size_t>(std::max(1, options.max_queued_tasks))) {}
 
 ChunkPipeline::~ChunkPipeline() {
   {
@@ -115,7 +124,7 @@ void ChunkPipeline::Request(std::vector<ChunkRequest> chunks) {
   }
   // Shared, not moved into the task: a refused task is dropped, and its chunks still need outcomes.
   auto shared = std::make_shared<const std::vector<ChunkRequest>>(std::move(chunks));
-  if (!workers_.TrySubmit([this, shared] { RunLookup(*shared); })) {
+  if (!lookups_.TrySubmit([this, shared] { RunLookup(*shared); })) {
     for (const ChunkRequest& chunk : *shared) {
       ChunkOutcome outcome;
       outcome.key = chunk.key;
@@ -130,13 +139,12 @@ void ChunkPipeline::RunLookup(const std::vector<ChunkRequest>& chunks) {
   for (const ChunkRequest& chunk : chunks) keys.push_back(chunk.key);
   std::vector<std::optional<TierHit>> hits = tier_->Lookup(keys);
   hits.resize(keys.size());
-  // Each chunk goes on by itself (fetches of one request in parallel); on a full queue the
-  // rest run here, on this pool thread.
+  // Each chunk goes on by itself on the fetch pool (fetches of one request in parallel); on
+  // a full queue the rest run here, on this lookup thread.
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ChunkRequest chunk = chunks[i];
     std::optional<TierHit> hit = std::move(hits[i]);
-    const bool last = i + 1 == chunks.size();
-    if (last || !workers_.TrySubmit([this, chunk, hit] { Resolve(chunk, hit); })) Resolve(chunk, hit);
+    if (!workers_.TrySubmit([this, chunk, hit] { Resolve(chunk, hit); })) Resolve(chunk, hit);
   }
 }
 
@@ -150,10 +158,33 @@ bool ChunkPipeline::ShouldFetch(const TierHit& hit, int num_tokens, bool* explor
     case FetchPolicy::kAuto:
       break;
   }
-  const auto choice = cost_.Decide(SourceName(hit.source, hit.origin), hit.stored_bytes, num_tokens);
-  // Unmeasured sources get one fetch at a time; the burst behind it computes.
+  const std::string source = SourceName(hit.source, hit.origin, hit.server_tier);
+  auto choice = cost_.Decide(source, hit.stored_bytes, num_tokens, QueuedPrefillTokens());
+  if (choice == FetchCostModel::Choice::kAwaitProbe) {
+    // An unmeasured source's probe is under way: its answer, within what computing the
+    // chunk would cost (a chunk waiting longer would be computed sooner), decides.
+    cost_.AwaitProbe(source, Clock::now() + FetchWaitBound(num_tokens));
+    choice = cost_.Decide(source, hit.stored_bytes, num_tokens, QueuedPrefillTokens());
+    if (choice == FetchCostModel::Choice::kAwaitProbe) choice = FetchCostModel::Choice::kRecompute;
+  }
+  // Unmeasured sources get one fetch at a time; the burst behind it waits for its answer.
   *explore = choice == FetchCostModel::Choice::kExplore;
+  if (choice == FetchCostModel::Choice::kRecompute) chosen_since_report_ += num_tokens;
   return choice != FetchCostModel::Choice::kRecompute;
+}
+
+std::chrono::microseconds ChunkPipeline::FetchWaitBound(int num_tokens) const {
+  const std::optional<double> compute = cost_.ComputeSeconds(num_tokens + static_cast<int>(std::min<int64_t>(
+                                                                              QueuedPrefillTokens(), 1 << 24)));
+  // At least two steps: a chunk computed instead is ready only at the end of a step, and
+  // staging room frees when the engine imports what is staged, at its next step.
+  const double steps = 2 * cost_.StepSeconds(num_tokens).value_or(0.0);
+  return SecondsBound(std::max(compute.value_or(kUnmeasuredComputeSeconds), steps));
+}
+
+void ChunkPipeline::SetPrefillBacklog(int64_t tokens) {
+  engine_backlog_ = tokens;
+  chosen_since_report_ = 0;
 }
 
 void ChunkPipeline::Resolve(const ChunkRequest& chunk, const std::optional<TierHit>& hit) {
@@ -172,9 +203,9 @@ void ChunkPipeline::Resolve(const ChunkRequest& chunk, const std::optional<TierH
   }
   ChunkSource source = hit->source;
   uint64_t bytes = 0;
-  std::unique_ptr<StagedChunk> staged = FetchAndStage(chunk, &source, &bytes);
+  std::unique_ptr<StagedChunk> staged = FetchAndStage(chunk, &source, &bytes, hit->server_tier);
   // The probe is over either way (a chunk may be fetched from elsewhere than its hit said).
-  if (explore) cost_.ProbeDone(SourceName(hit->source, hit->origin));
+  if (explore) cost_.ProbeDone(SourceName(hit->source, hit->origin, hit->server_tier));
   if (staged) {
     Deliver(FetchedOutcome(chunk.key, std::move(staged), source, bytes));
     return;
@@ -183,12 +214,13 @@ void ChunkPipeline::Resolve(const ChunkRequest& chunk, const std::optional<TierH
 }
 
 std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& chunk, ChunkSource* source,
-                                                          uint64_t* bytes) {
+                                                          uint64_t* bytes, const std::string& server_tier) {
   const auto start = Clock::now();
   Clock::time_point fetched_at, checked_at, staged_at;
   auto staged = [&]() -> absl::StatusOr<std::unique_ptr<StagedChunk>> {
     ASSIGN_OR_RETURN(FetchedChunk fetched, tier_->Fetch(chunk.key));
     fetched_at = Clock::now();
+    const double setup_seconds = fetched.setup_seconds;
     *source = fetched.source;
     *bytes = fetched.stored.size();
     std::string header_bytes(std::min<uint64_t>(kChunkHeaderBytes, fetched.stored.size()), '\0');
@@ -211,36 +243,35 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
       return status;
     };
     if (payload.size() != header.payload_bytes) return absl::DataLossError("fetched chunk is truncated");
-    // The value scan runs beside the checksum (and MAC) pass on a large chunk: each is a
-    // pass over tens of MiB at a few GB/s, and a fetch must beat recomputing the chunk.
-    absl::Status finite;
-    std::thread scan;
-    if (payload.size() >= kParallelScanBytes) {
-      scan = std::thread([&] { finite = CheckPayloadFinite(header.layout.dtype, payload.pieces()); });
-    } else {
-      finite = CheckPayloadFinite(header.layout.dtype, payload.pieces());
+    // The CPU passes: the checksum where the tier has not checked it (gRPC; the tier's own
+    // memory is checked at admission), and the MAC when the fleet signs its chunks (a
+    // signature guards against a cache server that is not trusted, so every fetch checks it).
+    // Nothing unsigned or non-finite reaches the pool (PERMISSION_DENIED: rejected).
+    if (!fetched.payload_verified) {
+      if (absl::Status s = VerifyChunkPayload(header, payload.pieces()); !s.ok()) return refuse(s, "checksum");
     }
-    auto integrity = [&]() -> std::pair<absl::Status, std::string_view> {
-      if (!fetched.payload_verified) {
-        if (absl::Status s = VerifyChunkPayload(header, payload.pieces()); !s.ok()) return {s, "checksum"};
-      }
-      // Nothing unsigned or non-finite reaches the GPU (PERMISSION_DENIED: rejected).
-      if (options_.mac) {
-        if (absl::Status s = options_.mac->Verify(header, payload.pieces()); !s.ok()) return {s, "mac"};
-      }
-      return {absl::OkStatus(), ""};
-    }();
-    if (scan.joinable()) scan.join();
-    if (!integrity.first.ok()) return refuse(integrity.first, integrity.second);
-    if (!finite.ok()) {
-      return refuse(absl::PermissionDeniedError(absl::StrCat("fetched chunk refused: ", finite.message())),
-                    "non_finite");
+    if (options_.mac) {
+      if (absl::Status s = options_.mac->Verify(header, payload.pieces()); !s.ok()) return refuse(s, "mac");
     }
     std::string origin = std::move(fetched.origin);
     checked_at = Clock::now();
-    ASSIGN_OR_RETURN(std::unique_ptr<StagedChunk> out, backend_->StageChunk(payload));
+    // The values are checked where the bytes land (on a GPU, a pass at device memory speed).
+    // Staging held by chunks the engine has not imported yet frees at its next step: a
+    // burst of fetches waits for it, as long as computing the chunk would take at most.
+    // A few at a time through the link, in the order they came: the wait for a turn is
+    // queueing, not the source's cost, and is left out of its estimate.
+    const auto queued_at = Clock::now();
+    FifoGate::Pass turn(staging_gate_);
+    const double queued_seconds = SecondsSince(queued_at);
+    absl::StatusOr<std::unique_ptr<StagedChunk>> out = backend_->StageChunk(
+        payload, {.check_finite = true, .wait_for_room_until = Clock::now() + FetchWaitBound(chunk.num_tokens)});
+    if (out.status().code() == absl::StatusCode::kPermissionDenied) {
+      return refuse(absl::PermissionDeniedError(absl::StrCat("fetched ", out.status().message())), "non_finite");
+    }
+    if (!out.ok()) return out.status();
     staged_at = Clock::now();
-    cost_.RecordFetch(SourceName(*source, origin), *bytes, SecondsSince(start));
+    cost_.RecordFetch(SourceName(*source, origin, *source == ChunkSource::kRemote ? server_tier : ""), *bytes,
+                      std::max(0.0, SecondsSince(start) - setup_seconds - queued_seconds));
     return out;
   }();
   MutexLock lock(&mu_);
@@ -466,7 +497,7 @@ void ChunkPipeline::ReleaseLease(const Hash128& key, uint64_t lease_id) {
   publishers_.Submit([this, key, lease_id] { tier_->ReleaseLease(key, lease_id); });
 }
 
-void ChunkPipeline::RecordStep(int prefill_tokens, double seconds) { cost_.RecordStep(prefill_tokens, seconds); }
+void ChunkPipeline::RecordStep(const StepShape& step, double seconds) { cost_.RecordStep(step, seconds); }
 
 void ChunkPipeline::Flush() {
   MutexLock lock(&mu_);

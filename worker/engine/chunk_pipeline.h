@@ -11,6 +11,7 @@
 // and counted, never waited for).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -25,6 +26,7 @@
 #include "worker/tier/bounded_executor.h"
 #include "worker/tier/chunk_tier.h"
 #include "worker/tier/fetch_cost_model.h"
+#include "worker/tier/fifo_gate.h"
 #include "worker/tier/lease_keeper.h"
 
 namespace lazykv {
@@ -36,7 +38,11 @@ absl::StatusOr<FetchPolicy> ParseFetchPolicy(std::string_view name);  // "auto",
 const char* FetchPolicyName(FetchPolicy policy);
 
 struct ChunkPipelineOptions {
-  int tier_threads = 4;                     // lookups, fetches, lease waits
+  int tier_threads = 4;                     // fetches, lease waits
+  int lookup_threads = 2;                   // lookups (never queued behind a slow fetch)
+  // Fetched chunks copied to the device at once, at most, first come first served (two
+  // already fill a host-to-device link: bench/results/served_2026-11-25b.md).
+  int max_concurrent_stagings = 2;
   int max_queued_tasks = 256;               // beyond this a chunk is computed without asking the tier
   int publish_threads = 2;                  // copy-out, checksum, upload
   uint64_t max_publish_bytes = 1ull << 30;  // captured chunks not yet published
@@ -141,9 +147,14 @@ class ChunkPipeline {
   // Gives a lease back (a chunk nobody needs any more), asynchronously.
   void ReleaseLease(const Hash128& key, uint64_t lease_id);
 
-  // Prefill timing from the engine's steps: a forward step with `prefill_tokens` of
-  // prefill took `seconds` (the cost model's compute side).
-  void RecordStep(int prefill_tokens, double seconds);
+  // Prefill timing from the engine's steps: a forward step of `step`'s shape took
+  // `seconds` (the cost model's compute side).
+  void RecordStep(const StepShape& step, double seconds);
+  // Prefill tokens waiting in the engine (requests' own tokens and chunks to encode), as of
+  // its latest step: a chunk computed here is ready only after them, so a fetch is judged
+  // against that wait, not against the chunk's own compute alone. Chunks this pipeline
+  // chooses to compute count on top until the engine's next report.
+  void SetPrefillBacklog(int64_t tokens);
 
   // Blocks until every publication handed over so far has finished.
   void Flush();
@@ -156,9 +167,10 @@ class ChunkPipeline {
  private:
   void RunLookup(const std::vector<ChunkRequest>& chunks) ABSL_LOCKS_EXCLUDED(mu_);
   void Resolve(const ChunkRequest& chunk, const std::optional<TierHit>& hit) ABSL_LOCKS_EXCLUDED(mu_);
-  // Fetches, checks and stages a chunk; null when any step fails.
-  std::unique_ptr<StagedChunk> FetchAndStage(const ChunkRequest& chunk, ChunkSource* source, uint64_t* bytes)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Fetches, checks and stages a chunk; null when any step fails. `server_tier`: where the
+  // lookup said a cache server holds it (its fetch is measured under that name).
+  std::unique_ptr<StagedChunk> FetchAndStage(const ChunkRequest& chunk, ChunkSource* source, uint64_t* bytes,
+                                             const std::string& server_tier = "") ABSL_LOCKS_EXCLUDED(mu_);
   // Computes under the tier's lease (or after waiting for another worker's publication,
   // fetches that): the path of a miss and of a failed fetch.
   void LeaseOrWait(const ChunkRequest& chunk, ComputeReason reason) ABSL_LOCKS_EXCLUDED(mu_);
@@ -171,6 +183,12 @@ class ChunkPipeline {
                                          std::chrono::milliseconds hi, std::chrono::milliseconds unmeasured) const;
   // The fetch policy's (or the cost model's) answer; `explore`: a fetch made to measure.
   bool ShouldFetch(const TierHit& hit, int num_tokens, bool* explore) ABSL_LOCKS_EXCLUDED(mu_);
+  // Prefill tokens ahead of a chunk computed now (the engine's backlog and this pipeline's
+  // choices since its report).
+  int64_t QueuedPrefillTokens() const { return engine_backlog_.load() + chosen_since_report_.load(); }
+  // How long a fetch may wait (for a probe, for staging room) before computing the chunk
+  // would have been sooner: its compute behind the queued prefill, and two steps at least.
+  std::chrono::microseconds FetchWaitBound(int num_tokens) const;
 
   const std::shared_ptr<ChunkTier> tier_;
   Backend* const backend_;
@@ -178,6 +196,9 @@ class ChunkPipeline {
   const KvDtype kv_dtype_;
   const ChunkPipelineOptions options_;
   FetchCostModel cost_;       // thread-safe itself
+  FifoGate staging_gate_;    // thread-safe itself
+  std::atomic<int64_t> engine_backlog_{0};
+  std::atomic<int64_t> chosen_since_report_{0};
   LeaseKeeper lease_keeper_;  // thread-safe itself
 
   mutable Mutex mu_;
@@ -191,6 +212,7 @@ class ChunkPipeline {
   // Declared last: destroyed (drained and joined) first, while the members above live.
   BoundedExecutor publishers_;
   BoundedExecutor workers_;
+  BoundedExecutor lookups_;  // after workers_: destroyed first, as its tasks feed workers_
 };
 
 }  // namespace lazykv

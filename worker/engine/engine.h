@@ -194,6 +194,13 @@ class Engine {
   // Runs one request to completion on the calling thread (the offline CLI and tests).
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request);
 
+  // Times a prefill of `tokens` random tokens alone (capped by the context and half the
+  // pool), fastest of `repeats` passes after one that warms the backend up, and hands the
+  // per-token cost to the chunk pipeline's cost model as its anchor. Seconds per token.
+  // REQUIRES: no request in the engine (a worker calls it before serving).
+  // engine_calibration.cc
+  absl::StatusOr<double> CalibratePrefill(int tokens, int repeats);
+
   const ModelConfig& config() const { return backend_->config(); }
   const Hash128& model_fingerprint() const { return fingerprint_; }
   // The anchor's tokens (empty when anchorless).
@@ -227,6 +234,7 @@ class Engine {
   // chunks PlanChunks lays out), with their blocks.
   std::vector<SharedChunkReservations::Chunk> SharedChunksOf(const GenerateRequest& request, AttentionMode mode) const;
   absl::StatusOr<int32_t> AllocateBlock();
+  absl::Status WarmUpChunkTransfer(std::span<const KvBlockRef> blocks);  // engine_calibration.cc
   // Appends `count` own-token slots to `seq` (new blocks as needed).
   absl::Status GrowOwnTail(KvSequence& seq, size_t count);
 

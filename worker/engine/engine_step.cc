@@ -50,6 +50,11 @@ std::vector<Engine::PrefillWork> Engine::PlanPrefill() {
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return a.order != b.order ? a.order < b.order : (a.work.job != nullptr) > (b.work.job != nullptr);
   });
+  if (pipeline_) {
+    int64_t backlog = 0;
+    for (const Candidate& c : candidates) backlog += static_cast<int64_t>(c.remaining);
+    pipeline_->SetPrefillBacklog(backlog);
+  }
   std::vector<PrefillWork> plan;
   size_t budget = options_.max_prefill_tokens;
   for (Candidate& c : candidates) {
@@ -131,9 +136,16 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
     const double forward_seconds = SecondsBetween(start, SteadyClock::now());
     timings_.forward_seconds += forward_seconds;
     if (pipeline_ && s.ok()) {
-      int prefill_tokens = 0;
-      for (const Target& t : targets) prefill_tokens += t.decode ? 0 : static_cast<int>(t.count);
-      pipeline_->RecordStep(prefill_tokens, forward_seconds);
+      StepShape shape;
+      for (const Target& t : targets) {
+        if (!t.decode) {
+          shape.prefill_tokens += static_cast<int>(t.count);
+          continue;
+        }
+        ++shape.decode_rows;
+        for (const KvBlockRef& ref : t.request->seq.table()) shape.decode_kv_tokens += ref.num_tokens;
+      }
+      pipeline_->RecordStep(shape, forward_seconds);
     }
     if (!s.ok()) {
       spdlog::error("forward pass over {} sequences failed: {}", steps.size(), s.ToString());

@@ -39,6 +39,9 @@ constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PAT
   --shutdown-grace-ms N    time given to in-flight calls on SIGTERM (default 10000)
   --max-threads N          gRPC handler threads (each Generate in flight holds one); calls past
                            them get RESOURCE_EXHAUSTED (default 1024)
+  --calibrate-prefill-tokens N  before serving, time a prefill of N tokens alone: the anchor of
+                           the fetch-or-recompute decision's prefill cost, and a warm-up
+                           (default 512; 0: off, the cost is then learned from steps alone)
 The OpenAI-compatible HTTP API (off unless --http-listen):
   --http-listen HOST:PORT  POST /v1/completions, /v1/chat/completions; GET /v1/models, /health
   --served-model-name N[,N...]  the names `model` may give (default: the model's file or directory name)
@@ -65,6 +68,7 @@ struct WorkerFlags {
   std::string chat_template;
   int http_request_timeout_s = 600;
   uint64_t http_max_body_bytes = 16 << 20;
+  int calibrate_prefill_tokens = 512;
 };
 
 absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
@@ -72,6 +76,7 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   AddModelSetupFlags(parser, f.model);
   AddServerSecurityFlags(parser, f.security);
   parser.AddInt("--max-threads", &f.max_threads);
+  parser.AddInt("--calibrate-prefill-tokens", &f.calibrate_prefill_tokens);
   parser.AddString("--listen", &f.listen);
   parser.AddString("--metrics-listen", &f.metrics_listen);
   parser.AddInt("--max-running-requests", &f.model.setup.engine.max_running_requests);
@@ -128,7 +133,10 @@ void LogStepProfile(const Engine& engine) {
     spdlog::info("fetch cost: {}: {:.3f} ms + {:.2f} GB/s over {} fetches", e.source, e.latency_seconds * 1e3,
                  e.bytes_per_second / 1e9, e.samples);
   }
-  spdlog::info("prefill cost: {:.2f} us per token", pipeline->cost_model().PrefillSecondsPerToken() * 1e6);
+  const FetchCostModel& cost = pipeline->cost_model();
+  spdlog::info("prefill cost: {:.2f} us per token (calibrated {:.2f}, fitted from steps {:.2f}; 0: none)",
+               cost.PrefillSecondsPerToken() * 1e6, cost.CalibratedSecondsPerToken() * 1e6,
+               cost.FittedSecondsPerToken() * 1e6);
 }
 
 int Serve(int argc, char** argv) {
@@ -140,6 +148,12 @@ int Serve(int argc, char** argv) {
   if (!loaded.ok()) {
     spdlog::error("{}", std::string(loaded.status().message()));
     return 1;
+  }
+  if (flags.calibrate_prefill_tokens > 0) {
+    // Not fatal: without it the cost is learned from the steps served.
+    if (auto s = loaded->engine->CalibratePrefill(flags.calibrate_prefill_tokens, 2); !s.ok()) {
+      spdlog::warn("prefill calibration failed: {}", s.status().ToString());
+    }
   }
   ChunkPipeline* tier = loaded->engine->pipeline();
   auto metrics = std::make_shared<WorkerMetrics>();

@@ -30,13 +30,23 @@ struct TierHit {
   ChunkSource source = ChunkSource::kHost;  // kHost, kDisk or kRemote
   uint64_t stored_bytes = 0;
   std::string origin;  // the cache server holding it (HOST:PORT), empty for the embedded tier
+  // Where on that server ("host", "disk"; empty when unknown): a chunk a server must read
+  // from its disk first is slower to fetch, and is estimated apart.
+  std::string server_tier;
 };
 
 struct FetchedChunk {
   ChunkBytes stored;  // header + payload (common/chunk_codec.h), unverified
   ChunkSource source = ChunkSource::kHost;
   std::string origin;
-  bool payload_verified = false;  // the tier checked the payload's checksum as it read it
+  // The payload's checksum is known good: the tier checked it as it read the bytes, or they
+  // are read in place from memory whose owner checked them at admission (the embedded
+  // tier's pages, a same-host server's arena).
+  bool payload_verified = false;
+  // Of the fetch's time, what went to setting the transport up (a same-host session: the
+  // arena mapped and page-locked, once per server): not the source's cost per chunk, so the
+  // fetch-or-recompute estimate leaves it out.
+  double setup_seconds = 0;
 };
 
 struct LeaseAnswer {

@@ -4,6 +4,10 @@
 #include <cmath>
 
 namespace lazykv {
+namespace {
+// Fetches under which a source explores every few recompute choices (FetchCostModel::Decide).
+constexpr uint64_t kFewSamples = 4;
+}  // namespace
 
 void DecayingLinearFit::Add(double x, double y) {
   w_ = w_ * decay_ + 1;
@@ -62,16 +66,52 @@ void FetchCostModel::RecordFetch(const std::string& source, uint64_t bytes, doub
   Source& s = sources_.try_emplace(source, options_.decay).first->second;
   s.fit.Add(static_cast<double>(bytes), seconds);
   s.probing = false;
+  probe_over_.SignalAll();
 }
 
 void FetchCostModel::ProbeDone(const std::string& source) {
   MutexLock lock(&mu_);
   if (auto it = sources_.find(source); it != sources_.end()) it->second.probing = false;
+  probe_over_.SignalAll();
 }
 
-void FetchCostModel::RecordStep(int prefill_tokens, double seconds) {
+void FetchCostModel::AwaitProbe(const std::string& source, std::chrono::steady_clock::time_point deadline) {
   MutexLock lock(&mu_);
-  steps_.Add(prefill_tokens, seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto it = sources_.find(source);
+    if (it == sources_.end() || !it->second.probing) return;
+    probe_over_.WaitUntil(&mu_, deadline);
+  }
+}
+
+void FetchCostModel::RecordStep(const StepShape& step, double seconds) {
+  MutexLock lock(&mu_);
+  steps_.Add(step.prefill_tokens, seconds);
+  step_shapes_.Add(step, seconds);
+}
+
+void FetchCostModel::CalibratePrefill(int tokens, double seconds) {
+  if (tokens <= 0 || !(seconds > 0)) return;
+  MutexLock lock(&mu_);
+  calibrated_per_token_ = seconds / tokens;
+}
+
+namespace {
+// Steps before the step fit's prefill rate is used (four terms need a few samples each).
+constexpr uint64_t kMinShapeSamples = 8;
+}  // namespace
+
+std::optional<double> FetchCostModel::PerTokenLocked() const {
+  std::optional<double> fitted;
+  if (step_shapes_.samples() >= kMinShapeSamples) fitted = step_shapes_.PrefillSecondsPerToken();
+  if (calibrated_per_token_ > 0) {
+    if (!fitted) return calibrated_per_token_;
+    return std::clamp(*fitted, calibrated_per_token_ / 2, calibrated_per_token_ * 2);
+  }
+  if (fitted) return fitted;
+  // Uncalibrated and not identified yet: whole steps against their prefill tokens.
+  if (steps_.samples() == 0) return std::nullopt;
+  return steps_.slope();
 }
 
 std::optional<double> FetchCostModel::FetchSeconds(const std::string& source, uint64_t bytes) const {
@@ -83,8 +123,9 @@ std::optional<double> FetchCostModel::FetchSeconds(const std::string& source, ui
 
 std::optional<double> FetchCostModel::ComputeSeconds(int tokens) const {
   MutexLock lock(&mu_);
-  if (steps_.samples() == 0) return std::nullopt;
-  return steps_.slope() * tokens;
+  const std::optional<double> per_token = PerTokenLocked();
+  if (!per_token) return std::nullopt;
+  return *per_token * tokens;
 }
 
 std::optional<double> FetchCostModel::StepSeconds(int tokens) const {
@@ -93,19 +134,25 @@ std::optional<double> FetchCostModel::StepSeconds(int tokens) const {
   return steps_.Predict(tokens);
 }
 
-FetchCostModel::Choice FetchCostModel::Decide(const std::string& source, uint64_t bytes, int tokens) {
-  const std::optional<double> compute = ComputeSeconds(tokens);
+FetchCostModel::Choice FetchCostModel::Decide(const std::string& source, uint64_t bytes, int tokens,
+                                              int64_t queued_tokens) {
+  const int64_t ahead = std::clamp<int64_t>(queued_tokens, 0, 1 << 24);
+  const std::optional<double> compute = ComputeSeconds(static_cast<int>(tokens + ahead));
   MutexLock lock(&mu_);
   Source& s = sources_.try_emplace(source, options_.decay).first->second;
   if (s.fit.samples() == 0) {  // unmeasured: one probe at a time
-    if (s.probing) return Choice::kRecompute;
+    if (s.probing) return Choice::kAwaitProbe;
     s.probing = true;
     return Choice::kExplore;
   }
   const double fetch = *s.fit.Predict(static_cast<double>(bytes));
   // The step rate is measured from the first forward pass on; before it, trust the source.
   if (!compute || *compute <= 0 || fetch < *compute) return Choice::kFetch;
-  if (options_.explore_every > 0 && ++s.recomputes % options_.explore_every == 0 && !s.probing) {
+  // A source measured only a few times explores more often: one slow first fetch (a cold
+  // path) must not keep it recomputed for long.
+  const uint64_t every = s.fit.samples() < kFewSamples ? std::min<uint64_t>(kFewSamples, options_.explore_every)
+                                                       : options_.explore_every;
+  if (every > 0 && ++s.recomputes % every == 0 && !s.probing) {
     s.probing = true;
     return Choice::kExplore;
   }
@@ -124,7 +171,18 @@ std::vector<FetchCostModel::SourceEstimate> FetchCostModel::Sources() const {
 
 double FetchCostModel::PrefillSecondsPerToken() const {
   MutexLock lock(&mu_);
-  return steps_.slope();
+  return PerTokenLocked().value_or(0);
+}
+
+double FetchCostModel::CalibratedSecondsPerToken() const {
+  MutexLock lock(&mu_);
+  return calibrated_per_token_;
+}
+
+double FetchCostModel::FittedSecondsPerToken() const {
+  MutexLock lock(&mu_);
+  if (step_shapes_.samples() < kMinShapeSamples) return 0;
+  return step_shapes_.PrefillSecondsPerToken().value_or(0);
 }
 
 }  // namespace lazykv

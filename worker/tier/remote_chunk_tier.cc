@@ -67,6 +67,12 @@ RemoteChunkTier::RemoteChunkTier(RemoteTierOptions options) : options_(std::move
     server->health = grpc::health::v1::Health::NewStub(server->channel);
     servers_.push_back(std::move(server));
   }
+  // Same-host sessions are opened before the tier serves (each within a call deadline), so
+  // the first fetches do not wait for an arena to be mapped and page-locked (a second or
+  // more for tens of GiB) while the requests behind them give up and compute.
+  if (options_.transport != FetchTransport::kGrpc) {
+    for (const auto& server : servers_) (void)ShmSessionFor(*server);
+  }
   prober_ = std::thread([this] { ProberLoop(); });
 }
 
@@ -199,7 +205,8 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
     for (size_t j = 0; j < by_owner[s].size(); ++j) {
       const v1::LookupResult& r = response.results(static_cast<int>(j));
       if (!r.found()) continue;
-      out[by_owner[s][j]] = TierHit{ChunkSource::kRemote, r.stored_bytes(), server.address};
+      out[by_owner[s][j]] = TierHit{ChunkSource::kRemote, r.stored_bytes(), server.address,
+                                    r.tier() == v1::TIER_DISK ? "disk" : r.tier() == v1::TIER_HOST ? "host" : ""};
       server.estimator.ObserveChunkSize(r.stored_bytes());
     }
   }

@@ -1,0 +1,29 @@
+// Where shm_fetch_bench --device puts a fetched chunk: device memory, by the steps the CUDA
+// backend's StageChunk takes (a host-to-device copy per piece on a stream of its own, the
+// value check on the device, a synchronize), and the ceiling those steps are held to: the
+// same copy from a pinned host buffer of the bench's own. Without CUDA in the build or a
+// device, Create says so.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace lazykv::bench {
+
+// Not thread-safe.
+class DeviceSink {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeviceSink>> Create(size_t bytes);
+  virtual ~DeviceSink() = default;
+  // Copies `pieces` (at most `bytes` in all) to the device, checks the values (bf16), and
+  // waits. DATA_LOSS for a non-finite value.
+  virtual absl::Status Consume(std::span<const std::string_view> pieces) = 0;
+  // The ceiling: `bytes` from pinned host memory to the device, and waits.
+  virtual absl::Status CopyFromPinned(size_t bytes) = 0;
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace lazykv::bench

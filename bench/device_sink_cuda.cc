@@ -1,0 +1,107 @@
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "bench/device_sink.h"
+#include "kernels/cuda/finite_check.h"
+#include "worker/backend/cuda_copy_pieces.h"
+
+namespace lazykv::bench {
+namespace {
+
+absl::Status Check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrFormat("%s: %s", what, cudaGetErrorString(e)));
+}
+
+class CudaSink final : public DeviceSink {
+ public:
+  ~CudaSink() override {
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    cudaFree(device_);
+    cudaFree(first_bad_);
+    cudaFreeHost(pinned_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  absl::Status Init(size_t bytes) {
+    bytes_ = bytes;
+    if (absl::Status s = Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"); !s.ok()) return s;
+    if (absl::Status s = Check(cudaMalloc(&device_, bytes), "device buffer"); !s.ok()) return s;
+    if (absl::Status s = Check(cudaMalloc(&first_bad_, sizeof(*first_bad_)), "check answer"); !s.ok()) return s;
+    if (absl::Status s = Check(cudaMallocHost(&pinned_, bytes), "pinned buffer"); !s.ok()) return s;
+    std::memset(pinned_, 0, bytes);
+    cudaDeviceProp prop{};
+    int device = 0;
+    cudaGetDevice(&device);
+    cudaGetDeviceProperties(&prop, device);
+    name_ = prop.name;
+    return absl::OkStatus();
+  }
+
+  absl::Status Consume(std::span<const std::string_view> pieces) override {
+    // As the backend's StageChunk copies: one batched call for all the pieces.
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    std::vector<size_t> sizes;
+    size_t offset = 0;
+    for (std::string_view piece : pieces) {
+      if (offset + piece.size() > bytes_) return absl::InvalidArgumentError("chunk larger than the sink");
+      dsts.push_back(static_cast<char*>(device_) + offset);
+      srcs.push_back(piece.data());
+      sizes.push_back(piece.size());
+      offset += piece.size();
+    }
+    if (absl::Status s = cuda_backend::CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream_, "copy");
+        !s.ok()) {
+      return s;
+    }
+    unsigned long long first_bad = 0;
+    if (absl::Status s =
+            Check(cuda::LaunchFindNonFinite(device_, offset / 2 * 2, cuda::Element::kBf16, first_bad_, stream_), "check");
+        !s.ok()) {
+      return s;
+    }
+    cudaMemcpyAsync(&first_bad, first_bad_, sizeof(first_bad), cudaMemcpyDeviceToHost, stream_);
+    if (absl::Status s = Check(cudaStreamSynchronize(stream_), "synchronize"); !s.ok()) return s;
+    if (first_bad != ~0ull) return absl::DataLossError(absl::StrFormat("non-finite value at byte %d", first_bad));
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyFromPinned(size_t bytes) override {
+    if (bytes > bytes_) return absl::InvalidArgumentError("larger than the sink");
+    if (absl::Status s = Check(cudaMemcpyAsync(device_, pinned_, bytes, cudaMemcpyHostToDevice, stream_), "copy");
+        !s.ok()) {
+      return s;
+    }
+    return Check(cudaStreamSynchronize(stream_), "synchronize");
+  }
+
+  std::string Describe() const override { return name_; }
+
+ private:
+  size_t bytes_ = 0;
+  cudaStream_t stream_ = nullptr;
+  void* device_ = nullptr;
+  unsigned long long* first_bad_ = nullptr;
+  void* pinned_ = nullptr;
+  std::string name_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceSink>> DeviceSink::Create(size_t bytes) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::UnavailableError("--device: no CUDA device");
+  }
+  auto sink = std::make_unique<CudaSink>();
+  if (absl::Status s = sink->Init(bytes); !s.ok()) return s;
+  return std::unique_ptr<DeviceSink>(std::move(sink));
+}
+
+}  // namespace lazykv::bench

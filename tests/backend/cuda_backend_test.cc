@@ -522,9 +522,12 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     held->reset();  // dropped unimported: its staging goes back, as an import's does
   });
+  const auto wait_start = std::chrono::steady_clock::now();
   auto waited = (*one)->StageChunk(ChunkBytes::FromString(expected),
-                                   {.wait_for_room_until = std::chrono::steady_clock::now() + std::chrono::seconds(10)});
+                                   {.wait_for_room_until = wait_start + std::chrono::seconds(10)});
   importer.join();
+  // Woken by the release, not by its deadline.
+  EXPECT_LT(std::chrono::steady_clock::now() - wait_start, std::chrono::seconds(5));
   ASSERT_TRUE(waited.ok()) << waited.status();
   ASSERT_TRUE((*one)->ImportStaged(*std::move(waited), blocks).ok());
 

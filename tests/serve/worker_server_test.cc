@@ -107,8 +107,18 @@ const std::vector<std::string> kDocs = {
 TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
   if (!HaveModel("stories260K.bin") || !HaveModel("tok512.bin")) GTEST_SKIP() << "no stories260K in ../shared/models";
   const std::string dir = TempDir("worker_stream");
-  auto worker = StartWorker(dir, StoriesFlags(dir));
+  // With the start-up calibration and transfer warm-up forced on (off by default on the
+  // CPU): they must leave nothing behind that changes an output.
+  std::vector<std::string> flags = StoriesFlags(dir);
+  flags.insert(flags.end(), {"--calibrate-prefill-tokens", "64"});
+  auto worker = StartWorker(dir, flags);
   auto stub = Stub(worker->address());
+  {
+    std::ifstream log(dir + "/worker.log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("prefill calibration: 64 tokens"), std::string::npos) << text;
+    EXPECT_EQ(text.find("warm-up failed"), std::string::npos) << text;
+  }
   ModelSetupOptions setup;
   setup.model = ModelPath("stories260K.bin");
   setup.tokenizer = ModelPath("tok512.bin");

@@ -1,12 +1,12 @@
-// The gate against what it promises: never more than `limit` inside, and callers let in in
-// the order they arrived (arrivals spaced out so their order is known).
+// The gate against what it promises: never more than `limit` inside, callers admitted in
+// the order they arrived (each arrives only once the one before is queued, so the order is
+// known), and a caller whose deadline passes leaves the queue without holding up the rest.
 #include "worker/tier/fifo_gate.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -16,58 +16,72 @@
 namespace lazykv {
 namespace {
 
+using std::chrono::milliseconds;
+
+void WaitUntilWaiting(const FifoGate& gate, size_t n) {
+  while (gate.waiting() < n) std::this_thread::sleep_for(std::chrono::microseconds(100));
+}
+
 TEST(FifoGateTest, AtMostLimitInsideAndFirstComeFirstServed) {
   std::mt19937_64 rng(testing::FreshSeed());
   for (const int limit : {1, 2, 3}) {
     SCOPED_TRACE(limit);
     FifoGate gate(limit);
+    const auto far = FifoGate::Clock::now() + std::chrono::minutes(5);
     std::atomic<int> inside{0}, most{0};
-    std::mutex order_mu;
-    std::vector<int> order;
-    // A holder keeps the gate full while the others queue up one by one.
-    std::vector<std::thread> holders;
-    std::atomic<bool> release{false};
+    auto enter_and_count = [&] {
+      const int now = ++inside;
+      int seen = most.load();
+      while (now > seen && !most.compare_exchange_weak(seen, now)) {
+      }
+    };
+    // Holders fill the gate; then callers queue up one by one behind them.
     for (int h = 0; h < limit; ++h) {
-      holders.emplace_back([&] {
-        FifoGate::Pass pass(gate);
-        ++inside;
-        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        --inside;
-      });
+      ASSERT_TRUE(gate.Enter(far).has_value());
+      enter_and_count();
     }
-    while (inside < limit) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const int n = 8;
     std::vector<int> hold_us(n);
-    for (int& us : hold_us) us = 200 + static_cast<int>(rng() % 300);
+    for (int& us : hold_us) us = 100 + static_cast<int>(rng() % 400);
+    std::vector<uint64_t> admitted(n);
     std::vector<std::thread> waiters;
     for (int i = 0; i < n; ++i) {
       waiters.emplace_back([&, i] {
-        FifoGate::Pass pass(gate);
-        const int now = ++inside;
-        int seen = most.load();
-        while (now > seen && !most.compare_exchange_weak(seen, now)) {
-        }
-        {
-          std::lock_guard<std::mutex> lock(order_mu);
-          order.push_back(i);
-        }
+        admitted[i] = *gate.Enter(far);
+        enter_and_count();
         std::this_thread::sleep_for(std::chrono::microseconds(hold_us[i]));
         --inside;
+        gate.Leave();
       });
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // arrive in order i
+      WaitUntilWaiting(gate, static_cast<size_t>(i + 1));  // arrival i is queued
     }
-    release = true;
-    for (auto& t : holders) t.join();
+    for (int h = 0; h < limit; ++h) {
+      --inside;
+      gate.Leave();
+    }
     for (auto& t : waiters) t.join();
     EXPECT_LE(most.load(), limit);
-    ASSERT_EQ(order.size(), static_cast<size_t>(n));
-    if (limit == 1) {
-      for (int i = 0; i < n; ++i) EXPECT_EQ(order[i], i);
-    } else {
-      // Several inside at once may record out of order, but never by more than the limit.
-      for (int i = 0; i < n; ++i) EXPECT_LE(std::abs(order[i] - i), limit - 1) << i;
-    }
+    EXPECT_EQ(most.load(), limit);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(admitted[i], static_cast<uint64_t>(limit + i)) << i;
   }
+}
+
+TEST(FifoGateTest, AWaiterPastItsDeadlineLeavesTheQueueAndTheNextGoesOn) {
+  FifoGate gate(1);
+  ASSERT_TRUE(gate.Enter(FifoGate::Clock::now()).has_value());  // free: in at once
+  std::optional<uint64_t> impatient = uint64_t{99}, patient;
+  std::thread first([&] { impatient = gate.Enter(FifoGate::Clock::now() + milliseconds(30)); });
+  WaitUntilWaiting(gate, 1);
+  std::thread second([&] { patient = gate.Enter(FifoGate::Clock::now() + std::chrono::minutes(5)); });
+  first.join();  // its deadline passed while the gate was full
+  EXPECT_FALSE(impatient.has_value());
+  WaitUntilWaiting(gate, 1);  // the second, queued
+  EXPECT_EQ(gate.waiting(), 1u);
+  gate.Leave();
+  second.join();
+  ASSERT_TRUE(patient.has_value());
+  EXPECT_EQ(*patient, 1u);  // the second admission ever
+  gate.Leave();
 }
 
 }  // namespace

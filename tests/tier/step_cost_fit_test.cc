@@ -63,6 +63,19 @@ TEST(StepCostFitTest, ExactDataIsRecoveredExactlyAndDecodeOnlyStepsAreAllowed) {
   EXPECT_NEAR(*fit.PrefillSecondsPerToken(), truth.per_prefill, 1e-3 * truth.per_prefill);
 }
 
+// Decoding rows that make steps faster (no such cost is non-negative): the full fit is
+// refused and the best fit without that term gives the prefill rate.
+TEST(StepCostFitTest, AnInfeasibleTermIsDroppedAndThePrefillRateStillFound) {
+  std::mt19937_64 rng(testing::FreshSeed());
+  StepCostFit fit(0.98);
+  for (int i = 0; i < 300; ++i) {
+    const StepShape s{static_cast<int>(rng() % 1024), static_cast<int>(rng() % 64), static_cast<int64_t>(rng() % 100000)};
+    fit.Add(s, 0.02 + 25e-6 * s.prefill_tokens - 50e-6 * s.decode_rows + 1e-8 * s.decode_kv_tokens);
+  }
+  ASSERT_TRUE(fit.PrefillSecondsPerToken().has_value());
+  EXPECT_NEAR(*fit.PrefillSecondsPerToken(), 25e-6, 2.5e-6);
+}
+
 TEST(StepCostFitTest, UnidentifiedOrNegativeRatesAreUnknown) {
   StepCostFit constant(0.95);  // every step the same prefill: its cost cannot be told from the base
   for (int i = 0; i < 50; ++i) constant.Add(StepShape{512, i % 7, 1000 * (i % 5)}, 0.01 + 1e-4 * (i % 7));

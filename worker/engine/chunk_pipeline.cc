@@ -109,10 +109,15 @@ ChunkPipeline::ChunkPipeline(std::shared_ptr<ChunkTier> tier, Backend* backend, 
       lookups_(options.lookup_threads, static_cast<size_t>(std::max(1, options.max_queued_tasks))) {}
 
 ChunkPipeline::~ChunkPipeline() {
+  std::deque<ChunkOutcome> undelivered;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
+    // Staged chunks nobody will import give their staging back now, so fetches still
+    // queued do not wait for room that would come back only after them.
+    undelivered.swap(outcomes_);
   }
+  undelivered.clear();
   Flush();
 }
 
@@ -174,6 +179,10 @@ bool ChunkPipeline::ShouldFetch(const TierHit& hit, int num_tokens, bool* explor
 }
 
 std::chrono::microseconds ChunkPipeline::FetchWaitBound(int num_tokens) const {
+  {
+    MutexLock lock(&mu_);
+    if (stopping_) return std::chrono::microseconds(0);  // nobody waits for the outcome
+  }
   const std::optional<double> compute = cost_.ComputeSeconds(num_tokens + static_cast<int>(std::min<int64_t>(
                                                                               QueuedPrefillTokens(), 1 << 24)));
   // At least two steps: a chunk computed instead is ready only at the end of a step, and
@@ -256,15 +265,19 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
     std::string origin = std::move(fetched.origin);
     checked_at = Clock::now();
     // The values are checked where the bytes land (on a GPU, a pass at device memory speed).
-    // Staging held by chunks the engine has not imported yet frees at its next step: a
-    // burst of fetches waits for it, as long as computing the chunk would take at most.
-    // A few at a time through the link, in the order they came: the wait for a turn is
-    // queueing, not the source's cost, and is left out of its estimate.
+    // A few at a time through the link, in the order they came; and staging held by chunks
+    // the engine has not imported yet frees at its next step. Both waits together last as
+    // long as computing the chunk would take at most. The wait for a turn is queueing, not
+    // the source's cost, and is left out of its estimate.
     const auto queued_at = Clock::now();
-    FifoGate::Pass turn(staging_gate_);
+    const auto give_up_at = queued_at + FetchWaitBound(chunk.num_tokens);
+    if (!staging_gate_.Enter(give_up_at)) {
+      return absl::ResourceExhaustedError("chunk staging: no turn before computing it would be sooner");
+    }
     const double queued_seconds = SecondsSince(queued_at);
-    absl::StatusOr<std::unique_ptr<StagedChunk>> out = backend_->StageChunk(
-        payload, {.check_finite = true, .wait_for_room_until = Clock::now() + FetchWaitBound(chunk.num_tokens)});
+    absl::StatusOr<std::unique_ptr<StagedChunk>> out =
+        backend_->StageChunk(payload, {.check_finite = true, .wait_for_room_until = give_up_at});
+    staging_gate_.Leave();
     if (out.status().code() == absl::StatusCode::kPermissionDenied) {
       return refuse(absl::PermissionDeniedError(absl::StrCat("fetched ", out.status().message())), "non_finite");
     }

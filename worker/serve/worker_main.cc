@@ -39,9 +39,11 @@ constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PAT
   --shutdown-grace-ms N    time given to in-flight calls on SIGTERM (default 10000)
   --max-threads N          gRPC handler threads (each Generate in flight holds one); calls past
                            them get RESOURCE_EXHAUSTED (default 1024)
-  --calibrate-prefill-tokens N  before serving, time a prefill of N tokens alone: the anchor of
-                           the fetch-or-recompute decision's prefill cost, and a warm-up
-                           (default 512; 0: off, the cost is then learned from steps alone)
+  --calibrate-prefill-tokens N  before serving, time prefills of N and N/2 tokens alone: the
+                           anchor of the fetch-or-recompute decision's prefill cost, and a
+                           warm-up (default: 512 on a GPU; off on the CPU, whose passes are slow
+                           and where fetching wins anyway; 0: off, the cost is then learned
+                           from steps alone)
 The OpenAI-compatible HTTP API (off unless --http-listen):
   --http-listen HOST:PORT  POST /v1/completions, /v1/chat/completions; GET /v1/models, /health
   --served-model-name N[,N...]  the names `model` may give (default: the model's file or directory name)
@@ -68,7 +70,7 @@ struct WorkerFlags {
   std::string chat_template;
   int http_request_timeout_s = 600;
   uint64_t http_max_body_bytes = 16 << 20;
-  int calibrate_prefill_tokens = 512;
+  int calibrate_prefill_tokens = -1;  // -1: 512 on a GPU, off on the CPU
 };
 
 absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
@@ -149,9 +151,11 @@ int Serve(int argc, char** argv) {
     spdlog::error("{}", std::string(loaded.status().message()));
     return 1;
   }
-  if (flags.calibrate_prefill_tokens > 0) {
+  const int calibrate_tokens =
+      flags.calibrate_prefill_tokens >= 0 ? flags.calibrate_prefill_tokens : (loaded->on_gpu ? 512 : 0);
+  if (calibrate_tokens > 0) {
     // Not fatal: without it the cost is learned from the steps served.
-    if (auto s = loaded->engine->CalibratePrefill(flags.calibrate_prefill_tokens, 2); !s.ok()) {
+    if (auto s = loaded->engine->CalibratePrefill(calibrate_tokens, 2); !s.ok()) {
       spdlog::warn("prefill calibration failed: {}", s.status().ToString());
     }
   }

@@ -169,6 +169,7 @@ absl::StatusOr<std::unique_ptr<Backend>> SetUpBackend(const ModelSetupOptions& o
 }
 
 absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
+  ASSIGN_OR_RETURN(const bool on_gpu, UseCuda(options.device));
   ASSIGN_OR_RETURN(auto backend, SetUpBackend(options));
   const ModelConfig config = backend->config();
   ASSIGN_OR_RETURN(auto tokenizer, ChooseTokenizer(options, config.vocab_size));
@@ -186,7 +187,7 @@ absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
   spdlog::info("model {}: dim {}, {} layers, {} heads ({} kv), vocab {}; KV pool {} blocks of {} tokens ({})",
                config.name, config.dim, config.n_layers, config.n_heads, config.n_kv_heads, config.vocab_size,
                num_blocks, options.block_size, kv_dtype);
-  return LoadedEngine{std::move(engine), std::move(tokenizer)};
+  return LoadedEngine{std::move(engine), std::move(tokenizer), on_gpu};
 }
 
 }  // namespace lazykv

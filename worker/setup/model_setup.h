@@ -63,6 +63,7 @@ struct ModelSetupOptions {
 struct LoadedEngine {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Tokenizer> tokenizer;
+  bool on_gpu = false;  // the CUDA backend runs it
 };
 
 // The backend alone (SetUpEngine's first step); its config() is the model's architecture.

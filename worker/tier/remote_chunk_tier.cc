@@ -71,7 +71,13 @@ RemoteChunkTier::RemoteChunkTier(RemoteTierOptions options) : options_(std::move
   // the first fetches do not wait for an arena to be mapped and page-locked (a second or
   // more for tens of GiB) while the requests behind them give up and compute.
   if (options_.transport != FetchTransport::kGrpc) {
-    for (const auto& server : servers_) (void)ShmSessionFor(*server);
+    for (const auto& server : servers_) {
+      if (ShmSessionFor(*server) != nullptr) continue;
+      // Not up yet, perhaps (started beside this worker): the first fetch tries again
+      // rather than waiting out the retry interval.
+      MutexLock lock(&server->shm_mu);
+      server->shm_next_try = {};
+    }
   }
   prober_ = std::thread([this] { ProberLoop(); });
 }

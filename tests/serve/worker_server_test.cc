@@ -116,7 +116,7 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
   {
     std::ifstream log(dir + "/worker.log");
     const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-    EXPECT_NE(text.find("prefill calibration: 64 tokens"), std::string::npos) << text;
+    EXPECT_NE(text.find("prefill calibration: 128 tokens"), std::string::npos) << text;  // 2 x 64
     EXPECT_EQ(text.find("warm-up failed"), std::string::npos) << text;
   }
   ModelSetupOptions setup;

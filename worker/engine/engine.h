@@ -194,8 +194,8 @@ class Engine {
   // Runs one request to completion on the calling thread (the offline CLI and tests).
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request);
 
-  // Times prefills of `tokens` and of tokens / 2 random tokens alone (capped by the context
-  // and half the pool), fastest of `repeats` passes each after one that warms the backend up
+  // Times prefills of 2 x `tokens` and of `tokens` random tokens alone (capped by the
+  // context and half the pool), fastest of `repeats` passes each after one that warms the backend up
   // (and, with a tier, its chunk transfer), and hands the marginal cost of a token (the
   // difference over the tokens between) to the chunk pipeline's cost model as its anchor.
   // Seconds per token.

@@ -39,7 +39,7 @@ constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PAT
   --shutdown-grace-ms N    time given to in-flight calls on SIGTERM (default 10000)
   --max-threads N          gRPC handler threads (each Generate in flight holds one); calls past
                            them get RESOURCE_EXHAUSTED (default 1024)
-  --calibrate-prefill-tokens N  before serving, time prefills of N and N/2 tokens alone: the
+  --calibrate-prefill-tokens N  before serving, time prefills of 2N and N tokens alone: the
                            anchor of the fetch-or-recompute decision's prefill cost, and a
                            warm-up (default: 512 on a GPU; off on the CPU, whose passes are slow
                            and where fetching wins anyway; 0: off, the cost is then learned

@@ -428,12 +428,22 @@ struct BatchedOptions {
   std::vector<AttentionMode> modes = {AttentionMode::kNone, AttentionMode::kPrefix, AttentionMode::kBlock,
                                       AttentionMode::kLazy};
   std::string out = "e2e_batched.json";
+  // Backend::WarmUp before the first mode (as lazykv-worker does before serving); off, the
+  // first mode meets every new step shape cold and the later ones do not.
+  bool backend_warm_up = true;
 };
 
 // A loaded server: the trace through continuous batching at a request rate and concurrency,
 // one fresh engine per mode over the backend (bench/engine_load_bench.h).
 int EndToEndBatched(Backend& backend, const BatchedOptions& options, const std::string& gpu) {
   const RagTrace trace = RagWorkload(backend.config().vocab_size, options.requests, options.max_tokens, 1);
+  if (options.backend_warm_up) {  // every step shape of an engine with the defaults' running requests
+    const int running = EngineOptions{}.max_running_requests;
+    if (absl::Status s = backend.WarmUp(options.load.max_prefill_tokens + running, running); !s.ok()) {
+      std::fprintf(stderr, "backend warm-up: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
   {  // Warm-up (cuBLASLt plans, buffers grown, each mode's kernels) on throwaway engines, every mode alike.
     const RagTrace warmup = RagWorkload(backend.config().vocab_size, 8, 8, 2);
     if (auto w = RunModesUnderLoad(backend, warmup, options.modes, options.load); !w.ok()) {
@@ -483,7 +493,7 @@ int main(int argc, char** argv) {
       "       cuda_backend_bench --e2e-batched [--requests N] [--max-tokens N] [--request-rate R|inf]\n"
       "           [--max-concurrency C (0: none)] [--max-prefill-tokens N] [--modes none,prefix,block,lazy]\n"
       "           [--kv-pool-gib G | --gpu-memory-utilization F] [--shared-decode auto|always|off]\n"
-      "           [--mixed-steps decode|prefill] [--out FILE.json]\n"
+      "           [--mixed-steps decode|prefill] [--no-backend-warm-up] [--out FILE.json]\n"
       "Without --e2e-batched: chunk import and decode ceilings, then with --e2e the trace one request\n"
       "at a time (40 requests, 16 tokens, 12 GiB pool). --e2e-batched runs only the loaded benchmark\n"
       "(256 requests, 128 tokens, rate inf, concurrency 64; the pool takes what is left of 0.9 of the\n"
@@ -501,6 +511,8 @@ int main(int argc, char** argv) {
   parser.AddString("--shared-decode", &shared_decode);
   parser.AddString("--mixed-steps", &mixed_steps);
   parser.AddString("--out", &batched_options.out);
+  bool no_backend_warm_up = false;
+  parser.AddSwitch("--no-backend-warm-up", &no_backend_warm_up);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return ExitForFlagError(s, "cuda_backend_bench");
   if (!modes.empty()) {
     batched_options.modes.clear();
@@ -527,6 +539,7 @@ int main(int argc, char** argv) {
     return ExitForFlagError(absl::InvalidArgumentError("--mixed-steps: decode or prefill"), "cuda_backend_bench");
   }
   backend_options.decode_in_mixed_steps = mixed_steps == "decode";
+  batched_options.backend_warm_up = !no_backend_warm_up;
   if (batched) {
     if (requests > 0) batched_options.requests = requests;
     if (max_tokens >= 0) batched_options.max_tokens = max_tokens;
@@ -555,6 +568,7 @@ int main(int argc, char** argv) {
                 "not read again\n",
                 shared_decode.c_str(), mixed_steps.c_str(), static_cast<unsigned long long>(shared.steps),
                 static_cast<unsigned long long>(shared.tokens_saved));
+    std::printf("backend: %s\n", (*backend)->ProfileSummary().c_str());
     return rc;
   }
   const double hbm_gbs = ScatterBench(**backend);

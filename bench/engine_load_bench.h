@@ -53,6 +53,8 @@ class BorrowedBackend : public Backend {
   absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) override {
     return backend_->ImportStaged(std::move(staged), blocks);
   }
+  absl::Status WarmUp(int max_rows, int max_logit_rows) override { return backend_->WarmUp(max_rows, max_logit_rows); }
+  std::string ProfileSummary() const override { return backend_->ProfileSummary(); }
 
  private:
   Backend* backend_;

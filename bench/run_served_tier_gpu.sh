@@ -35,7 +35,7 @@ run() {  # name, then lazykv-bench compare arguments
     "$@" --out-dir "$out/$name" > "$out/$name.txt" 2>&1
   echo "rc=$?"
   grep -A6 "^mode" "$out/$name.txt"
-  grep -h "steps:\|chunk pipeline:\|fetch cost\|prefill cost" "$out/$name"/worker-*.log
+  grep -h "steps:\|chunk pipeline:\|fetch cost\|prefill cost\|backend:\|backend warm-up" "$out/$name"/worker-*.log
 }
 for part in $parts; do
   case $part in

@@ -36,6 +36,9 @@ class Gemm {
   absl::Status Run(const float* x, int rows, int in, const float* w, int out, float* y, float beta = 0.0f) {
     return RunTyped(x, rows, in, w, out, y, beta, /*fp32_inputs=*/true);
   }
+  // Shapes planned so far (each planned once, at its first Run: a heuristic query and, on
+  // the first launch of a kernel, its loading; Backend::WarmUp plans ahead).
+  size_t plans() const { return plans_.size(); }
 
  private:
   struct Plan;

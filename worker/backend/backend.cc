@@ -17,6 +17,16 @@ absl::Status Backend::ImportChunk(std::string_view payload, std::span<const KvBl
   return ImportStaged(std::move(staged), blocks);
 }
 
+absl::Status ValidateWarmUpShape(int max_rows, int max_logit_rows) {
+  if (max_rows < 1) return absl::InvalidArgumentError(absl::StrFormat("WarmUp: max_rows %d must be >= 1", max_rows));
+  if (max_logit_rows < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("WarmUp: max_logit_rows %d must be >= 0", max_logit_rows));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::WarmUp(int max_rows, int max_logit_rows) { return ValidateWarmUpShape(max_rows, max_logit_rows); }
+
 absl::Status ValidateStep(const SequenceStep& step, const ModelConfig& config, int block_size, int num_blocks) {
   int64_t total = 0;
   for (const KvBlockRef& ref : step.context) {

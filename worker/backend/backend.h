@@ -96,6 +96,17 @@ class Backend {
 
   virtual absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) = 0;
 
+  // Prepares what the backend chooses per pass shape for every pass of up to `max_rows` new
+  // tokens and `max_logit_rows` rows of logits (on a GPU: a GEMM algorithm per row count,
+  // the kernels loaded, activation and logits buffers at full size), so that the first step
+  // at a new shape costs what later ones do: a worker serves its first requests at full
+  // speed, and a benchmark's modes start equally warm. Leaves the KV pool alone. The
+  // default does nothing (a CPU has nothing to prepare). INVALID_ARGUMENT for max_rows < 1
+  // or max_logit_rows < 0.
+  virtual absl::Status WarmUp(int max_rows, int max_logit_rows);
+  // The backend's own counters in one line (empty: none), for a worker's step profile.
+  virtual std::string ProfileSummary() const { return {}; }
+
   // Chunk transfer (DESIGN.md section 5b). A chunk's KV travels as a payload in the chunk
   // codec's layout (common/chunk_codec.h). Export and import are split so that the
   // scheduling thread only enqueues work and the bytes move on the chunk pipeline's
@@ -144,6 +155,9 @@ absl::Status ValidateChunkBlocks(const ChunkLayout& layout, size_t payload_bytes
 // Checks ForwardAndSample's arguments: one entry per step, sampled steps want their last
 // row and have tokens, sampling parameters in range.
 absl::Status ValidateSampling(std::span<const SequenceStep> steps, std::span<const StepSampling> sampling);
+
+// Checks WarmUp's arguments (shared by every backend).
+absl::Status ValidateWarmUpShape(int max_rows, int max_logit_rows);
 
 // Checks a step against the pool's geometry (shared by every backend).
 absl::Status ValidateStep(const SequenceStep& step, const ModelConfig& config, int block_size, int num_blocks);

@@ -123,6 +123,11 @@ SharedDecodeStats CudaSharedDecodeStats(const Backend& backend) {
   return cuda != nullptr ? cuda->shared_decode_stats() : SharedDecodeStats{};
 }
 
+GemmPlanStats CudaGemmPlanStats(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->gemm_plan_stats() : GemmPlanStats{};
+}
+
 bool CudaDeviceAvailable() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;

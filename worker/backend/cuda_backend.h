@@ -58,6 +58,16 @@ struct SharedDecodeStats {
 };
 SharedDecodeStats CudaSharedDecodeStats(const Backend& backend);
 
+// GEMM shapes the backend has planned (Backend::WarmUp plans ahead; a shape first met in a
+// step is planned there), and how many of them came after its warm-up; zeros for a backend
+// that is not CUDA's.
+struct GemmPlanStats {
+  bool warmed_up = false;
+  uint64_t plans = 0;
+  uint64_t plans_after_warm_up = 0;
+};
+GemmPlanStats CudaGemmPlanStats(const Backend& backend);
+
 // Bytes of K and V one block holds across all layers.
 uint64_t CudaKvBytesPerBlock(const ModelConfig& config, int block_size, CudaPrecision precision = CudaPrecision::kBf16);
 

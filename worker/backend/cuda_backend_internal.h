@@ -195,7 +195,17 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) override;
   absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload, const StageOptions& options) override;
   absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) override;
+  // cuda_warm_up.cc: every GEMM shape of passes up to max_rows (and of the classifier up to
+  // max_logit_rows) planned and run once, activation and logits buffers at full size.
+  absl::Status WarmUp(int max_rows, int max_logit_rows) override;
+  std::string ProfileSummary() const override;
   SharedDecodeStats shared_decode_stats() const { return shared_stats_; }
+  GemmPlanStats gemm_plan_stats() const {
+    const uint64_t plans = gemm_->plans();
+    return {.warmed_up = gemm_plans_after_warm_up_.has_value(),
+            .plans = plans,
+            .plans_after_warm_up = plans - gemm_plans_after_warm_up_.value_or(plans)};
+  }
 
  private:
   size_t PoolElems() const { return static_cast<size_t>(num_blocks_) * block_size_ * c_.kv_dim(); }
@@ -227,6 +237,8 @@ class CudaBackend : public Backend {
   // RunModel's kernels and GEMMs, with T the element type of the weights, GEMM inputs and pool.
   template <typename T>
   absl::Status RunLayers(PassPlan& plan);
+  template <typename T>
+  absl::Status WarmUpGemms(int max_rows, int max_logit_rows);
   // Copies back the logits rows of the steps in `wanted` for which keep(step) holds (into
   // logits[step]); synchronizes the stream.
   template <typename Keep>
@@ -258,6 +270,7 @@ class CudaBackend : public Backend {
   void* v_pool_ = nullptr;
   double* inv_freq_ = nullptr;
   int activation_rows_ = 0;
+  std::optional<size_t> gemm_plans_after_warm_up_;  // unset: no WarmUp yet
   // Activations: x_, y_, qkv_, q_, attn_, gu_ fp32; xb_, attn_in_, h_ (GEMM inputs) of element_.
   DeviceBuffer x_, y_, xb_, qkv_, q_, attn_, attn_in_, gu_, h_, attn_ws_, meta_;
   DeviceBuffer out_rows_, logits_;  // the output layer's gathered rows (element_) and its logits

@@ -202,6 +202,10 @@ class Engine {
   // REQUIRES: no request in the engine (a worker calls it before serving).
   // engine_calibration.cc
   absl::StatusOr<double> CalibratePrefill(int tokens, int repeats);
+  // Backend::WarmUp for every pass this engine can run: up to max_prefill_tokens prefill
+  // rows beside one row per running request, and logits for every running request. A worker
+  // calls it before serving, a benchmark before its first mode (engine_calibration.cc).
+  absl::Status WarmUpBackend();
 
   const ModelConfig& config() const { return backend_->config(); }
   const Hash128& model_fingerprint() const { return fingerprint_; }
@@ -212,6 +216,8 @@ class Engine {
   ChunkPipeline* pipeline() const { return pipeline_.get(); }
   EngineStats stats() const;
   const StepTimings& step_timings() const { return timings_; }
+  // The backend's own counters in one line (Backend::ProfileSummary).
+  std::string backend_profile() const { return backend_->ProfileSummary(); }
   // Blocks that running requests and chunk encodings hold now (referenced by anything but
   // the cache index, so not evictable): what admission's reservations must cover.
   // O(pool size): for tests and benchmarks, not for every step.

@@ -30,6 +30,10 @@ absl::Status Engine::WarmUpChunkTransfer(std::span<const KvBlockRef> blocks) {
   return backend_->ImportStaged(std::move(staged), blocks);
 }
 
+absl::Status Engine::WarmUpBackend() {
+  return backend_->WarmUp(options_.max_prefill_tokens + options_.max_running_requests, options_.max_running_requests);
+}
+
 absl::StatusOr<double> Engine::CalibratePrefill(int tokens, int repeats) {
   if (tokens <= 0 || repeats <= 0) return absl::InvalidArgumentError("CalibratePrefill: tokens and repeats must be positive");
   if (HasWork()) return absl::FailedPreconditionError("CalibratePrefill: the engine is serving requests");

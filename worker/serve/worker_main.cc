@@ -44,6 +44,9 @@ constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PAT
                            warm-up (default: 512 on a GPU; off on the CPU, whose passes are slow
                            and where fetching wins anyway; 0: off, the cost is then learned
                            from steps alone)
+  --no-warm-up             serve without the backend warm-up: on a GPU, every GEMM shape a step
+                           can have is otherwise planned and run once before serving (about a
+                           second for an 8B model), where the first steps would pay for it
 The OpenAI-compatible HTTP API (off unless --http-listen):
   --http-listen HOST:PORT  POST /v1/completions, /v1/chat/completions; GET /v1/models, /health
   --served-model-name N[,N...]  the names `model` may give (default: the model's file or directory name)
@@ -71,6 +74,7 @@ struct WorkerFlags {
   int http_request_timeout_s = 600;
   uint64_t http_max_body_bytes = 16 << 20;
   int calibrate_prefill_tokens = -1;  // -1: 512 on a GPU, off on the CPU
+  bool no_warm_up = false;
 };
 
 absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
@@ -79,6 +83,7 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   AddServerSecurityFlags(parser, f.security);
   parser.AddInt("--max-threads", &f.max_threads);
   parser.AddInt("--calibrate-prefill-tokens", &f.calibrate_prefill_tokens);
+  parser.AddSwitch("--no-warm-up", &f.no_warm_up);
   parser.AddString("--listen", &f.listen);
   parser.AddString("--metrics-listen", &f.metrics_listen);
   parser.AddInt("--max-running-requests", &f.model.setup.engine.max_running_requests);
@@ -128,6 +133,7 @@ void LogStepProfile(const Engine& engine) {
       "captures {:.3f} s)",
       t.steps, t.chunk_seconds + t.batch_seconds, t.chunk_seconds, t.batch_seconds, t.forward_seconds,
       t.publish_seconds);
+  if (const std::string backend = engine.backend_profile(); !backend.empty()) spdlog::info("backend: {}", backend);
   ChunkPipeline* pipeline = engine.pipeline();
   if (pipeline == nullptr) return;
   spdlog::info("chunk pipeline: {}", FormatPipelineStats(pipeline->stats()));
@@ -150,6 +156,10 @@ int Serve(int argc, char** argv) {
   if (!loaded.ok()) {
     spdlog::error("{}", std::string(loaded.status().message()));
     return 1;
+  }
+  if (!flags.no_warm_up) {
+    // Not fatal: an unprepared shape is prepared at its first step instead.
+    if (absl::Status s = loaded->engine->WarmUpBackend(); !s.ok()) spdlog::warn("backend warm-up failed: {}", s.ToString());
   }
   const int calibrate_tokens =
       flags.calibrate_prefill_tokens >= 0 ? flags.calibrate_prefill_tokens : (loaded->on_gpu ? 512 : 0);

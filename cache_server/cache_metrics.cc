@@ -73,6 +73,10 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
   shm_leased_bytes = &Family(prometheus::BuildGauge(), "lazykv_cache_shm_leased_bytes",
                              "Host bytes held by same-host sessions: read leases and reservations for publications", r)
                           .Add({});
+  shm_orphaned_sessions =
+      &Family(prometheus::BuildGauge(), "lazykv_cache_shm_orphaned_sessions",
+              "Same-host sessions that ended while their worker's process lives on: their pages stay held", r)
+           .Add({});
   rejected_ = &Family(prometheus::BuildCounter(), "lazykv_cache_rejected_total", "Calls refused, by reason", r);
   latency_ = &Family(prometheus::BuildHistogram(), "lazykv_cache_request_seconds", "Call latency, by method", r);
   reports_ = &Family(prometheus::BuildCounter(), "lazykv_cache_invalid_reports_total",

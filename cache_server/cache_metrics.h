@@ -54,6 +54,7 @@ class CacheMetrics {
   prometheus::Gauge* shm_sessions;      // same-host sessions open
   prometheus::Gauge* shm_leases;        // read leases held by them
   prometheus::Gauge* shm_leased_bytes;  // bytes those leases and the sessions' reservations hold
+  prometheus::Gauge* shm_orphaned_sessions;  // ended while their worker's process lives (shm_lease_table.h)
 
   void CountRejected(const std::string& reason);
   // A worker reported a chunk it refused: dropped, stale (another version is stored, or it

@@ -55,6 +55,12 @@ constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --dat
                             quarter of --host-capacity)
   --shm-max-lease-bytes BYTES  bytes all sessions together may hold leased (default: half of
                             --host-capacity); past a bound a worker reads that chunk over gRPC
+  --shm-orphan-hold-s N     a session that ends while its worker's process lives on (a frozen
+                            worker whose connection timed out) keeps its leased and reserved pages
+                            until the process exits, or this long at most (default 600)
+  --keepalive-ms N          ping an idle connection after N ms (at least 100) and close it when
+                            the answer takes as long again (default: 30000, and 10000 for the
+                            answer): how soon a dead or frozen worker's session ends
   --gpu-capacity BYTES      reserved for the GPU tier (not built yet; 0 only)
 A port of 0 picks a free one; the address is printed on stdout.
 Security (plaintext and no tokens: loopback only):
@@ -79,6 +85,8 @@ struct ServerFlags {
   int shm_max_sessions = 64;
   int shm_max_leases = 256;
   std::shared_ptr<const ChunkMac> mac;
+  int shm_orphan_hold_s = 600;
+  int keepalive_ms = 0;  // 0: 30000 with a 10000 timeout
 };
 
 absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
@@ -117,6 +125,8 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
     f.mac = *std::move(mac);
     return absl::OkStatus();
   });
+  parser.AddInt("--shm-orphan-hold-s", &f.shm_orphan_hold_s);
+  parser.AddInt("--keepalive-ms", &f.keepalive_ms);
   parser.AddByteSize("--gpu-capacity", &f.gpu_capacity);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return s;
   if (f.listen.empty()) return absl::InvalidArgumentError(absl::StrCat("--listen is required\n", kUsage));
@@ -152,6 +162,11 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   f.shm.max_leases_per_session = static_cast<uint32_t>(f.shm_max_leases);
   if (f.shm.max_bytes_per_session == 0) f.shm.max_bytes_per_session = f.store.host_capacity_bytes / 4;
   if (f.shm.max_bytes_total == 0) f.shm.max_bytes_total = f.store.host_capacity_bytes / 2;
+  if (f.shm_orphan_hold_s < 0) return absl::InvalidArgumentError("--shm-orphan-hold-s must be >= 0");
+  f.shm.orphan_hold = std::chrono::seconds(f.shm_orphan_hold_s);
+  if (f.keepalive_ms != 0 && f.keepalive_ms < 100) {
+    return absl::InvalidArgumentError("--keepalive-ms must be at least 100");
+  }
   return absl::OkStatus();
 }
 
@@ -192,7 +207,9 @@ int Serve(int argc, char** argv) {
                                                    .credentials = MakeServerCredentials(flags.security),
                                                    .max_message_bytes = flags.max_message_bytes,
                                                    .stream_window_bytes = 8 << 20,
-                                                   .max_threads = flags.max_threads},
+                                                   .max_threads = flags.max_threads,
+                                                   .keepalive_time_ms = flags.keepalive_ms > 0 ? flags.keepalive_ms : 30000,
+                                                   .keepalive_timeout_ms = flags.keepalive_ms > 0 ? flags.keepalive_ms : 10000},
                                  &service, &port);
   if (!started.ok()) {
     spdlog::error("{}", std::string(started.status().message()));

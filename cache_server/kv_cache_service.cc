@@ -444,6 +444,7 @@ grpc::Status KvCacheService::Stats(grpc::ServerContext* context, const v1::Stats
     response->set_shm_leases(shm.leases);
     response->set_shm_leased_bytes(shm.bytes);
     response->set_shm_reservations(shm.reservations);
+    response->set_shm_orphaned_sessions(shm.orphaned_sessions);
     response->set_shm_bytes_received(static_cast<uint64_t>(metrics_.shm_received.bytes->Value()));
     if (store_->arena().shared()) response->set_shm_arena_bytes(store_->arena().capacity_bytes());
   }

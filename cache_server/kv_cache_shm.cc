@@ -21,7 +21,7 @@ grpc::Status KvCacheService::ShmSession(
   }
   v1::ShmSessionRequest request;
   if (!stream->Read(&request)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty shm session");
-  auto session = shm_->OpenSession(caller->name, [context] { context->TryCancel(); });
+  auto session = shm_->OpenSession(caller->name, [context] { context->TryCancel(); }, request.holder_pid());
   if (!session.ok()) {
     if (session.status().code() == absl::StatusCode::kResourceExhausted) metrics_.CountRejected("shm_session_limit");
     return ToGrpcStatus(session.status());
@@ -38,7 +38,8 @@ grpc::Status KvCacheService::ShmSession(
   opened.set_max_leases(shm_->limits().max_leases_per_session);
   opened.set_max_lease_bytes(shm_->limits().max_bytes_per_session);
   opened.set_boot_id(HostBootId());
-  spdlog::info("shm session {:016x} opened by {} ({})", *session, caller->name, request.holder());
+  spdlog::info("shm session {:016x} opened by {} ({}, pid {})", *session, caller->name, request.holder(),
+               request.holder_pid());
   uint64_t released = 0;
   if (stream->Write(opened)) {
     // Until the worker closes the stream or its connection drops (exit, kill -9): the

@@ -1,6 +1,7 @@
 #include "cache_server/shm_lease_table.h"
 
 #include <openssl/rand.h>
+#include <spdlog/spdlog.h>
 
 #include <random>
 
@@ -21,17 +22,77 @@ uint64_t RandomId() {
 
 }  // namespace
 
-ShmLeaseTable::ShmLeaseTable(ShmLeaseLimits limits, CacheMetrics* metrics) : limits_(limits), metrics_(metrics) {}
+ShmLeaseTable::ShmLeaseTable(ShmLeaseLimits limits, CacheMetrics* metrics) : limits_(limits), metrics_(metrics) {
+  reaper_ = std::thread([this] { ReaperLoop(); });
+}
 
 ShmLeaseTable::~ShmLeaseTable() {
   absl::flat_hash_map<uint64_t, Session> sessions;
+  std::vector<Session> orphans;
   {
     MutexLock lock(&mu_);
-    sessions.swap(sessions_);
+    stopping_ = true;
+    orphaned_.SignalAll();
+  }
+  reaper_.join();
+  MutexLock lock(&mu_);
+  sessions.swap(sessions_);
+  orphans.swap(orphans_);
+  lock.Unlock();  // values and writers are dropped after the lock
+}
+
+void ShmLeaseTable::ReaperLoop() {
+  MutexLock lock(&mu_);
+  while (!stopping_) {
+    if (orphans_.empty()) {
+      orphaned_.Wait(&mu_);
+      continue;
+    }
+    orphaned_.WaitUntil(&mu_, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<Session> done;
+    for (size_t i = 0; i < orphans_.size();) {
+      Session& orphan = orphans_[i];
+      const bool exited = !orphan.holder->Alive();
+      if (exited || now - orphan.orphaned_at >= limits_.orphan_hold) {
+        if (!exited) {
+          spdlog::warn("shm: the orphaned session of {} (pid {}) held its pages {} s; dropping them (the process "
+                       "lives: a worker that resumes in a copy now could see another chunk's pages)",
+                       orphan.owner, orphan.holder->pid(), limits_.orphan_hold.count());
+        }
+        UncountLocked(orphan);
+        done.push_back(std::move(orphan));
+        orphans_.erase(orphans_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+    if (done.empty()) continue;
+    UpdateGaugesLocked();
+    lock.Unlock();
+    done.clear();  // pages go back to the arena outside the lock
+    lock.Lock();
   }
 }
 
-absl::StatusOr<uint64_t> ShmLeaseTable::OpenSession(const std::string& owner, std::function<void()> cancel) {
+void ShmLeaseTable::UncountLocked(const Session& session) {
+  leases_ -= session.leases.size();
+  reservations_ -= session.reservations.size();
+  bytes_ -= session.bytes;
+}
+
+absl::StatusOr<uint64_t> ShmLeaseTable::OpenSession(const std::string& owner, std::function<void()> cancel,
+                                                    int holder_pid) {
+  std::unique_ptr<ProcessWatch> holder;
+  if (holder_pid > 0) {
+    auto watch = ProcessWatch::Open(holder_pid);
+    if (watch.ok()) {
+      holder = *std::move(watch);
+    } else {
+      spdlog::info("shm session of {}: cannot watch pid {} ({}); its pages are held until its stream ends", owner,
+                   holder_pid, watch.status().ToString());
+    }
+  }
   MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("cache server is shutting down");
   if (sessions_.size() >= limits_.max_sessions) {
@@ -43,6 +104,7 @@ absl::StatusOr<uint64_t> ShmLeaseTable::OpenSession(const std::string& owner, st
   Session& session = sessions_[id];
   session.owner = owner;
   session.cancel = std::move(cancel);
+  session.holder = std::move(holder);
   UpdateGaugesLocked();
   return id;
 }
@@ -55,9 +117,20 @@ void ShmLeaseTable::CloseSession(uint64_t session_id) {
     if (it == sessions_.end()) return;
     closed = std::move(it->second);
     sessions_.erase(it);
-    leases_ -= closed.leases.size();
-    reservations_ -= closed.reservations.size();
-    bytes_ -= closed.bytes;
+    const bool holds = !closed.leases.empty() || !closed.reservations.empty();
+    if (holds && closed.holder != nullptr && closed.holder->Alive()) {
+      spdlog::warn("shm session {:016x} of {} ended while its process (pid {}) lives: its {} leases and {} "
+                   "reservations stay held until it exits (at most {} s)",
+                   session_id, closed.owner, closed.holder->pid(), closed.leases.size(), closed.reservations.size(),
+                   limits_.orphan_hold.count());
+      closed.cancel = nullptr;  // its stream's context goes away now
+      closed.orphaned_at = std::chrono::steady_clock::now();
+      orphans_.push_back(std::move(closed));
+      orphaned_.SignalAll();
+      UpdateGaugesLocked();
+      return;
+    }
+    UncountLocked(closed);
     UpdateGaugesLocked();
   }
 }
@@ -197,7 +270,7 @@ void ShmLeaseTable::Shutdown() {
 
 ShmLeaseTable::Totals ShmLeaseTable::totals() const {
   MutexLock lock(&mu_);
-  return Totals{sessions_.size(), leases_, reservations_, bytes_};
+  return Totals{sessions_.size(), leases_, reservations_, bytes_, orphans_.size()};
 }
 
 void ShmLeaseTable::UpdateGaugesLocked() {
@@ -205,6 +278,7 @@ void ShmLeaseTable::UpdateGaugesLocked() {
   metrics_->shm_sessions->Set(static_cast<double>(sessions_.size()));
   metrics_->shm_leases->Set(static_cast<double>(leases_));
   metrics_->shm_leased_bytes->Set(static_cast<double>(bytes_));
+  metrics_->shm_orphaned_sessions->Set(static_cast<double>(orphans_.size()));
 }
 
 }  // namespace lazykv::cache

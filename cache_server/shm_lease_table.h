@@ -10,13 +10,22 @@
 // writes into before it commits them (a ChunkWriter, handed back to the store at commit;
 // dropped, and its pages freed, when abandoned or when the session ends).
 //
+// A session ended while its worker's process lives on (frozen: stopped, or stuck in the
+// kernel, past the connection's keepalive) is orphaned: its leases and reservations stay
+// held, and counted against the bounds, until the process exits (a pidfd says so:
+// process_watch.h) or `orphan_hold` passes, so a worker that resumes mid-copy reads and
+// writes only pages that are still its own. A reaper thread drops them.
+//
 // Bounds, so that no worker can pin the arena: leases and reservations, and their bytes,
 // per session, and their bytes over all sessions; past them Acquire and Reserve answer
 // RESOURCE_EXHAUSTED (the worker then reads or publishes the chunk over gRPC).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <thread>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -24,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "cache_server/cache_metrics.h"
 #include "cache_server/host_arena.h"
+#include "cache_server/process_watch.h"
 #include "cache_server/tiered_store.h"
 #include "common/chunk_key.h"
 #include "common/mutex.h"
@@ -35,6 +45,10 @@ struct ShmLeaseLimits {
   uint32_t max_leases_per_session = 256;
   uint64_t max_bytes_per_session = 256ull << 20;
   uint64_t max_bytes_total = 512ull << 20;
+  // The longest an orphaned session's leases and reservations are held for a process that
+  // does not exit. A worker frozen longer than the keepalive plus this, and then resumed in
+  // the middle of a copy, could read or write pages given to another chunk.
+  std::chrono::seconds orphan_hold{600};
 };
 
 // Thread-safe: every method may be called from any thread (the sessions' handlers and
@@ -51,10 +65,12 @@ class ShmLeaseTable {
 
   // A new session of `owner` (the authenticated caller), under a fresh random id.
   // `cancel` ends the session's stream: Shutdown calls it under the table's lock, so it
-  // must not call back into the table (ServerContext::TryCancel does not). RESOURCE_EXHAUSTED past
-  // max_sessions, UNAVAILABLE after Shutdown.
-  absl::StatusOr<uint64_t> OpenSession(const std::string& owner, std::function<void()> cancel);
-  // Ends the session: its leases are dropped. No effect for an unknown id.
+  // must not call back into the table (ServerContext::TryCancel does not). `holder_pid`:
+  // the worker's process (0: unknown, or one this host cannot see: nothing is held past the
+  // session). RESOURCE_EXHAUSTED past max_sessions, UNAVAILABLE after Shutdown.
+  absl::StatusOr<uint64_t> OpenSession(const std::string& owner, std::function<void()> cancel, int holder_pid = 0);
+  // Ends the session: its leases and reservations are dropped, or, while its worker's
+  // process lives, held as an orphan (above). No effect for an unknown id.
   void CloseSession(uint64_t session_id);
 
   // A read lease on `value` under the session: a fresh random id. FAILED_PRECONDITION when
@@ -88,7 +104,8 @@ class ShmLeaseTable {
     uint64_t sessions = 0;
     uint64_t leases = 0;
     uint64_t reservations = 0;
-    uint64_t bytes = 0;  // of leases and reservations
+    uint64_t bytes = 0;  // of leases and reservations, orphans' included
+    uint64_t orphaned_sessions = 0;
   };
   Totals totals() const;
 
@@ -99,7 +116,14 @@ class ShmLeaseTable {
     absl::flat_hash_map<uint64_t, std::shared_ptr<const HostValue>> leases;
     absl::flat_hash_map<uint64_t, Reservation> reservations;
     uint64_t bytes = 0;  // of both
+    std::unique_ptr<ProcessWatch> holder;  // the worker's process, when known
+    std::chrono::steady_clock::time_point orphaned_at;
   };
+  // Drops orphans whose process has exited or whose hold has passed, every 50 ms while any
+  // is held.
+  void ReaperLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes `session`'s counts off the totals (it is being dropped).
+  void UncountLocked(const Session& session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The session of `owner`, or FAILED_PRECONDITION.
   absl::StatusOr<Session*> FindLocked(uint64_t session_id, const std::string& owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -115,6 +139,10 @@ class ShmLeaseTable {
   uint64_t reservations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Session> orphans_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar orphaned_;  // orphans_ gained one, or stopping_
+  std::thread reaper_;
 };
 
 }  // namespace lazykv::cache

@@ -28,6 +28,10 @@ struct GrpcServerOptions {
   size_t max_message_bytes = 16 << 20;                   // both ways
   int stream_window_bytes = 0;  // per-stream flow-control window when above 0 (MiB-sized messages)
   int max_threads = 0;          // gRPC resource quota on handler threads; 0: gRPC's default
+  // HTTP/2 keepalive: a ping after this long without traffic, and the connection closed
+  // when its answer does not come within the timeout (a peer that died or froze).
+  int keepalive_time_ms = 30000;
+  int keepalive_timeout_ms = 10000;
 };
 
 // Builds and starts a gRPC server for `service`: the standard health service serving

@@ -2,12 +2,19 @@
 // every other holder let go (the pages a same-host reader reads are never reused under
 // it), until it is released or its session closes; leases are bounded per session (count
 // and bytes) and in total; a session is its owner's only; Shutdown cancels every session.
+// A session that ends while its worker's process (a real child process here) lives on is
+// orphaned: its pages stay held until the process exits or the hold passes.
 // The reference is the arena's own free-page count.
 #include "cache_server/shm_lease_table.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <set>
+#include <thread>
 
 namespace lazykv::cache {
 namespace {
@@ -183,6 +190,104 @@ TEST_F(ShmLeaseTableTest, LeaseIdsAreDistinct) {
     ids.insert(*lease);
   }
   EXPECT_EQ(ids.size(), 40u);
+}
+
+// A child process that waits to be killed (a worker's stand-in), and reaps it.
+class Child {
+ public:
+  Child() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      while (true) pause();
+    }
+  }
+  ~Child() { Kill(); }
+  int pid() const { return pid_; }
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  int pid_ = -1;
+};
+
+// Polls until `done` holds or 5 s pass.
+template <typename Pred>
+bool Eventually(Pred done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return done();
+}
+
+TEST_F(ShmLeaseTableTest, ASessionEndingWhileItsProcessLivesKeepsItsPagesUntilTheProcessExits) {
+  ShmLeaseTable table({}, &metrics_);
+  Child worker;
+  ASSERT_GT(worker.pid(), 0);
+  auto session = table.OpenSession("w1", nullptr, worker.pid());
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE(table.Acquire(*session, "w1", Value(3)).ok());
+  std::vector<uint32_t> taken;
+  ASSERT_TRUE(arena_->TryAllocate(2, &taken));
+  auto writer = std::make_unique<ChunkWriter>(std::make_shared<HostValue>(arena_.get(), std::move(taken), 2 * kPage));
+  ASSERT_TRUE(table.Reserve(*session, "w1", {.key = Hash128{1, 2}, .model_fingerprint = {}, .writer = std::move(writer)})
+                  .ok());
+  EXPECT_EQ(arena_->free_pages(), 59u);
+
+  table.CloseSession(*session);  // its stream ended (a keepalive timeout), the process lives
+  ShmLeaseTable::Totals t = table.totals();
+  EXPECT_EQ(t.sessions, 0u);
+  EXPECT_EQ(t.orphaned_sessions, 1u);
+  EXPECT_EQ(t.leases, 1u);
+  EXPECT_EQ(t.reservations, 1u);
+  EXPECT_EQ(t.bytes, 5 * kPage) << "an orphan's bytes still count against the bounds";
+  EXPECT_EQ(metrics_.shm_orphaned_sessions->Value(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // several reaper rounds
+  EXPECT_EQ(arena_->free_pages(), 59u) << "pages of a live process's ended session were reused";
+  EXPECT_FALSE(table.Release(*session, 1)) << "the session is gone for its calls";
+
+  worker.Kill();
+  EXPECT_TRUE(Eventually([&] { return arena_->free_pages() == 64u; })) << arena_->free_pages();
+  t = table.totals();
+  EXPECT_EQ(t.orphaned_sessions, 0u);
+  EXPECT_EQ(t.leases + t.reservations + t.bytes, 0u);
+  EXPECT_EQ(metrics_.shm_orphaned_sessions->Value(), 0);
+}
+
+TEST_F(ShmLeaseTableTest, AnExitedOrUnknownProcessFreesAtOnceAndTheHoldIsBounded) {
+  ShmLeaseTable table(ShmLeaseLimits{.orphan_hold = std::chrono::seconds(1)}, &metrics_);
+  // The process exited before its session ended (kill -9: the socket closes as it exits).
+  {
+    Child worker;
+    auto session = table.OpenSession("w1", nullptr, worker.pid());
+    ASSERT_TRUE(session.ok());
+    ASSERT_TRUE(table.Acquire(*session, "w1", Value(4)).ok());
+    worker.Kill();
+    table.CloseSession(*session);
+    EXPECT_EQ(table.totals().orphaned_sessions, 0u);
+    EXPECT_EQ(arena_->free_pages(), 64u);
+  }
+  // No pid given: as before, nothing is held past the session.
+  {
+    auto session = table.OpenSession("w1", nullptr);
+    ASSERT_TRUE(table.Acquire(*session, "w1", Value(4)).ok());
+    table.CloseSession(*session);
+    EXPECT_EQ(arena_->free_pages(), 64u);
+  }
+  // A process that never exits: held for orphan_hold, then dropped.
+  Child frozen;
+  kill(frozen.pid(), SIGSTOP);
+  auto session = table.OpenSession("w1", nullptr, frozen.pid());
+  ASSERT_TRUE(table.Acquire(*session, "w1", Value(4)).ok());
+  const auto closed = std::chrono::steady_clock::now();
+  table.CloseSession(*session);
+  EXPECT_EQ(table.totals().orphaned_sessions, 1u);
+  EXPECT_TRUE(Eventually([&] { return arena_->free_pages() == 64u; }));
+  const double held = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
+  EXPECT_GE(held, 0.95) << "dropped before the hold passed";
+  EXPECT_EQ(table.totals().orphaned_sessions, 0u);
 }
 
 }  // namespace

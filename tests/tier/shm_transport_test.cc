@@ -256,6 +256,51 @@ TEST_F(ShmTransportTest, AClientKilledWhileHoldingLeasesLosesThemAndTheServerGoe
   EXPECT_EQ(tier->transport_stats().shm_chunks, after.size());
 }
 
+// A client frozen (SIGSTOP) while it holds read leases: its connection times out (a short
+// keepalive here) and its session ends, but its process lives and could resume in the middle
+// of a copy, so the server keeps its pages (no put may take them) until the process exits.
+TEST_F(ShmTransportTest, AFrozenClientsSessionEndsButItsPagesStayUntilItsProcessExits) {
+  SCOPED_TRACE(seed_);
+  START_OR_SKIP(server, {"--host-capacity", "16MiB", "--shm-max-lease-bytes-per-session", "16MiB",
+                         "--shm-max-lease-bytes", "16MiB", "--keepalive-ms", "300"});
+  const size_t kPayload = 3 << 20;
+  const std::vector<TestChunk> chunks = PutChunks({kPayload, kPayload, kPayload, kPayload});
+  std::vector<std::string> args{server->address()};
+  for (const TestChunk& chunk : chunks) args.push_back(chunk.key.ToHex());
+  SpawnedServer holder = SpawnServer(LAZYKV_SHM_LEASE_HOLDER, args, dir_ + "/holder.log");
+  ASSERT_GT(holder.pid, 0);
+  ASSERT_EQ(holder.first_line, "holding 4") << "see " << dir_ << "/holder.log";
+  {  // Out of the index: only the client's leases hold the pages.
+    grpc::ClientContext context;
+    v1::DeleteRequest request;
+    for (const TestChunk& chunk : chunks) *request.add_keys() = ToProto(chunk.key);
+    v1::DeleteResponse response;
+    ASSERT_TRUE(stub_->Delete(&context, request, &response).ok());
+  }
+  ASSERT_EQ(kill(holder.pid, SIGSTOP), 0);
+  EXPECT_TRUE(StatsReach(*stub_, [](const v1::StatsResponse& r) {
+    return r.shm_sessions() == 0 && r.shm_orphaned_sessions() == 1;
+  })) << "the frozen client's session did not end: "
+      << Stats(*stub_).DebugString();
+  const v1::StatsResponse frozen = Stats(*stub_);
+  EXPECT_EQ(frozen.shm_leases(), 4u);
+  EXPECT_EQ(PutChunk(*stub_, RandomTestChunk(rng_, kPayload)).status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "the frozen client's pages were given to a new chunk";
+
+  ASSERT_EQ(kill(holder.pid, SIGKILL), 0);
+  waitpid(holder.pid, nullptr, 0);
+  EXPECT_TRUE(StatsReach(*stub_, [](const v1::StatsResponse& r) {
+    return r.shm_leases() == 0 && r.shm_orphaned_sessions() == 0 && r.shm_leased_bytes() == 0;
+  })) << Stats(*stub_).DebugString();
+  const std::vector<TestChunk> after = PutChunks({kPayload, kPayload, kPayload, kPayload});
+  auto tier = MakeTier(server->address(), FetchTransport::kAuto);
+  for (const TestChunk& chunk : after) {
+    auto fetched = tier->Fetch(chunk.key);
+    ASSERT_TRUE(fetched.ok()) << fetched.status();
+    EXPECT_EQ(fetched->stored.ToString(), chunk.stored());
+  }
+}
+
 TEST_F(ShmTransportTest, EvictionNeverFreesAPageUnderAReader) {
   SCOPED_TRACE(seed_);
   // 16 pages of 256 KiB; four chunks of 4 pages fill them.

@@ -1,5 +1,7 @@
 #include "worker/tier/shm_session.h"
 
+#include <unistd.h>
+
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -60,6 +62,7 @@ void ShmClientSession::Run(std::string holder) {
   stream_ = stub_->ShmSession(&context_);
   v1::ShmSessionRequest hello;
   hello.set_holder(std::move(holder));
+  hello.set_holder_pid(static_cast<int32_t>(getpid()));  // the server holds our pages until we exit
   v1::ShmSessionResponse answer;
   const bool answered = stream_->Write(hello) && stream_->Read(&answer);
   {

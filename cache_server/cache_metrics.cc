@@ -29,6 +29,7 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
   };
   host = tier("host");
   disk = tier("disk");
+  gpu = tier("gpu");
   lookups = &Family(prometheus::BuildCounter(), "lazykv_cache_lookups_total", "Chunk keys looked up", r).Add({});
   misses = &Family(prometheus::BuildCounter(), "lazykv_cache_misses_total", "Chunk lookups not found", r).Add({});
   bytes_in = &Family(prometheus::BuildCounter(), "lazykv_cache_bytes_in_total", "Chunk bytes stored by Put", r).Add({});
@@ -38,6 +39,12 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
   promotions = &Family(prometheus::BuildCounter(), "lazykv_cache_promotions_total",
                        "Chunks read from disk back into host RAM", r)
                     .Add({});
+  gpu_promotions = &Family(prometheus::BuildCounter(), "lazykv_cache_gpu_promotions_total",
+                           "Chunks read from host RAM or disk and copied into the GPU tier", r)
+                        .Add({});
+  gpu_demotions = &Family(prometheus::BuildCounter(), "lazykv_cache_gpu_demotions_total",
+                          "Chunks evicted from the GPU tier that no lower tier held, stored back in host RAM", r)
+                       .Add({});
   lease_grants = &Family(prometheus::BuildCounter(), "lazykv_cache_lease_grants_total",
                          "Leases granted: a caller told to compute a missing chunk", r)
                       .Add({});
@@ -58,6 +65,7 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
       Family(prometheus::BuildCounter(), "lazykv_cache_chunks_sent_total", "Chunks handed to readers, by transport", r);
   grpc_sent = {&sent_bytes.Add({{"transport", "grpc"}}), &sent_chunks.Add({{"transport", "grpc"}})};
   shm_sent = {&sent_bytes.Add({{"transport", "shm"}}), &sent_chunks.Add({{"transport", "shm"}})};
+  cuda_ipc_sent = {&sent_bytes.Add({{"transport", "cuda_ipc"}}), &sent_chunks.Add({{"transport", "cuda_ipc"}})};
   auto& received_bytes = Family(prometheus::BuildCounter(), "lazykv_cache_bytes_received_total",
                                "Chunk bytes stored from writers, by transport (grpc: Put; shm: ShmCommit)", r);
   auto& received_chunks = Family(prometheus::BuildCounter(), "lazykv_cache_chunks_received_total",

@@ -31,12 +31,14 @@ class CacheMetrics {
   CacheMetrics();
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
-  TierMetrics host, disk;
+  TierMetrics host, disk, gpu;
   prometheus::Counter* lookups;
   prometheus::Counter* misses;
   prometheus::Counter* bytes_in;
   prometheus::Counter* demotions;
   prometheus::Counter* promotions;
+  prometheus::Counter* gpu_promotions;  // chunks copied into the GPU tier on a read
+  prometheus::Counter* gpu_demotions;   // chunks the GPU tier evicted and stored back in host RAM
   prometheus::Counter* lease_grants;
   prometheus::Counter* lease_waits;
   prometheus::Counter* lease_expiries;
@@ -48,7 +50,7 @@ class CacheMetrics {
     prometheus::Counter* bytes;
     prometheus::Counter* chunks;
   };
-  Transport grpc_sent, shm_sent;
+  Transport grpc_sent, shm_sent, cuda_ipc_sent;
   // Chunks and bytes stored from writers, by transport: Put ("grpc") or ShmCommit ("shm").
   Transport grpc_received, shm_received;
   prometheus::Gauge* shm_sessions;      // same-host sessions open

@@ -61,7 +61,12 @@ constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --dat
   --keepalive-ms N          ping an idle connection after N ms (at least 100) and close it when
                             the answer takes as long again (default: 30000, and 10000 for the
                             answer): how soon a dead or frozen worker's session ends
-  --gpu-capacity BYTES      reserved for the GPU tier (not built yet; 0 only)
+  --gpu-capacity BYTES      the GPU tier: the hottest chunks in device memory, promoted from host RAM
+                            and disk when read, demoted when evicted; workers on this host fetch
+                            them device to device through CUDA IPC (default 0: none)
+  --gpu-device N            its GPU (default 0)
+  --gpu-page-size BYTES     its page (default 2MiB)
+  --gpu-emulate             host memory stands in for the GPU (tests on machines without one)
 A port of 0 picks a free one; the address is printed on stdout.
 Security (plaintext and no tokens: loopback only):
 )";
@@ -75,7 +80,7 @@ struct ServerFlags {
   TieredStoreOptions store;
   ServiceLimits limits;
   uint64_t max_message_bytes = 16 << 20;
-  uint64_t gpu_capacity = 0;
+  GpuTierOptions gpu;
   int lease_ttl_ms = 10000;
   int stream_idle_timeout_ms = 10000;
   int shutdown_grace_ms = 10000;
@@ -127,13 +132,19 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   });
   parser.AddInt("--shm-orphan-hold-s", &f.shm_orphan_hold_s);
   parser.AddInt("--keepalive-ms", &f.keepalive_ms);
-  parser.AddByteSize("--gpu-capacity", &f.gpu_capacity);
+  parser.AddByteSize("--gpu-capacity", &f.gpu.capacity_bytes);
+  parser.AddInt("--gpu-device", &f.gpu.device);
+  parser.AddByteSize("--gpu-page-size", &f.gpu.page_bytes);
+  parser.AddSwitch("--gpu-emulate", &f.gpu.emulate);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return s;
   if (f.listen.empty()) return absl::InvalidArgumentError(absl::StrCat("--listen is required\n", kUsage));
   if (f.store.disk_capacity_bytes > 0 && f.store.data_dir.empty()) {
     return absl::InvalidArgumentError("--data-dir is required with a disk tier (--disk-capacity > 0)");
   }
-  if (f.gpu_capacity > 0) return absl::UnimplementedError("--gpu-capacity: the GPU tier is not built yet");
+  if (f.gpu.capacity_bytes > 0 && (f.gpu.page_bytes == 0 || f.gpu.capacity_bytes < f.gpu.page_bytes)) {
+    return absl::InvalidArgumentError("--gpu-capacity must hold at least one --gpu-page-size page");
+  }
+  if (f.gpu.device < 0) return absl::InvalidArgumentError("--gpu-device must be >= 0");
   if (f.limits.max_concurrent_streams <= 0) return absl::InvalidArgumentError("--max-streams must be positive");
   if (f.max_streams_per_client < 0) {
     return absl::InvalidArgumentError("--max-streams-per-client must be positive (0: half of --max-streams)");
@@ -192,6 +203,26 @@ int Serve(int argc, char** argv) {
   KvCacheService service(store_ptr, &leases, flags.limits, authorizer->get(), flags.mac);
   ShmLeaseTable shm_leases(flags.shm, metrics.get());
   if ((*store)->arena().shared()) service.EnableShm(&shm_leases);
+  std::unique_ptr<GpuTier> gpu;  // before the store goes: its promoter demotes into it
+  if (flags.gpu.capacity_bytes > 0) {
+    flags.gpu.eviction_policy = flags.store.eviction_policy;
+    auto created = GpuTier::Create(
+        flags.gpu, metrics, [store_ptr](const Hash128& key) { return store_ptr->Locate(key).has_value(); },
+        [store_ptr](const Hash128& key, std::string bytes) {
+          if (auto put = store_ptr->Put(key, bytes); !put.ok()) {
+            spdlog::warn("GPU tier: demoting {} failed: {}", key.ToHex(), put.status().ToString());
+          }
+        });
+    if (!created.ok()) {
+      spdlog::error("{}", created.status().ToString());
+      return 1;
+    }
+    gpu = *std::move(created);
+    service.EnableGpuTier(gpu.get());
+    spdlog::info("GPU tier: {} on {} in pages of {}", FormatByteSize(gpu->arena().capacity_bytes()),
+                 gpu->arena().on_gpu() ? absl::StrFormat("GPU %d", gpu->arena().device()) : "host memory (emulated)",
+                 FormatByteSize(gpu->arena().page_bytes()));
+  }
 
   auto metrics_server =
       MetricsServer::Start(flags.metrics_listen, metrics->registry(), flags.security, authorizer->get());

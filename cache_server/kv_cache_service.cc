@@ -29,6 +29,21 @@ class LatencyTimer {
 
 v1::Tier ToProtoTier(StoreTier tier) { return tier == StoreTier::kHost ? v1::TIER_HOST : v1::TIER_DISK; }
 
+namespace {
+
+// A chunk only the GPU tier holds, read back to host memory (a Get of it; rare: what the
+// GPU tier evicts without a lower copy is demoted, so this is the window in between).
+absl::StatusOr<ChunkReader> ReadFromGpu(GpuTier* gpu, const Hash128& key) {
+  if (gpu == nullptr) return absl::NotFoundError("not stored");
+  std::shared_ptr<const GpuValue> value = gpu->Find(key);
+  if (value == nullptr) return absl::NotFoundError("not stored");
+  absl::StatusOr<std::string> bytes = value->ReadAll();
+  if (!bytes.ok()) return bytes.status();
+  return ChunkReader(StoreTier::kHost, *std::move(bytes));
+}
+
+}  // namespace
+
 // A place among the bounded number of concurrent streams, and among the client's share of
 // them, held for a call's duration.
 class KvCacheService::StreamSlot {
@@ -119,6 +134,16 @@ grpc::Status KvCacheService::Lookup(grpc::ServerContext* context, const v1::Look
   }
   for (const v1::Hash128& key : request->keys()) {
     v1::LookupResult* result = response->add_results();
+    if (gpu_ != nullptr) {
+      if (std::shared_ptr<const GpuValue> on_gpu = gpu_->Find(FromProto(key))) {
+        metrics_.lookups->Increment();
+        metrics_.gpu.hits->Increment();
+        result->set_found(true);
+        result->set_tier(v1::TIER_GPU);
+        result->set_stored_bytes(on_gpu->size());
+        continue;
+      }
+    }
     if (const auto where = store_->Lookup(FromProto(key))) {
       result->set_found(true);
       result->set_tier(ToProtoTier(where->tier));
@@ -139,7 +164,13 @@ grpc::Status KvCacheService::StreamChunk(grpc::ServerContext* context,
   v1::GetRequest request;
   if (!stream->Read(&request)) return Invalid("empty get request");
   if (!request.has_key()) return Invalid("key is required");
-  auto read = store_->Read(FromProto(request.key()));
+  const Hash128 key = FromProto(request.key());
+  auto read = store_->Read(key);
+  if (read.ok()) {
+    Promote(key, *read);
+  } else if (read.status().code() == absl::StatusCode::kNotFound) {
+    read = ReadFromGpu(gpu_, key);
+  }
   if (!read.ok()) return ToGrpcStatus(read.status());
   const auto reader = std::make_shared<const ChunkReader>(*std::move(read));
   const uint64_t size = reader->size();
@@ -394,7 +425,7 @@ grpc::Status KvCacheService::ReportInvalid(grpc::ServerContext* context, const v
   }
   // Keys are content hashes, so another version appears under this key only if this one
   // is evicted and another worker publishes in between: the window is that of this call.
-  const bool deleted = store_->Delete(key);
+  const bool deleted = DeleteEverywhere(key);
   metrics_.CountReport(deleted ? "dropped" : "stale");
   response->set_deleted(deleted);
   return grpc::Status::OK;
@@ -408,7 +439,7 @@ grpc::Status KvCacheService::Delete(grpc::ServerContext* context, const v1::Dele
         absl::StrFormat("keys: %d keys exceed max_lookup_keys=%d", request->keys_size(), limits_.max_lookup_keys));
   }
   uint32_t deleted = 0;
-  for (const v1::Hash128& key : request->keys()) deleted += store_->Delete(FromProto(key)) ? 1 : 0;
+  for (const v1::Hash128& key : request->keys()) deleted += DeleteEverywhere(FromProto(key)) ? 1 : 0;
   response->set_deleted(deleted);
   return grpc::Status::OK;
 }
@@ -425,6 +456,10 @@ grpc::Status KvCacheService::Stats(grpc::ServerContext* context, const v1::Stats
     t->set_hits(static_cast<uint64_t>(m.hits->Value()));
     t->set_evictions(static_cast<uint64_t>(m.evictions->Value()));
   };
+  if (gpu_ != nullptr) {
+    const GpuTierStats g = gpu_->stats();
+    tier(v1::TIER_GPU, metrics_.gpu, g.capacity, g.used, g.entries);
+  }
   tier(v1::TIER_HOST, metrics_.host, s.host_capacity, s.host_used, s.host_entries);
   if (s.disk_capacity > 0) tier(v1::TIER_DISK, metrics_.disk, s.disk_capacity, s.disk_used, s.disk_entries);
   response->set_lookups(static_cast<uint64_t>(metrics_.lookups->Value()));

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/container/flat_hash_map.h"
+#include "cache_server/gpu_tier.h"
 #include "cache_server/lease_table.h"
 #include "cache_server/shm_lease_table.h"
 #include "cache_server/stream_watchdog.h"
@@ -56,6 +57,11 @@ class KvCacheService final : public v1::KvCache::Service {
   // read leases. Without it, or with a private arena, both calls answer
   // FAILED_PRECONDITION and workers use Get. Call before serving.
   void EnableShm(ShmLeaseTable* shm) { shm_ = shm; }
+  // Puts the GPU tier (which must outlive the service) in front of the store: Lookup
+  // reports chunks there as TIER_GPU, reads from host RAM or disk promote what they read,
+  // Delete and ReportInvalid drop its copy, and GpuGet (with the same-host transport) leases
+  // its pages to workers on this host. Call before serving.
+  void EnableGpuTier(GpuTier* gpu) { gpu_ = gpu; }
 
   grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                       v1::LookupResponse* response) override;
@@ -86,6 +92,10 @@ class KvCacheService final : public v1::KvCache::Service {
                           v1::ShmReserveResponse* response) override;
   grpc::Status ShmCommit(grpc::ServerContext* context, const v1::ShmCommitRequest* request,
                          v1::ShmCommitResponse* response) override;
+  // The GPU tier's same-host read (kv_cache_gpu.cc): page locations in its device memory
+  // and a read lease held by the caller's session.
+  grpc::Status GpuGet(grpc::ServerContext* context, const v1::GpuGetRequest* request,
+                      v1::GpuGetResponse* response) override;
 
  private:
   class StreamSlot;
@@ -109,6 +119,16 @@ class KvCacheService final : public v1::KvCache::Service {
 
   std::shared_ptr<const ChunkMac> mac_;
   ShmLeaseTable* shm_ = nullptr;  // null: no same-host transport
+  GpuTier* gpu_ = nullptr;        // null: no GPU tier
+  // A stored chunk just read from host RAM or disk: promoted to the GPU tier (queued).
+  void Promote(const Hash128& key, const ChunkReader& read) {
+    if (gpu_ != nullptr) gpu_->RequestPromotion(key, read);
+  }
+  // Drops `key` everywhere; true when anything held it.
+  bool DeleteEverywhere(const Hash128& key) {
+    const bool from_gpu = gpu_ != nullptr && gpu_->Delete(key);
+    return store_->Delete(key) || from_gpu;
+  }
   std::unique_ptr<CallAuthorizer> allow_all_;  // when constructed without an authorizer
   const CallAuthorizer* authorizer_;
   std::atomic<int> active_streams_{0};

@@ -38,6 +38,13 @@ grpc::Status KvCacheService::ShmSession(
   opened.set_max_leases(shm_->limits().max_leases_per_session);
   opened.set_max_lease_bytes(shm_->limits().max_bytes_per_session);
   opened.set_boot_id(HostBootId());
+  if (gpu_ != nullptr) {
+    const DeviceArena& device = gpu_->arena();
+    opened.set_gpu_ipc_handle(device.ipc_handle());
+    opened.set_gpu_device_uuid(device.device_uuid());
+    opened.set_gpu_arena_bytes(device.capacity_bytes());
+    opened.set_gpu_page_bytes(device.page_bytes());
+  }
   spdlog::info("shm session {:016x} opened by {} ({}, pid {})", *session, caller->name, request.holder(),
                request.holder_pid());
   uint64_t released = 0;
@@ -70,6 +77,7 @@ grpc::Status KvCacheService::ShmGet(grpc::ServerContext* context, const v1::ShmG
   // (a chunk read from disk is checked in full, and promoted to host RAM).
   auto read = store_->Read(key, PayloadCheck::kHeaderOnly);
   if (!read.ok()) return ToGrpcStatus(read.status());
+  Promote(key, *read);
   std::shared_ptr<const HostValue> value = read->host_value();
   if (value == nullptr) value = store_->HostCopy(key);  // promoted by this read
   if (value == nullptr) {

@@ -165,8 +165,7 @@ absl::Status ShmLeaseTable::CheckRoomLocked(const Session& session, uint64_t siz
 }
 
 absl::StatusOr<uint64_t> ShmLeaseTable::Acquire(uint64_t session_id, const std::string& owner,
-                                                std::shared_ptr<const HostValue> value) {
-  const uint64_t size = value->size();
+                                                std::shared_ptr<const void> value, uint64_t size) {
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> found = FindLocked(session_id, owner);
   if (!found.ok()) return found.status();
@@ -174,7 +173,7 @@ absl::StatusOr<uint64_t> ShmLeaseTable::Acquire(uint64_t session_id, const std::
   if (absl::Status room = CheckRoomLocked(session, size); !room.ok()) return room;
   uint64_t id = RandomId();
   while (session.leases.contains(id) || session.reservations.contains(id)) id = RandomId();
-  session.leases.emplace(id, std::move(value));
+  session.leases.emplace(id, Session::Held{std::move(value), size});
   session.bytes += size;
   ++leases_;
   bytes_ += size;
@@ -242,18 +241,19 @@ bool ShmLeaseTable::Abandon(uint64_t session_id, uint64_t reservation_id) {
 }
 
 bool ShmLeaseTable::Release(uint64_t session_id, uint64_t lease_id) {
-  std::shared_ptr<const HostValue> released;  // dropped after the lock
+  std::shared_ptr<const void> released;  // dropped after the lock
   MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return false;
   Session& session = it->second;
   auto lease = session.leases.find(lease_id);
   if (lease == session.leases.end()) return false;
-  released = std::move(lease->second);
+  const uint64_t size = lease->second.bytes;
+  released = std::move(lease->second.value);
   session.leases.erase(lease);
-  session.bytes -= released->size();
+  session.bytes -= size;
   --leases_;
-  bytes_ -= released->size();
+  bytes_ -= size;
   UpdateGaugesLocked();
   return true;
 }

@@ -76,7 +76,14 @@ class ShmLeaseTable {
   // A read lease on `value` under the session: a fresh random id. FAILED_PRECONDITION when
   // the session is unknown or not `owner`'s; RESOURCE_EXHAUSTED past a bound.
   absl::StatusOr<uint64_t> Acquire(uint64_t session_id, const std::string& owner,
-                                   std::shared_ptr<const HostValue> value);
+                                   std::shared_ptr<const HostValue> value) {
+    const uint64_t bytes = value->size();
+    return Acquire(session_id, owner, std::shared_ptr<const void>(std::move(value)), bytes);
+  }
+  // The same for any value that holds `bytes` in place while it lives (a GpuValue's pages
+  // in device memory); the bounds count its bytes with the host leases'.
+  absl::StatusOr<uint64_t> Acquire(uint64_t session_id, const std::string& owner, std::shared_ptr<const void> value,
+                                   uint64_t bytes);
   // False when the session does not hold the lease (released already, or never).
   bool Release(uint64_t session_id, uint64_t lease_id);
 
@@ -113,7 +120,11 @@ class ShmLeaseTable {
   struct Session {
     std::string owner;
     std::function<void()> cancel;
-    absl::flat_hash_map<uint64_t, std::shared_ptr<const HostValue>> leases;
+    struct Held {
+      std::shared_ptr<const void> value;  // a HostValue or a GpuValue: its pages stay while held
+      uint64_t bytes = 0;
+    };
+    absl::flat_hash_map<uint64_t, Held> leases;
     absl::flat_hash_map<uint64_t, Reservation> reservations;
     uint64_t bytes = 0;  // of both
     std::unique_ptr<ProcessWatch> holder;  // the worker's process, when known

@@ -1,0 +1,228 @@
+#include "cache_server/gpu_tier.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_format.h"
+
+namespace lazykv::cache {
+
+absl::StatusOr<std::string> GpuValue::ReadAll() const {
+  std::string bytes(size_, '\0');
+  absl::Status s = arena_->Read(pages_, 0, size_, bytes.data());
+  if (!s.ok()) return s;
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<GpuTier>> GpuTier::Create(const GpuTierOptions& options,
+                                                         std::shared_ptr<CacheMetrics> metrics,
+                                                         std::function<bool(const Hash128&)> stored_below,
+                                                         std::function<void(const Hash128&, std::string)> demote) {
+  absl::StatusOr<std::unique_ptr<DeviceArena>> arena =
+      options.emulate ? DeviceArena::CreateEmulated(options.capacity_bytes, options.page_bytes)
+                      : DeviceArena::CreateOnGpu(options.capacity_bytes, options.page_bytes, options.device);
+  if (!arena.ok()) return arena.status();
+  auto policy = MakeEvictionPolicy(options.eviction_policy, (*arena)->capacity_bytes());
+  if (!policy.ok()) return policy.status();
+  return std::unique_ptr<GpuTier>(new GpuTier(options, *std::move(arena), *std::move(policy), std::move(metrics),
+                                              std::move(stored_below), std::move(demote)));
+}
+
+GpuTier::GpuTier(const GpuTierOptions& options, std::shared_ptr<DeviceArena> arena,
+                 std::unique_ptr<EvictionPolicy> policy, std::shared_ptr<CacheMetrics> metrics,
+                 std::function<bool(const Hash128&)> stored_below,
+                 std::function<void(const Hash128&, std::string)> demote)
+    : options_(options),
+      arena_(std::move(arena)),
+      metrics_(std::move(metrics)),
+      stored_below_(std::move(stored_below)),
+      demote_(std::move(demote)),
+      policy_(std::move(policy)) {
+  {
+    MutexLock lock(&mu_);
+    counts_.capacity = arena_->capacity_bytes();
+    UpdateGaugesLocked();
+  }
+  promoter_ = std::thread([this] { PromoterLoop(); });
+}
+
+GpuTier::~GpuTier() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    pending_.clear();
+    work_.SignalAll();
+  }
+  promoter_.join();
+  MutexLock lock(&mu_);
+  index_.clear();  // values no lease holds free their pages now
+}
+
+std::shared_ptr<const GpuValue> GpuTier::Find(const Hash128& key) {
+  MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return nullptr;
+  policy_->Touch(key);
+  return it->second;
+}
+
+bool GpuTier::Contains(const Hash128& key) const {
+  MutexLock lock(&mu_);
+  return index_.contains(key);
+}
+
+void GpuTier::RequestPromotion(const Hash128& key, ChunkReader chunk) {
+  if (arena_->PagesFor(chunk.size()) > arena_->num_pages()) return;
+  MutexLock lock(&mu_);
+  if (stopping_ || index_.contains(key) || pending_.size() >= options_.max_pending_promotions) return;
+  for (const Pending& p : pending_) {
+    if (p.key == key) return;
+  }
+  pending_.push_back(Pending{key, std::move(chunk)});
+  counts_.pending_promotions = pending_.size();
+  work_.Signal();
+}
+
+void GpuTier::PromoterLoop() {
+  MutexLock lock(&mu_);
+  while (true) {
+    while (!stopping_ && pending_.empty()) {
+      idle_.SignalAll();
+      work_.Wait(&mu_);
+    }
+    if (stopping_) break;
+    std::optional<Pending> next(std::move(pending_.front()));
+    pending_.pop_front();
+    counts_.pending_promotions = pending_.size();
+    promoting_ = true;
+    lock.Unlock();
+    Demotions demote;
+    if (absl::Status s = PromoteInto(next->key, next->chunk, &demote); !s.ok()) {
+      spdlog::debug("GPU tier: promotion of {} skipped: {}", next->key.ToHex(), s.ToString());
+    }
+    next.reset();  // its host pages go back before the demotions need room there
+    Demote(std::move(demote));
+    lock.Lock();
+    promoting_ = false;
+  }
+  idle_.SignalAll();
+}
+
+void GpuTier::WaitForPromotions() {
+  MutexLock lock(&mu_);
+  while (!stopping_ && (!pending_.empty() || promoting_)) idle_.Wait(&mu_);
+}
+
+void GpuTier::EvictForLocked(uint64_t pages, Victims* victims) {
+  // A victim a reader holds leaves the index, but its pages come back only when the reader
+  // lets go: count only the others' pages as freed.
+  uint64_t freeing = 0;
+  while (arena_->free_pages() + freeing < pages) {
+    const std::optional<Hash128> victim = policy_->PopVictim();
+    if (!victim) return;
+    auto it = index_.find(*victim);
+    if (it == index_.end()) continue;
+    if (it->second.use_count() == 1) freeing += it->second->pages().size();
+    used_ -= it->second->size();
+    victims->emplace_back(*victim, std::move(it->second));
+    index_.erase(it);
+    ++counts_.evictions;
+    metrics_->gpu.evictions->Increment();
+  }
+}
+
+void GpuTier::ReadBackOrDrop(Victims victims, Demotions* demote) {
+  for (auto& [key, value] : victims) {
+    if (stored_below_ != nullptr && !stored_below_(key)) {  // the only copy: keep its bytes
+      absl::StatusOr<std::string> bytes = value->ReadAll();
+      if (bytes.ok()) {
+        demote->emplace_back(key, *std::move(bytes));
+      } else {
+        spdlog::warn("GPU tier: reading back {} failed ({}); the chunk is lost", key.ToHex(), bytes.status().ToString());
+      }
+    }
+    value.reset();  // its pages go back (unless a reader holds them)
+  }
+}
+
+void GpuTier::Demote(Demotions demote) {
+  for (auto& [key, bytes] : demote) {
+    demote_(key, std::move(bytes));
+    MutexLock lock(&mu_);
+    ++counts_.demotions;
+    metrics_->gpu_demotions->Increment();
+  }
+}
+
+absl::Status GpuTier::Promote(const Hash128& key, const ChunkReader& chunk) {
+  Demotions demote;
+  absl::Status status = PromoteInto(key, chunk, &demote);
+  Demote(std::move(demote));
+  return status;
+}
+
+absl::Status GpuTier::PromoteInto(const Hash128& key, const ChunkReader& chunk, Demotions* demote) {
+  const uint64_t size = chunk.size();
+  if (size < kChunkHeaderBytes) return absl::InvalidArgumentError("GPU tier: not a stored chunk");
+  const uint64_t pages_needed = arena_->PagesFor(size);
+  if (pages_needed > arena_->num_pages()) {
+    return absl::ResourceExhaustedError(absl::StrFormat("chunk of %d bytes is larger than the GPU tier", size));
+  }
+  std::vector<uint32_t> pages;
+  Victims victims;
+  {
+    MutexLock lock(&mu_);
+    if (index_.contains(key)) return absl::OkStatus();
+    EvictForLocked(pages_needed, &victims);
+    UpdateGaugesLocked();
+  }
+  ReadBackOrDrop(std::move(victims), demote);  // the victims' pages go back here
+  if (!arena_->TryAllocate(pages_needed, &pages)) {
+    return absl::ResourceExhaustedError("GPU tier: no room (pages held by readers)");
+  }
+  std::string header(kChunkHeaderBytes, '\0');
+  chunk.Read(0, kChunkHeaderBytes, header.data());
+  auto value = std::make_shared<GpuValue>(arena_, std::move(pages), size, std::move(header));
+  uint64_t offset = 0;
+  for (std::string_view piece : chunk.Pieces(0, size)) {
+    if (absl::Status s = arena_->Write(value->pages(), offset, piece); !s.ok()) return s;
+    offset += piece.size();
+  }
+  MutexLock lock(&mu_);
+  if (stopping_ || index_.contains(key)) return absl::OkStatus();  // dropped: its pages go back
+  index_.emplace(key, std::move(value));
+  policy_->Insert(key, size);
+  used_ += size;
+  ++counts_.promotions;
+  metrics_->gpu_promotions->Increment();
+  UpdateGaugesLocked();
+  return absl::OkStatus();
+}
+
+bool GpuTier::Delete(const Hash128& key) {
+  std::shared_ptr<const GpuValue> dropped;  // its pages go back after the lock
+  MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  dropped = std::move(it->second);
+  used_ -= dropped->size();
+  index_.erase(it);
+  policy_->Remove(key);
+  UpdateGaugesLocked();
+  return true;
+}
+
+GpuTierStats GpuTier::stats() const {
+  MutexLock lock(&mu_);
+  GpuTierStats s = counts_;
+  s.used = used_;
+  s.entries = index_.size();
+  return s;
+}
+
+void GpuTier::UpdateGaugesLocked() {
+  metrics_->gpu.occupancy->Set(static_cast<double>(used_));
+  metrics_->gpu.capacity->Set(static_cast<double>(arena_->capacity_bytes()));
+  metrics_->gpu.entries->Set(static_cast<double>(index_.size()));
+}
+
+}  // namespace lazykv::cache

@@ -1,0 +1,41 @@
+// The GPU tier's same-host read (DESIGN.md section 5): GpuGet hands a worker on this host
+// the pages of a chunk in the GPU tier's device memory (which its session opened once
+// through the arena's CUDA IPC handle) under a read lease, instead of its bytes.
+#include "absl/strings/str_format.h"
+#include "cache_server/kv_cache_service.h"
+#include "common/grpc_util.h"
+
+namespace lazykv::cache {
+
+grpc::Status KvCacheService::GpuGet(grpc::ServerContext* context, const v1::GpuGetRequest* request,
+                                    v1::GpuGetResponse* response) {
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (gpu_ == nullptr || shm_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this server has no GPU tier with a same-host transport: use ShmGet or Get");
+  }
+  if (!request->has_key()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key is required");
+  const Hash128 key = FromProto(request->key());
+  std::shared_ptr<const GpuValue> value = gpu_->Find(key);
+  if (value == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrFormat("chunk %s is not in the GPU tier: use ShmGet or Get", key.ToHex()));
+  }
+  const uint64_t size = value->size();
+  const std::span<const uint32_t> pages = value->pages();
+  response->set_header(value->header());
+  auto lease = shm_->Acquire(request->session_id(), caller->name, std::shared_ptr<const void>(value), size);
+  if (!lease.ok()) {
+    if (lease.status().code() == absl::StatusCode::kResourceExhausted) metrics_.CountRejected("shm_lease_limit");
+    return ToGrpcStatus(lease.status());
+  }
+  response->set_lease_id(*lease);
+  response->set_stored_bytes(size);
+  response->mutable_pages()->Assign(pages.begin(), pages.end());
+  metrics_.cuda_ipc_sent.chunks->Increment();
+  metrics_.cuda_ipc_sent.bytes->Increment(static_cast<double>(size));
+  return grpc::Status::OK;
+}
+
+}  // namespace lazykv::cache

@@ -1,0 +1,174 @@
+// The GPU tier through the real lazykv-cache-server, emulated in host memory (--gpu-emulate)
+// so that it runs without a GPU: a chunk read from host RAM is promoted and Lookup then
+// says TIER_GPU; a same-host session learns the tier's geometry, and GpuGet leases the
+// chunk's pages with its exact header (the lease counted, and gone with the session);
+// Delete drops every copy; a chunk that host RAM evicted (no disk) is still served from the
+// GPU tier, and demoted back into host RAM, byte for byte, when the GPU tier evicts it.
+// References: the chunks as built (TestChunk), never another read.
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "common/grpc_util.h"
+#include "gtest/gtest.h"
+#include "tests/cache_server/cache_test_util.h"
+#include "tests/test_util.h"
+
+namespace lazykv::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+v1::LookupResult LookupOne(v1::KvCache::Stub& stub, const Hash128& key) {
+  grpc::ClientContext context;
+  v1::LookupRequest request;
+  *request.add_keys() = ToProto(key);
+  v1::LookupResponse response;
+  EXPECT_TRUE(stub.Lookup(&context, request, &response).ok());
+  return response.results_size() == 1 ? response.results(0) : v1::LookupResult();
+}
+
+// Polls Lookup until the chunk is in `tier` (true) or 5 s pass.
+bool ReachesTier(v1::KvCache::Stub& stub, const Hash128& key, v1::Tier tier) {
+  const auto until = std::chrono::steady_clock::now() + milliseconds(5000) * SlowdownFactor();
+  while (std::chrono::steady_clock::now() < until) {
+    const v1::LookupResult r = LookupOne(stub, key);
+    if (r.found() && r.tier() == tier) return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return false;
+}
+
+uint64_t GpuEntries(const v1::StatsResponse& stats) {
+  for (const v1::TierStats& t : stats.tiers()) {
+    if (t.tier() == v1::TIER_GPU) return t.entries();
+  }
+  return ~0ull;
+}
+
+class CacheServerGpuTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = FreshSeed();
+    rng_.seed(seed_);
+    dir_ = TempDir("gpu_tier");
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  bool Start(std::vector<std::string> flags) {
+    flags.insert(flags.end(), {"--gpu-emulate", "--gpu-page-size", "256KiB"});
+    server_ = StartCacheServer(dir_, flags);
+    EXPECT_TRUE(server_->started()) << server_->first_line();
+    if (!server_->started()) return false;
+    stub_ = CacheStub(server_->address());
+    return true;
+  }
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  std::string dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<v1::KvCache::Stub> stub_;
+};
+
+TEST_F(CacheServerGpuTierTest, AReadChunkIsPromotedAndLeasedThroughGpuGet) {
+  SCOPED_TRACE(seed_);
+  ASSERT_TRUE(Start({"--gpu-capacity", "8MiB", "--host-capacity", "32MiB", "--disk-capacity", "0"}));
+  const TestChunk chunk = RandomTestChunk(rng_, std::uniform_int_distribution<size_t>(300 << 10, 2 << 20)(rng_));
+  ASSERT_TRUE(PutChunk(*stub_, chunk).status.ok());
+  EXPECT_EQ(LookupOne(*stub_, chunk.key).tier(), v1::TIER_HOST) << "not read yet: not promoted";
+  const GetOutcome got = RawGet(*stub_, chunk.key);  // a read promotes it
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.stored, chunk.stored());
+  ASSERT_TRUE(ReachesTier(*stub_, chunk.key, v1::TIER_GPU));
+  EXPECT_EQ(GpuEntries(Stats(*stub_)), 1u);
+
+  grpc::ClientContext session_context;
+  auto session = stub_->ShmSession(&session_context);
+  v1::ShmSessionRequest hello;
+  hello.set_holder("gpu-tier-test");
+  ASSERT_TRUE(session->Write(hello));
+  v1::ShmSessionResponse opened;
+  ASSERT_TRUE(session->Read(&opened));
+  EXPECT_EQ(opened.gpu_page_bytes(), 256u << 10);
+  EXPECT_EQ(opened.gpu_arena_bytes(), 8u << 20);
+  EXPECT_TRUE(opened.gpu_ipc_handle().empty()) << "an emulated tier exports no handle";
+
+  v1::GpuGetResponse leased;
+  {
+    grpc::ClientContext context;
+    v1::GpuGetRequest request;
+    request.set_session_id(opened.session_id());
+    *request.mutable_key() = ToProto(chunk.key);
+    const grpc::Status s = stub_->GpuGet(&context, request, &leased);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  const std::string stored = chunk.stored();
+  EXPECT_EQ(leased.header(), stored.substr(0, kChunkHeaderBytes));
+  EXPECT_EQ(leased.stored_bytes(), stored.size());
+  EXPECT_EQ(static_cast<uint64_t>(leased.pages_size()), (stored.size() + (256 << 10) - 1) / (256 << 10));
+  EXPECT_EQ(Stats(*stub_).shm_leases(), 1u);
+  {  // Another session's id, or none, leases nothing.
+    grpc::ClientContext context;
+    v1::GpuGetRequest request;
+    request.set_session_id(opened.session_id() + 1);
+    *request.mutable_key() = ToProto(chunk.key);
+    v1::GpuGetResponse refused;
+    EXPECT_EQ(stub_->GpuGet(&context, request, &refused).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  v1::ShmSessionRequest release;
+  release.add_release(leased.lease_id());
+  ASSERT_TRUE(session->Write(release));
+  session->WritesDone();
+  EXPECT_TRUE(session->Finish().ok());
+  EXPECT_EQ(Stats(*stub_).shm_leases(), 0u);
+
+  {  // Delete drops the GPU copy too; GpuGet then refuses.
+    grpc::ClientContext context;
+    v1::DeleteRequest request;
+    *request.add_keys() = ToProto(chunk.key);
+    v1::DeleteResponse response;
+    ASSERT_TRUE(stub_->Delete(&context, request, &response).ok());
+    EXPECT_EQ(response.deleted(), 1u);
+  }
+  EXPECT_FALSE(LookupOne(*stub_, chunk.key).found());
+  EXPECT_EQ(GpuEntries(Stats(*stub_)), 0u);
+}
+
+TEST_F(CacheServerGpuTierTest, AChunkOnlyTheGpuHoldsIsServedAndDemotedWhenEvicted) {
+  SCOPED_TRACE(seed_);
+  // Host RAM holds one 3 MiB chunk, the GPU tier two, no disk.
+  ASSERT_TRUE(Start({"--gpu-capacity", "7MiB", "--host-capacity", "4MiB", "--disk-capacity", "0"}));
+  const size_t kPayload = 3 << 20;
+  const TestChunk a = RandomTestChunk(rng_, kPayload), b = RandomTestChunk(rng_, kPayload),
+                  c = RandomTestChunk(rng_, kPayload);
+  ASSERT_TRUE(PutChunk(*stub_, a).status.ok());
+  ASSERT_TRUE(RawGet(*stub_, a.key).status.ok());
+  ASSERT_TRUE(ReachesTier(*stub_, a.key, v1::TIER_GPU));
+  ASSERT_TRUE(PutChunk(*stub_, b).status.ok());  // host RAM evicts a: the GPU tier holds the only copy
+  const GetOutcome only_gpu = RawGet(*stub_, a.key);
+  ASSERT_TRUE(only_gpu.status.ok()) << only_gpu.status.error_message();
+  EXPECT_EQ(only_gpu.stored, a.stored());
+  // b and c read: promoted. Host RAM holds one chunk and the GPU tier two, so promoting c
+  // evicts a or b from the GPU tier while no lower tier holds it: demoted into host RAM,
+  // never lost. All three still read back exactly.
+  ASSERT_TRUE(RawGet(*stub_, b.key).status.ok());
+  ASSERT_TRUE(ReachesTier(*stub_, b.key, v1::TIER_GPU));
+  ASSERT_TRUE(PutChunk(*stub_, c).status.ok());
+  ASSERT_TRUE(RawGet(*stub_, c.key).status.ok());
+  ASSERT_TRUE(ReachesTier(*stub_, c.key, v1::TIER_GPU));
+  const bool a_on_gpu = LookupOne(*stub_, a.key).tier() == v1::TIER_GPU;
+  const TestChunk& demoted = a_on_gpu ? b : a;
+  ASSERT_TRUE(ReachesTier(*stub_, demoted.key, v1::TIER_HOST)) << "the GPU tier's victim was lost, not demoted";
+  for (const TestChunk* chunk : {&a, &b, &c}) {
+    const GetOutcome back = RawGet(*stub_, chunk->key);
+    ASSERT_TRUE(back.status.ok()) << back.status.error_message();
+    EXPECT_EQ(back.stored, chunk->stored());
+  }
+}
+
+}  // namespace
+}  // namespace lazykv::testing

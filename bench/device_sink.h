@@ -23,6 +23,10 @@ class DeviceSink {
   virtual absl::Status Consume(std::span<const std::string_view> pieces) = 0;
   // The ceiling: `bytes` from pinned host memory to the device, and waits.
   virtual absl::Status CopyFromPinned(size_t bytes) = 0;
+  // The ceiling of a device-to-device fetch: `bytes` from another buffer on the device.
+  virtual absl::Status CopyFromDevice(size_t bytes) = 0;
+  // The first `bytes` the sink holds, back on the host (checks).
+  virtual absl::Status ReadBack(size_t bytes, char* out) = 0;
   virtual std::string Describe() const = 0;
 };
 

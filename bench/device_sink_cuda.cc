@@ -24,6 +24,7 @@ class CudaSink final : public DeviceSink {
     cudaFree(device_);
     cudaFree(first_bad_);
     cudaFreeHost(pinned_);
+    cudaFree(source_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -80,6 +81,22 @@ class CudaSink final : public DeviceSink {
     return Check(cudaStreamSynchronize(stream_), "synchronize");
   }
 
+  absl::Status CopyFromDevice(size_t bytes) override {
+    if (bytes > bytes_) return absl::InvalidArgumentError("larger than the sink");
+    if (source_ == nullptr) {
+      if (absl::Status s = Check(cudaMalloc(&source_, bytes_), "device source"); !s.ok()) return s;
+      if (absl::Status s = Check(cudaMemset(source_, 0, bytes_), "device source"); !s.ok()) return s;
+    }
+    if (absl::Status s = Check(cudaMemcpyAsync(device_, source_, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+        !s.ok()) {
+      return s;
+    }
+    return Check(cudaStreamSynchronize(stream_), "synchronize");
+  }
+  absl::Status ReadBack(size_t bytes, char* out) override {
+    if (bytes > bytes_) return absl::InvalidArgumentError("larger than the sink");
+    return Check(cudaMemcpy(out, device_, bytes, cudaMemcpyDeviceToHost), "read back");
+  }
   std::string Describe() const override { return name_; }
 
  private:
@@ -88,6 +105,7 @@ class CudaSink final : public DeviceSink {
   void* device_ = nullptr;
   unsigned long long* first_bad_ = nullptr;
   void* pinned_ = nullptr;
+  void* source_ = nullptr;  // CopyFromDevice's, made at its first call
   std::string name_;
 };
 

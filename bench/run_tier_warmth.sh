@@ -7,6 +7,7 @@
 #   TIER: remote (a lazykv-cache-server on 127.0.0.1) or embedded (a shared --cache-dir)
 #   COMPARE ARGS: lazykv-bench compare's, e.g. --model M --tokenizer T --worker-arg --kv-pool --worker-arg 1GiB
 #   CACHE_HOST_CAPACITY (environment): the cache server's host RAM (default 4GiB)
+#   CACHE_SERVER_ARGS (environment): more cache server flags, e.g. "--gpu-capacity 8GiB"
 # Prints one line per run: TTFT p50/p90, req/s, and where document tokens came from.
 set -euo pipefail
 bin=$1 out=$2 trace=$3 tier=$4
@@ -21,6 +22,7 @@ case $tier in
   remote)
     rm -rf "$out/cache-server"
     "$bin/lazykv-cache-server" --listen 127.0.0.1:0 --data-dir "$out/cache-server" --host-capacity "${CACHE_HOST_CAPACITY:-4GiB}" \
+      ${CACHE_SERVER_ARGS:-} \
       > "$out/cache-server.log" 2>&1 &
     server_pid=$!
     for _ in $(seq 100); do grep -q "listening on" "$out/cache-server.log" && break; sleep 0.1; done
@@ -46,6 +48,6 @@ u = s.get("usage", {})
 print(f'{sys.argv[3]:8s} {sys.argv[2]:4s}: TTFT p50 {s["ttft_ms"]["p50"]:8.2f} ms  p90 {s["ttft_ms"]["p90"]:8.2f} ms  '
       f'{s["request_throughput"]:6.2f} req/s  usage {json.dumps(u)}')
 PY
-  grep -h "chunk pipeline:\|fetch cost" "$out/$run"/worker-lazy.log || true
+  grep -h "chunk pipeline:\|fetch cost\|GPU tier" "$out/$run"/worker-lazy.log || true
   grep -A1 "TTFT p50 by the number" "$out/$run.txt" || true
 done

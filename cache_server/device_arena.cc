@@ -54,7 +54,10 @@ absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::CreateEmulated(uint64_
 bool DeviceArena::TryAllocate(uint64_t n, std::vector<uint32_t>* pages) {
   MutexLock lock(&mu_);
   if (free_.size() < n) return false;
-  pages->assign(free_.end() - static_cast<std::ptrdiff_t>(n), free_.end());
+  // From the end of the free list, in ascending order: on a fresh arena (the list ends with
+  // page 0) a value's pages are then one ascending run, and a reader copies them in one
+  // piece instead of one per page.
+  pages->assign(free_.rbegin(), free_.rbegin() + static_cast<std::ptrdiff_t>(n));
   free_.resize(free_.size() - n);
   return true;
 }

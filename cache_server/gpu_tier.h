@@ -82,6 +82,8 @@ class GpuTier {
   // The chunk, counted as a read for eviction; null when not here.
   std::shared_ptr<const GpuValue> Find(const Hash128& key) ABSL_LOCKS_EXCLUDED(mu_);
   bool Contains(const Hash128& key) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a chunk of `bytes` fits in free pages now (no eviction).
+  bool HasRoomFor(uint64_t bytes) const { return bytes > 0 && arena_->PagesFor(bytes) <= arena_->free_pages(); }
   // Queues a copy of `chunk` (just read from host RAM or disk, checked) into device memory.
   // Never blocks: nothing happens when the key is here or queued, the queue is full, or
   // the chunk is larger than the tier.

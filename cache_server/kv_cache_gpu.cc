@@ -7,6 +7,27 @@
 
 namespace lazykv::cache {
 
+absl::Status KvCacheService::LeaseGpuCopy(uint64_t session_id, const std::string& caller, const Hash128& key,
+                                          uint64_t* lease_id, std::string* header, uint64_t* stored_bytes,
+                                          google::protobuf::RepeatedField<uint32_t>* pages) {
+  std::shared_ptr<const GpuValue> value = gpu_ != nullptr ? gpu_->Find(key) : nullptr;
+  if (value == nullptr) return absl::NotFoundError(absl::StrFormat("chunk %s is not in the GPU tier", key.ToHex()));
+  const uint64_t size = value->size();
+  const std::span<const uint32_t> value_pages = value->pages();
+  *header = value->header();
+  auto lease = shm_->Acquire(session_id, caller, std::shared_ptr<const void>(value), size);
+  if (!lease.ok()) {
+    if (lease.status().code() == absl::StatusCode::kResourceExhausted) metrics_.CountRejected("shm_lease_limit");
+    return lease.status();
+  }
+  *lease_id = *lease;
+  *stored_bytes = size;
+  pages->Assign(value_pages.begin(), value_pages.end());
+  metrics_.cuda_ipc_sent.chunks->Increment();
+  metrics_.cuda_ipc_sent.bytes->Increment(static_cast<double>(size));
+  return absl::OkStatus();
+}
+
 grpc::Status KvCacheService::GpuGet(grpc::ServerContext* context, const v1::GpuGetRequest* request,
                                     v1::GpuGetResponse* response) {
   auto caller = Authorize(context, Role::kWorker);
@@ -17,24 +38,16 @@ grpc::Status KvCacheService::GpuGet(grpc::ServerContext* context, const v1::GpuG
   }
   if (!request->has_key()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key is required");
   const Hash128 key = FromProto(request->key());
-  std::shared_ptr<const GpuValue> value = gpu_->Find(key);
-  if (value == nullptr) {
+  uint64_t lease_id = 0, stored_bytes = 0;
+  absl::Status leased = LeaseGpuCopy(request->session_id(), caller->name, key, &lease_id,
+                                     response->mutable_header(), &stored_bytes, response->mutable_pages());
+  if (leased.code() == absl::StatusCode::kNotFound) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrFormat("chunk %s is not in the GPU tier: use ShmGet or Get", key.ToHex()));
   }
-  const uint64_t size = value->size();
-  const std::span<const uint32_t> pages = value->pages();
-  response->set_header(value->header());
-  auto lease = shm_->Acquire(request->session_id(), caller->name, std::shared_ptr<const void>(value), size);
-  if (!lease.ok()) {
-    if (lease.status().code() == absl::StatusCode::kResourceExhausted) metrics_.CountRejected("shm_lease_limit");
-    return ToGrpcStatus(lease.status());
-  }
-  response->set_lease_id(*lease);
-  response->set_stored_bytes(size);
-  response->mutable_pages()->Assign(pages.begin(), pages.end());
-  metrics_.cuda_ipc_sent.chunks->Increment();
-  metrics_.cuda_ipc_sent.bytes->Increment(static_cast<double>(size));
+  if (!leased.ok()) return ToGrpcStatus(leased);
+  response->set_lease_id(lease_id);
+  response->set_stored_bytes(stored_bytes);
   return grpc::Status::OK;
 }
 

@@ -276,6 +276,7 @@ grpc::Status KvCacheService::DoPut(grpc::ServerContext* context, grpc::ServerRea
     }
   }
   auto already = store_->Commit(key, std::move(*writer));
+  if (already.ok() && !*already) PromoteStored(key);
   if (!already.ok()) return ToGrpcStatus(already.status());
   leases_->Published(key);
   if (!*already) {

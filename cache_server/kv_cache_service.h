@@ -120,9 +120,22 @@ class KvCacheService final : public v1::KvCache::Service {
   std::shared_ptr<const ChunkMac> mac_;
   ShmLeaseTable* shm_ = nullptr;  // null: no same-host transport
   GpuTier* gpu_ = nullptr;        // null: no GPU tier
+  // Leases `key`'s GPU tier copy to the caller's session: pages, header and size into the
+  // answer's fields (kv_cache_gpu.cc). NOT_FOUND when the GPU tier does not hold it.
+  absl::Status LeaseGpuCopy(uint64_t session_id, const std::string& caller, const Hash128& key, uint64_t* lease_id,
+                            std::string* header, uint64_t* stored_bytes,
+                            google::protobuf::RepeatedField<uint32_t>* pages);
   // A stored chunk just read from host RAM or disk: promoted to the GPU tier (queued).
   void Promote(const Hash128& key, const ChunkReader& read) {
     if (gpu_ != nullptr) gpu_->RequestPromotion(key, read);
+  }
+  // A chunk just published: promoted too while the GPU tier has room for it (free device
+  // memory serves better than none; a full tier takes only what is read).
+  void PromoteStored(const Hash128& key) {
+    if (gpu_ == nullptr || !gpu_->HasRoomFor(store_->Locate(key).value_or(ChunkLocation{}).bytes)) return;
+    if (std::shared_ptr<const HostValue> value = store_->HostCopy(key)) {
+      gpu_->RequestPromotion(key, ChunkReader(StoreTier::kHost, std::move(value)));
+    }
   }
   // Drops `key` everywhere; true when anything held it.
   bool DeleteEverywhere(const Hash128& key) {

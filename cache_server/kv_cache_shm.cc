@@ -73,6 +73,19 @@ grpc::Status KvCacheService::ShmGet(grpc::ServerContext* context, const v1::ShmG
   }
   if (!request->has_key()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key is required");
   const Hash128 key = FromProto(request->key());
+  if (request->prefer_gpu() && gpu_ != nullptr) {  // device to device, when the GPU tier has it
+    uint64_t lease_id = 0, stored_bytes = 0;
+    absl::Status leased = LeaseGpuCopy(request->session_id(), caller->name, key, &lease_id,
+                                       response->mutable_header(), &stored_bytes, response->mutable_pages());
+    if (leased.ok()) {
+      response->set_lease_id(lease_id);
+      response->set_tier(v1::TIER_GPU);
+      response->set_stored_bytes(stored_bytes);
+      return grpc::Status::OK;
+    }
+    if (leased.code() != absl::StatusCode::kNotFound) return ToGrpcStatus(leased);
+    response->clear_header();
+  }
   // The worker checks the payload's checksum itself, so only header and key are checked here
   // (a chunk read from disk is checked in full, and promoted to host RAM).
   auto read = store_->Read(key, PayloadCheck::kHeaderOnly);
@@ -204,6 +217,7 @@ grpc::Status KvCacheService::ShmCommit(grpc::ServerContext* context, const v1::S
     }
   }
   auto already = store_->Commit(key, std::move(writer));  // checks the checksum
+  if (already.ok() && !*already) PromoteStored(key);
   if (!already.ok()) return ToGrpcStatus(already.status());
   leases_->Published(key);
   if (!*already) {

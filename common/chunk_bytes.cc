@@ -1,6 +1,8 @@
 #include "common/chunk_bytes.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace lazykv {
@@ -12,6 +14,19 @@ ChunkBytes::ChunkBytes(std::vector<std::string_view> pieces, std::shared_ptr<con
     size_ += piece.size();
     pieces_.push_back(piece);
   }
+  on_device_from_ = size_;
+}
+
+ChunkBytes ChunkBytes::WithDeviceTail(std::vector<std::string_view> host_pieces,
+                                      std::vector<std::string_view> device_pieces, std::shared_ptr<const void> owner) {
+  ChunkBytes out(std::move(host_pieces), std::move(owner));
+  out.on_device_from_ = out.size_;
+  for (std::string_view piece : device_pieces) {
+    if (piece.empty()) continue;
+    out.size_ += piece.size();
+    out.pieces_.push_back(piece);
+  }
+  return out;
 }
 
 ChunkBytes ChunkBytes::FromString(std::string bytes) {
@@ -34,10 +49,21 @@ ChunkBytes ChunkBytes::Slice(uint64_t offset, uint64_t length) const {
     at = piece_end;
     if (at >= end) break;
   }
-  return ChunkBytes(std::move(out), owner_);
+  ChunkBytes slice(std::move(out), owner_);
+  if (on_device_from_ < size_) {  // where the device bytes start, in the slice
+    const uint64_t begin = std::min(offset, size_);
+    slice.on_device_from_ = on_device_from_ <= begin ? 0 : std::min(slice.size_, on_device_from_ - begin);
+  }
+  return slice;
 }
 
 void ChunkBytes::CopyTo(uint64_t offset, uint64_t length, char* out) const {
+  if (offset + length > on_device_from_) {
+    std::fprintf(stderr, "ChunkBytes::CopyTo: bytes [%llu, %llu) rest in GPU memory from %llu on\n",
+                 static_cast<unsigned long long>(offset), static_cast<unsigned long long>(offset + length),
+                 static_cast<unsigned long long>(on_device_from_));
+    std::abort();
+  }
   const ChunkBytes part = Slice(offset, length);  // a temporary's pieces() would dangle in the loop
   for (std::string_view piece : part.pieces()) {
     std::memcpy(out, piece.data(), piece.size());

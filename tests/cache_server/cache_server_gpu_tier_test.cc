@@ -1,6 +1,6 @@
 // The GPU tier through the real lazykv-cache-server, emulated in host memory (--gpu-emulate)
-// so that it runs without a GPU: a chunk read from host RAM is promoted and Lookup then
-// says TIER_GPU; a same-host session learns the tier's geometry, and GpuGet leases the
+// so that it runs without a GPU: a chunk published while the tier has room, or read from host
+// RAM, is promoted and Lookup then says TIER_GPU; a same-host session learns the tier's geometry, and GpuGet leases the
 // chunk's pages with its exact header (the lease counted, and gone with the session);
 // Delete drops every copy; a chunk that host RAM evicted (no disk) is still served from the
 // GPU tier, and demoted back into host RAM, byte for byte, when the GPU tier evicts it.
@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/cache_server/cache_test_util.h"
 #include "tests/test_util.h"
+#include "worker/tier/remote_chunk_tier.h"
 
 namespace lazykv::testing {
 namespace {
@@ -76,14 +77,21 @@ class CacheServerGpuTierTest : public ::testing::Test {
 
 TEST_F(CacheServerGpuTierTest, AReadChunkIsPromotedAndLeasedThroughGpuGet) {
   SCOPED_TRACE(seed_);
-  ASSERT_TRUE(Start({"--gpu-capacity", "8MiB", "--host-capacity", "32MiB", "--disk-capacity", "0"}));
-  const TestChunk chunk = RandomTestChunk(rng_, std::uniform_int_distribution<size_t>(300 << 10, 2 << 20)(rng_));
+  // The GPU tier holds one of these chunks: a published chunk is promoted while it has room,
+  // a read one by evicting.
+  ASSERT_TRUE(Start({"--gpu-capacity", "2MiB", "--host-capacity", "32MiB", "--disk-capacity", "0"}));
+  const size_t kPayload = std::uniform_int_distribution<size_t>(1100 << 10, 1600 << 10)(rng_);  // 5-7 of its 8 pages
+  const TestChunk first = RandomTestChunk(rng_, kPayload), chunk = RandomTestChunk(rng_, kPayload);
+  ASSERT_TRUE(PutChunk(*stub_, first).status.ok());
+  ASSERT_TRUE(ReachesTier(*stub_, first.key, v1::TIER_GPU)) << "published into free room: promoted";
   ASSERT_TRUE(PutChunk(*stub_, chunk).status.ok());
-  EXPECT_EQ(LookupOne(*stub_, chunk.key).tier(), v1::TIER_HOST) << "not read yet: not promoted";
-  const GetOutcome got = RawGet(*stub_, chunk.key);  // a read promotes it
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(LookupOne(*stub_, chunk.key).tier(), v1::TIER_HOST) << "no room and not read yet: not promoted";
+  const GetOutcome got = RawGet(*stub_, chunk.key);  // a read promotes it, evicting `first`
   ASSERT_TRUE(got.status.ok()) << got.status.error_message();
   EXPECT_EQ(got.stored, chunk.stored());
   ASSERT_TRUE(ReachesTier(*stub_, chunk.key, v1::TIER_GPU));
+  EXPECT_EQ(LookupOne(*stub_, first.key).tier(), v1::TIER_HOST);
   EXPECT_EQ(GpuEntries(Stats(*stub_)), 1u);
 
   grpc::ClientContext session_context;
@@ -94,7 +102,7 @@ TEST_F(CacheServerGpuTierTest, AReadChunkIsPromotedAndLeasedThroughGpuGet) {
   v1::ShmSessionResponse opened;
   ASSERT_TRUE(session->Read(&opened));
   EXPECT_EQ(opened.gpu_page_bytes(), 256u << 10);
-  EXPECT_EQ(opened.gpu_arena_bytes(), 8u << 20);
+  EXPECT_EQ(opened.gpu_arena_bytes(), 2u << 20);
   EXPECT_TRUE(opened.gpu_ipc_handle().empty()) << "an emulated tier exports no handle";
 
   v1::GpuGetResponse leased;
@@ -136,6 +144,64 @@ TEST_F(CacheServerGpuTierTest, AReadChunkIsPromotedAndLeasedThroughGpuGet) {
   }
   EXPECT_FALSE(LookupOne(*stub_, chunk.key).found());
   EXPECT_EQ(GpuEntries(Stats(*stub_)), 0u);
+}
+
+// ShmGet with prefer_gpu answers from the GPU tier when it holds the chunk (and from host
+// RAM otherwise, or without the flag); a worker's tier that asks for the GPU tier but cannot
+// open it (emulated: no handle) reads from host RAM, byte for byte.
+TEST_F(CacheServerGpuTierTest, ShmGetPrefersTheGpuTierOnlyWhenAskedAndHeld) {
+  SCOPED_TRACE(seed_);
+  // Room for one of the two chunks: the first published is promoted, the second is not.
+  ASSERT_TRUE(Start({"--gpu-capacity", "2MiB", "--host-capacity", "32MiB", "--disk-capacity", "0"}));
+  const TestChunk hot = RandomTestChunk(rng_, 1 << 20), cold = RandomTestChunk(rng_, 1 << 20);
+  ASSERT_TRUE(PutChunk(*stub_, hot).status.ok());
+  ASSERT_TRUE(ReachesTier(*stub_, hot.key, v1::TIER_GPU));
+  ASSERT_TRUE(PutChunk(*stub_, cold).status.ok());
+  grpc::ClientContext session_context;
+  auto session = stub_->ShmSession(&session_context);
+  v1::ShmSessionRequest hello;
+  hello.set_holder("gpu-tier-test");
+  ASSERT_TRUE(session->Write(hello));
+  v1::ShmSessionResponse opened;
+  ASSERT_TRUE(session->Read(&opened));
+  auto shm_get = [&](const TestChunk& chunk, bool prefer_gpu) {
+    grpc::ClientContext context;
+    v1::ShmGetRequest request;
+    request.set_session_id(opened.session_id());
+    *request.mutable_key() = ToProto(chunk.key);
+    request.set_prefer_gpu(prefer_gpu);
+    v1::ShmGetResponse response;
+    EXPECT_TRUE(stub_->ShmGet(&context, request, &response).ok());
+    return response;
+  };
+  const v1::ShmGetResponse from_gpu = shm_get(hot, true);
+  EXPECT_EQ(from_gpu.tier(), v1::TIER_GPU);
+  EXPECT_EQ(from_gpu.header(), hot.stored().substr(0, kChunkHeaderBytes));
+  EXPECT_EQ(from_gpu.stored_bytes(), hot.stored().size());
+  const v1::ShmGetResponse not_asked = shm_get(hot, false);
+  EXPECT_EQ(not_asked.tier(), v1::TIER_HOST);
+  EXPECT_TRUE(not_asked.header().empty());
+  const v1::ShmGetResponse not_held = shm_get(cold, true);
+  EXPECT_EQ(not_held.tier(), v1::TIER_HOST);
+  EXPECT_EQ(Stats(*stub_).shm_leases(), 3u);
+  session->WritesDone();
+  EXPECT_TRUE(session->Finish().ok());
+
+  RemoteTierOptions options;
+  options.servers = {server_->address()};
+  options.holder = "gpu-tier-test";
+  options.transport = FetchTransport::kShm;
+  options.gpu_device = 0;
+  auto tier = RemoteChunkTier::Create(options);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  for (const TestChunk* chunk : {&hot, &cold}) {
+    auto fetched = (*tier)->Fetch(chunk->key);
+    ASSERT_TRUE(fetched.ok()) << fetched.status();
+    EXPECT_FALSE(fetched->stored.on_device());
+    EXPECT_EQ(fetched->stored.ToString(), chunk->stored());
+  }
+  EXPECT_EQ((*tier)->transport_stats().shm_chunks, 2u);
+  EXPECT_EQ((*tier)->transport_stats().cuda_ipc_chunks, 0u);
 }
 
 TEST_F(CacheServerGpuTierTest, AChunkOnlyTheGpuHoldsIsServedAndDemotedWhenEvicted) {

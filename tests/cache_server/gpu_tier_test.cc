@@ -63,11 +63,14 @@ TEST_F(GpuTierTest, APromotedChunkReadsBackExactlyWithItsHeader) {
     EXPECT_EQ(value->size(), bytes.size());
     EXPECT_EQ(value->header(), bytes.substr(0, kChunkHeaderBytes));
     EXPECT_EQ(value->pages().size(), (bytes.size() + kPage - 1) / kPage);
+    // A fresh arena hands out ascending runs: a reader copies the chunk in one piece.
+    for (size_t p = 1; p < value->pages().size(); ++p) EXPECT_EQ(value->pages()[p], value->pages()[p - 1] + 1);
     auto back = value->ReadAll();
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, bytes) << "chunk " << i;
   }
   EXPECT_EQ(tier->stats().promotions, 4u);
+
   EXPECT_EQ(metrics_->gpu_promotions->Value(), 4);
   EXPECT_FALSE(tier->Contains(Hash128{1, 2}));
 }

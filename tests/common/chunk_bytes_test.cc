@@ -51,6 +51,31 @@ TEST(ChunkBytesTest, ASliceKeepsItsOwnerAlive) {
   EXPECT_EQ(slice.ToString(), "tail");
 }
 
+// A chunk whose header is on the host and payload on a GPU (plain memory stands in for the
+// device here: only the bookkeeping is under test). Slices say where their device part
+// starts; CopyTo reads the host part and refuses the device part.
+TEST(ChunkBytesTest, ADeviceTailIsTrackedThroughSlicesAndNeverCopiedOnTheHost) {
+  const std::string header = "HEADER", device_a = "payload-", device_b = "tail";
+  const ChunkBytes bytes = ChunkBytes::WithDeviceTail({header}, {device_a, device_b}, nullptr);
+  EXPECT_EQ(bytes.size(), header.size() + device_a.size() + device_b.size());
+  EXPECT_EQ(bytes.on_device_from(), header.size());
+  EXPECT_TRUE(bytes.on_device());
+  std::string got(header.size(), '\0');
+  bytes.CopyTo(0, header.size(), got.data());
+  EXPECT_EQ(got, header);
+  const ChunkBytes payload = bytes.Slice(header.size(), bytes.size());
+  EXPECT_EQ(payload.on_device_from(), 0u);
+  EXPECT_EQ(payload.size(), device_a.size() + device_b.size());
+  const ChunkBytes straddling = bytes.Slice(3, 6);  // "DER" on the host, "pay" on the device
+  EXPECT_EQ(straddling.on_device_from(), 3u);
+  EXPECT_EQ(straddling.size(), 6u);
+  const ChunkBytes host_only = bytes.Slice(1, 4);
+  EXPECT_FALSE(host_only.on_device());
+  EXPECT_EQ(host_only.ToString(), "EADE");
+  EXPECT_FALSE(ChunkBytes::FromString("abc").on_device());
+  EXPECT_DEATH(bytes.CopyTo(2, 6, got.data()), "rest in GPU memory");
+}
+
 TEST(ChunkBytesTest, WriteToPiecesFillsAcrossEdges) {
   std::mt19937_64 rng(testing::FreshSeed());
   for (int round = 0; round < 200; ++round) {

@@ -108,6 +108,7 @@ class CpuBackend : public Backend {
   }
 
   absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload, const StageOptions& options) override {
+    if (payload.on_device()) return absl::FailedPreconditionError("chunk staging: the CPU backend cannot read GPU memory");
     if (options.check_finite) {
       if (absl::Status s = CheckPayloadFinite(bf16_ ? KvDtype::kBf16 : KvDtype::kFp32, payload.pieces()); !s.ok()) {
         return absl::PermissionDeniedError(absl::StrCat("chunk refused: ", s.message()));

@@ -256,6 +256,11 @@ std::unique_ptr<StagedChunk> ChunkPipeline::FetchAndStage(const ChunkRequest& ch
     // memory is checked at admission), and the MAC when the fleet signs its chunks (a
     // signature guards against a cache server that is not trusted, so every fetch checks it).
     // Nothing unsigned or non-finite reaches the pool (PERMISSION_DENIED: rejected).
+    // A payload on a GPU (a same-host server's GPU tier) was checked by its server and is
+    // never read on the host; the tier fetches that way only where no host check is due.
+    if (payload.on_device() && (!fetched.payload_verified || options_.mac)) {
+      return absl::FailedPreconditionError("fetched chunk rests on a GPU, where its checksum or MAC cannot be checked");
+    }
     if (!fetched.payload_verified) {
       if (absl::Status s = VerifyChunkPayload(header, payload.pieces()); !s.ok()) return refuse(s, "checksum");
     }

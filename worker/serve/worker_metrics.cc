@@ -88,9 +88,12 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                                   "Publications dropped because the publication budget was full (never waited for)", r);
   for (const auto& [transport, chunks, bytes] :
        {std::tuple{"grpc", &fetched_chunks_grpc_, &fetched_bytes_grpc_},
-        std::tuple{"shm", &fetched_chunks_shm_, &fetched_bytes_shm_}}) {
+        std::tuple{"shm", &fetched_chunks_shm_, &fetched_bytes_shm_},
+        std::tuple{"cuda_ipc", &fetched_chunks_cuda_ipc_, &fetched_bytes_cuda_ipc_}}) {
     *chunks = Counter("lazykv_worker_tier_fetched_chunks_total",
-                      "Chunks fetched from cache servers, by transport (shm: a server on this host, in place)", r,
+                      "Chunks fetched from cache servers, by transport (shm: a server on this host, in place; "
+                      "cuda_ipc: its GPU tier, device to device)",
+                      r,
                       {{"transport", transport}});
     *bytes = Counter("lazykv_worker_tier_fetched_bytes_total", "Stored chunk bytes fetched from cache servers, by transport",
                      r, {{"transport", transport}});
@@ -158,6 +161,8 @@ void WorkerMetrics::ObserveTransports(const TransportStats& s) {
   AddSince(fetched_bytes_grpc_, s.grpc_bytes, last.grpc_bytes);
   AddSince(fetched_chunks_shm_, s.shm_chunks, last.shm_chunks);
   AddSince(fetched_bytes_shm_, s.shm_bytes, last.shm_bytes);
+  AddSince(fetched_chunks_cuda_ipc_, s.cuda_ipc_chunks, last.cuda_ipc_chunks);
+  AddSince(fetched_bytes_cuda_ipc_, s.cuda_ipc_bytes, last.cuda_ipc_bytes);
   AddSince(published_chunks_shm_, s.shm_published_chunks, last.shm_published_chunks);
   AddSince(published_bytes_shm_, s.shm_published_bytes, last.shm_published_bytes);
   AddSince(shm_fallbacks_, s.shm_fallbacks, last.shm_fallbacks);

@@ -95,7 +95,8 @@ absl::StatusOr<std::shared_ptr<ChunkTier>> SetUpCacheTier(const CacheTierSetup& 
                                                                      .initial_call_deadline = 5 * floor,
                                                                      .min_call_deadline = floor,
                                                                      .transport = setup.transport,
-                                                                     .shm_pinner = ShmPinner()}));
+                                                                     .shm_pinner = ShmPinner(),
+                                                                     .gpu_device = setup.gpu_device}));
   } else {
     cache::TieredStoreOptions store;
     store.host_capacity_bytes = setup.host_bytes;
@@ -181,7 +182,11 @@ absl::StatusOr<LoadedEngine> SetUpEngine(const ModelSetupOptions& options) {
   const std::string kv_dtype = backend->kv_dtype();
   EngineOptions engine_options = options.engine;
   if (engine_options.tier == nullptr) {
-    ASSIGN_OR_RETURN(engine_options.tier, SetUpCacheTier(options.cache_tier));
+    CacheTierSetup tier_setup = options.cache_tier;
+    // Device-to-device fetches from a same-host GPU tier leave the payload on the GPU, where
+    // a signed fleet's MAC cannot be checked: then chunks come through host memory.
+    if (on_gpu && engine_options.pipeline.mac == nullptr && tier_setup.gpu_device < 0) tier_setup.gpu_device = 0;
+    ASSIGN_OR_RETURN(engine_options.tier, SetUpCacheTier(tier_setup));
   }
   ASSIGN_OR_RETURN(auto engine, Engine::Create(std::move(backend), std::move(engine_options)));
   spdlog::info("model {}: dim {}, {} layers, {} heads ({} kv), vocab {}; KV pool {} blocks of {} tokens ({})",

@@ -28,6 +28,9 @@ struct CacheTierSetup {
   std::string holder;              // this process's name in lease logs
   ClientSecurityOptions security;  // TLS and token towards the cache servers
   FetchTransport transport = FetchTransport::kAuto;  // shm for servers on this host, else gRPC
+  // The worker's GPU, for a same-host server's GPU tier (RemoteTierOptions::gpu_device);
+  // SetUpEngine sets it on a GPU when chunks are not signed. -1: none.
+  int gpu_device = -1;
 };
 
 // $LAZYKV_CACHE_DIR, else $XDG_CACHE_HOME/lazykv, else ~/.cache/lazykv.

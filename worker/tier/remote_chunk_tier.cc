@@ -212,7 +212,10 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
       const v1::LookupResult& r = response.results(static_cast<int>(j));
       if (!r.found()) continue;
       out[by_owner[s][j]] = TierHit{ChunkSource::kRemote, r.stored_bytes(), server.address,
-                                    r.tier() == v1::TIER_DISK ? "disk" : r.tier() == v1::TIER_HOST ? "host" : ""};
+                                    r.tier() == v1::TIER_DISK   ? "disk"
+                                    : r.tier() == v1::TIER_HOST ? "host"
+                                    : r.tier() == v1::TIER_GPU  ? "gpu"
+                                                                : ""};
       server.estimator.ObserveChunkSize(r.stored_bytes());
     }
   }
@@ -257,6 +260,8 @@ TransportStats RemoteChunkTier::transport_stats() const {
                      .grpc_bytes = grpc_bytes_.load(),
                      .shm_chunks = shm_chunks_.load(),
                      .shm_bytes = shm_bytes_.load(),
+                     .cuda_ipc_chunks = cuda_ipc_chunks_.load(),
+                     .cuda_ipc_bytes = cuda_ipc_bytes_.load(),
                      .shm_fallbacks = shm_fallbacks_.load(),
                      .shm_published_chunks = shm_published_chunks_.load(),
                      .shm_published_bytes = shm_published_bytes_.load()};

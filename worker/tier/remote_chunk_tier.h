@@ -49,6 +49,11 @@ struct RemoteTierOptions {
   // Page-locks each server's mapped arena for the device copies (worker/setup sets the
   // CUDA backend's); empty: pageable.
   HostPinner shm_pinner;
+  // This worker's CUDA device: a same-host server's GPU tier on it (or on a GPU it has peer
+  // access to) is opened through CUDA IPC and its chunks fetched device to device, their
+  // payloads never on the host. -1 (default): never; the setup leaves it so on the CPU and
+  // when the fleet signs chunks (the MAC is checked on the host).
+  int gpu_device = -1;
 };
 
 
@@ -149,6 +154,7 @@ class RemoteChunkTier final : public ChunkTier {
   grpc::ClientContext* probe_ ABSL_GUARDED_BY(prober_mu_) = nullptr;  // the health check under way
   std::thread prober_;
   std::atomic<uint64_t> grpc_chunks_{0}, grpc_bytes_{0}, shm_chunks_{0}, shm_bytes_{0}, shm_fallbacks_{0};
+  std::atomic<uint64_t> cuda_ipc_chunks_{0}, cuda_ipc_bytes_{0};
   std::atomic<uint64_t> shm_published_chunks_{0}, shm_published_bytes_{0};
 };
 

@@ -27,7 +27,8 @@ std::shared_ptr<ShmClientSession> RemoteChunkTier::ShmSessionFor(Server& server)
   const auto deadline = std::min<std::chrono::microseconds>(
       std::max<std::chrono::microseconds>(CallDeadline(server), options_.initial_call_deadline),
       options_.lookup_deadline);
-  auto opened = ShmClientSession::Open(server.channel, options_.holder, deadline, &options_.shm_pinner);
+  auto opened =
+      ShmClientSession::Open(server.channel, options_.holder, deadline, &options_.shm_pinner, options_.gpu_device);
   if (!opened.ok()) {
     server.shm_next_try = now + options_.shm_retry_interval;
     if (!server.shm_logged || options_.transport == FetchTransport::kShm) {
@@ -55,6 +56,7 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::FetchShm(Server& server, const Has
   v1::ShmGetRequest request;
   request.set_session_id(session->id());
   *request.mutable_key() = ToProto(key);
+  request.set_prefer_gpu(session->gpu() != nullptr);
   v1::ShmGetResponse response;
   // A transfer's deadline: the server may read the chunk from disk first. No sample: the
   // estimator's throughput is that of the gRPC path.
@@ -69,16 +71,18 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::FetchShm(Server& server, const Has
     }
     return FromGrpcStatus(call.status);
   }
-  auto bytes = session->Adopt(response);
+  const bool on_gpu = response.tier() == v1::TIER_GPU;
+  auto bytes = on_gpu ? session->AdoptGpu(response) : session->Adopt(response);
   if (!bytes.ok()) return bytes.status();
-  shm_chunks_.fetch_add(1);
-  shm_bytes_.fetch_add(bytes->size());
+  (on_gpu ? cuda_ipc_chunks_ : shm_chunks_).fetch_add(1);
+  (on_gpu ? cuda_ipc_bytes_ : shm_bytes_).fetch_add(bytes->size());
   // Verified: the server checked the payload's checksum when it admitted the chunk to its
   // host RAM (a commit, a put, a read back from disk), and the bytes have not moved since:
   // they are read in place, in memory this worker trusts as it trusts the server's process
   // (the same user may read and write it). A second CPU pass over 64 MiB here would cost
   // more than the rest of the fetch. The MAC, when the fleet signs chunks, is still
-  // checked by the pipeline, and the values on the device.
+  // checked by the pipeline, and the values on the device. The same holds for a chunk in the
+  // server's GPU tier, copied there from host RAM or disk after their checks.
   return FetchedChunk{*std::move(bytes), ChunkSource::kRemote, server.address, /*payload_verified=*/true,
                       setup_seconds};
 }

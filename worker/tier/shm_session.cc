@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_format.h"
+#include "common/chunk_codec.h"
 #include "common/grpc_util.h"
 
 namespace lazykv {
@@ -16,6 +17,7 @@ namespace {
 struct LeasedBytes {
   std::shared_ptr<ShmClientSession> session;
   uint64_t lease_id = 0;
+  std::string header;  // a GPU tier chunk's header, in host memory
   ~LeasedBytes() { session->Release(lease_id); }
 };
 
@@ -24,7 +26,7 @@ struct LeasedBytes {
 absl::StatusOr<std::shared_ptr<ShmClientSession>> ShmClientSession::Open(std::shared_ptr<grpc::Channel> channel,
                                                                          const std::string& holder,
                                                                          std::chrono::microseconds deadline,
-                                                                         const HostPinner* pinner) {
+                                                                         const HostPinner* pinner, int gpu_device) {
   std::shared_ptr<ShmClientSession> session(new ShmClientSession());
   session->stub_ = v1::KvCache::NewStub(channel);
   session->thread_ = std::thread([s = session.get(), holder] { s->Run(holder); });
@@ -54,6 +56,18 @@ absl::StatusOr<std::shared_ptr<ShmClientSession>> ShmClientSession::Open(std::sh
                                       pinner);
   if (!mapping.ok()) return mapping.status();
   session->mapping_ = *std::move(mapping);
+  if (gpu_device >= 0 && !answer.gpu_ipc_handle().empty()) {
+    auto gpu = CudaIpcMapping::Open(answer.gpu_ipc_handle(), answer.gpu_device_uuid(), gpu_device,
+                                    answer.gpu_arena_bytes(), answer.gpu_page_bytes());
+    if (gpu.ok()) {
+      session->gpu_ = *std::move(gpu);
+      spdlog::info("shm session {:016x}: the server's GPU tier ({} bytes) opened on GPU {}{}", answer.session_id(),
+                   answer.gpu_arena_bytes(), gpu_device, session->gpu_->peer() ? " (peer access)" : "");
+    } else {
+      spdlog::info("shm session {:016x}: the server's GPU tier is not reachable ({}); its chunks come from host RAM",
+                   answer.session_id(), gpu.status().ToString());
+    }
+  }
   session->id_ = answer.session_id();
   return session;
 }
@@ -137,6 +151,24 @@ absl::StatusOr<ChunkBytes> ShmClientSession::Adopt(const v1::ShmGetResponse& ans
                                  answer.stored_bytes());
   if (!pieces.ok()) return pieces.status();  // `owner` releases the lease
   return ChunkBytes(*std::move(pieces), std::move(owner));
+}
+
+absl::StatusOr<ChunkBytes> ShmClientSession::AdoptGpu(const v1::ShmGetResponse& answer) {
+  {
+    MutexLock lock(&mu_);
+    ++held_;
+  }
+  std::shared_ptr<LeasedBytes> owner(new LeasedBytes{shared_from_this(), answer.lease_id(), answer.header()});
+  if (gpu_ == nullptr) return absl::FailedPreconditionError("GPU tier answer on a session without the GPU tier");
+  if (answer.header().size() != kChunkHeaderBytes || answer.stored_bytes() < kChunkHeaderBytes) {
+    return absl::InvalidArgumentError("GPU tier answer: malformed header or size");
+  }
+  auto device = gpu_->Pieces(std::span<const uint32_t>(answer.pages().data(), answer.pages_size()), kChunkHeaderBytes,
+                             answer.stored_bytes() - kChunkHeaderBytes);
+  if (!device.ok()) return device.status();  // `owner` releases the lease
+  const std::string_view header = owner->header;
+  // The mapping stays open while the bytes live: the owner holds the session, which holds it.
+  return ChunkBytes::WithDeviceTail({header}, *std::move(device), std::move(owner));
 }
 
 void ShmClientSession::Release(uint64_t lease_id) {

@@ -19,6 +19,7 @@
 #include "common/chunk_bytes.h"
 #include "common/mutex.h"
 #include "proto/kvcache.grpc.pb.h"
+#include "worker/tier/cuda_ipc_mapping.h"
 #include "worker/tier/shm_arena_mapping.h"
 
 namespace lazykv {
@@ -30,17 +31,23 @@ class ShmClientSession : public std::enable_shared_from_this<ShmClientSession> {
   // Opens a session on `channel` (the server's answer within `deadline`) and maps the
   // arena. FAILED_PRECONDITION when the server has no shared arena or it cannot be mapped
   // from here (another host: use gRPC); DEADLINE_EXCEEDED or the call's error otherwise.
-  // `pinner` (may be null) page-locks the mapping (shm_arena_mapping.h).
+  // `pinner` (may be null) page-locks the mapping (shm_arena_mapping.h). With `gpu_device`
+  // >= 0 and a server with a GPU tier on a GPU this device can reach, the tier's device
+  // memory is opened too (cuda_ipc_mapping.h; a GPU tier that cannot be opened leaves the
+  // session without it, logged).
   static absl::StatusOr<std::shared_ptr<ShmClientSession>> Open(std::shared_ptr<grpc::Channel> channel,
                                                                 const std::string& holder,
                                                                 std::chrono::microseconds deadline,
-                                                                const HostPinner* pinner = nullptr);
+                                                                const HostPinner* pinner = nullptr,
+                                                                int gpu_device = -1);
   ~ShmClientSession();  // ends the stream: the server drops what is still leased
   ShmClientSession(const ShmClientSession&) = delete;
   ShmClientSession& operator=(const ShmClientSession&) = delete;
 
   uint64_t id() const { return id_; }
   const ShmArenaMapping& mapping() const { return *mapping_; }
+  // The server's GPU tier, opened (null: none, or not reachable from this worker's GPU).
+  const CudaIpcMapping* gpu() const { return gpu_.get(); }
   // False once sending on the stream failed (the server went away or restarted).
   bool alive() const;
   uint64_t leases_held() const;
@@ -49,6 +56,10 @@ class ShmClientSession : public std::enable_shared_from_this<ShmClientSession> {
   // the last copy of the returned bytes goes. INVALID_ARGUMENT for an answer that does
   // not fit the arena (the lease is released at once).
   absl::StatusOr<ChunkBytes> Adopt(const v1::ShmGetResponse& answer);
+  // The same for an answer from the GPU tier (tier TIER_GPU): the header from the answer,
+  // in host memory, then the payload as device pointers into the opened GPU tier
+  // (ChunkBytes::WithDeviceTail). FAILED_PRECONDITION without an opened GPU tier.
+  absl::StatusOr<ChunkBytes> AdoptGpu(const v1::ShmGetResponse& answer);
   // Queues the lease's release (sent by the session's thread).
   void Release(uint64_t lease_id);
   // Queues the drop of a reservation that will not be committed (sent likewise).
@@ -67,6 +78,7 @@ class ShmClientSession : public std::enable_shared_from_this<ShmClientSession> {
   bool finished_ = false;  // Finish was called
   uint64_t id_ = 0;
   std::shared_ptr<const ShmArenaMapping> mapping_;
+  std::shared_ptr<const CudaIpcMapping> gpu_;
 
   mutable Mutex mu_;
   CondVar changed_;  // opened, releases queued, or stopping

@@ -1,0 +1,227 @@
+// The GPU tier's same-host fetch (issue 17): 64 MiB chunks from a real lazykv-cache-server
+// with a GPU tier on this machine's GPU, fetched by a worker's RemoteChunkTier device to
+// device through the tier's CUDA IPC handle and copied into device memory as the backend's
+// staging copies them (a copy per piece on a stream of its own, the value check), against a
+// plain device-to-device cudaMemcpy of the same bytes in the same run; and beside it the
+// same chunks from the server's host RAM over shared memory, against a pinned host-to-device
+// copy. Every chunk of the first round is read back and compared byte for byte with what was
+// stored; the run fails (exit 1) on any mismatch or error.
+//
+//   gpu_tier_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N]
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <span>
+#include <thread>
+
+#include "bench/device_sink.h"
+#include "bench/random_chunk_payload.h"
+#include "cache_server/pinned_memory.h"
+#include "common/byte_size.h"
+#include "common/child_process.h"
+#include "common/chunk_codec.h"
+#include "common/flag_parser.h"
+#include "common/malloc_tuning.h"
+#include "common/splitmix64.h"
+#include "worker/tier/remote_chunk_tier.h"
+
+namespace lazykv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+std::string MakeChunk(size_t payload_bytes, uint64_t& rng) {
+  const ChunkLayout layout = bench::BenchLayout(payload_bytes);
+  const std::string payload = bench::RandomPayload(layout, rng);
+  return EncodeChunk(MakeChunkHeader(Hash128{SplitMix64(rng), SplitMix64(rng)}, Hash128{1, 2}, layout, payload),
+                     payload);
+}
+
+struct Pass {
+  double seconds = 0;
+  double copy_seconds = 0;  // of which the copy into the sink (the rest: the fetch call)
+  int errors = 0;
+  int on_device = 0;  // fetches whose payload stayed on the GPU
+};
+
+// Fetches every chunk through `tier` into `sink`; with `check`, reads each back and compares.
+Pass FetchAll(RemoteChunkTier& tier, std::span<const std::string> chunks, bench::DeviceSink& sink, bool check) {
+  Pass p;
+  std::string back;
+  for (const std::string& chunk : chunks) {
+    const auto start = Clock::now();
+    auto fetched = tier.Fetch(DecodeChunkHeader(chunk)->key);
+    if (!fetched.ok() || fetched->stored.size() != chunk.size()) {
+      std::fprintf(stderr, "fetch: %s\n", fetched.ok() ? "wrong size" : fetched.status().ToString().c_str());
+      ++p.errors;
+      continue;
+    }
+    const ChunkBytes payload = fetched->stored.Slice(kChunkHeaderBytes, fetched->stored.size());
+    const auto copy_start = Clock::now();
+    if (absl::Status s = sink.Consume(payload.pieces()); !s.ok()) {
+      std::fprintf(stderr, "device copy: %s\n", s.ToString().c_str());
+      ++p.errors;
+      continue;
+    }
+    p.seconds += Seconds(start);
+    p.copy_seconds += Seconds(copy_start);
+    p.on_device += payload.on_device() ? 1 : 0;
+    if (!check) continue;
+    std::string header(kChunkHeaderBytes, '\0');
+    fetched->stored.CopyTo(0, kChunkHeaderBytes, header.data());
+    back.resize(payload.size());
+    if (!sink.ReadBack(back.size(), back.data()).ok() || header != chunk.substr(0, kChunkHeaderBytes) ||
+        std::memcmp(back.data(), chunk.data() + kChunkHeaderBytes, back.size()) != 0) {
+      std::fprintf(stderr, "chunk %s: bytes differ from what was stored\n",
+                   DecodeChunkHeader(chunk)->key.ToHex().c_str());
+      ++p.errors;
+    }
+  }
+  return p;
+}
+
+int Main(int argc, char** argv) {
+  std::error_code ec;
+  std::string server_binary =
+      (std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "lazykv-cache-server").string();
+  int num_chunks = 6, rounds = 5;
+  uint64_t chunk_bytes = 64ull << 20;
+  FlagParser parser("usage: gpu_tier_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N]\n");
+  parser.AddString("--server", &server_binary);
+  parser.AddInt("--chunks", &num_chunks);
+  parser.AddByteSize("--chunk-bytes", &chunk_bytes);
+  parser.AddInt("--rounds", &rounds);
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return absl::IsCancelled(s) ? 0 : 2;
+  }
+  auto sink_or = bench::DeviceSink::Create(chunk_bytes + (1 << 20));
+  if (!sink_or.ok()) {
+    std::fprintf(stderr, "%s\n", sink_or.status().ToString().c_str());
+    return 1;
+  }
+  bench::DeviceSink& sink = **sink_or;
+  const uint64_t capacity = (chunk_bytes + (4 << 20)) * static_cast<uint64_t>(num_chunks) * 2;
+  ServerProcess server(server_binary, {"--listen", "127.0.0.1:0", "--host-capacity", std::to_string(capacity),
+                                       "--disk-capacity", "0", "--max-chunk-bytes",
+                                       std::to_string(chunk_bytes + (1 << 20)), "--shm-max-lease-bytes-per-session",
+                                       std::to_string(capacity / 2), "--gpu-capacity", std::to_string(capacity)});
+  if (!server.started()) {
+    std::fprintf(stderr, "could not start %s (%s)\n", server_binary.c_str(), server.first_line().c_str());
+    return 1;
+  }
+  RemoteTierOptions options;
+  options.servers = {server.address()};
+  options.holder = "gpu_tier_fetch_bench";
+  options.initial_call_deadline = std::chrono::seconds(2);
+  options.transport = FetchTransport::kShm;
+  options.shm_pinner = HostPinner{
+      .pin = [](const void* base, size_t bytes) { return cache::PinHostMemoryReadOnly(base, bytes); },
+      .unpin = [](const void* base) { cache::UnpinHostMemory(const_cast<void*>(base)); }};
+  auto host = *RemoteChunkTier::Create(options);  // the server's host RAM over shared memory
+  options.gpu_device = 0;
+  auto gpu = *RemoteChunkTier::Create(options);  // its GPU tier through CUDA IPC
+
+  uint64_t rng = 42;
+  std::vector<std::string> chunks;
+  std::vector<Hash128> keys;
+  for (int i = 0; i < num_chunks; ++i) {
+    chunks.push_back(MakeChunk(chunk_bytes, rng));
+    keys.push_back(DecodeChunkHeader(chunks.back())->key);
+    if (absl::Status s = host->Publish(keys.back(), Hash128{1, 2}, chunks.back(), 0); !s.ok()) {
+      std::fprintf(stderr, "publish: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  // A first read from host RAM promotes each chunk; wait until the GPU tier holds them all.
+  const Pass warm_host = FetchAll(*host, chunks, sink, /*check=*/true);
+  const auto until = Clock::now() + std::chrono::seconds(20);
+  size_t on_gpu = 0;
+  while (Clock::now() < until) {
+    on_gpu = 0;
+    for (const auto& hit : gpu->Lookup(keys)) on_gpu += hit && hit->server_tier == "gpu" ? 1 : 0;
+    if (on_gpu == keys.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (on_gpu != keys.size()) {
+    std::fprintf(stderr, "only %zu of %zu chunks reached the GPU tier\n", on_gpu, keys.size());
+    return 1;
+  }
+  const Pass warm_gpu = FetchAll(*gpu, chunks, sink, /*check=*/true);  // checked byte for byte
+  Pass ipc, shm;
+  double d2d_s = 0, h2d_s = 0;
+  const size_t payload_bytes = chunks[0].size() - kChunkHeaderBytes;
+  int ceiling_errors = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const Pass a = FetchAll(*gpu, chunks, sink, false);
+    const Pass b = FetchAll(*host, chunks, sink, false);
+    ipc.seconds += a.seconds, ipc.errors += a.errors, ipc.on_device += a.on_device, ipc.copy_seconds += a.copy_seconds;
+    shm.seconds += b.seconds, shm.errors += b.errors, shm.copy_seconds += b.copy_seconds;
+    for (int c = 0; c < num_chunks; ++c) {
+      auto start = Clock::now();
+      ceiling_errors += sink.CopyFromDevice(payload_bytes).ok() ? 0 : 1;
+      d2d_s += Seconds(start);
+      start = Clock::now();
+      ceiling_errors += sink.CopyFromPinned(payload_bytes).ok() ? 0 : 1;
+      h2d_s += Seconds(start);
+    }
+  }
+  // Four fetches in flight (the worker's pipeline fetches on several threads), a sink each:
+  // one chunk's ShmGet round trip overlaps the others' copies.
+  double in_flight_gbps = 0;
+  {
+    std::vector<std::unique_ptr<bench::DeviceSink>> sinks;
+    for (int t = 0; t < 4; ++t) {
+      auto extra = bench::DeviceSink::Create(chunk_bytes + (1 << 20));
+      if (extra.ok()) sinks.push_back(*std::move(extra));
+    }
+    std::atomic<int> failed{0};
+    const auto start = Clock::now();
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < sinks.size(); ++t) {
+      threads.emplace_back([&, t] {
+        for (int r = 0; r < rounds; ++r) {
+          for (size_t c = t; c < chunks.size(); c += sinks.size()) {
+            failed += FetchAll(*gpu, std::span(&chunks[c], 1), *sinks[t], false).errors;
+          }
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    in_flight_gbps = static_cast<double>(payload_bytes) * num_chunks * rounds / Seconds(start) / 1e9;
+    ceiling_errors += failed.load();
+  }
+  const double bytes = static_cast<double>(payload_bytes) * num_chunks * rounds;
+  const TransportStats s = gpu->transport_stats();
+  std::printf("GPU tier fetch of %d x %s chunks, %d rounds, on %s (server %s)\n", num_chunks,
+              FormatByteSize(chunks[0].size()).c_str(), rounds, sink.Describe().c_str(), server.address().c_str());
+  std::printf("%-22s %10s %10s\n", "path", "GB/s", "vs_ceiling");
+  const double d2d = bytes / d2d_s / 1e9, h2d = bytes / h2d_s / 1e9;
+  std::printf("%-22s %10.2f %9.0f%%\n", "cuda_ipc fetch+copy", bytes / ipc.seconds / 1e9,
+              100 * bytes / ipc.seconds / 1e9 / d2d);
+  std::printf("%-22s %10.2f %9.0f%%\n", "  of which the copy", bytes / ipc.copy_seconds / 1e9,
+              100 * bytes / ipc.copy_seconds / 1e9 / d2d);
+  std::printf("%-22s %10.2f %9.0f%%\n", "cuda_ipc x4 in flight", in_flight_gbps, 100 * in_flight_gbps / d2d);
+  std::printf("%-22s %10.2f %10s\n", "d2d cudaMemcpy", d2d, "100%");
+  std::printf("%-22s %10.2f %9.0f%%\n", "shm fetch+copy", bytes / shm.seconds / 1e9, 100 * bytes / shm.seconds / 1e9 / h2d);
+  std::printf("%-22s %10.2f %10s\n", "pinned h2d", h2d, "100%");
+  const int errors = warm_host.errors + warm_gpu.errors + ipc.errors + shm.errors + ceiling_errors;
+  const bool all_on_device = warm_gpu.on_device == num_chunks && ipc.on_device == num_chunks * rounds &&
+                             s.shm_chunks == 0;
+  std::printf("cuda_ipc fetches %llu (payload on the GPU: %s); byte-exact check of the first round: %s; errors %d\n",
+              static_cast<unsigned long long>(s.cuda_ipc_chunks), all_on_device ? "every one" : "NOT ALL",
+              warm_gpu.errors + warm_host.errors == 0 ? "ok" : "FAILED", errors);
+  return errors == 0 && all_on_device ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace lazykv
+
+int main(int argc, char** argv) {
+  lazykv::TuneMallocForLargeBuffers();
+  return lazykv::Main(argc, argv);
+}

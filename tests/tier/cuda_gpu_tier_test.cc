@@ -1,0 +1,163 @@
+// The cache server's GPU tier on a real GPU, fetched through CUDA IPC (issue 17): a chunk
+// published to a lazykv-cache-server with --gpu-capacity reaches its GPU tier; a worker's
+// tier fetches it device to device (the payload never on the host), byte for byte what was
+// stored, under a lease that goes when the bytes do; and a fresh CUDA engine served from the
+// GPU tier generates exactly what the engine that computed the chunks did. Skips without a
+// GPU.
+#include <cuda_runtime.h>
+
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/cache_server/cache_test_util.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/test_util.h"
+#include "worker/backend/cuda_backend.h"
+#include "worker/engine/engine.h"
+#include "worker/model/synthetic_model.h"
+#include "worker/tier/remote_chunk_tier.h"
+
+namespace lazykv::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::unique_ptr<RemoteChunkTier> GpuTierClient(const std::string& address, int gpu_device) {
+  RemoteTierOptions options;
+  options.servers = {address};
+  options.holder = "cuda-gpu-tier-test";
+  options.initial_call_deadline = milliseconds(2000);
+  options.transport = FetchTransport::kShm;
+  options.gpu_device = gpu_device;
+  auto tier = RemoteChunkTier::Create(options);
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  return *std::move(tier);
+}
+
+// Polls the tier's lookups until every key is in the server's GPU tier.
+bool AllOnGpu(RemoteChunkTier& tier, const std::vector<Hash128>& keys) {
+  const auto until = std::chrono::steady_clock::now() + milliseconds(10000);
+  while (std::chrono::steady_clock::now() < until) {
+    size_t on_gpu = 0;
+    for (const auto& hit : tier.Lookup(keys)) on_gpu += hit && hit->server_tier == "gpu" ? 1 : 0;
+    if (on_gpu == keys.size()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return false;
+}
+
+class CudaGpuTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+    seed_ = FreshSeed();
+    rng_.seed(seed_);
+    dir_ = TempDir("cuda_gpu_tier");
+    server_ = StartCacheServer(dir_, {"--gpu-capacity", "256MiB", "--host-capacity", "256MiB", "--disk-capacity", "0"});
+    ASSERT_TRUE(server_->started()) << server_->first_line();
+    stub_ = CacheStub(server_->address());
+  }
+  void TearDown() override {
+    server_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  std::string dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<v1::KvCache::Stub> stub_;
+};
+
+TEST_F(CudaGpuTierTest, AChunkInTheGpuTierIsFetchedDeviceToDeviceExactly) {
+  SCOPED_TRACE(seed_);
+  std::vector<TestChunk> chunks;
+  std::vector<Hash128> keys;
+  for (int i = 0; i < 3; ++i) {
+    chunks.push_back(RandomTestChunk(rng_, std::uniform_int_distribution<size_t>(1 << 20, 9 << 20)(rng_)));
+    keys.push_back(chunks.back().key);
+    ASSERT_TRUE(PutChunk(*stub_, chunks.back()).status.ok());
+  }
+  auto tier = GpuTierClient(server_->address(), 0);
+  ASSERT_TRUE(AllOnGpu(*tier, keys));
+  for (const TestChunk& chunk : chunks) {
+    const std::string stored = chunk.stored();
+    auto fetched = tier->Fetch(chunk.key);
+    ASSERT_TRUE(fetched.ok()) << fetched.status();
+    ASSERT_TRUE(fetched->stored.on_device()) << "the payload came through host memory";
+    EXPECT_EQ(fetched->stored.on_device_from(), kChunkHeaderBytes);
+    ASSERT_EQ(fetched->stored.size(), stored.size());
+    std::string header(kChunkHeaderBytes, '\0');
+    fetched->stored.CopyTo(0, kChunkHeaderBytes, header.data());
+    EXPECT_EQ(header, stored.substr(0, kChunkHeaderBytes));
+    std::string payload;
+    const ChunkBytes device_part = fetched->stored.Slice(kChunkHeaderBytes, stored.size());
+    for (std::string_view piece : device_part.pieces()) {
+      const size_t at = payload.size();
+      payload.resize(at + piece.size());
+      ASSERT_EQ(cudaMemcpy(payload.data() + at, piece.data(), piece.size(), cudaMemcpyDefault), cudaSuccess);
+    }
+    EXPECT_EQ(payload, stored.substr(kChunkHeaderBytes)) << "device bytes differ from what was stored";
+    EXPECT_GE(Stats(*stub_).shm_leases(), 1u);
+  }
+  // The leases go with the bytes.
+  const auto until = std::chrono::steady_clock::now() + milliseconds(5000);
+  while (Stats(*stub_).shm_leases() != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(Stats(*stub_).shm_leases(), 0u);
+  EXPECT_EQ(tier->transport_stats().cuda_ipc_chunks, chunks.size());
+  EXPECT_EQ(tier->transport_stats().shm_chunks, 0u);
+}
+
+TEST_F(CudaGpuTierTest, AFreshEngineServedFromTheGpuTierGeneratesExactlyTheSame) {
+  SCOPED_TRACE(seed_);
+  const ModelConfig config = *SyntheticConfig("small");
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < 4; ++d) docs.push_back(RandomTokens(rng_, 20 + rng_() % 60, config.vocab_size));
+  std::vector<GenerateRequest> requests;
+  for (int r = 0; r < 3; ++r) {
+    GenerateRequest request;
+    for (int k = 0; k < 3; ++k) request.docs.push_back(docs[(r + k) % docs.size()]);
+    request.prompt = RandomTokens(rng_, 5, config.vocab_size);
+    request.sampling.max_tokens = 8;
+    requests.push_back(request);
+  }
+  auto make_engine = [&](std::shared_ptr<ChunkTier> tier) {
+    auto backend = CreateSyntheticCudaBackend(config, seed_, 16, 512);
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    EngineOptions options;
+    options.tier = std::move(tier);
+    options.pipeline.fetch_policy = FetchPolicy::kAlways;
+    return *Engine::Create(*std::move(backend), options);
+  };
+  std::vector<std::vector<int32_t>> cold_tokens;
+  {
+    auto cold = make_engine(std::shared_ptr<ChunkTier>(GpuTierClient(server_->address(), 0)));
+    for (const GenerateRequest& request : requests) {
+      auto result = cold->Generate(request);
+      ASSERT_TRUE(result.ok()) << result.status();
+      cold_tokens.push_back(result->tokens);
+    }
+    cold->pipeline()->Flush();
+  }
+  std::shared_ptr<RemoteChunkTier> warm_tier = GpuTierClient(server_->address(), 0);
+  auto warm = make_engine(warm_tier);
+  int fetched_tokens = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    auto result = warm->Generate(requests[r]);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->tokens, cold_tokens[r]) << r;
+    EXPECT_EQ(result->usage.chunk_misses, 0);
+    fetched_tokens += result->usage.remote_tokens;
+  }
+  EXPECT_GT(fetched_tokens, 0);
+  EXPECT_GT(warm_tier->transport_stats().cuda_ipc_chunks, 0u) << "nothing came from the GPU tier";
+  std::printf("warm engine: %d document tokens fetched, %llu chunks device to device, %llu from host RAM\n",
+              fetched_tokens, static_cast<unsigned long long>(warm_tier->transport_stats().cuda_ipc_chunks),
+              static_cast<unsigned long long>(warm_tier->transport_stats().shm_chunks));
+}
+
+}  // namespace
+}  // namespace lazykv::testing

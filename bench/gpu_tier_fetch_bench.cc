@@ -34,13 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-std::string MakeChunk(size_t payload_bytes, uint64_t& rng) {
-  const ChunkLayout layout = bench::BenchLayout(payload_bytes);
-  const std::string payload = bench::RandomPayload(layout, rng);
-  return EncodeChunk(MakeChunkHeader(Hash128{SplitMix64(rng), SplitMix64(rng)}, Hash128{1, 2}, layout, payload),
-                     payload);
-}
-
 struct Pass {
   double seconds = 0;
   double copy_seconds = 0;  // of which the copy into the sink (the rest: the fetch call)
@@ -130,7 +123,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> chunks;
   std::vector<Hash128> keys;
   for (int i = 0; i < num_chunks; ++i) {
-    chunks.push_back(MakeChunk(chunk_bytes, rng));
+    chunks.push_back(bench::RandomStoredChunk(chunk_bytes, rng));
     keys.push_back(DecodeChunkHeader(chunks.back())->key);
     if (absl::Status s = host->Publish(keys.back(), Hash128{1, 2}, chunks.back(), 0); !s.ok()) {
       std::fprintf(stderr, "publish: %s\n", s.ToString().c_str());

@@ -31,4 +31,13 @@ inline std::string RandomPayload(const ChunkLayout& layout, uint64_t& rng) {
   return payload;
 }
 
+// A stored chunk (header + payload) of about `payload_bytes` of random bf16 KV under a random
+// key, for the fingerprint {1, 2}.
+inline std::string RandomStoredChunk(size_t payload_bytes, uint64_t& rng) {
+  const ChunkLayout layout = BenchLayout(payload_bytes);
+  const std::string payload = RandomPayload(layout, rng);
+  return EncodeChunk(MakeChunkHeader(Hash128{SplitMix64(rng), SplitMix64(rng)}, Hash128{1, 2}, layout, payload),
+                     payload);
+}
+
 }  // namespace lazykv::bench

@@ -44,14 +44,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-// A stored chunk of about `payload_bytes` of random bf16 KV under a random key.
-std::string MakeChunk(size_t payload_bytes, uint64_t& rng) {
-  const ChunkLayout layout = bench::BenchLayout(payload_bytes);
-  const std::string payload = bench::RandomPayload(layout, rng);
-  return EncodeChunk(MakeChunkHeader(Hash128{SplitMix64(rng), SplitMix64(rng)}, Hash128{1, 2}, layout, payload),
-                     payload);
-}
-
 struct Timing {
   double fetch_s = 0;  // until the bytes are usable
   double total_s = 0;  // fetch + one copy into the destination
@@ -164,7 +156,7 @@ int Main(int argc, char** argv) {
   uint64_t rng = 42;
   std::vector<std::string> chunks;
   for (int i = 0; i < num_chunks; ++i) {
-    chunks.push_back(MakeChunk(chunk_bytes, rng));
+    chunks.push_back(bench::RandomStoredChunk(chunk_bytes, rng));
     if (absl::Status s = grpc->Publish(DecodeChunkHeader(chunks.back())->key, Hash128{1, 2}, chunks.back(), 0);
         !s.ok()) {
       std::fprintf(stderr, "put failed: %s\n", std::string(s.message()).c_str());

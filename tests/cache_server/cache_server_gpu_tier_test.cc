@@ -68,6 +68,13 @@ class CacheServerGpuTierTest : public ::testing::Test {
     stub_ = CacheStub(server_->address());
     return true;
   }
+  // Sends the session's opening request and reads the server's answer.
+  using SessionStream = grpc::ClientReaderWriter<v1::ShmSessionRequest, v1::ShmSessionResponse>;
+  static bool OpenSession(SessionStream& session, v1::ShmSessionResponse* opened) {
+    v1::ShmSessionRequest hello;
+    hello.set_holder("gpu-tier-test");
+    return session.Write(hello) && session.Read(opened);
+  }
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   std::string dir_;
@@ -96,11 +103,8 @@ TEST_F(CacheServerGpuTierTest, AReadChunkIsPromotedAndLeasedThroughGpuGet) {
 
   grpc::ClientContext session_context;
   auto session = stub_->ShmSession(&session_context);
-  v1::ShmSessionRequest hello;
-  hello.set_holder("gpu-tier-test");
-  ASSERT_TRUE(session->Write(hello));
   v1::ShmSessionResponse opened;
-  ASSERT_TRUE(session->Read(&opened));
+  ASSERT_TRUE(OpenSession(*session, &opened));
   EXPECT_EQ(opened.gpu_page_bytes(), 256u << 10);
   EXPECT_EQ(opened.gpu_arena_bytes(), 2u << 20);
   EXPECT_TRUE(opened.gpu_ipc_handle().empty()) << "an emulated tier exports no handle";
@@ -159,11 +163,8 @@ TEST_F(CacheServerGpuTierTest, ShmGetPrefersTheGpuTierOnlyWhenAskedAndHeld) {
   ASSERT_TRUE(PutChunk(*stub_, cold).status.ok());
   grpc::ClientContext session_context;
   auto session = stub_->ShmSession(&session_context);
-  v1::ShmSessionRequest hello;
-  hello.set_holder("gpu-tier-test");
-  ASSERT_TRUE(session->Write(hello));
   v1::ShmSessionResponse opened;
-  ASSERT_TRUE(session->Read(&opened));
+  ASSERT_TRUE(OpenSession(*session, &opened));
   auto shm_get = [&](const TestChunk& chunk, bool prefer_gpu) {
     grpc::ClientContext context;
     v1::ShmGetRequest request;

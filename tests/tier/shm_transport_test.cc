@@ -84,6 +84,16 @@ class ShmTransportTest : public ::testing::Test {
     return chunks;
   }
 
+  // Deletes the chunks from the server; how many it held.
+  uint32_t DeleteAll(const std::vector<TestChunk>& chunks) {
+    grpc::ClientContext context;
+    v1::DeleteRequest request;
+    for (const TestChunk& chunk : chunks) *request.add_keys() = ToProto(chunk.key);
+    v1::DeleteResponse response;
+    EXPECT_TRUE(stub_->Delete(&context, request, &response).ok());
+    return response.deleted();
+  }
+
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   std::string dir_;
@@ -223,14 +233,7 @@ TEST_F(ShmTransportTest, AClientKilledWhileHoldingLeasesLosesThemAndTheServerGoe
   EXPECT_EQ(s.shm_sessions(), 1u);
   EXPECT_EQ(s.shm_leases(), 4u);
   // Deleted while leased: out of the index, the pages still held by the reader.
-  {
-    grpc::ClientContext context;
-    v1::DeleteRequest request;
-    for (const TestChunk& chunk : chunks) *request.add_keys() = ToProto(chunk.key);
-    v1::DeleteResponse response;
-    ASSERT_TRUE(stub_->Delete(&context, request, &response).ok());
-    EXPECT_EQ(response.deleted(), 4u);
-  }
+  EXPECT_EQ(DeleteAll(chunks), 4u);
   const TestChunk blocked = RandomTestChunk(rng_, kPayload);
   EXPECT_EQ(PutChunk(*stub_, blocked).status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << "12 pages are free: the leased 52 must not be reused";
@@ -270,13 +273,7 @@ TEST_F(ShmTransportTest, AFrozenClientsSessionEndsButItsPagesStayUntilItsProcess
   SpawnedServer holder = SpawnServer(LAZYKV_SHM_LEASE_HOLDER, args, dir_ + "/holder.log");
   ASSERT_GT(holder.pid, 0);
   ASSERT_EQ(holder.first_line, "holding 4") << "see " << dir_ << "/holder.log";
-  {  // Out of the index: only the client's leases hold the pages.
-    grpc::ClientContext context;
-    v1::DeleteRequest request;
-    for (const TestChunk& chunk : chunks) *request.add_keys() = ToProto(chunk.key);
-    v1::DeleteResponse response;
-    ASSERT_TRUE(stub_->Delete(&context, request, &response).ok());
-  }
+  EXPECT_EQ(DeleteAll(chunks), 4u);  // out of the index: only the client's leases hold the pages
   ASSERT_EQ(kill(holder.pid, SIGSTOP), 0);
   EXPECT_TRUE(StatsReach(*stub_, [](const v1::StatsResponse& r) {
     return r.shm_sessions() == 0 && r.shm_orphaned_sessions() == 1;

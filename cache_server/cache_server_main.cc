@@ -280,6 +280,8 @@ int Serve(int argc, char** argv) {
   // never past the grace period.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms));
   spdlog::info("calls drained; flushing the disk tier");
+  gpu.reset();             // its promoter stops before the store it demotes into goes
+  shm_leases.DropAll();    // leases and reservations hold host pages of the store's arena
   if (absl::Status s = (*store)->Flush(); !s.ok()) {
     spdlog::error("flush failed: {}", std::string(s.message()));
     return 1;

@@ -33,6 +33,9 @@ class CudaDeviceArena final : public DeviceArena {
                                     cudaMemcpyHostToDevice),
                          "GPU tier write");
     });
+    // From pageable memory cudaMemcpy may return before the DMA lands: a reader in another
+    // process must not see the pages before their bytes.
+    if (status.ok()) status = CudaError(cudaDeviceSynchronize(), "GPU tier write");
     return status;
   }
   absl::Status Read(std::span<const uint32_t> pages, uint64_t offset, uint64_t length, char* out) const override {

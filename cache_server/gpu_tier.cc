@@ -70,6 +70,16 @@ bool GpuTier::Contains(const Hash128& key) const {
   return index_.contains(key);
 }
 
+bool GpuTier::WouldQueue(const Hash128& key, uint64_t bytes) const {
+  if (arena_->PagesFor(bytes) > arena_->num_pages()) return false;
+  MutexLock lock(&mu_);
+  if (stopping_ || index_.contains(key) || pending_.size() >= options_.max_pending_promotions) return false;
+  for (const Pending& p : pending_) {
+    if (p.key == key) return false;
+  }
+  return true;
+}
+
 void GpuTier::RequestPromotion(const Hash128& key, ChunkReader chunk) {
   if (arena_->PagesFor(chunk.size()) > arena_->num_pages()) return;
   MutexLock lock(&mu_);
@@ -115,13 +125,16 @@ void GpuTier::WaitForPromotions() {
 void GpuTier::EvictForLocked(uint64_t pages, Victims* victims) {
   // A victim a reader holds leaves the index, but its pages come back only when the reader
   // lets go: count only the others' pages as freed.
-  uint64_t freeing = 0;
-  while (arena_->free_pages() + freeing < pages) {
+  // Bounded: where readers hold most pages, a promotion gives up after evicting a few times
+  // what it needs rather than emptying the tier.
+  uint64_t freeing = 0, evicted = 0;
+  while (arena_->free_pages() + freeing < pages && evicted < 4 * pages + 16) {
     const std::optional<Hash128> victim = policy_->PopVictim();
     if (!victim) return;
     auto it = index_.find(*victim);
     if (it == index_.end()) continue;
     if (it->second.use_count() == 1) freeing += it->second->pages().size();
+    evicted += it->second->pages().size();
     used_ -= it->second->size();
     victims->emplace_back(*victim, std::move(it->second));
     index_.erase(it);
@@ -135,6 +148,10 @@ void GpuTier::ReadBackOrDrop(Victims victims, Demotions* demote) {
     if (stored_below_ != nullptr && !stored_below_(key)) {  // the only copy: keep its bytes
       absl::StatusOr<std::string> bytes = value->ReadAll();
       if (bytes.ok()) {
+        {
+          MutexLock lock(&mu_);
+          in_flight_.insert(key);  // a Delete until its demotion leaves a tombstone
+        }
         demote->emplace_back(key, *std::move(bytes));
       } else {
         spdlog::warn("GPU tier: reading back {} failed ({}); the chunk is lost", key.ToHex(), bytes.status().ToString());
@@ -146,6 +163,11 @@ void GpuTier::ReadBackOrDrop(Victims victims, Demotions* demote) {
 
 void GpuTier::Demote(Demotions demote) {
   for (auto& [key, bytes] : demote) {
+    {
+      MutexLock lock(&mu_);
+      in_flight_.erase(key);
+      if (tombstones_.erase(key) > 0) continue;  // deleted since its eviction
+    }
     demote_(key, std::move(bytes));
     MutexLock lock(&mu_);
     ++counts_.demotions;
@@ -171,10 +193,21 @@ absl::Status GpuTier::PromoteInto(const Hash128& key, const ChunkReader& chunk, 
   Victims victims;
   {
     MutexLock lock(&mu_);
-    if (index_.contains(key)) return absl::OkStatus();
+    if (index_.contains(key) || in_flight_.contains(key)) return absl::OkStatus();
+    in_flight_.insert(key);
     EvictForLocked(pages_needed, &victims);
     UpdateGaugesLocked();
   }
+  // However it ends, the key is no longer in flight (and a tombstone for it is spent).
+  struct Landed {
+    GpuTier* tier;
+    Hash128 key;
+    ~Landed() {
+      MutexLock lock(&tier->mu_);
+      tier->in_flight_.erase(key);
+      tier->tombstones_.erase(key);
+    }
+  } landed{this, key};
   ReadBackOrDrop(std::move(victims), demote);  // the victims' pages go back here
   if (!arena_->TryAllocate(pages_needed, &pages)) {
     return absl::ResourceExhaustedError("GPU tier: no room (pages held by readers)");
@@ -188,7 +221,8 @@ absl::Status GpuTier::PromoteInto(const Hash128& key, const ChunkReader& chunk, 
     offset += piece.size();
   }
   MutexLock lock(&mu_);
-  if (stopping_ || index_.contains(key)) return absl::OkStatus();  // dropped: its pages go back
+  // Dropped (its pages go back): stopping, stored meanwhile, or deleted while it was copied.
+  if (stopping_ || index_.contains(key) || tombstones_.contains(key)) return absl::OkStatus();
   index_.emplace(key, std::move(value));
   policy_->Insert(key, size);
   used_ += size;
@@ -200,7 +234,17 @@ absl::Status GpuTier::PromoteInto(const Hash128& key, const ChunkReader& chunk, 
 
 bool GpuTier::Delete(const Hash128& key) {
   std::shared_ptr<const GpuValue> dropped;  // its pages go back after the lock
+  std::optional<Pending> unqueued;          // and a queued promotion's reader
   MutexLock lock(&mu_);
+  for (auto p = pending_.begin(); p != pending_.end(); ++p) {
+    if (p->key == key) {
+      unqueued.emplace(std::move(*p));
+      pending_.erase(p);
+      counts_.pending_promotions = pending_.size();
+      break;
+    }
+  }
+  if (in_flight_.contains(key)) tombstones_.insert(key);
   auto it = index_.find(key);
   if (it == index_.end()) return false;
   dropped = std::move(it->second);

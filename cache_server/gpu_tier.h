@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "cache_server/cache_metrics.h"
 #include "cache_server/device_arena.h"
@@ -82,6 +83,8 @@ class GpuTier {
   // The chunk, counted as a read for eviction; null when not here.
   std::shared_ptr<const GpuValue> Find(const Hash128& key) ABSL_LOCKS_EXCLUDED(mu_);
   bool Contains(const Hash128& key) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether RequestPromotion would queue the key now (so a caller can skip preparing it).
+  bool WouldQueue(const Hash128& key, uint64_t bytes) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether a chunk of `bytes` fits in free pages now (no eviction).
   bool HasRoomFor(uint64_t bytes) const { return bytes > 0 && arena_->PagesFor(bytes) <= arena_->free_pages(); }
   // Queues a copy of `chunk` (just read from host RAM or disk, checked) into device memory.
@@ -91,7 +94,9 @@ class GpuTier {
   // The promoter's work, on the calling thread (tests): evicts as needed, copies, indexes.
   // RESOURCE_EXHAUSTED when no room frees (leased pages).
   absl::Status Promote(const Hash128& key, const ChunkReader& chunk) ABSL_LOCKS_EXCLUDED(mu_);
-  // Drops the key's copy (its pages go back once no lease holds them). True when it was here.
+  // Drops the key's copy (its pages go back once no lease holds them), a queued promotion of
+  // it, and one under way or a demotion of it pending (they end without storing it). True
+  // when it was here.
   bool Delete(const Hash128& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until every queued promotion has run (tests).
   void WaitForPromotions() ABSL_LOCKS_EXCLUDED(mu_);
@@ -133,6 +138,10 @@ class GpuTier {
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   GpuTierStats counts_ ABSL_GUARDED_BY(mu_);
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Keys being copied in, or evicted and not yet demoted; a Delete of one leaves a tombstone
+  // that ends the copy or the demotion without storing it.
+  absl::flat_hash_set<Hash128, Hash128Hasher> in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<Hash128, Hash128Hasher> tombstones_ ABSL_GUARDED_BY(mu_);
   bool promoting_ ABSL_GUARDED_BY(mu_) = false;  // the promoter is copying one
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   CondVar work_;  // pending_ gained one, or stopping_

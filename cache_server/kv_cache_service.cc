@@ -391,6 +391,26 @@ grpc::Status KvCacheService::ReportInvalid(grpc::ServerContext* context, const v
     return Invalid(absl::StrFormat("reason '%s': expected mac, non_finite or checksum", request->reason()));
   }
   const Hash128 key = FromProto(request->key());
+  // The GPU tier's copy of the reported version (a same-host worker read that one), judged
+  // by its own bytes: checksum, values, and the MAC with the key.
+  if (gpu_ != nullptr) {
+    if (std::shared_ptr<const GpuValue> on_gpu = gpu_->Find(key); on_gpu && on_gpu->header() == request->header()) {
+      absl::StatusOr<std::string> bytes = on_gpu->ReadAll();
+      on_gpu.reset();
+      bool good = false;
+      if (bytes.ok()) {
+        auto header = DecodeChunkHeader(std::string_view(*bytes).substr(0, kChunkHeaderBytes));
+        const std::string_view payload = std::string_view(*bytes).substr(kChunkHeaderBytes);
+        std::string failed;
+        good = header.ok() && VerifyChunkPayload(*header, {&payload, 1}).ok() &&
+               CheckTrusted(*header, {&payload, 1}, &failed).ok();
+      }
+      if (!good && gpu_->Delete(key)) {
+        metrics_.CountReport("dropped");
+        response->set_deleted(true);
+      }
+    }
+  }
   auto read = store_->Read(key);  // checks the stored checksum: a corrupt value is dropped there
   if (!read.ok()) {
     if (request->reason() == "checksum" && read.status().code() == absl::StatusCode::kDataLoss) {

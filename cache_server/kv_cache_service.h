@@ -125,9 +125,15 @@ class KvCacheService final : public v1::KvCache::Service {
   absl::Status LeaseGpuCopy(uint64_t session_id, const std::string& caller, const Hash128& key, uint64_t* lease_id,
                             std::string* header, uint64_t* stored_bytes,
                             google::protobuf::RepeatedField<uint32_t>* pages);
-  // A stored chunk just read from host RAM or disk: promoted to the GPU tier (queued).
+  // A stored chunk just read from host RAM or disk: promoted to the GPU tier (queued), from
+  // its host pages (a read from disk put it there) rather than a copy of its bytes.
   void Promote(const Hash128& key, const ChunkReader& read) {
-    if (gpu_ != nullptr) gpu_->RequestPromotion(key, read);
+    if (gpu_ == nullptr || !gpu_->WouldQueue(key, read.size())) return;
+    if (read.host_value() != nullptr) {
+      gpu_->RequestPromotion(key, read);
+    } else if (std::shared_ptr<const HostValue> value = store_->HostCopy(key)) {
+      gpu_->RequestPromotion(key, ChunkReader(StoreTier::kHost, std::move(value)));
+    }
   }
   // A chunk just published: promoted too while the GPU tier has room for it (free device
   // memory serves better than none; a full tier takes only what is read).

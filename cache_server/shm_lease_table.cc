@@ -2,6 +2,8 @@
 
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <random>
 
@@ -9,6 +11,8 @@
 
 namespace lazykv::cache {
 namespace {
+
+constexpr size_t kMaxOrphansPerOwner = 4;
 
 // A fresh random id, never 0: a lease or session id from another worker, or from before
 // a restart, matches nothing.
@@ -84,7 +88,16 @@ void ShmLeaseTable::UncountLocked(const Session& session) {
 absl::StatusOr<uint64_t> ShmLeaseTable::OpenSession(const std::string& owner, std::function<void()> cancel,
                                                     int holder_pid) {
   std::unique_ptr<ProcessWatch> holder;
-  if (holder_pid > 0) {
+  // Only a process of this server's user, not the server itself, can hold pages past its
+  // session (another pid would let a worker pin them for the whole hold).
+  struct stat proc {};
+  const bool plausible = holder_pid > 0 && holder_pid != getpid() &&
+                         stat(absl::StrFormat("/proc/%d", holder_pid).c_str(), &proc) == 0 && proc.st_uid == geteuid();
+  if (holder_pid > 0 && !plausible) {
+    spdlog::warn("shm session of {}: pid {} is not a process of this server's user; nothing is held past the session",
+                 owner, holder_pid);
+  }
+  if (plausible) {
     auto watch = ProcessWatch::Open(holder_pid);
     if (watch.ok()) {
       holder = *std::move(watch);
@@ -110,7 +123,8 @@ absl::StatusOr<uint64_t> ShmLeaseTable::OpenSession(const std::string& owner, st
 }
 
 void ShmLeaseTable::CloseSession(uint64_t session_id) {
-  Session closed;  // its values and writers are dropped after the lock
+  Session closed;          // its values and writers are dropped after the lock
+  Session dropped_orphan;  // likewise
   {
     MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
@@ -118,13 +132,25 @@ void ShmLeaseTable::CloseSession(uint64_t session_id) {
     closed = std::move(it->second);
     sessions_.erase(it);
     const bool holds = !closed.leases.empty() || !closed.reservations.empty();
-    if (holds && closed.holder != nullptr && closed.holder->Alive()) {
+    if (holds && !shut_down_ && closed.holder != nullptr && closed.holder->Alive()) {
       spdlog::warn("shm session {:016x} of {} ended while its process (pid {}) lives: its {} leases and {} "
                    "reservations stay held until it exits (at most {} s)",
                    session_id, closed.owner, closed.holder->pid(), closed.leases.size(), closed.reservations.size(),
                    limits_.orphan_hold.count());
       closed.cancel = nullptr;  // its stream's context goes away now
       closed.orphaned_at = std::chrono::steady_clock::now();
+      // At most kMaxOrphansPerOwner per caller: a worker whose sessions keep ending while it
+      // lives loses its oldest hold rather than pinning ever more.
+      size_t owned = 0, oldest = orphans_.size();
+      for (size_t i = 0; i < orphans_.size(); ++i) {
+        if (orphans_[i].owner != closed.owner) continue;
+        if (owned++ == 0) oldest = i;
+      }
+      if (owned >= kMaxOrphansPerOwner) {
+        UncountLocked(orphans_[oldest]);
+        dropped_orphan = std::move(orphans_[oldest]);
+        orphans_.erase(orphans_.begin() + static_cast<std::ptrdiff_t>(oldest));
+      }
       orphans_.push_back(std::move(closed));
       orphaned_.SignalAll();
       UpdateGaugesLocked();
@@ -266,6 +292,18 @@ void ShmLeaseTable::Shutdown() {
   for (auto& [id, session] : sessions_) {
     if (session.cancel) session.cancel();
   }
+}
+
+void ShmLeaseTable::DropAll() {
+  absl::flat_hash_map<uint64_t, Session> sessions;
+  std::vector<Session> orphans;
+  {
+    MutexLock lock(&mu_);
+    sessions.swap(sessions_);
+    orphans.swap(orphans_);
+    leases_ = reservations_ = bytes_ = 0;
+    UpdateGaugesLocked();
+  }  // values and writers are dropped after the lock
 }
 
 ShmLeaseTable::Totals ShmLeaseTable::totals() const {

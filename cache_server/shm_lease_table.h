@@ -104,8 +104,11 @@ class ShmLeaseTable {
   bool Abandon(uint64_t session_id, uint64_t reservation_id);
 
   // Refuses new sessions and cancels every session's stream (their handlers then close
-  // them).
+  // them). From then on a closing session is never orphaned: the server is going away.
   void Shutdown();
+  // Drops every session's and orphan's leases and reservations now (after Shutdown, before
+  // the store whose pages they hold goes).
+  void DropAll() ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Totals {
     uint64_t sessions = 0;

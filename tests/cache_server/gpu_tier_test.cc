@@ -137,6 +137,15 @@ TEST_F(GpuTierTest, RequestedPromotionsRunOnThePromoterDeleteAndTooLarge) {
     EXPECT_EQ(*tier->Find(key)->ReadAll(), bytes);
   }
   EXPECT_EQ(tier->stats().promotions, 3u);
+  // A Delete right after a requested promotion leaves nothing, whenever the promotion runs
+  // (queued: unqueued; under way: it ends without storing; done: deleted).
+  for (int i = 0; i < 20; ++i) {
+    const auto gone = Chunk(kPage + 1);
+    tier->RequestPromotion(gone.first, Reader(gone.second));
+    tier->Delete(gone.first);
+    tier->WaitForPromotions();
+    EXPECT_FALSE(tier->Contains(gone.first)) << "a deleted chunk came back, round " << i;
+  }
   EXPECT_TRUE(tier->Delete(chunks[1].first));
   EXPECT_FALSE(tier->Delete(chunks[1].first));
   EXPECT_FALSE(tier->Contains(chunks[1].first));

@@ -50,6 +50,12 @@ TEST(PagedPiecesTest, RefusesPagesOutsideTheRegionAndRangesPastThePages) {
   EXPECT_EQ(PagedPieces(base, 4 * 16, 16, pages, 20, 13).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(PagedPieces(base, 4 * 16, 16, pages, 20, 12).ok());
   EXPECT_EQ(PagedPieces(base, 4 * 16, 0, pages, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  // Sizes from a hostile answer: products and sums that would wrap.
+  const std::vector<uint32_t> many{0, 1, 2, 3};
+  EXPECT_EQ(PagedPieces(base, ~0ull, 1ull << 63, many, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PagedPieces(base, 4 * 16, 16, pages, 8, ~0ull).status().code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<uint32_t> far{0xffffffffu};
+  EXPECT_EQ(PagedPieces(base, 1ull << 40, 1ull << 20, far, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaIpcMappingTest, AMalformedHandleOrAMissingGpuIsRefused) {

@@ -7,8 +7,10 @@ namespace lazykv {
 absl::StatusOr<std::vector<std::string_view>> PagedPieces(const char* base, uint64_t region_bytes, uint64_t page_bytes,
                                                           std::span<const uint32_t> pages, uint64_t offset,
                                                           uint64_t length) {
+  // The server's answer is not trusted: no product or sum below may wrap.
   if (page_bytes == 0) return absl::InvalidArgumentError("page_bytes is 0");
-  if (offset + length > pages.size() * page_bytes) {
+  if (pages.size() > ~0ull / page_bytes || offset > pages.size() * page_bytes ||
+      length > pages.size() * page_bytes - offset) {
     return absl::InvalidArgumentError(absl::StrFormat("bytes [%d, %d) are past the %d pages given", offset,
                                                       offset + length, pages.size()));
   }
@@ -16,7 +18,7 @@ absl::StatusOr<std::vector<std::string_view>> PagedPieces(const char* base, uint
   while (length > 0) {
     const uint64_t index = offset / page_bytes, in_page = offset % page_bytes;
     const uint64_t page = pages[index];
-    if ((page + 1) * page_bytes > region_bytes) {
+    if (page >= region_bytes / page_bytes) {
       return absl::InvalidArgumentError(
           absl::StrFormat("page %d lies outside the region of %d bytes", page, region_bytes));
     }

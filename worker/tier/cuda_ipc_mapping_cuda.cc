@@ -4,7 +4,9 @@
 
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "common/mutex.h"
 #include "worker/tier/cuda_ipc_mapping.h"
 
 namespace lazykv {
@@ -14,6 +16,21 @@ absl::StatusOr<std::shared_ptr<const CudaIpcMapping>> CudaIpcMapping::Open(std::
                                                                            uint64_t region_bytes, uint64_t page_bytes) {
   if (handle.size() != sizeof(cudaIpcMemHandle_t) || device_uuid.size() != sizeof(cudaUUID_t)) {
     return absl::InvalidArgumentError("GPU tier: malformed IPC handle or device UUID");
+  }
+  if (page_bytes == 0 || region_bytes < page_bytes) {
+    return absl::InvalidArgumentError("GPU tier: malformed geometry (page larger than the region)");
+  }
+  // A process may open a handle once while it is open: a second session to the same server
+  // (the first one's chunks still held) shares the mapping.
+  static Mutex opened_mu;
+  static absl::flat_hash_map<std::string, std::weak_ptr<const CudaIpcMapping>> opened;
+  MutexLock lock(&opened_mu);
+  const std::string key = std::to_string(device) + ":" + std::string(handle);
+  if (auto it = opened.find(key); it != opened.end()) {
+    if (std::shared_ptr<const CudaIpcMapping> live = it->second.lock()) {
+      if (live->bytes() == region_bytes && live->page_bytes() == page_bytes) return live;
+      return absl::InvalidArgumentError("GPU tier: the same handle with another geometry");
+    }
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
@@ -48,8 +65,10 @@ absl::StatusOr<std::shared_ptr<const CudaIpcMapping>> CudaIpcMapping::Open(std::
     cudaGetLastError();
     return absl::FailedPreconditionError(absl::StrFormat("cudaIpcOpenMemHandle: %s", cudaGetErrorString(e)));
   }
-  return std::shared_ptr<const CudaIpcMapping>(
+  std::shared_ptr<const CudaIpcMapping> mapping(
       new CudaIpcMapping(static_cast<char*>(base), region_bytes, page_bytes, device, peer));
+  opened[key] = mapping;
+  return mapping;
 }
 
 CudaIpcMapping::~CudaIpcMapping() {

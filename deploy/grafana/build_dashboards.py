@@ -163,9 +163,12 @@ def overview():
             (rate(C + "evictions_total", by="tier"), "evicted from {{tier}}"),
             (rate(C + "demotions_total"), "demoted (host to disk)"),
             (rate(C + "promotions_total"), "promoted (disk to host)"),
+            (rate(C + "gpu_promotions_total"), "promoted to the GPU tier"),
+            (rate(C + "gpu_demotions_total"), "demoted (GPU tier to host)"),
         ), "ops",
-           "Chunks per second leaving a tier for space, evicted from host RAM but kept on disk, and read from "
-           "disk back into host RAM."),
+           "Chunks per second leaving a tier for space, evicted from host RAM but kept on disk, read from "
+           "disk back into host RAM, copied into the GPU tier (--gpu-capacity), and evicted from it with no "
+           "lower copy (stored back in host RAM)."),
         ts("Refused calls", AUTH_REFUSED, "ops", AUTH_DESC),
     ]
     return dashboard(
@@ -369,7 +372,11 @@ def cache_servers():
         ts("Demotions and promotions/s", targets(
             (rate(C + "demotions_total"), "demoted (host RAM to disk only)"),
             (rate(C + "promotions_total"), "promoted (disk to host RAM)"),
-        ), "ops", "Chunks evicted from host RAM that stay on disk, and chunks read from disk back into RAM."),
+            (rate(C + "gpu_promotions_total"), "promoted to the GPU tier"),
+            (rate(C + "gpu_demotions_total"), "demoted (GPU tier to host RAM)"),
+        ), "ops", "Chunks evicted from host RAM that stay on disk, chunks read from disk back into RAM, chunks "
+                  "copied into the GPU tier (--gpu-capacity) when published into free room or read, and chunks "
+                  "the GPU tier evicted with no lower copy, stored back in host RAM."),
         ts("Lease grants, waits, expiries/s", targets(
             (rate(C + "lease_grants_total"), "granted"),
             (rate(C + "lease_waits_total"), "waited"),

@@ -31,7 +31,7 @@ trap 'rm -rf "$logs"' EXIT
 # access made by the project's own code is checked. Where the project hands memory to
 # gRPC, it states the ordering itself (common/chunk_wire.cc, SliceOwner).
 export LAZYKV_TEST_SLOWDOWN=${LAZYKV_TEST_SLOWDOWN:-10}  # TSAN runs 5-15x slower (tests/test_util.h)
-export TSAN_OPTIONS="log_path=$logs/tsan ignore_noninstrumented_modules=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+export TSAN_OPTIONS="log_path=$logs/tsan ignore_noninstrumented_modules=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp ${TSAN_OPTIONS:-}"
 failed=0
 passed_cases=0
 failed_cases=0

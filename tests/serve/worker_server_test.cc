@@ -303,7 +303,16 @@ TEST(WorkerServerTest, CancellationAndDeadlinesFreeBlocksAtOnce) {
   EXPECT_EQ(expired.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   page = MetricsWhenIdle(*worker);
   ExpectNoBlocksHeldByRequests(page);
-  EXPECT_EQ(Metric(page, "lazykv_worker_requests_total{outcome=\"DEADLINE_EXCEEDED\"}"), 1);
+  // The server dates the deadline from when the call reached it, a little after the client
+  // sent it; when the client's timer ends the stream more than the server's 100 ms of slack
+  // before that (a process slowed down 10x under ThreadSanitizer), it is counted cancelled.
+  // Counted once either way.
+  EXPECT_EQ(Metric(page, "lazykv_worker_requests_total{outcome=\"DEADLINE_EXCEEDED\"}") +
+                Metric(page, "lazykv_worker_requests_total{outcome=\"CANCELLED\"}"),
+            2);
+  if (SlowdownFactor() == 1) {
+    EXPECT_EQ(Metric(page, "lazykv_worker_requests_total{outcome=\"DEADLINE_EXCEEDED\"}"), 1);
+  }
   stub.reset();
   EXPECT_EQ(worker->Stop(SIGTERM), 0);
 }

@@ -90,6 +90,25 @@ std::string MetricsWhenIdle(const ServerProcess& worker) {
   return page;
 }
 
+// MetricsWhenIdle, then until the page counts `total` requests ended with one of `outcomes`
+// (an ended request is counted when the engine's next step reports it, which may come after
+// its blocks are freed), or 2 s pass.
+std::string MetricsWhenCounted(const ServerProcess& worker, const std::vector<std::string>& outcomes, double total) {
+  std::string page = MetricsWhenIdle(worker);
+  auto counted = [&] {
+    double sum = 0;
+    for (const std::string& o : outcomes) {
+      sum += std::max(0.0, Metric(page, "lazykv_worker_requests_total{outcome=\"" + o + "\"}"));
+    }
+    return sum;
+  };
+  for (int i = 0; i < 200 && counted() < total; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10) * SlowdownFactor());
+    page = HttpGet(worker.metrics_address(), "/metrics");
+  }
+  return page;
+}
+
 void ExpectNoBlocksHeldByRequests(const std::string& page) {
   EXPECT_EQ(Metric(page, "lazykv_worker_running_requests"), 0);
   EXPECT_EQ(Metric(page, "lazykv_worker_kv_blocks_reserved"), 0);
@@ -295,13 +314,13 @@ TEST(WorkerServerTest, CancellationAndDeadlinesFreeBlocksAtOnce) {
   request.mutable_sampling()->set_max_tokens(2000);
   const Reply cancelled = Call(*stub, request, 60000, [](grpc::ClientContext& context) { context.TryCancel(); });
   EXPECT_EQ(cancelled.status.error_code(), grpc::StatusCode::CANCELLED);
-  std::string page = MetricsWhenIdle(*worker);
+  std::string page = MetricsWhenCounted(*worker, {"CANCELLED"}, 1);
   ExpectNoBlocksHeldByRequests(page);
   EXPECT_EQ(Metric(page, "lazykv_worker_requests_total{outcome=\"CANCELLED\"}"), 1);
 
   const Reply expired = Call(*stub, request, /*deadline_ms=*/300 * SlowdownFactor());
   EXPECT_EQ(expired.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  page = MetricsWhenIdle(*worker);
+  page = MetricsWhenCounted(*worker, {"CANCELLED", "DEADLINE_EXCEEDED"}, 2);
   ExpectNoBlocksHeldByRequests(page);
   // The server dates the deadline from when the call reached it, a little after the client
   // sent it; when the client's timer ends the stream more than the server's 100 ms of slack

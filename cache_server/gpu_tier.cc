@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace lazykv::cache {
@@ -39,7 +41,6 @@ GpuTier::GpuTier(const GpuTierOptions& options, std::shared_ptr<DeviceArena> are
       policy_(std::move(policy)) {
   {
     MutexLock lock(&mu_);
-    counts_.capacity = arena_->capacity_bytes();
     UpdateGaugesLocked();
   }
   promoter_ = std::thread([this] { PromoterLoop(); });
@@ -70,23 +71,20 @@ bool GpuTier::Contains(const Hash128& key) const {
   return index_.contains(key);
 }
 
-bool GpuTier::WouldQueue(const Hash128& key, uint64_t bytes) const {
+bool GpuTier::WouldQueueLocked(const Hash128& key, uint64_t bytes) const {
   if (arena_->PagesFor(bytes) > arena_->num_pages()) return false;
-  MutexLock lock(&mu_);
   if (stopping_ || index_.contains(key) || pending_.size() >= options_.max_pending_promotions) return false;
-  for (const Pending& p : pending_) {
-    if (p.key == key) return false;
-  }
-  return true;
+  return std::none_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.key == key; });
+}
+
+bool GpuTier::WouldQueue(const Hash128& key, uint64_t bytes) const {
+  MutexLock lock(&mu_);
+  return WouldQueueLocked(key, bytes);
 }
 
 void GpuTier::RequestPromotion(const Hash128& key, ChunkReader chunk) {
-  if (arena_->PagesFor(chunk.size()) > arena_->num_pages()) return;
   MutexLock lock(&mu_);
-  if (stopping_ || index_.contains(key) || pending_.size() >= options_.max_pending_promotions) return;
-  for (const Pending& p : pending_) {
-    if (p.key == key) return;
-  }
+  if (!WouldQueueLocked(key, chunk.size())) return;
   pending_.push_back(Pending{key, std::move(chunk)});
   counts_.pending_promotions = pending_.size();
   work_.Signal();
@@ -258,6 +256,7 @@ bool GpuTier::Delete(const Hash128& key) {
 GpuTierStats GpuTier::stats() const {
   MutexLock lock(&mu_);
   GpuTierStats s = counts_;
+  s.capacity = arena_->capacity_bytes();
   s.used = used_;
   s.entries = index_.size();
   return s;

@@ -114,6 +114,7 @@ class GpuTier {
           std::function<void(const Hash128&, std::string)> demote);
   using Victims = std::vector<std::pair<Hash128, std::shared_ptr<const GpuValue>>>;
   using Demotions = std::vector<std::pair<Hash128, std::string>>;
+  bool WouldQueueLocked(const Hash128& key, uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PromoterLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Promote's work; the victims that no lower tier holds are read back into *demote, to be
   // stored below once the promoted chunk's reader has let go of its host pages (storing
@@ -136,7 +137,7 @@ class GpuTier {
   const std::unique_ptr<EvictionPolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
   std::unordered_map<Hash128, std::shared_ptr<const GpuValue>, Hash128Hasher> index_ ABSL_GUARDED_BY(mu_);
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
-  GpuTierStats counts_ ABSL_GUARDED_BY(mu_);
+  GpuTierStats counts_ ABSL_GUARDED_BY(mu_);  // its promotions, evictions, demotions, pending
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   // Keys being copied in, or evicted and not yet demoted; a Delete of one leaves a tombstone
   // that ends the copy or the demotion without storing it.

@@ -1,11 +1,41 @@
-// The GPU tier's same-host read (DESIGN.md section 5): GpuGet hands a worker on this host
-// the pages of a chunk in the GPU tier's device memory (which its session opened once
-// through the arena's CUDA IPC handle) under a read lease, instead of its bytes.
+// The GPU tier in the KvCache service (DESIGN.md section 5): what enters it (promotions
+// from reads and publications), reading its copy back, dropping it, and its same-host read:
+// GpuGet hands a worker on this host the pages of a chunk in the GPU tier's device memory
+// (which its session opened once through the arena's CUDA IPC handle) under a read lease,
+// instead of its bytes.
 #include "absl/strings/str_format.h"
 #include "cache_server/kv_cache_service.h"
 #include "common/grpc_util.h"
 
 namespace lazykv::cache {
+
+void KvCacheService::Promote(const Hash128& key, const ChunkReader& read) {
+  if (gpu_ == nullptr || !gpu_->WouldQueue(key, read.size())) return;
+  if (read.host_value() != nullptr) {
+    gpu_->RequestPromotion(key, read);
+  } else if (std::shared_ptr<const HostValue> value = store_->HostCopy(key)) {
+    gpu_->RequestPromotion(key, ChunkReader(StoreTier::kHost, std::move(value)));
+  }
+}
+
+void KvCacheService::PromoteStored(const Hash128& key) {
+  if (gpu_ == nullptr) return;
+  std::shared_ptr<const HostValue> value = store_->HostCopy(key);
+  if (value != nullptr && gpu_->HasRoomFor(value->size())) {
+    gpu_->RequestPromotion(key, ChunkReader(StoreTier::kHost, std::move(value)));
+  }
+}
+
+absl::StatusOr<std::string> KvCacheService::ReadGpuCopy(const Hash128& key) {
+  std::shared_ptr<const GpuValue> value = gpu_ != nullptr ? gpu_->Find(key) : nullptr;
+  if (value == nullptr) return absl::NotFoundError("not stored");
+  return value->ReadAll();
+}
+
+bool KvCacheService::DeleteEverywhere(const Hash128& key) {
+  const bool from_gpu = gpu_ != nullptr && gpu_->Delete(key);
+  return store_->Delete(key) || from_gpu;
+}
 
 absl::Status KvCacheService::LeaseGpuCopy(uint64_t session_id, const std::string& caller, const Hash128& key,
                                           uint64_t* lease_id, std::string* header, uint64_t* stored_bytes,

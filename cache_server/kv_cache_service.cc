@@ -29,21 +29,6 @@ class LatencyTimer {
 
 v1::Tier ToProtoTier(StoreTier tier) { return tier == StoreTier::kHost ? v1::TIER_HOST : v1::TIER_DISK; }
 
-namespace {
-
-// A chunk only the GPU tier holds, read back to host memory (a Get of it; rare: what the
-// GPU tier evicts without a lower copy is demoted, so this is the window in between).
-absl::StatusOr<ChunkReader> ReadFromGpu(GpuTier* gpu, const Hash128& key) {
-  if (gpu == nullptr) return absl::NotFoundError("not stored");
-  std::shared_ptr<const GpuValue> value = gpu->Find(key);
-  if (value == nullptr) return absl::NotFoundError("not stored");
-  absl::StatusOr<std::string> bytes = value->ReadAll();
-  if (!bytes.ok()) return bytes.status();
-  return ChunkReader(StoreTier::kHost, *std::move(bytes));
-}
-
-}  // namespace
-
 // A place among the bounded number of concurrent streams, and among the client's share of
 // them, held for a call's duration.
 class KvCacheService::StreamSlot {
@@ -169,7 +154,10 @@ grpc::Status KvCacheService::StreamChunk(grpc::ServerContext* context,
   if (read.ok()) {
     Promote(key, *read);
   } else if (read.status().code() == absl::StatusCode::kNotFound) {
-    read = ReadFromGpu(gpu_, key);
+    // Only the GPU tier holds it (rare: what it evicts without a lower copy is demoted, so
+    // this is the moment in between, or host RAM evicted it since its promotion).
+    absl::StatusOr<std::string> bytes = ReadGpuCopy(key);
+    read = bytes.ok() ? absl::StatusOr<ChunkReader>(ChunkReader(StoreTier::kHost, *std::move(bytes))) : bytes.status();
   }
   if (!read.ok()) return ToGrpcStatus(read.status());
   const auto reader = std::make_shared<const ChunkReader>(*std::move(read));

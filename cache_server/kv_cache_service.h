@@ -125,29 +125,17 @@ class KvCacheService final : public v1::KvCache::Service {
   absl::Status LeaseGpuCopy(uint64_t session_id, const std::string& caller, const Hash128& key, uint64_t* lease_id,
                             std::string* header, uint64_t* stored_bytes,
                             google::protobuf::RepeatedField<uint32_t>* pages);
-  // A stored chunk just read from host RAM or disk: promoted to the GPU tier (queued), from
-  // its host pages (a read from disk put it there) rather than a copy of its bytes.
-  void Promote(const Hash128& key, const ChunkReader& read) {
-    if (gpu_ == nullptr || !gpu_->WouldQueue(key, read.size())) return;
-    if (read.host_value() != nullptr) {
-      gpu_->RequestPromotion(key, read);
-    } else if (std::shared_ptr<const HostValue> value = store_->HostCopy(key)) {
-      gpu_->RequestPromotion(key, ChunkReader(StoreTier::kHost, std::move(value)));
-    }
-  }
+  // The GPU tier's glue (kv_cache_gpu.cc). A stored chunk just read from host RAM or disk:
+  // promoted (queued), from its host pages (a read from disk put it there) rather than a
+  // copy of its bytes.
+  void Promote(const Hash128& key, const ChunkReader& read);
   // A chunk just published: promoted too while the GPU tier has room for it (free device
   // memory serves better than none; a full tier takes only what is read).
-  void PromoteStored(const Hash128& key) {
-    if (gpu_ == nullptr || !gpu_->HasRoomFor(store_->Locate(key).value_or(ChunkLocation{}).bytes)) return;
-    if (std::shared_ptr<const HostValue> value = store_->HostCopy(key)) {
-      gpu_->RequestPromotion(key, ChunkReader(StoreTier::kHost, std::move(value)));
-    }
-  }
+  void PromoteStored(const Hash128& key);
+  // The GPU tier's copy read back to the host; NOT_FOUND without one.
+  absl::StatusOr<std::string> ReadGpuCopy(const Hash128& key);
   // Drops `key` everywhere; true when anything held it.
-  bool DeleteEverywhere(const Hash128& key) {
-    const bool from_gpu = gpu_ != nullptr && gpu_->Delete(key);
-    return store_->Delete(key) || from_gpu;
-  }
+  bool DeleteEverywhere(const Hash128& key);
   std::unique_ptr<CallAuthorizer> allow_all_;  // when constructed without an authorizer
   const CallAuthorizer* authorizer_;
   std::atomic<int> active_streams_{0};

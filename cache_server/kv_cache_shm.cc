@@ -89,14 +89,11 @@ grpc::Status KvCacheService::ShmGet(grpc::ServerContext* context, const v1::ShmG
   // The worker checks the payload's checksum itself, so only header and key are checked here
   // (a chunk read from disk is checked in full, and promoted to host RAM).
   auto read = store_->Read(key, PayloadCheck::kHeaderOnly);
-  if (read.status().code() == absl::StatusCode::kNotFound && gpu_ != nullptr) {
+  if (read.status().code() == absl::StatusCode::kNotFound) {
     // Only the GPU tier holds it (host RAM evicted it since its promotion) and this worker
     // cannot read it there: demoted now, then read from host RAM as usual.
-    if (std::shared_ptr<const GpuValue> on_gpu = gpu_->Find(key)) {
-      absl::StatusOr<std::string> bytes = on_gpu->ReadAll();
-      on_gpu.reset();
-      if (bytes.ok() && store_->Put(key, *bytes).ok()) read = store_->Read(key, PayloadCheck::kHeaderOnly);
-    }
+    absl::StatusOr<std::string> bytes = ReadGpuCopy(key);
+    if (bytes.ok() && store_->Put(key, *bytes).ok()) read = store_->Read(key, PayloadCheck::kHeaderOnly);
   }
   if (!read.ok()) return ToGrpcStatus(read.status());
   Promote(key, *read);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_format.h"
@@ -31,18 +32,13 @@ ShmLeaseTable::ShmLeaseTable(ShmLeaseLimits limits, CacheMetrics* metrics) : lim
 }
 
 ShmLeaseTable::~ShmLeaseTable() {
-  absl::flat_hash_map<uint64_t, Session> sessions;
-  std::vector<Session> orphans;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
     orphaned_.SignalAll();
   }
   reaper_.join();
-  MutexLock lock(&mu_);
-  sessions.swap(sessions_);
-  orphans.swap(orphans_);
-  lock.Unlock();  // values and writers are dropped after the lock
+  DropAll();
 }
 
 void ShmLeaseTable::ReaperLoop() {
@@ -137,28 +133,30 @@ void ShmLeaseTable::CloseSession(uint64_t session_id) {
                    "reservations stay held until it exits (at most {} s)",
                    session_id, closed.owner, closed.holder->pid(), closed.leases.size(), closed.reservations.size(),
                    limits_.orphan_hold.count());
-      closed.cancel = nullptr;  // its stream's context goes away now
-      closed.orphaned_at = std::chrono::steady_clock::now();
-      // At most kMaxOrphansPerOwner per caller: a worker whose sessions keep ending while it
-      // lives loses its oldest hold rather than pinning ever more.
-      size_t owned = 0, oldest = orphans_.size();
-      for (size_t i = 0; i < orphans_.size(); ++i) {
-        if (orphans_[i].owner != closed.owner) continue;
-        if (owned++ == 0) oldest = i;
-      }
-      if (owned >= kMaxOrphansPerOwner) {
-        UncountLocked(orphans_[oldest]);
-        dropped_orphan = std::move(orphans_[oldest]);
-        orphans_.erase(orphans_.begin() + static_cast<std::ptrdiff_t>(oldest));
-      }
-      orphans_.push_back(std::move(closed));
-      orphaned_.SignalAll();
-      UpdateGaugesLocked();
-      return;
+      dropped_orphan = OrphanLocked(std::move(closed));
+    } else {
+      UncountLocked(closed);
     }
-    UncountLocked(closed);
     UpdateGaugesLocked();
   }
+}
+
+ShmLeaseTable::Session ShmLeaseTable::OrphanLocked(Session session) {
+  session.cancel = nullptr;  // its stream's context goes away now
+  session.orphaned_at = std::chrono::steady_clock::now();
+  // At most kMaxOrphansPerOwner per caller: a worker whose sessions keep ending while it
+  // lives loses its oldest hold rather than pinning ever more.
+  Session dropped;
+  const auto owned = [&](const Session& s) { return s.owner == session.owner; };
+  if (std::count_if(orphans_.begin(), orphans_.end(), owned) >= static_cast<std::ptrdiff_t>(kMaxOrphansPerOwner)) {
+    const auto oldest = std::find_if(orphans_.begin(), orphans_.end(), owned);
+    UncountLocked(*oldest);
+    dropped = std::move(*oldest);
+    orphans_.erase(oldest);
+  }
+  orphans_.push_back(std::move(session));
+  orphaned_.SignalAll();
+  return dropped;
 }
 
 absl::StatusOr<ShmLeaseTable::Session*> ShmLeaseTable::FindLocked(uint64_t session_id, const std::string& owner) {

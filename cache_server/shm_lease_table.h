@@ -136,6 +136,9 @@ class ShmLeaseTable {
   // Drops orphans whose process has exited or whose hold has passed, every 50 ms while any
   // is held.
   void ReaperLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Keeps an ended session's leases and reservations as an orphan (its counts stay); returns
+  // the caller's oldest orphan when it had too many (dropped: its counts taken off).
+  Session OrphanLocked(Session session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes `session`'s counts off the totals (it is being dropped).
   void UncountLocked(const Session& session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The session of `owner`, or FAILED_PRECONDITION.

@@ -7,7 +7,14 @@
 // copy. Every chunk of the first round is read back and compared byte for byte with what was
 // stored; the run fails (exit 1) on any mismatch or error.
 //
-//   gpu_tier_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N]
+// With --nccl-device N (a second GPU, issue 18), the same chunks also cross to GPU N over the
+// server's NCCL link (--transport nccl: PeerGet, then the payload straight into a staging
+// buffer on GPU N), against a cudaMemcpyPeer of the same bytes from GPU 0 to GPU N, and are
+// read back from GPU N and compared too.
+//
+//   gpu_tier_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N] [--nccl-device N]
+#include <cuda_runtime.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +47,88 @@ struct Pass {
   int errors = 0;
   int on_device = 0;  // fetches whose payload stayed on the GPU
 };
+
+// The chunks from the GPU tier (on GPU 0) to GPU `device` over an NCCL link, whole fetches
+// (PeerGet and the payload into staging on that GPU), the first round read back and compared,
+// against cudaMemcpyPeer of the payload's size in the same run. Returns the errors.
+int NcclPass(const std::string& address, std::span<const std::string> chunks, int rounds, int device) {
+  RemoteTierOptions options;
+  options.servers = {address};
+  options.holder = "gpu_tier_fetch_bench-nccl";
+  options.initial_call_deadline = std::chrono::seconds(2);
+  options.transport = FetchTransport::kNccl;
+  options.gpu_device = device;
+  auto tier = *RemoteChunkTier::Create(options);
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  while (tier->transport_stats().peer_sessions < static_cast<uint64_t>(options.peer_links_per_server) &&
+         Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (tier->transport_stats().peer_sessions == 0) {
+    std::fprintf(stderr, "nccl: the link to GPU %d did not come up\n", device);
+    return 1;
+  }
+  int errors = 0;
+  const size_t payload = chunks[0].size() - kChunkHeaderBytes;
+  std::string back(payload, '\0');
+  double fetch_s = 0;
+  for (int r = 0; r <= rounds; ++r) {  // round 0: checked, not timed
+    for (const std::string& chunk : chunks) {
+      const auto start = Clock::now();
+      auto fetched = tier->Fetch(DecodeChunkHeader(chunk)->key);
+      const double took = Seconds(start);
+      if (!fetched.ok() || fetched->stored.size() != chunk.size() || !fetched->stored.on_device()) {
+        std::fprintf(stderr, "nccl fetch: %s\n", fetched.ok() ? "wrong size or not on the GPU" : fetched.status().ToString().c_str());
+        ++errors;
+        continue;
+      }
+      if (r == 0) {
+        const std::string_view device_payload = fetched->stored.Slice(kChunkHeaderBytes, chunk.size()).pieces().at(0);
+        cudaMemcpy(back.data(), device_payload.data(), payload, cudaMemcpyDefault);
+        if (std::memcmp(back.data(), chunk.data() + kChunkHeaderBytes, payload) != 0) {
+          std::fprintf(stderr, "nccl: chunk bytes differ from what was stored\n");
+          ++errors;
+        }
+      } else {
+        fetch_s += took;
+      }
+    }
+  }
+  // The ceiling: the same bytes GPU 0 -> GPU `device` by the copy engines, peer to peer.
+  void *from = nullptr, *to = nullptr;
+  cudaSetDevice(0);
+  cudaMalloc(&from, payload);
+  (void)cudaDeviceEnablePeerAccess(device, 0);
+  cudaSetDevice(device);
+  cudaMalloc(&to, payload);
+  (void)cudaDeviceEnablePeerAccess(0, 0);
+  cudaGetLastError();
+  double peer_s = 0;
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);  // on GPU `device`: it pulls
+  for (int r = 0; r <= rounds; ++r) {
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const auto start = Clock::now();
+      // A device-to-device copy returns before it ends: wait for it.
+      errors += cudaMemcpyPeerAsync(to, device, from, 0, payload, stream) == cudaSuccess ? 0 : 1;
+      errors += cudaStreamSynchronize(stream) == cudaSuccess ? 0 : 1;
+      if (r > 0) peer_s += Seconds(start);
+    }
+  }
+  cudaStreamDestroy(stream);
+  cudaFree(to);
+  cudaSetDevice(0);
+  cudaFree(from);
+  const double bytes = static_cast<double>(payload) * chunks.size() * rounds;
+  const TransportStats s = tier->transport_stats();
+  std::printf("%-22s %10.2f %9.0f%%   (GPU 0 -> GPU %d; %.0f us a chunk)\n", "nccl fetch", bytes / fetch_s / 1e9,
+              100 * peer_s / fetch_s, device, 1e6 * fetch_s / (chunks.size() * rounds));
+  std::printf("%-22s %10.2f %10s\n", "cudaMemcpyPeer", bytes / peer_s / 1e9, "100%");
+  std::printf("nccl fetches %llu, cuda_ipc %llu; byte-exact check of the first round: %s\n",
+              static_cast<unsigned long long>(s.nccl_chunks), static_cast<unsigned long long>(s.cuda_ipc_chunks),
+              errors == 0 ? "ok" : "FAILED");
+  return errors + (s.cuda_ipc_chunks != 0 ? 1 : 0);
+}
 
 // Fetches every chunk through `tier` into `sink`; with `check`, reads each back and compares.
 Pass FetchAll(RemoteChunkTier& tier, std::span<const std::string> chunks, bench::DeviceSink& sink, bool check) {
@@ -88,6 +177,8 @@ int Main(int argc, char** argv) {
   parser.AddInt("--chunks", &num_chunks);
   parser.AddByteSize("--chunk-bytes", &chunk_bytes);
   parser.AddInt("--rounds", &rounds);
+  int nccl_device = -1;
+  parser.AddInt("--nccl-device", &nccl_device);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return absl::IsCancelled(s) ? 0 : 2;
@@ -208,7 +299,9 @@ int Main(int argc, char** argv) {
   std::printf("cuda_ipc fetches %llu (payload on the GPU: %s); byte-exact check of the first round: %s; errors %d\n",
               static_cast<unsigned long long>(s.cuda_ipc_chunks), all_on_device ? "every one" : "NOT ALL",
               warm_gpu.errors + warm_host.errors == 0 ? "ok" : "FAILED", errors);
-  return errors == 0 && all_on_device ? 0 : 1;
+  int nccl_errors = 0;
+  if (nccl_device >= 0) nccl_errors = NcclPass(server.address(), chunks, rounds, nccl_device);
+  return errors == 0 && nccl_errors == 0 && all_on_device ? 0 : 1;
 }
 
 }  // namespace

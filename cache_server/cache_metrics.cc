@@ -66,6 +66,8 @@ CacheMetrics::CacheMetrics() : registry_(std::make_shared<prometheus::Registry>(
   grpc_sent = {&sent_bytes.Add({{"transport", "grpc"}}), &sent_chunks.Add({{"transport", "grpc"}})};
   shm_sent = {&sent_bytes.Add({{"transport", "shm"}}), &sent_chunks.Add({{"transport", "shm"}})};
   cuda_ipc_sent = {&sent_bytes.Add({{"transport", "cuda_ipc"}}), &sent_chunks.Add({{"transport", "cuda_ipc"}})};
+  nccl_sent = {&sent_bytes.Add({{"transport", "nccl"}}), &sent_chunks.Add({{"transport", "nccl"}})};
+  socket_sent = {&sent_bytes.Add({{"transport", "socket"}}), &sent_chunks.Add({{"transport", "socket"}})};
   auto& received_bytes = Family(prometheus::BuildCounter(), "lazykv_cache_bytes_received_total",
                                "Chunk bytes stored from writers, by transport (grpc: Put; shm: ShmCommit)", r);
   auto& received_chunks = Family(prometheus::BuildCounter(), "lazykv_cache_chunks_received_total",

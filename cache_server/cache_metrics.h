@@ -50,7 +50,8 @@ class CacheMetrics {
     prometheus::Counter* bytes;
     prometheus::Counter* chunks;
   };
-  Transport grpc_sent, shm_sent, cuda_ipc_sent;
+  // Across GPUs over a peer link (PeerGet): "nccl", or its host-memory twin "socket".
+  Transport grpc_sent, shm_sent, cuda_ipc_sent, nccl_sent, socket_sent;
   // Chunks and bytes stored from writers, by transport: Put ("grpc") or ShmCommit ("shm").
   Transport grpc_received, shm_received;
   prometheus::Gauge* shm_sessions;      // same-host sessions open

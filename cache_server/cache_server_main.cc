@@ -67,6 +67,8 @@ constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --dat
   --gpu-device N            its GPU (default 0)
   --gpu-page-size BYTES     its page (default 2MiB)
   --gpu-emulate             host memory stands in for the GPU (tests on machines without one)
+  --peer-max-sessions N     workers on other GPUs (or hosts) that fetch from the GPU tier over NCCL
+                            links at once (default 32; each link takes some device memory)
 A port of 0 picks a free one; the address is printed on stdout.
 Security (plaintext and no tokens: loopback only):
 )";
@@ -81,6 +83,8 @@ struct ServerFlags {
   ServiceLimits limits;
   uint64_t max_message_bytes = 16 << 20;
   GpuTierOptions gpu;
+  PeerLinkLimits peer;
+  int peer_max_sessions = 32;
   int lease_ttl_ms = 10000;
   int stream_idle_timeout_ms = 10000;
   int shutdown_grace_ms = 10000;
@@ -136,6 +140,7 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   parser.AddInt("--gpu-device", &f.gpu.device);
   parser.AddByteSize("--gpu-page-size", &f.gpu.page_bytes);
   parser.AddSwitch("--gpu-emulate", &f.gpu.emulate);
+  parser.AddInt("--peer-max-sessions", &f.peer_max_sessions);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return s;
   if (f.listen.empty()) return absl::InvalidArgumentError(absl::StrCat("--listen is required\n", kUsage));
   if (f.store.disk_capacity_bytes > 0 && f.store.data_dir.empty()) {
@@ -145,6 +150,8 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
     return absl::InvalidArgumentError("--gpu-capacity must hold at least one --gpu-page-size page");
   }
   if (f.gpu.device < 0) return absl::InvalidArgumentError("--gpu-device must be >= 0");
+  if (f.peer_max_sessions < 0) return absl::InvalidArgumentError("--peer-max-sessions must be >= 0");
+  f.peer.max_sessions = static_cast<uint32_t>(f.peer_max_sessions);
   if (f.limits.max_concurrent_streams <= 0) return absl::InvalidArgumentError("--max-streams must be positive");
   if (f.max_streams_per_client < 0) {
     return absl::InvalidArgumentError("--max-streams-per-client must be positive (0: half of --max-streams)");
@@ -223,6 +230,15 @@ int Serve(int argc, char** argv) {
                  gpu->arena().on_gpu() ? absl::StrFormat("GPU %d", gpu->arena().device()) : "host memory (emulated)",
                  FormatByteSize(gpu->arena().page_bytes()));
   }
+  std::unique_ptr<PeerLinkTable> peers;  // after the GPU tier, so it goes first: transfers hold its pages
+  if (gpu != nullptr && flags.peer.max_sessions > 0) {
+    peers = std::make_unique<PeerLinkTable>(flags.peer, gpu->arena().device(), !gpu->arena().on_gpu());
+    service.EnablePeerLinks(peers.get());
+    const absl::Status can = peers->CanServe(peers->kind());
+    spdlog::info("peer links to other GPUs: {}", can.ok() ? absl::StrFormat("%s, at most %d sessions", peers->kind(),
+                                                                            flags.peer.max_sessions)
+                                                          : absl::StrCat("off (", std::string(can.message()), ")"));
+  }
 
   auto metrics_server =
       MetricsServer::Start(flags.metrics_listen, metrics->registry(), flags.security, authorizer->get());
@@ -276,10 +292,12 @@ int Serve(int argc, char** argv) {
   server->GetHealthCheckService()->Shutdown();  // NOT_SERVING, and its own calls end
   leases.Shutdown();                            // lease waiters answer now instead of holding up the drain
   shm_leases.Shutdown();                        // same-host sessions end (they last as long as their workers)
+  if (peers != nullptr) peers->Shutdown();      // and peer link sessions
   // Idle client connections hold this up for a few seconds (gRPC's GOAWAY exchange),
   // never past the grace period.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(flags.shutdown_grace_ms));
   spdlog::info("calls drained; flushing the disk tier");
+  peers.reset();           // links aborted: their transfers let go of the GPU tier's pages
   gpu.reset();             // its promoter stops before the store it demotes into goes
   shm_leases.DropAll();    // leases and reservations hold host pages of the store's arena
   if (absl::Status s = (*store)->Flush(); !s.ok()) {

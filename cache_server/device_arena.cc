@@ -30,6 +30,7 @@ class EmulatedDeviceArena final : public DeviceArena {
   int device() const override { return -1; }
   std::string ipc_handle() const override { return {}; }
   std::string device_uuid() const override { return {}; }
+  const char* base() const override { return memory_.data(); }
 
  private:
   std::vector<char> memory_;
@@ -65,6 +66,21 @@ bool DeviceArena::TryAllocate(uint64_t n, std::vector<uint32_t>* pages) {
 void DeviceArena::Free(std::span<const uint32_t> pages) {
   MutexLock lock(&mu_);
   free_.insert(free_.end(), pages.begin(), pages.end());
+}
+
+std::vector<std::string_view> DeviceArena::Pieces(std::span<const uint32_t> pages, uint64_t offset,
+                                                  uint64_t length) const {
+  std::vector<std::string_view> pieces;
+  const char* const start = base();
+  ForEachRun(pages, page_bytes(), offset, length, [&](uint32_t page, uint64_t in_page, uint64_t, uint64_t n) {
+    const char* at = start + page * page_bytes() + in_page;
+    if (!pieces.empty() && pieces.back().data() + pieces.back().size() == at) {
+      pieces.back() = std::string_view(pieces.back().data(), pieces.back().size() + n);
+    } else {
+      pieces.emplace_back(at, n);
+    }
+  });
+  return pieces;
 }
 
 uint64_t DeviceArena::free_pages() const {

@@ -55,6 +55,12 @@ class DeviceArena {
   // device's UUID (16 bytes): empty when emulated.
   virtual std::string ipc_handle() const = 0;
   virtual std::string device_uuid() const = 0;
+  // The allocation's first byte: device memory on a GPU, host memory when emulated.
+  virtual const char* base() const = 0;
+  // [offset, offset + length) of a value laid out over `pages` as contiguous runs of the
+  // allocation (adjacent pages merged): what a peer link sends (common/peer_link/).
+  // Precondition: the range lies within the pages.
+  std::vector<std::string_view> Pieces(std::span<const uint32_t> pages, uint64_t offset, uint64_t length) const;
 
  protected:
   DeviceArena(uint64_t page_bytes, uint64_t num_pages);

@@ -53,6 +53,7 @@ class CudaDeviceArena final : public DeviceArena {
   int device() const override { return device_; }
   std::string ipc_handle() const override { return handle_; }
   std::string device_uuid() const override { return uuid_; }
+  const char* base() const override { return base_; }
 
  private:
   const int device_;

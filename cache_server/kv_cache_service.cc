@@ -482,6 +482,12 @@ grpc::Status KvCacheService::Stats(grpc::ServerContext* context, const v1::Stats
   response->set_pending_disk_writes(s.pending_disk_writes);
   response->set_grpc_bytes_sent(static_cast<uint64_t>(metrics_.grpc_sent.bytes->Value()));
   response->set_shm_bytes_sent(static_cast<uint64_t>(metrics_.shm_sent.bytes->Value()));
+  if (peers_ != nullptr) {
+    const PeerLinkTotals peers = peers_->totals();
+    response->set_peer_sessions(peers.sessions);
+    response->set_peer_bytes_sent(peers.bytes_sent);
+    response->set_peer_transfers_failed(peers.failed);
+  }
   if (shm_ != nullptr) {
     const ShmLeaseTable::Totals shm = shm_->totals();
     response->set_shm_sessions(shm.sessions);

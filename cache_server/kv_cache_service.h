@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "cache_server/gpu_tier.h"
 #include "cache_server/lease_table.h"
+#include "cache_server/peer_link_table.h"
 #include "cache_server/shm_lease_table.h"
 #include "cache_server/stream_watchdog.h"
 #include "cache_server/tiered_store.h"
@@ -62,6 +63,10 @@ class KvCacheService final : public v1::KvCache::Service {
   // Delete and ReportInvalid drop its copy, and GpuGet (with the same-host transport) leases
   // its pages to workers on this host. Call before serving.
   void EnableGpuTier(GpuTier* gpu) { gpu_ = gpu; }
+  // Turns on PeerLinkSession and PeerGet (kv_cache_peer.cc): the GPU tier's chunks sent
+  // over point-to-point links to workers on other GPUs. Needs the GPU tier; `peers` must
+  // outlive the service. Call before serving.
+  void EnablePeerLinks(PeerLinkTable* peers) { peers_ = peers; }
 
   grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                       v1::LookupResponse* response) override;
@@ -96,6 +101,13 @@ class KvCacheService final : public v1::KvCache::Service {
   // and a read lease held by the caller's session.
   grpc::Status GpuGet(grpc::ServerContext* context, const v1::GpuGetRequest* request,
                       v1::GpuGetResponse* response) override;
+  // Chunks across GPUs (kv_cache_peer.cc): a link per worker session, held open by its
+  // stream, and the GPU tier's chunks sent on it.
+  grpc::Status PeerLinkSession(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::PeerLinkSessionResponse, v1::PeerLinkSessionRequest>* stream) override;
+  grpc::Status PeerGet(grpc::ServerContext* context, const v1::PeerGetRequest* request,
+                       v1::PeerGetResponse* response) override;
 
  private:
   class StreamSlot;
@@ -120,6 +132,7 @@ class KvCacheService final : public v1::KvCache::Service {
   std::shared_ptr<const ChunkMac> mac_;
   ShmLeaseTable* shm_ = nullptr;  // null: no same-host transport
   GpuTier* gpu_ = nullptr;        // null: no GPU tier
+  PeerLinkTable* peers_ = nullptr;  // null: no links across GPUs
   // Leases `key`'s GPU tier copy to the caller's session: pages, header and size into the
   // answer's fields (kv_cache_gpu.cc). NOT_FOUND when the GPU tier does not hold it.
   absl::Status LeaseGpuCopy(uint64_t session_id, const std::string& caller, const Hash128& key, uint64_t* lease_id,

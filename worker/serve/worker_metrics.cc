@@ -89,10 +89,11 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
   for (const auto& [transport, chunks, bytes] :
        {std::tuple{"grpc", &fetched_chunks_grpc_, &fetched_bytes_grpc_},
         std::tuple{"shm", &fetched_chunks_shm_, &fetched_bytes_shm_},
-        std::tuple{"cuda_ipc", &fetched_chunks_cuda_ipc_, &fetched_bytes_cuda_ipc_}}) {
+        std::tuple{"cuda_ipc", &fetched_chunks_cuda_ipc_, &fetched_bytes_cuda_ipc_},
+        std::tuple{"nccl", &fetched_chunks_nccl_, &fetched_bytes_nccl_}}) {
     *chunks = Counter("lazykv_worker_tier_fetched_chunks_total",
                       "Chunks fetched from cache servers, by transport (shm: a server on this host, in place; "
-                      "cuda_ipc: its GPU tier, device to device)",
+                      "cuda_ipc: its GPU tier, device to device; nccl: a GPU tier over a link across GPUs)",
                       r,
                       {{"transport", transport}});
     *bytes = Counter("lazykv_worker_tier_fetched_bytes_total", "Stored chunk bytes fetched from cache servers, by transport",
@@ -163,6 +164,8 @@ void WorkerMetrics::ObserveTransports(const TransportStats& s) {
   AddSince(fetched_bytes_shm_, s.shm_bytes, last.shm_bytes);
   AddSince(fetched_chunks_cuda_ipc_, s.cuda_ipc_chunks, last.cuda_ipc_chunks);
   AddSince(fetched_bytes_cuda_ipc_, s.cuda_ipc_bytes, last.cuda_ipc_bytes);
+  AddSince(fetched_chunks_nccl_, s.nccl_chunks, last.nccl_chunks);
+  AddSince(fetched_bytes_nccl_, s.nccl_bytes, last.nccl_bytes);
   AddSince(published_chunks_shm_, s.shm_published_chunks, last.shm_published_chunks);
   AddSince(published_bytes_shm_, s.shm_published_bytes, last.shm_published_bytes);
   AddSince(shm_fallbacks_, s.shm_fallbacks, last.shm_fallbacks);

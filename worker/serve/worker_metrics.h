@@ -78,6 +78,8 @@ class WorkerMetrics {
   prometheus::Counter* fetched_bytes_shm_;
   prometheus::Counter* fetched_chunks_cuda_ipc_;
   prometheus::Counter* fetched_bytes_cuda_ipc_;
+  prometheus::Counter* fetched_chunks_nccl_;
+  prometheus::Counter* fetched_bytes_nccl_;
   prometheus::Counter* published_chunks_shm_;
   prometheus::Counter* published_bytes_shm_;
   prometheus::Counter* shm_fallbacks_;

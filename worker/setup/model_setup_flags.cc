@@ -26,9 +26,11 @@ constexpr char kUsage[] =
   --cache-min-deadline-ms N  floor of a cache server call's deadline, otherwise set from the
                          server's observed latency (default 20; 5x before the first answer); a
                          server that misses one is skipped until it answers a health check
-  --transport T          auto | grpc | shm: how chunks come from the cache servers; auto (default)
-                         reads a server on this host in place from its shared host RAM (shm)
-                         and streams from the others over gRPC
+  --transport T          auto | grpc | shm | nccl: how chunks come from the cache servers; auto
+                         (default) reads a server on this host in place from its shared host RAM
+                         (shm) and streams from the others over gRPC; a chunk in a server's GPU
+                         tier comes device to device (CUDA IPC where this GPU can open it, else
+                         an NCCL link); nccl: GPU-tier chunks over NCCL links, never CUDA IPC
   --cache-dir DIR        without --cache-servers: the embedded cache tier's RocksDB directory
                          (default $LAZYKV_CACHE_DIR, $XDG_CACHE_HOME/lazykv or ~/.cache/lazykv)
   --cache-host-capacity B  embedded tier's host RAM (default 256MiB)

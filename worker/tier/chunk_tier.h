@@ -75,6 +75,8 @@ struct TransportStats {
   uint64_t grpc_chunks = 0, grpc_bytes = 0;
   uint64_t shm_chunks = 0, shm_bytes = 0;
   uint64_t cuda_ipc_chunks = 0, cuda_ipc_bytes = 0;  // from a same-host server's GPU tier
+  uint64_t nccl_chunks = 0, nccl_bytes = 0;  // from a server's GPU tier over a peer link (or its socket twin)
+  uint64_t peer_sessions = 0;                // peer link sessions ready now
   uint64_t shm_fallbacks = 0;  // fetches tried over shm and served by gRPC (auto)
   uint64_t shm_published_chunks = 0, shm_published_bytes = 0;  // committed over shm
   uint64_t shm_sessions = 0;   // same-host sessions open now

@@ -8,7 +8,8 @@ absl::StatusOr<FetchTransport> ParseFetchTransport(std::string_view name) {
   if (name == "auto") return FetchTransport::kAuto;
   if (name == "grpc") return FetchTransport::kGrpc;
   if (name == "shm") return FetchTransport::kShm;
-  return absl::InvalidArgumentError(absl::StrFormat("--transport '%s': expected auto, grpc or shm", name));
+  if (name == "nccl") return FetchTransport::kNccl;
+  return absl::InvalidArgumentError(absl::StrFormat("--transport '%s': expected auto, grpc, shm or nccl", name));
 }
 
 const char* FetchTransportName(FetchTransport transport) {
@@ -17,6 +18,8 @@ const char* FetchTransportName(FetchTransport transport) {
       return "grpc";
     case FetchTransport::kShm:
       return "shm";
+    case FetchTransport::kNccl:
+      return "nccl";
     case FetchTransport::kAuto:
       break;
   }

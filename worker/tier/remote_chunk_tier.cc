@@ -79,6 +79,11 @@ RemoteChunkTier::RemoteChunkTier(RemoteTierOptions options) : options_(std::move
       server->shm_next_try = {};
     }
   }
+  const bool nccl = options_.peer_link_kind == "nccl";
+  peer_staging_ = StagingPool::Create(nccl ? std::max(options_.gpu_device, 0) : -1, options_.peer_staging_bytes);
+  if (options_.transport == FetchTransport::kNccl) {
+    for (const auto& server : servers_) (void)PeerSessionFor(*server);  // opened in the background
+  }
   prober_ = std::thread([this] { ProberLoop(); });
 }
 
@@ -226,6 +231,12 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::Fetch(const Hash128& key) {
   Server& server = *servers_[OwnerOf(key)];
   if (!Up(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));
   if (options_.transport == FetchTransport::kGrpc) return FetchGrpc(server, key);
+  if (WantsPeerLink(server)) {
+    absl::StatusOr<FetchedChunk> peer = FetchPeer(server, key);
+    // Otherwise not in its GPU tier, no link yet, or a link that failed (it reopens later):
+    // the other transports serve it, unless the server itself is sick.
+    if (peer.ok() || !Up(server)) return peer;
+  }
   absl::StatusOr<FetchedChunk> shm = FetchShm(server, key);
   if (shm.ok() || options_.transport == FetchTransport::kShm) return shm;
   const absl::StatusCode code = shm.status().code();
@@ -262,12 +273,20 @@ TransportStats RemoteChunkTier::transport_stats() const {
                      .shm_bytes = shm_bytes_.load(),
                      .cuda_ipc_chunks = cuda_ipc_chunks_.load(),
                      .cuda_ipc_bytes = cuda_ipc_bytes_.load(),
+                     .nccl_chunks = nccl_chunks_.load(),
+                     .nccl_bytes = nccl_bytes_.load(),
                      .shm_fallbacks = shm_fallbacks_.load(),
                      .shm_published_chunks = shm_published_chunks_.load(),
                      .shm_published_bytes = shm_published_bytes_.load()};
   for (const auto& server : servers_) {
-    MutexLock lock(&server->shm_mu);
-    if (server->shm != nullptr && server->shm->alive()) ++out.shm_sessions;
+    {
+      MutexLock lock(&server->shm_mu);
+      if (server->shm != nullptr && server->shm->alive()) ++out.shm_sessions;
+    }
+    MutexLock lock(&server->peer_mu);
+    for (const Server::PeerSlot& slot : server->peers) {
+      if (slot.session != nullptr && slot.session->state() == PeerLinkClientSession::State::kReady) ++out.peer_sessions;
+    }
   }
   return out;
 }

@@ -23,6 +23,7 @@
 #include "proto/kvcache.grpc.pb.h"
 #include "worker/tier/chunk_tier.h"
 #include "worker/tier/fetch_transport.h"
+#include "worker/tier/peer_link_session.h"
 #include "worker/tier/server_estimator.h"
 #include "worker/tier/shm_session.h"
 
@@ -54,6 +55,15 @@ struct RemoteTierOptions {
   // payloads never on the host. -1 (default): never; the setup leaves it so on the CPU and
   // when the fleet signs chunks (the MAC is checked on the host).
   int gpu_device = -1;
+  // Links across GPUs (peer_link_session.h): their kind ("nccl"; "socket", its host-memory
+  // twin, for tests against an emulated GPU tier), the receive buffers' bound, and how long
+  // the answer to a session's opening may take.
+  std::string peer_link_kind = "nccl";
+  // Links per server: a fetch holds its link from PeerGet to the last byte, so several let
+  // one chunk's round trip overlap another's transfer.
+  int peer_links_per_server = 4;
+  uint64_t peer_staging_bytes = 1ull << 30;
+  std::chrono::milliseconds peer_answer_timeout{5000};
 };
 
 
@@ -115,6 +125,14 @@ class RemoteChunkTier final : public ChunkTier {
     std::shared_ptr<ShmClientSession> shm ABSL_GUARDED_BY(shm_mu);
     std::chrono::steady_clock::time_point shm_next_try ABSL_GUARDED_BY(shm_mu);
     bool shm_logged ABSL_GUARDED_BY(shm_mu) = false;  // the first refusal was logged
+    // The links across GPUs (peer_links_per_server), opened in the background on first use.
+    struct PeerSlot {
+      std::shared_ptr<PeerLinkClientSession> session;
+      std::chrono::steady_clock::time_point next_try;
+    };
+    Mutex peer_mu;
+    std::vector<PeerSlot> peers ABSL_GUARDED_BY(peer_mu);
+    bool peer_logged ABSL_GUARDED_BY(peer_mu) = false;  // an opening's failure or an end was logged
   };
   // A call's outcome: its status, and how long the answered try took.
   struct Attempted {
@@ -139,6 +157,14 @@ class RemoteChunkTier final : public ChunkTier {
   // in auto mode).
   absl::StatusOr<FetchedChunk> FetchShm(Server& server, const Hash128& key);
   absl::StatusOr<FetchedChunk> FetchGrpc(Server& server, const Hash128& key);
+  // Whether a chunk in the server's GPU tier should come over a peer link (remote_chunk_tier_peer.cc).
+  bool WantsPeerLink(Server& server);
+  // The least busy of the server's ready peer link sessions; starts opening those not open
+  // whose attempt is due (null while none is ready).
+  std::shared_ptr<PeerLinkClientSession> PeerSessionFor(Server& server) ABSL_LOCKS_EXCLUDED(server.peer_mu);
+  // A fetch over the peer link: NOT_FOUND when the server's GPU tier does not hold it,
+  // FAILED_PRECONDITION with no session ready; either way another transport may serve it.
+  absl::StatusOr<FetchedChunk> FetchPeer(Server& server, const Hash128& key);
   class ShmPublishSlot;
   // ShmCommit of a reservation (the slot's Commit).
   absl::Status CommitShm(Server& server, ShmClientSession& session, uint64_t reservation_id, uint64_t bytes);
@@ -155,6 +181,8 @@ class RemoteChunkTier final : public ChunkTier {
   std::thread prober_;
   std::atomic<uint64_t> grpc_chunks_{0}, grpc_bytes_{0}, shm_chunks_{0}, shm_bytes_{0}, shm_fallbacks_{0};
   std::atomic<uint64_t> cuda_ipc_chunks_{0}, cuda_ipc_bytes_{0};
+  std::atomic<uint64_t> nccl_chunks_{0}, nccl_bytes_{0};
+  std::shared_ptr<StagingPool> peer_staging_;  // receive buffers of peer link fetches
   std::atomic<uint64_t> shm_published_chunks_{0}, shm_published_bytes_{0};
 };
 

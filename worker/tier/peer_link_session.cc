@@ -1,0 +1,177 @@
+#include "worker/tier/peer_link_session.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_format.h"
+#include "common/chunk_codec.h"
+#include "common/grpc_util.h"
+
+namespace lazykv {
+namespace {
+
+using Clock = PeerLinkClock;
+constexpr int kMaxSegments = 1 << 16;
+
+// What a fetched chunk's bytes hold: the staging buffer with its payload, and its header.
+struct ReceivedChunk {
+  std::shared_ptr<StagingBuffer> buffer;
+  std::string header;
+};
+
+}  // namespace
+
+std::shared_ptr<PeerLinkClientSession> PeerLinkClientSession::Start(std::shared_ptr<grpc::Channel> channel,
+                                                                    std::string holder, PeerLinkOptions link,
+                                                                    std::shared_ptr<StagingPool> staging,
+                                                                    std::chrono::milliseconds answer_timeout) {
+  std::shared_ptr<PeerLinkClientSession> session(new PeerLinkClientSession(std::move(link), std::move(staging)));
+  session->thread_ = std::thread([s = session.get(), channel = std::move(channel), holder = std::move(holder),
+                                  answer_timeout] { s->Run(channel, holder, answer_timeout); });
+  return session;
+}
+
+PeerLinkClientSession::~PeerLinkClientSession() {
+  End(absl::CancelledError("peer link session closed"));
+  if (thread_.joinable()) thread_.join();
+}
+
+void PeerLinkClientSession::Run(std::shared_ptr<grpc::Channel> channel, std::string holder,
+                                std::chrono::milliseconds answer_timeout) {
+  std::unique_ptr<v1::KvCache::Stub> stub = v1::KvCache::NewStub(channel);
+  auto stream = stub->PeerLinkSession(&context_);
+  v1::PeerLinkSessionRequest request;
+  request.set_holder(holder);
+  request.set_kind(link_options_.kind);
+  v1::PeerLinkSessionResponse answer;
+  // The answer must come in time: a timer thread cancels the stream otherwise (the stream
+  // itself has no deadline, it lives as long as the session).
+  std::thread timer([this, answer_timeout] {
+    MutexLock lock(&mu_);
+    const auto deadline = Clock::now() + answer_timeout;
+    while (state_ == State::kOpening && id_ == 0 && Clock::now() < deadline) changed_.WaitUntil(&mu_, deadline);
+    if (state_ == State::kOpening && id_ == 0) context_.TryCancel();
+  });
+  const bool answered = stream->Write(request) && stream->Read(&answer);
+  {
+    MutexLock lock(&mu_);
+    if (answered) id_ = answer.session_id();
+  }
+  changed_.SignalAll();
+  timer.join();
+  if (!answered || answer.session_id() == 0) {
+    grpc::Status finished = stream->Finish();
+    End(finished.ok() ? absl::UnavailableError("the server did not answer the peer link session in time")
+                      : FromGrpcStatus(finished));
+    return;
+  }
+  auto link = ConnectPeerLink(link_options_, answer.link_id(), /*rank=*/1,
+                              Clock::now() + std::chrono::milliseconds(answer.join_timeout_ms()));
+  if (link.ok()) {
+    MutexLock lock(&mu_);
+    if (state_ == State::kOpening) {
+      link_ = *std::move(link);
+      state_ = State::kReady;
+    }
+  } else {
+    End(link.status());
+  }
+  changed_.SignalAll();
+  // Until the server ends the stream (it went away, restarted, or shut down) or End cancels it.
+  v1::PeerLinkSessionResponse ignored;
+  while (stream->Read(&ignored)) {
+  }
+  (void)stream->Finish();
+  End(absl::UnavailableError("the cache server ended the peer link session"));
+}
+
+void PeerLinkClientSession::End(absl::Status why) {
+  std::shared_ptr<PeerLink> link;
+  {
+    MutexLock lock(&mu_);
+    if (state_ == State::kEnded) return;
+    state_ = State::kEnded;
+    ended_ = std::move(why);
+    link = link_;
+  }
+  changed_.SignalAll();
+  context_.TryCancel();         // the server aborts its side when the stream ends
+  if (link != nullptr) link->Abort();  // and a transfer waiting here ends now
+}
+
+PeerLinkClientSession::State PeerLinkClientSession::state() const {
+  MutexLock lock(&mu_);
+  return state_;
+}
+
+absl::Status PeerLinkClientSession::ended_status() const {
+  MutexLock lock(&mu_);
+  return ended_;
+}
+
+uint64_t PeerLinkClientSession::id() const {
+  MutexLock lock(&mu_);
+  return id_;
+}
+
+absl::StatusOr<ChunkBytes> PeerLinkClientSession::Fetch(const Hash128& key, const PeerGetCall& call,
+                                                        Clock::time_point transfer_deadline) {
+  in_flight_.fetch_add(1);
+  struct Leave {
+    std::atomic<int>& n;
+    ~Leave() { n.fetch_sub(1); }
+  } leave{in_flight_};
+  MutexLock order(&fetch_mu_);
+  v1::PeerGetRequest request;
+  {
+    MutexLock lock(&mu_);
+    if (state_ != State::kReady) return absl::FailedPreconditionError("the peer link session is not ready");
+    request.set_session_id(id_);
+  }
+  *request.mutable_key() = ToProto(key);
+  v1::PeerGetResponse answer;
+  absl::Status called = call(request, &answer);
+  if (!called.ok()) {
+    End(called);  // the server may have queued the chunk: the link is out of step
+    return called;
+  }
+  if (!answer.found()) return absl::NotFoundError("not in the server's GPU tier");
+  absl::StatusOr<ChunkBytes> received = Receive(answer, transfer_deadline);
+  if (!received.ok()) End(received.status());
+  return received;
+}
+
+absl::StatusOr<ChunkBytes> PeerLinkClientSession::Receive(const v1::PeerGetResponse& answer,
+                                                          Clock::time_point deadline) {
+  if (answer.header().size() != kChunkHeaderBytes || answer.stored_bytes() < kChunkHeaderBytes ||
+      answer.segments_size() > kMaxSegments) {
+    return absl::InvalidArgumentError("PeerGet answer: malformed header, size or segments");
+  }
+  const uint64_t payload = answer.stored_bytes() - kChunkHeaderBytes;
+  uint64_t total = 0;
+  for (uint64_t segment : answer.segments()) total += segment;
+  if (total != payload) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("PeerGet answer: segments sum to %d bytes, the payload has %d", total, payload));
+  }
+  auto buffer = staging_->Acquire(payload);
+  if (!buffer.ok()) return buffer.status();
+  std::shared_ptr<PeerLink> link;
+  {
+    MutexLock lock(&mu_);
+    link = link_;
+  }
+  if (link == nullptr) return absl::FailedPreconditionError("the peer link session has ended");
+  char* at = (*buffer)->data();
+  for (uint64_t segment : answer.segments()) {  // one transfer each, in order
+    if (absl::Status status = link->Recv({std::span<char>(at, segment)}, deadline); !status.ok()) return status;
+    at += segment;
+  }
+  auto owner = std::make_shared<const ReceivedChunk>(ReceivedChunk{*std::move(buffer), answer.header()});
+  const std::string_view header = owner->header;
+  const std::string_view body((*owner->buffer).data(), payload);
+  if (link_options_.kind == "nccl") return ChunkBytes::WithDeviceTail({header}, {body}, owner);
+  return ChunkBytes({header, body}, owner);
+}
+
+}  // namespace lazykv

@@ -155,14 +155,28 @@ Result PeerLinkTransfers(const Options& o, const std::vector<char*>& pieces, con
 // Raw NCCL, nccl-tests style: a blocking two-rank communicator, one ncclSend/ncclRecv of
 // the whole contiguous chunk per transfer, the sender on its own thread launching all of
 // its sends back to back.
-Result RawNccl(const Options& o, const NcclApi& nccl, char* source, char* target) {
+// With `blocking` false, communicators as the peer link makes them (non-blocking: each call
+// may answer ncclInProgress, and is polled to its end before the next), to tell the cost of
+// that mode apart from the link's own.
+Result RawNccl(const Options& o, const NcclApi& nccl, char* source, char* target, bool blocking = true) {
   ncclUniqueId id;
   CHECK_NCCL(nccl, nccl.GetUniqueId(&id));
   ncclComm_t comms[2] = {nullptr, nullptr};
+  auto settle = [&](ncclComm_t comm) {
+    if (blocking) return;
+    ncclResult_t state = ncclInProgress;
+    do {
+      CHECK_NCCL(nccl, nccl.CommGetAsyncError(comm, &state));
+    } while (state == ncclInProgress);
+    CHECK_NCCL(nccl, state);
+  };
   auto init = [&](int rank) {
     CHECK_CUDA(cudaSetDevice(rank));
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;  // blocking
-    CHECK_NCCL(nccl, nccl.CommInitRankConfig(&comms[rank], 2, id, rank, &config));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    if (!blocking) config.blocking = 0;
+    const ncclResult_t r = nccl.CommInitRankConfig(&comms[rank], 2, id, rank, &config);
+    if (r != ncclInProgress) CHECK_NCCL(nccl, r);
+    settle(comms[rank]);
   };
   std::thread peer(init, 0);
   init(1);
@@ -172,14 +186,22 @@ Result RawNccl(const Options& o, const NcclApi& nccl, char* source, char* target
     CHECK_CUDA(cudaSetDevice(0));
     cudaStream_t stream;
     CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    for (int i = 0; i < total; ++i) CHECK_NCCL(nccl, nccl.Send(source, o.chunk, ncclUint8, 1, comms[0], stream));
+    for (int i = 0; i < total; ++i) {
+      const ncclResult_t r = nccl.Send(source, o.chunk, ncclUint8, 1, comms[0], stream);
+      if (r != ncclInProgress) CHECK_NCCL(nccl, r);
+      settle(comms[0]);
+    }
     CHECK_CUDA(cudaStreamSynchronize(stream));
     CHECK_CUDA(cudaStreamDestroy(stream));
   });
   CHECK_CUDA(cudaSetDevice(1));
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  auto launch = [&] { CHECK_NCCL(nccl, nccl.Recv(target, o.chunk, ncclUint8, 0, comms[1], stream)); };
+  auto launch = [&] {
+    const ncclResult_t r = nccl.Recv(target, o.chunk, ncclUint8, 0, comms[1], stream);
+    if (r != ncclInProgress) CHECK_NCCL(nccl, r);
+    settle(comms[1]);
+  };
   auto wait = [&] { CHECK_CUDA(cudaStreamSynchronize(stream)); };
   const Result result = Measure(
       o,
@@ -289,6 +311,7 @@ int Main(int argc, char** argv) {
   // A chunk in one run of pages (a fresh GPU tier allocates them ascending): one piece.
   const Result link_contiguous = PeerLinkTransfers(o, {contiguous}, {o.chunk}, target, host);
   const Result raw = RawNccl(o, **nccl, contiguous, target);
+  const Result raw_nonblocking = RawNccl(o, **nccl, contiguous, target, /*blocking=*/false);
   Result peer{}, local{};
   if (can_peer) {
     EnablePeerAccess(0, 1);
@@ -307,6 +330,7 @@ int Main(int argc, char** argv) {
   const std::pair<const char*, const Result*> rows[] = {{"peer_link nccl (paged)", &link},
                                                         {"peer_link nccl (one piece)", &link_contiguous},
                                                         {"raw_nccl (contiguous)", &raw},
+                                                        {"raw_nccl non-blocking comm", &raw_nonblocking},
                                                         {"memcpy_peer GPU0->GPU1", &peer},
                                                         {"memcpy_d2d on GPU1", &local}};
   for (const auto& [name, r] : rows)
@@ -340,6 +364,7 @@ int Main(int argc, char** argv) {
          {{"peer_link", row(link)},
           {"peer_link_one_piece", row(link_contiguous)},
           {"raw_nccl", row(raw)},
+          {"raw_nccl_nonblocking", row(raw_nonblocking)},
           {"memcpy_peer", row(peer)},
           {"memcpy_d2d", row(local)}}},
         {"ratios",

@@ -23,6 +23,8 @@ bin=$(dirname "$(command -v lazykv-worker)")
 export LAZYKV_CACHE_SERVER=$bin/lazykv-cache-server
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 nvidia-smi topo -m | tee -a "$out/gpu.txt"
+# SERVED=0: the tests and benchmarks alone; TESTS=0: the served runs alone.
+if [[ ${TESTS:-1} == 1 ]]; then
 for t in cuda_nccl_peer_link_test cuda_nccl_tier_test cuda_gpu_tier_test; do
   echo "== $t"
   (cd /tmp && timeout 240 "$t") > "$out/$t.txt" 2>&1
@@ -37,7 +39,9 @@ echo "== gpu_tier_fetch_bench --nccl-device 1"
   > "$out/gpu_tier_fetch_bench.txt" 2>&1
 echo "rc=$?"
 grep -v "^\[" "$out/gpu_tier_fetch_bench.txt" | grep -v "NCCL INFO"
+fi
 
+[[ ${SERVED:-1} == 1 ]] || exit 0
 work=/tmp/nccl_run
 rm -rf "$work"
 mkdir -p "$work"
@@ -77,6 +81,9 @@ run a_gpu0_cold 0 --worker-arg --cache-servers --worker-arg "$address"
 run b_gpu1_nccl_warm 1,0 --worker-arg --cache-servers --worker-arg "$address" --worker-arg --transport --worker-arg nccl
 run c_gpu1_recompute 1 --worker-arg --no-cache-tier
 run d_gpu1_auto_warm 1,0 --worker-arg --cache-servers --worker-arg "$address"
+# Every chunk fetched (the decision overruled): what the link carries when nothing is recomputed.
+run b2_gpu1_nccl_warm_always 1,0 --worker-arg --cache-servers --worker-arg "$address" --worker-arg --transport \
+  --worker-arg nccl --worker-arg --fetch-policy --worker-arg always
 fleet() {  # A B: both workers' document tokens prefilled over the distinct ones
   /usr/bin/env python3 - "$work/$1/compare.json" "$work/$2/compare.json" <<'PY'
 import json, sys
@@ -91,11 +98,14 @@ print(f"fleet compute of both workers: {(ua['document_computed_tokens'] + ub['do
 PY
 }
 fleet a_gpu0_cold b_gpu1_nccl_warm | tee -a "$out/served.txt"
+fleet a_gpu0_cold b2_gpu1_nccl_warm_always | tee -a "$out/served.txt"
 echo "== served, open loop at 30 requests/s"
 lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests 300 --doc-lengths fixed:512 \
   --question-tokens 16 --max-tokens 64 --vocab 128000 --rate 30 --seed 1 --out "$trace"
 run e_open_gpu0_a 0 --worker-arg --cache-servers --worker-arg "$address"
 run f_open_gpu1_nccl_warm 1,0 --worker-arg --cache-servers --worker-arg "$address" --worker-arg --transport --worker-arg nccl
 run g_open_gpu1_recompute 1 --worker-arg --no-cache-tier
+run f2_open_gpu1_nccl_warm_always 1,0 --worker-arg --cache-servers --worker-arg "$address" --worker-arg --transport \
+  --worker-arg nccl --worker-arg --fetch-policy --worker-arg always
 grep -h "peer link" "$work/cache-server.log" | head -5
 (cd "$work" && find . -name "*.log" -o -name "*.txt" -o -name "compare.json" | tar czf "$out/logs.tgz" -T -)

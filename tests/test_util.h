@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <chrono>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,18 @@ int SlowdownFactor();
 
 // A fresh seed per call (printed by the caller's SCOPED_TRACE for reproduction).
 uint64_t FreshSeed();
+
+// Polls `predicate` every 10 ms until it holds or `limit` (times SlowdownFactor) passes;
+// returns its last answer.
+template <typename Predicate>
+bool Eventually(Predicate predicate, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+  const auto until = std::chrono::steady_clock::now() + limit * SlowdownFactor();
+  while (std::chrono::steady_clock::now() < until) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return predicate();
+}
 
 // Logits at every position of `tokens`, computed plainly over the whole sequence.
 std::vector<std::vector<float>> NaiveForward(const ModelWeights& w, const std::vector<int32_t>& tokens);

@@ -65,7 +65,7 @@ class Backoff {
  private:
   static constexpr std::chrono::microseconds kSpinFor{2000};
   static constexpr std::chrono::microseconds kMaxSleep{1000};
-  const Clock::time_point start_ = Clock::now();
+  Clock::time_point start_ = Clock::now();
   std::chrono::microseconds sleep_{50};
 };
 
@@ -227,6 +227,14 @@ class NcclPeerLink final : public PeerLink {
 
   // One transfer, start to end, on the calling thread; any error leaves the caller to Kill.
   absl::Status Transfer(bool send, const std::vector<Piece>& pieces, Clock::time_point deadline, cudaEvent_t event) {
+    absl::Status status = Start(send, pieces, deadline, event);
+    if (!status.ok()) return status;
+    return WaitFor(event, deadline, send ? "send" : "recv");
+  }
+
+  // A transfer put on the stream with `event` behind it, not waited for; any error leaves the
+  // caller to Kill.
+  absl::Status Start(bool send, const std::vector<Piece>& pieces, Clock::time_point deadline, cudaEvent_t event) {
     const char* what = send ? "send" : "recv";
     if (Clock::now() >= deadline) {
       return absl::DeadlineExceededError(
@@ -252,8 +260,7 @@ class NcclPeerLink final : public PeerLink {
       issuing_ = false;
       turn_.SignalAll();
     }
-    if (!status.ok()) return status;
-    return WaitFor(event, deadline, what);
+    return status;
   }
 
   // A transfer of several pieces goes as one NCCL call through a buffer of the link's own:
@@ -381,24 +388,110 @@ class NcclPeerLink final : public PeerLink {
     }
   }
 
+  // Sends run ahead: up to kSendsInFlight are on the stream at once, each with its own
+  // event, and complete in order. A send launched only once the one before it had ended
+  // left NCCL's launch (a thread per group on a non-blocking communicator, tens of
+  // microseconds) between every two transfers: 263 GB/s for 64 MiB chunks against 345 for
+  // the same calls issued ahead (H200 pair). The gather buffer is safe to reuse: the stream
+  // runs a gather only after the send before it.
+  static constexpr size_t kSendsInFlight = 4;
+  struct InFlight {
+    Job job;
+    cudaEvent_t event;
+  };
+
   void SendLoop() {
     (void)cudaSetDevice(device_);  // for the event records; NCCL sets its own
-    MutexLock lock(&mu_);
-    while (true) {
-      while (queue_.empty() && !dead_.load()) work_.Wait(&mu_);
-      if (queue_.empty()) return;  // dead, nothing left to fail
-      Job job = std::move(queue_.front());
-      queue_.pop_front();
-      const bool dead = dead_.load();
-      lock.Unlock();
-      absl::Status status = dead ? DeadStatus() : Transfer(/*send=*/true, job.pieces, job.deadline, sent_);
-      if (!status.ok() && !dead) {
-        Kill(status);
-        DrainStream();
+    std::deque<InFlight> in_flight;
+    std::vector<cudaEvent_t> spare = {sent_};
+    // Ends every transfer on the stream with `why` (the first) or the link's death.
+    auto fail_all = [&](absl::Status why) {
+      Kill(why);
+      DrainStream();
+      for (InFlight& f : in_flight) {
+        spare.push_back(f.event);
+        f.job.done(why.ok() ? DeadStatus() : why);
+        why = DeadStatus();
       }
-      job.done(std::move(status));
-      lock.Lock();
+      in_flight.clear();
+    };
+    Backoff backoff;
+    while (true) {
+      std::optional<Job> next;
+      {
+        MutexLock lock(&mu_);
+        if (in_flight.empty()) {
+          while (queue_.empty() && !dead_.load()) work_.Wait(&mu_);
+          if (queue_.empty()) break;  // dead, nothing left to fail
+        }
+        if (!queue_.empty() && (in_flight.size() < kSendsInFlight || dead_.load())) {
+          next = std::move(queue_.front());
+          queue_.pop_front();
+        }
+      }
+      if (next.has_value()) {
+        if (dead_.load()) {
+          if (!in_flight.empty()) fail_all(DeadStatus());
+          next->done(DeadStatus());
+          continue;
+        }
+        cudaEvent_t event = nullptr;
+        if (!spare.empty()) {
+          event = spare.back();
+          spare.pop_back();
+        } else if (cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming); e != cudaSuccess) {
+          absl::Status status = CudaError("cudaEventCreate", e);
+          fail_all(status);
+          next->done(status);
+          continue;
+        }
+        absl::Status status = Start(/*send=*/true, next->pieces, next->deadline, event);
+        if (!status.ok()) {
+          spare.push_back(event);
+          fail_all(status);
+          next->done(status);
+          continue;
+        }
+        in_flight.push_back(InFlight{*std::move(next), event});
+        backoff = Backoff();
+        continue;  // launch more before waiting
+      }
+      // Nothing to launch now: look at the oldest transfer.
+      InFlight& oldest = in_flight.front();
+      absl::StatusOr<bool> ended = Ended(oldest.event, oldest.job.deadline, "send");
+      if (!ended.ok()) {
+        fail_all(ended.status());
+        continue;
+      }
+      if (*ended) {
+        spare.push_back(oldest.event);
+        Job job = std::move(oldest.job);
+        in_flight.pop_front();
+        job.done(absl::OkStatus());
+        backoff = Backoff();
+        continue;
+      }
+      backoff.Pause();
     }
+    for (cudaEvent_t event : spare) {
+      if (event != sent_) cudaEventDestroy(event);  // sent_ goes with the link
+    }
+  }
+
+  // One look at the transfer behind `event`: true once it has ended, false while it runs; an
+  // error for an NCCL error, an abort or a passed deadline.
+  absl::StatusOr<bool> Ended(cudaEvent_t event, Clock::time_point deadline, const char* what) {
+    const cudaError_t query = cudaEventQuery(event);
+    if (query != cudaSuccess && query != cudaErrorNotReady) return CudaError("cudaEventQuery", query);
+    const std::optional<ncclResult_t> state = CommState();  // after the query, as in WaitFor
+    if (!state.has_value()) return DeadStatus();
+    if (*state != ncclSuccess && *state != ncclInProgress) return NcclError(*nccl_, "NCCL (asynchronous)", *state);
+    if (query == cudaSuccess) return true;
+    if (Clock::now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("nccl peer link: the ", what, " passed its deadline (the peer did not match it in time)"));
+    }
+    return false;
   }
 
   const NcclApi* const nccl_;

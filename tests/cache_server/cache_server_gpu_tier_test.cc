@@ -31,17 +31,6 @@ v1::LookupResult LookupOne(v1::KvCache::Stub& stub, const Hash128& key) {
   return response.results_size() == 1 ? response.results(0) : v1::LookupResult();
 }
 
-// Polls Lookup until the chunk is in `tier` (true) or 5 s pass.
-bool ReachesTier(v1::KvCache::Stub& stub, const Hash128& key, v1::Tier tier) {
-  const auto until = std::chrono::steady_clock::now() + milliseconds(5000) * SlowdownFactor();
-  while (std::chrono::steady_clock::now() < until) {
-    const v1::LookupResult r = LookupOne(stub, key);
-    if (r.found() && r.tier() == tier) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return false;
-}
-
 uint64_t GpuEntries(const v1::StatsResponse& stats) {
   for (const v1::TierStats& t : stats.tiers()) {
     if (t.tier() == v1::TIER_GPU) return t.entries();

@@ -23,33 +23,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-bool InTier(v1::KvCache::Stub& stub, const Hash128& key, v1::Tier tier) {
-  const auto until = std::chrono::steady_clock::now() + milliseconds(5000) * SlowdownFactor();
-  while (std::chrono::steady_clock::now() < until) {
-    grpc::ClientContext context;
-    v1::LookupRequest request;
-    *request.add_keys() = ToProto(key);
-    v1::LookupResponse response;
-    if (stub.Lookup(&context, request, &response).ok() && response.results_size() == 1 &&
-        response.results(0).found() && response.results(0).tier() == tier) {
-      return true;
-    }
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return false;
-}
-
-// Polls `predicate` for up to 5 s (scaled under sanitizers).
-template <typename Predicate>
-bool Eventually(Predicate predicate) {
-  const auto until = std::chrono::steady_clock::now() + milliseconds(5000) * SlowdownFactor();
-  while (std::chrono::steady_clock::now() < until) {
-    if (predicate()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return predicate();
-}
-
 class CacheServerPeerLinkTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -81,7 +54,7 @@ class CacheServerPeerLinkTest : public ::testing::Test {
   TestChunk OnGpu(size_t payload) {
     TestChunk chunk = RandomTestChunk(rng_, payload);
     EXPECT_TRUE(PutChunk(*stub_, chunk).status.ok());
-    EXPECT_TRUE(InTier(*stub_, chunk.key, v1::TIER_GPU));
+    EXPECT_TRUE(ReachesTier(*stub_, chunk.key, v1::TIER_GPU));
     return chunk;
   }
   uint64_t seed_ = 0;

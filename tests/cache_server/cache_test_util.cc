@@ -83,6 +83,19 @@ GetOutcome RawGet(v1::KvCache::Stub& stub, const Hash128& key) {
   return out;
 }
 
+bool ReachesTier(v1::KvCache::Stub& stub, const Hash128& key, v1::Tier tier, std::chrono::milliseconds limit) {
+  return Eventually(
+      [&] {
+        grpc::ClientContext context;
+        v1::LookupRequest request;
+        *request.add_keys() = ToProto(key);
+        v1::LookupResponse response;
+        return stub.Lookup(&context, request, &response).ok() && response.results_size() == 1 &&
+               response.results(0).found() && response.results(0).tier() == tier;
+      },
+      limit);
+}
+
 v1::StatsResponse Stats(v1::KvCache::Stub& stub) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));

@@ -52,6 +52,10 @@ struct GetOutcome {
 GetOutcome RawGet(v1::KvCache::Stub& stub, const Hash128& key);
 
 v1::StatsResponse Stats(v1::KvCache::Stub& stub);
+// Polls Lookup until the server reports `key` in `tier` (true) or `limit` passes (scaled
+// under sanitizers).
+bool ReachesTier(v1::KvCache::Stub& stub, const Hash128& key, v1::Tier tier,
+                 std::chrono::milliseconds limit = std::chrono::milliseconds(5000));
 
 // The value of one series (`name{labels}` exactly as exported) in a Prometheus text page;
 // -1 when absent.

@@ -137,6 +137,11 @@ void LogStepProfile(const Engine& engine) {
   ChunkPipeline* pipeline = engine.pipeline();
   if (pipeline == nullptr) return;
   spdlog::info("chunk pipeline: {}", FormatPipelineStats(pipeline->stats()));
+  if (const TransportStats s = pipeline->tier().transport_stats(); s.grpc_chunks + s.shm_chunks + s.cuda_ipc_chunks +
+                                                                       s.nccl_chunks > 0) {
+    spdlog::info("fetched by transport: grpc {}, shm {}, cuda_ipc {}, nccl {} chunks ({} shm fallbacks)",
+                 s.grpc_chunks, s.shm_chunks, s.cuda_ipc_chunks, s.nccl_chunks, s.shm_fallbacks);
+  }
   for (const auto& e : pipeline->cost_model().Sources()) {
     spdlog::info("fetch cost: {}: {:.3f} ms + {:.2f} GB/s over {} fetches", e.source, e.latency_seconds * 1e3,
                  e.bytes_per_second / 1e9, e.samples);

@@ -27,8 +27,9 @@ std::shared_ptr<ShmClientSession> RemoteChunkTier::ShmSessionFor(Server& server)
   const auto deadline = std::min<std::chrono::microseconds>(
       std::max<std::chrono::microseconds>(CallDeadline(server), options_.initial_call_deadline),
       options_.lookup_deadline);
-  auto opened =
-      ShmClientSession::Open(server.channel, options_.holder, deadline, &options_.shm_pinner, options_.gpu_device);
+  // --transport nccl: the GPU tier only over links, so the session does not open it.
+  const int gpu_device = options_.transport == FetchTransport::kNccl ? -1 : options_.gpu_device;
+  auto opened = ShmClientSession::Open(server.channel, options_.holder, deadline, &options_.shm_pinner, gpu_device);
   if (!opened.ok()) {
     server.shm_next_try = now + options_.shm_retry_interval;
     if (!server.shm_logged || options_.transport == FetchTransport::kShm) {

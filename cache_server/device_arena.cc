@@ -39,8 +39,8 @@ class EmulatedDeviceArena final : public DeviceArena {
 }  // namespace
 
 DeviceArena::DeviceArena(uint64_t page_bytes, uint64_t num_pages) : page_bytes_(page_bytes), num_pages_(num_pages) {
-  free_.reserve(num_pages);
-  for (uint64_t p = num_pages; p > 0; --p) free_.push_back(static_cast<uint32_t>(p - 1));  // page 0 first
+  is_free_.assign(num_pages, true);
+  free_count_ = num_pages;
 }
 
 absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::CreateEmulated(uint64_t capacity_bytes,
@@ -54,18 +54,38 @@ absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::CreateEmulated(uint64_
 
 bool DeviceArena::TryAllocate(uint64_t n, std::vector<uint32_t>* pages) {
   MutexLock lock(&mu_);
-  if (free_.size() < n) return false;
-  // From the end of the free list, in ascending order: on a fresh arena (the list ends with
-  // page 0) a value's pages are then one ascending run, and a reader copies them in one
-  // piece instead of one per page.
-  pages->assign(free_.rbegin(), free_.rbegin() + static_cast<std::ptrdiff_t>(n));
-  free_.resize(free_.size() - n);
+  if (free_count_ < n) return false;
+  pages->clear();
+  pages->reserve(n);
+  // First fit of a run of n adjacent free pages: one pass over the page map (thousands of
+  // pages, a few microseconds, beside a copy of megabytes).
+  uint64_t run = 0;
+  for (uint64_t p = 0; p < num_pages_ && n > 0; ++p) {
+    run = is_free_[p] ? run + 1 : 0;
+    if (run == n) {
+      for (uint64_t q = p + 1 - n; q <= p; ++q) pages->push_back(static_cast<uint32_t>(q));
+      break;
+    }
+  }
+  if (pages->size() < n) {  // no run that long: the lowest free pages, ascending
+    pages->clear();
+    for (uint64_t p = 0; p < num_pages_ && pages->size() < n; ++p) {
+      if (is_free_[p]) pages->push_back(static_cast<uint32_t>(p));
+    }
+  }
+  for (uint32_t page : *pages) is_free_[page] = false;
+  free_count_ -= n;
   return true;
 }
 
 void DeviceArena::Free(std::span<const uint32_t> pages) {
   MutexLock lock(&mu_);
-  free_.insert(free_.end(), pages.begin(), pages.end());
+  for (uint32_t page : pages) {
+    if (page < num_pages_ && !is_free_[page]) {
+      is_free_[page] = true;
+      ++free_count_;
+    }
+  }
 }
 
 std::vector<std::string_view> DeviceArena::Pieces(std::span<const uint32_t> pages, uint64_t offset,
@@ -85,7 +105,7 @@ std::vector<std::string_view> DeviceArena::Pieces(std::span<const uint32_t> page
 
 uint64_t DeviceArena::free_pages() const {
   MutexLock lock(&mu_);
-  return free_.size();
+  return free_count_;
 }
 
 }  // namespace lazykv::cache

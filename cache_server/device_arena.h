@@ -39,7 +39,10 @@ class DeviceArena {
   uint64_t num_pages() const { return num_pages_; }
   uint64_t capacity_bytes() const { return page_bytes_ * num_pages_; }
   uint64_t PagesFor(uint64_t bytes) const { return (bytes + page_bytes_ - 1) / page_bytes_; }
-  // Takes `n` free pages, or returns false (taking none) when fewer are free.
+  // Takes `n` free pages, or returns false (taking none) when fewer are free. The first run
+  // of `n` adjacent free pages when there is one (a chunk in one run moves as one copy or one
+  // NCCL send; scattered over 32 pages a 64 MiB chunk crossed GPUs at 0.63x the rate), else
+  // the lowest free pages, ascending.
   bool TryAllocate(uint64_t n, std::vector<uint32_t>* pages) ABSL_LOCKS_EXCLUDED(mu_);
   void Free(std::span<const uint32_t> pages) ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t free_pages() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -82,7 +85,8 @@ class DeviceArena {
   const uint64_t page_bytes_;
   const uint64_t num_pages_;
   mutable Mutex mu_;
-  std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> is_free_ ABSL_GUARDED_BY(mu_);  // by page
+  uint64_t free_count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lazykv::cache

@@ -2,7 +2,9 @@
 // memory): a promoted chunk reads back byte for byte with its header kept apart; when full
 // the tier evicts, and a victim no lower tier holds is demoted with its exact bytes; a value
 // a reader holds keeps its pages after eviction (nothing overwrites them); promotions
-// requested from readers run on the promoter thread; Delete; a chunk larger than the tier.
+// requested from readers run on the promoter thread; Delete; a chunk larger than the tier;
+// the arena gives a chunk one run of adjacent pages whenever one is free, and its Pieces
+// merge adjacent pages.
 // References: the random bytes each chunk was made of, and the arena's free-page count.
 #include "cache_server/gpu_tier.h"
 
@@ -51,6 +53,42 @@ class GpuTierTest : public ::testing::Test {
   std::shared_ptr<CacheMetrics> metrics_ = std::make_shared<CacheMetrics>();
   std::unordered_map<Hash128, std::string, Hash128Hasher> demoted_;
 };
+
+// References: page sets written out by hand.
+TEST(DeviceArenaTest, AllocatesOneRunOfAdjacentPagesWheneverOneIsFree) {
+  auto arena = *DeviceArena::CreateEmulated(16 * kPage, kPage);
+  std::vector<uint32_t> a, b, c, d, e, f;
+  ASSERT_TRUE(arena->TryAllocate(4, &a));
+  ASSERT_TRUE(arena->TryAllocate(4, &b));
+  ASSERT_TRUE(arena->TryAllocate(4, &c));
+  ASSERT_TRUE(arena->TryAllocate(4, &d));
+  EXPECT_EQ(b, (std::vector<uint32_t>{4, 5, 6, 7}));
+  EXPECT_FALSE(arena->TryAllocate(1, &e)) << "full";
+  arena->Free(a);  // free: 0-3
+  arena->Free(c);  // free: 0-3, 8-11
+  ASSERT_TRUE(arena->TryAllocate(3, &e));
+  EXPECT_EQ(e, (std::vector<uint32_t>{0, 1, 2})) << "the first run that fits";
+  ASSERT_TRUE(arena->TryAllocate(4, &f));
+  EXPECT_EQ(f, (std::vector<uint32_t>{8, 9, 10, 11})) << "a run, not page 3 and the next three";
+  arena->Free(f);
+  arena->Free(d);  // free: 3, 8-15
+  std::vector<uint32_t> g;
+  ASSERT_TRUE(arena->TryAllocate(8, &g));
+  EXPECT_EQ(g, (std::vector<uint32_t>{8, 9, 10, 11, 12, 13, 14, 15})) << "pages freed apart, adjacent again";
+  arena->Free(g);
+  arena->Free(e);  // free: 0-3, 8-15
+  std::vector<uint32_t> h;
+  ASSERT_TRUE(arena->TryAllocate(10, &h));  // no run of 10: the lowest free pages
+  EXPECT_EQ(h, (std::vector<uint32_t>{0, 1, 2, 3, 8, 9, 10, 11, 12, 13}));
+  EXPECT_EQ(arena->free_pages(), 2u);
+  // Adjacent pages are one piece.
+  const std::vector<std::string_view> pieces = arena->Pieces(h, 100, 10 * kPage - 200);
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].data(), arena->base() + 100);
+  EXPECT_EQ(pieces[0].size(), 4 * kPage - 100);
+  EXPECT_EQ(pieces[1].data(), arena->base() + 8 * kPage);
+  EXPECT_EQ(pieces[1].size(), 6 * kPage - 100);
+}
 
 TEST_F(GpuTierTest, APromotedChunkReadsBackExactlyWithItsHeader) {
   SCOPED_TRACE(seed_);

@@ -37,7 +37,7 @@ constexpr char kUsage[] = R"(usage: lazykv-cache-server --listen HOST:PORT --dat
   --max-streams-per-client N  of those, what one client may hold (default: half of --max-streams);
                             a client is its token's name, else its certificate's name, else its host
   --max-threads N           gRPC handler threads; calls past them get RESOURCE_EXHAUSTED
-                            (default: --max-streams + 64)
+                            (default: --max-streams + 64 + --peer-max-sessions)
   --page-size BYTES         host RAM page (default 256KiB)
   --lease-ttl-ms N          default lease lifetime (default 10000)
   --stream-idle-timeout-ms N  a get or put stream moving no message for this long is cancelled,
@@ -158,9 +158,12 @@ absl::Status ParseServerFlags(int argc, char** argv, ServerFlags& f) {
   }
   f.limits.max_streams_per_client =
       f.max_streams_per_client > 0 ? f.max_streams_per_client : std::max(1, (f.limits.max_concurrent_streams + 1) / 2);
-  if (f.max_threads < 0) return absl::InvalidArgumentError("--max-threads must be positive (0: --max-streams + 64)");
+  if (f.max_threads < 0) return absl::InvalidArgumentError("--max-threads must be positive (0: --max-streams + 64 + --peer-max-sessions)");
   // A lease wait and each stream hold a handler thread; the rest answer small calls.
-  if (f.max_threads == 0) f.max_threads = f.limits.max_concurrent_streams + 64;
+  // Peer link sessions hold a handler thread each for their whole life.
+  if (f.max_threads == 0) {
+    f.max_threads = f.limits.max_concurrent_streams + 64 + static_cast<int>(f.peer.max_sessions);
+  }
   if (absl::Status s = CheckServerSecurity(f.listen, f.security); !s.ok()) return s;
   if (f.max_message_bytes < f.limits.slice_bytes + (64 << 10)) {
     return absl::InvalidArgumentError(

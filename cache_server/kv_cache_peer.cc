@@ -62,6 +62,9 @@ grpc::Status KvCacheService::PeerGet(grpc::ServerContext* context, const v1::Pee
   if (peers_ == nullptr || gpu_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this server has no peer links: use ShmGet or Get");
   }
+  if (request->session_id() == 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "session_id is required (PeerLinkSession's answer)");
+  }
   if (!request->has_key()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key is required");
   std::shared_ptr<const GpuValue> value = gpu_->Find(FromProto(request->key()));
   if (value == nullptr) {
@@ -69,9 +72,14 @@ grpc::Status KvCacheService::PeerGet(grpc::ServerContext* context, const v1::Pee
     return grpc::Status::OK;
   }
   const uint64_t payload = value->size() - kChunkHeaderBytes;
+  if (request->max_payload_bytes() > 0 && payload > request->max_payload_bytes()) {
+    response->set_found(false);  // larger than the worker's buffer: it grows it for the next
+    response->set_stored_bytes(value->size());
+    return grpc::Status::OK;
+  }
   std::vector<std::string_view> pieces = gpu_->arena().Pieces(value->pages(), kChunkHeaderBytes, payload);
   response->add_segments(payload);  // one transfer: the link gathers the pages (peer_link.h)
-  absl::Status sent = peers_->Send(request->session_id(), std::move(pieces), value);
+  absl::Status sent = peers_->Send(request->session_id(), caller->name, std::move(pieces), value);
   if (!sent.ok()) return ToGrpcStatus(sent);
   response->set_found(true);
   *response->mutable_header() = value->header();

@@ -11,17 +11,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-uint64_t RandomStart() {
-  // Ids of a restarted server's sessions do not repeat the last run's: a worker holding an
-  // old id is told its session is unknown rather than handed another's link.
-  std::random_device random;
-  return ((uint64_t{random()} << 32) | random()) & ~(uint64_t{1} << 63);
-}
-
 }  // namespace
 
 PeerLinkTable::PeerLinkTable(PeerLinkLimits limits, int device, bool emulated)
-    : limits_(limits), device_(device), emulated_(emulated), next_id_(RandomStart()) {}
+    : limits_(limits), device_(device), emulated_(emulated), random_(std::random_device{}()) {}
 
 PeerLinkTable::~PeerLinkTable() {
   absl::flat_hash_map<uint64_t, Session> sessions;
@@ -47,17 +40,32 @@ absl::Status PeerLinkTable::CanServe(std::string_view kind) const {
 absl::StatusOr<PeerLinkTable::Opened> PeerLinkTable::Open(std::string_view kind, const std::string& owner,
                                                           std::function<void()> cancel) {
   if (absl::Status can = CanServe(kind); !can.ok()) return can;
-  auto link_id = NewPeerLinkId(PeerLinkOptions{std::string(kind), device_});
-  if (!link_id.ok()) return link_id.status();
-  MutexLock lock(&mu_);
-  if (shut_down_) return absl::UnavailableError("the cache server is shutting down");
-  if (sessions_.size() >= limits_.max_sessions) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("%d peer link sessions are open (--peer-max-sessions)", limits_.max_sessions));
+  uint64_t id = 0;
+  {
+    // The slot is taken before the id is made: making an NCCL id starts a rendezvous thread
+    // that only the two ranks' joining ends, so a refused session must not make one.
+    MutexLock lock(&mu_);
+    if (shut_down_) return absl::UnavailableError("the cache server is shutting down");
+    if (sessions_.size() >= limits_.max_sessions) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("%d peer link sessions are open (--peer-max-sessions)", limits_.max_sessions));
+    }
+    // Random ids: one worker cannot guess another's (PeerGet checks the owner too).
+    do {
+      id = (random_() >> 1) | 1;
+    } while (sessions_.contains(id));
+    sessions_[id] = Session{std::string(kind), "", owner, std::move(cancel), nullptr};
+    ++totals_.sessions;
   }
-  const uint64_t id = next_id_++;
-  sessions_[id] = Session{std::string(kind), *link_id, owner, std::move(cancel), nullptr};
-  ++totals_.sessions;
+  auto link_id = NewPeerLinkId(PeerLinkOptions{std::string(kind), device_});
+  if (!link_id.ok()) {
+    Close(id);
+    return link_id.status();
+  }
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return absl::UnavailableError("the cache server is shutting down");
+  it->second.link_id = *link_id;
   return Opened{id, *std::move(link_id)};
 }
 
@@ -82,7 +90,7 @@ absl::Status PeerLinkTable::Join(uint64_t session_id) {
   return absl::OkStatus();
 }
 
-absl::Status PeerLinkTable::Send(uint64_t session_id, std::vector<std::string_view> pieces,
+absl::Status PeerLinkTable::Send(uint64_t session_id, const std::string& caller, std::vector<std::string_view> pieces,
                                  std::shared_ptr<const void> hold) {
   std::shared_ptr<PeerLink> link;
   {
@@ -95,7 +103,10 @@ absl::Status PeerLinkTable::Send(uint64_t session_id, std::vector<std::string_vi
       joined_.WaitUntil(&mu_, until);
       it = sessions_.find(session_id);
     }
-    if (it == sessions_.end()) return absl::FailedPreconditionError("unknown peer link session");
+    if (it == sessions_.end() || it->second.owner != caller) {
+      // Another caller's session is as unknown as a closed one: nothing about it is told.
+      return absl::FailedPreconditionError(absl::StrFormat("unknown peer link session %016x", session_id));
+    }
     link = it->second.link;
     if (link == nullptr || !link->alive()) return absl::FailedPreconditionError("the session's peer link is down");
     ++totals_.in_flight;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -59,12 +60,13 @@ class PeerLinkTable {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Joins the session's link as the sender; blocks until the worker joins or join_timeout.
   absl::Status Join(uint64_t session_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // Queues `pieces` (GPU tier memory) on the session's link; `hold` (the chunk's pages) is
+  // Queues `pieces` (GPU tier memory) on the session of `caller` (its owner: another
+  // caller's session is unknown to it); `hold` (the chunk's pages) is
   // kept until the transfer ends, so eviction cannot reuse them under it. Waits (up to the
   // join timeout) for a link still joining. FAILED_PRECONDITION when the session is
   // unknown or closed, or its link is dead.
-  absl::Status Send(uint64_t session_id, std::vector<std::string_view> pieces, std::shared_ptr<const void> hold)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Send(uint64_t session_id, const std::string& caller, std::vector<std::string_view> pieces,
+                    std::shared_ptr<const void> hold) ABSL_LOCKS_EXCLUDED(mu_);
   // Aborts the session's link and forgets the session (its stream ended).
   void Close(uint64_t session_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every session's stream and refuses new ones (server shutdown).
@@ -86,7 +88,7 @@ class PeerLinkTable {
   const bool emulated_;
   mutable Mutex mu_;
   absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 random_ ABSL_GUARDED_BY(mu_);  // session ids
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   PeerLinkTotals totals_ ABSL_GUARDED_BY(mu_);
   CondVar joined_;  // a session's link joined, or a session closed

@@ -99,10 +99,13 @@ class NcclPeerLink final : public PeerLink {
   ~NcclPeerLink() override {
     Kill(absl::AbortedError("the link was destroyed"));
     sender_.join();  // fails whatever was still queued
+    for (const Staging& s : staging_) {
+      if (s.data != nullptr) cudaFreeAsync(s.data, stream_);
+    }
+    cudaStreamSynchronize(stream_);
     cudaEventDestroy(sent_);
     cudaEventDestroy(received_);
     cudaStreamDestroy(stream_);
-    for (const Staging& s : staging_) cudaFree(s.data);
   }
 
   void Send(std::vector<std::string_view> pieces, Clock::time_point deadline,
@@ -272,13 +275,15 @@ class NcclPeerLink final : public PeerLink {
   absl::StatusOr<char*> StagingFor(bool send, size_t bytes) {
     Staging& s = staging_[send ? 0 : 1];
     if (s.bytes >= bytes) return s.data;
+    // Stream-ordered: the old buffer goes after the transfers on the stream that use it, and
+    // neither call waits for the device (cudaFree would wait for every kernel on it, other
+    // links' sends among them).
     if (s.data != nullptr) {
-      cudaStreamSynchronize(stream_);  // the last transfer through it has ended
-      cudaFree(s.data);
+      cudaFreeAsync(s.data, stream_);
       s = Staging{};
     }
     void* data = nullptr;
-    if (cudaError_t e = cudaMalloc(&data, bytes); e != cudaSuccess) {
+    if (cudaError_t e = cudaMallocAsync(&data, bytes, stream_); e != cudaSuccess) {
       (void)cudaGetLastError();
       return CudaError("cudaMalloc (the link's gather buffer)", e);
     }

@@ -150,13 +150,15 @@ TEST_F(CacheServerPeerLinkTest, BadSessionsAndCallsAreRefusedByName) {
     status = stub_->PeerGet(&context, request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "an unknown session";
   }
-  {
+  for (const bool with_session : {false, true}) {  // each missing field named
     grpc::ClientContext context;
     v1::PeerGetRequest request;
+    if (with_session) request.set_session_id(12345);
     v1::PeerGetResponse response;
     status = stub_->PeerGet(&context, request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(status.error_message().find("key"), std::string::npos) << status.error_message();
+    EXPECT_NE(status.error_message().find(with_session ? "key" : "session_id"), std::string::npos)
+        << status.error_message();
   }
   EXPECT_EQ(Stats(*stub_).peer_sessions(), 0u);
   // A server without a GPU tier has no links to offer.
@@ -179,6 +181,9 @@ TEST_F(CacheServerPeerLinkTest, AWorkerThatGoesBeforeReceivingLeavesNothingBehin
   SCOPED_TRACE(seed_);
   // Larger than the socket's buffers, so the transfer cannot finish until it is received.
   const TestChunk chunk = OnGpu(6 << 20);
+  // The worker's end of the link stays open throughout: only the server's abort (its
+  // session's stream ended) can end the transfer before its 10 s deadline.
+  std::unique_ptr<PeerLink> worker_end;
   {
     grpc::ClientContext context;
     auto stream = stub_->PeerLinkSession(&context);
@@ -191,11 +196,20 @@ TEST_F(CacheServerPeerLinkTest, AWorkerThatGoesBeforeReceivingLeavesNothingBehin
     auto link = ConnectPeerLink(PeerLinkOptions{"socket", -1}, answer.link_id(), 1,
                                 PeerLinkClock::now() + milliseconds(5000));
     ASSERT_TRUE(link.ok()) << link.status();
-    grpc::ClientContext get_context;
+    worker_end = *std::move(link);
     v1::PeerGetRequest get;
     get.set_session_id(answer.session_id());
     *get.mutable_key() = ToProto(chunk.key);
     v1::PeerGetResponse got;
+    {  // A receive buffer too small: nothing sent, and the size told.
+      grpc::ClientContext small_context;
+      get.set_max_payload_bytes(chunk.payload.size() - 1);
+      ASSERT_TRUE(stub_->PeerGet(&small_context, get, &got).ok());
+      EXPECT_FALSE(got.found());
+      EXPECT_EQ(got.stored_bytes(), chunk.stored().size());
+      get.set_max_payload_bytes(chunk.payload.size());
+    }
+    grpc::ClientContext get_context;
     ASSERT_TRUE(stub_->PeerGet(&get_context, get, &got).ok());
     ASSERT_TRUE(got.found());
     EXPECT_EQ(got.header(), chunk.stored().substr(0, kChunkHeaderBytes));
@@ -207,9 +221,10 @@ TEST_F(CacheServerPeerLinkTest, AWorkerThatGoesBeforeReceivingLeavesNothingBehin
     (void)stream->Finish();
   }
   EXPECT_TRUE(Eventually([&] { return Stats(*stub_).peer_sessions() == 0; }));
-  EXPECT_TRUE(Eventually([&] { return Stats(*stub_).peer_transfers_failed() == 1; }))
-      << "the queued transfer ended with the link, not at its deadline";
+  EXPECT_TRUE(Eventually([&] { return Stats(*stub_).peer_transfers_failed() == 1; }, milliseconds(3000)))
+      << "the queued transfer did not end with the link";
   EXPECT_EQ(Stats(*stub_).peer_bytes_sent(), 0u);
+  worker_end.reset();
   // The next worker is served, byte for byte.
   std::unique_ptr<RemoteChunkTier> tier = LinkClient();
   ASSERT_TRUE(Eventually([&] { return tier->transport_stats().peer_sessions == 2; }));

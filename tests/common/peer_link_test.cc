@@ -98,12 +98,14 @@ TEST(PeerLinkTest, ARecvOfAnotherSizeFails) {
   const std::string a(1000, 'a'), b(500, 'b');
   Done done;
   link.sender->Send({a, b}, Clock::now() + milliseconds(5000), done.Callback());
+  auto sent = done.promise.get_future();
   std::string x(1000, '\0'), y(400, '\0');  // the second piece is short
   const absl::Status status = link.receiver->Recv({std::span(x), std::span(y)}, Clock::now() + milliseconds(5000));
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
   EXPECT_FALSE(link.receiver->alive()) << "out of step: dead";
   std::string z(10, '\0');
   EXPECT_FALSE(link.receiver->Recv({std::span(z)}, Clock::now() + milliseconds(5000)).ok()) << "a dead link fails at once";
+  EXPECT_EQ(sent.wait_for(milliseconds(5000) * SlowdownFactor()), std::future_status::ready);  // before `done` goes
 }
 
 TEST(PeerLinkTest, ARecvNobodySendsEndsAtItsDeadline) {

@@ -46,11 +46,14 @@ TEST(StagingPoolTest, ReusesBuffersAndKeepsToItsBound) {
 
 TEST(StagingPoolTest, BuffersOutliveThePool) {
   std::shared_ptr<StagingPool> pool = StagingPool::Create(-1, 8 * kMiB);
+  const std::weak_ptr<StagingPool> watch = pool;
   auto a = pool->Acquire(kMiB);
   ASSERT_TRUE(a.ok());
-  pool.reset();  // the buffer holds the pool
+  pool.reset();
+  EXPECT_FALSE(watch.expired()) << "the buffer holds its pool";
   std::memset((*a)->data(), 1, kMiB);
   a->reset();
+  EXPECT_TRUE(watch.expired()) << "the last buffer let its pool go";
 }
 
 }  // namespace

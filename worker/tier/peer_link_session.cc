@@ -46,15 +46,17 @@ void PeerLinkClientSession::Run(std::shared_ptr<grpc::Channel> channel, std::str
   v1::PeerLinkSessionResponse answer;
   // The answer must come in time: a timer thread cancels the stream otherwise (the stream
   // itself has no deadline, it lives as long as the session).
-  std::thread timer([this, answer_timeout] {
+  bool replied = false;  // the server answered or refused (under mu_)
+  std::thread timer([this, answer_timeout, &replied] {
     MutexLock lock(&mu_);
     const auto deadline = Clock::now() + answer_timeout;
-    while (state_ == State::kOpening && id_ == 0 && Clock::now() < deadline) changed_.WaitUntil(&mu_, deadline);
-    if (state_ == State::kOpening && id_ == 0) context_.TryCancel();
+    while (state_ == State::kOpening && !replied && Clock::now() < deadline) changed_.WaitUntil(&mu_, deadline);
+    if (state_ == State::kOpening && !replied) context_.TryCancel();
   });
   const bool answered = stream->Write(request) && stream->Read(&answer);
   {
     MutexLock lock(&mu_);
+    replied = true;
     if (answered) id_ = answer.session_id();
   }
   changed_.SignalAll();
@@ -128,46 +130,66 @@ absl::StatusOr<ChunkBytes> PeerLinkClientSession::Fetch(const Hash128& key, cons
     if (state_ != State::kReady) return absl::FailedPreconditionError("the peer link session is not ready");
     request.set_session_id(id_);
   }
+  // The buffer is taken before the call: once the server has queued the chunk, failing to
+  // receive it would cost the link. The server sends nothing larger than it.
+  auto buffer = staging_->Acquire(payload_hint_.load());
+  if (!buffer.ok()) return buffer.status();  // nothing asked: the session lives on
   *request.mutable_key() = ToProto(key);
+  request.set_max_payload_bytes((*buffer)->size());
   v1::PeerGetResponse answer;
   absl::Status called = call(request, &answer);
   if (!called.ok()) {
     End(called);  // the server may have queued the chunk: the link is out of step
     return called;
   }
-  if (!answer.found()) return absl::NotFoundError("not in the server's GPU tier");
-  absl::StatusOr<ChunkBytes> received = Receive(answer, transfer_deadline);
+  if (!answer.found()) {
+    if (answer.stored_bytes() > kChunkHeaderBytes) {  // too large for the buffer: a larger one next time
+      uint64_t hint = payload_hint_.load();
+      const uint64_t needed = answer.stored_bytes() - kChunkHeaderBytes;
+      while (hint < needed && !payload_hint_.compare_exchange_weak(hint, needed)) {
+      }
+      return absl::ResourceExhaustedError("larger than the peer link's receive buffer");
+    }
+    return absl::NotFoundError("not in the server's GPU tier");
+  }
+  absl::StatusOr<ChunkBytes> received = Receive(answer, *std::move(buffer), transfer_deadline);
   if (!received.ok()) End(received.status());
   return received;
 }
 
 absl::StatusOr<ChunkBytes> PeerLinkClientSession::Receive(const v1::PeerGetResponse& answer,
+                                                          std::shared_ptr<StagingBuffer> buffer,
                                                           Clock::time_point deadline) {
   if (answer.header().size() != kChunkHeaderBytes || answer.stored_bytes() < kChunkHeaderBytes ||
-      answer.segments_size() > kMaxSegments) {
-    return absl::InvalidArgumentError("PeerGet answer: malformed header, size or segments");
+      answer.stored_bytes() - kChunkHeaderBytes > buffer->size() || answer.segments_size() > kMaxSegments) {
+    return absl::InternalError(absl::StrFormat(
+        "PeerGet answer: malformed header (%d bytes), stored_bytes (%d, buffer %d) or segments (%d)",
+        answer.header().size(), answer.stored_bytes(), buffer->size(), answer.segments_size()));
   }
   const uint64_t payload = answer.stored_bytes() - kChunkHeaderBytes;
   uint64_t total = 0;
-  for (uint64_t segment : answer.segments()) total += segment;
+  for (uint64_t segment : answer.segments()) {
+    if (segment > payload - total) {  // checked before adding: a sum that wraps cannot pass
+      return absl::InternalError(absl::StrFormat("PeerGet answer: segments exceed the payload of %d bytes", payload));
+    }
+    total += segment;
+  }
   if (total != payload) {
-    return absl::InvalidArgumentError(
+    return absl::InternalError(
         absl::StrFormat("PeerGet answer: segments sum to %d bytes, the payload has %d", total, payload));
   }
-  auto buffer = staging_->Acquire(payload);
-  if (!buffer.ok()) return buffer.status();
   std::shared_ptr<PeerLink> link;
   {
     MutexLock lock(&mu_);
     link = link_;
   }
   if (link == nullptr) return absl::FailedPreconditionError("the peer link session has ended");
-  char* at = (*buffer)->data();
+  char* at = buffer->data();
   for (uint64_t segment : answer.segments()) {  // one transfer each, in order
     if (absl::Status status = link->Recv({std::span<char>(at, segment)}, deadline); !status.ok()) return status;
     at += segment;
   }
-  auto owner = std::make_shared<const ReceivedChunk>(ReceivedChunk{*std::move(buffer), answer.header()});
+  auto owner = std::make_shared<const ReceivedChunk>(ReceivedChunk{std::move(buffer), answer.header()});
   const std::string_view header = owner->header;
   const std::string_view body((*owner->buffer).data(), payload);
   if (link_options_.kind == "nccl") return ChunkBytes::WithDeviceTail({header}, {body}, owner);

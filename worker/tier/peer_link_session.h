@@ -52,9 +52,10 @@ class PeerLinkClientSession {
   using PeerGetCall = std::function<absl::Status(const v1::PeerGetRequest&, v1::PeerGetResponse*)>;
   // Fetches `key`: PeerGet through `call`, then its payload over the link by
   // `transfer_deadline`. One fetch at a time per session (others wait their turn).
-  // NOT_FOUND: the server's GPU tier does not hold it (nothing was sent; the session lives
-  // on). FAILED_PRECONDITION: the session is not ready or has ended. Any other error ends
-  // the session.
+  // NOT_FOUND: the server's GPU tier does not hold it; RESOURCE_EXHAUSTED: no receive
+  // buffer, or the chunk is larger than the one taken (the next fetch takes a larger one);
+  // FAILED_PRECONDITION: the session is not ready or has ended. With these nothing was sent
+  // and the session lives on; any other error ends it.
   absl::StatusOr<ChunkBytes> Fetch(const Hash128& key, const PeerGetCall& call,
                                    PeerLinkClock::time_point transfer_deadline) ABSL_LOCKS_EXCLUDED(fetch_mu_, mu_);
   // Ends the session now (its stream and link).
@@ -64,13 +65,17 @@ class PeerLinkClientSession {
   PeerLinkClientSession(PeerLinkOptions link, std::shared_ptr<StagingPool> staging)
       : link_options_(std::move(link)), staging_(std::move(staging)) {}
   void Run(std::shared_ptr<grpc::Channel> channel, std::string holder, std::chrono::milliseconds answer_timeout);
-  absl::StatusOr<ChunkBytes> Receive(const v1::PeerGetResponse& answer, PeerLinkClock::time_point deadline);
+  absl::StatusOr<ChunkBytes> Receive(const v1::PeerGetResponse& answer, std::shared_ptr<StagingBuffer> buffer,
+                                     PeerLinkClock::time_point deadline);
 
   const PeerLinkOptions link_options_;
   const std::shared_ptr<StagingPool> staging_;
   grpc::ClientContext context_;
   Mutex fetch_mu_;  // one fetch at a time: the link's transfers match PeerGets in order
   std::atomic<int> in_flight_{0};
+  // The receive buffer taken for a fetch, grown when the server says a chunk was larger: a
+  // 512-token chunk of an 8B model is 64 MiB.
+  std::atomic<uint64_t> payload_hint_{64ull << 20};
   mutable Mutex mu_;
   CondVar changed_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kOpening;

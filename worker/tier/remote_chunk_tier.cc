@@ -51,6 +51,11 @@ RemoteChunkTier::RemoteChunkTier(RemoteTierOptions options) : options_(std::move
                               .min_call = options_.min_call_deadline,
                               .max_call = options_.lookup_deadline,
                               .max_transfer = options_.transfer_deadline};
+  // Loads NCCL now, if it may be used, before this tier starts threads of its own: loading
+  // sets NCCL_NVLS_ENABLE in the environment (nccl_library.cc).
+  if (options_.peer_link_kind == "nccl" && options_.gpu_device >= 0 && options_.transport != FetchTransport::kGrpc) {
+    (void)PeerLinkAvailable("nccl");
+  }
   for (const std::string& address : options_.servers) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(static_cast<int>(options_.slice_bytes + (1 << 20)));
@@ -81,6 +86,7 @@ RemoteChunkTier::RemoteChunkTier(RemoteTierOptions options) : options_(std::move
   }
   const bool nccl = options_.peer_link_kind == "nccl";
   peer_staging_ = StagingPool::Create(nccl ? std::max(options_.gpu_device, 0) : -1, options_.peer_staging_bytes);
+
   if (options_.transport == FetchTransport::kNccl) {
     for (const auto& server : servers_) (void)PeerSessionFor(*server);  // opened in the background
   }

@@ -13,6 +13,9 @@
 namespace lazykv {
 
 bool RemoteChunkTier::WantsPeerLink(Server& server) {
+  // An NCCL link receives into this worker's GPU: none without one (the CPU backend, or a
+  // fleet that signs chunks, whose MACs are checked on the host).
+  if (options_.peer_link_kind == "nccl" && options_.gpu_device < 0) return false;
   if (options_.transport == FetchTransport::kNccl) return true;
   if (options_.transport != FetchTransport::kAuto || options_.peer_link_kind != "nccl" || options_.gpu_device < 0) {
     return false;
@@ -24,6 +27,9 @@ bool RemoteChunkTier::WantsPeerLink(Server& server) {
 }
 
 std::shared_ptr<PeerLinkClientSession> RemoteChunkTier::PeerSessionFor(Server& server) {
+  // Ended sessions are let go after the lock: their destruction aborts a communicator and
+  // may wait for the device, which no other fetch to this server should wait behind.
+  std::vector<std::shared_ptr<PeerLinkClientSession>> ended;
   MutexLock lock(&server.peer_mu);
   if (server.peers.empty()) server.peers.resize(static_cast<size_t>(std::max(1, options_.peer_links_per_server)));
   const auto now = std::chrono::steady_clock::now();
@@ -44,8 +50,12 @@ std::shared_ptr<PeerLinkClientSession> RemoteChunkTier::PeerSessionFor(Server& s
                          options_.shm_retry_interval.count());
           }
           server.peer_logged = true;
-          slot.session.reset();
-          slot.next_try = now + options_.shm_retry_interval;
+          // A refusal (no GPU tier, no NCCL there, a kind it cannot serve) will not change
+          // soon: tried again after a minute rather than every few seconds.
+          slot.next_try = now + (slot.session->ended_status().code() == absl::StatusCode::kFailedPrecondition
+                                     ? std::chrono::milliseconds(60000)
+                                     : options_.shm_retry_interval);
+          ended.push_back(std::move(slot.session));
           continue;
       }
     }
@@ -60,6 +70,8 @@ std::shared_ptr<PeerLinkClientSession> RemoteChunkTier::PeerSessionFor(Server& s
                                                 PeerLinkOptions{options_.peer_link_kind, std::max(options_.gpu_device, 0)},
                                                 peer_staging_, options_.peer_answer_timeout);
   }
+  lock.Unlock();
+  ended.clear();
   return best;
 }
 
@@ -80,7 +92,7 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::FetchPeer(Server& server, const Ha
     return FromGrpcStatus(attempted.status);
   };
   const auto deadline = std::chrono::steady_clock::now() + TransferDeadline(server, 0);
-  absl::StatusOr<ChunkBytes> bytes = session->Fetch(key, call, deadline);
+  absl::StatusOr<ChunkBytes> bytes = session->Fetch(key, call, deadline);  // may end the session
   if (!bytes.ok()) return bytes.status();
   nccl_chunks_.fetch_add(1);
   nccl_bytes_.fetch_add(bytes->size());

@@ -146,7 +146,7 @@ absl::StatusOr<ChunkBytes> ShmClientSession::Adopt(const v1::ShmGetResponse& ans
     ++held_;
   }
   // Built in place: a temporary LeasedBytes would release the lease as it goes.
-  std::shared_ptr<const LeasedBytes> owner(new LeasedBytes{shared_from_this(), answer.lease_id()});
+  std::shared_ptr<const LeasedBytes> owner(new LeasedBytes{shared_from_this(), answer.lease_id(), {}});
   auto pieces = mapping_->Pieces(std::span<const uint32_t>(answer.pages().data(), answer.pages_size()),
                                  answer.stored_bytes());
   if (!pieces.ok()) return pieces.status();  // `owner` releases the lease

@@ -48,8 +48,8 @@ double Seconds(Clock::time_point since) { return std::chrono::duration<double>(C
 
 #define CHECK_NCCL(api, expr)                             \
   do {                                                    \
-    ncclResult_t r = (expr);                              \
-    if (r != ncclSuccess) Fail((api).Describe(#expr, r)); \
+    ncclResult_t r_ = (expr);                               \
+    if (r_ != ncclSuccess) Fail((api).Describe(#expr, r_)); \
   } while (0)
 
 struct Result {
@@ -94,8 +94,8 @@ Result Measure(const Options& o, const std::function<void()>& one, const std::fu
 // any error, or when the last transfer's bytes differ from `host`.
 Result PeerLinkTransfers(const Options& o, const std::vector<char*>& pieces, const std::vector<size_t>& sizes,
                          char* target, const std::string& host) {
-  const PeerLinkOptions sender_options{.kind = "nccl", .device = 0};
-  const PeerLinkOptions receiver_options{.kind = "nccl", .device = 1};
+  const PeerLinkOptions sender_options{.kind = "nccl", .device = 0, .cancel = nullptr};
+  const PeerLinkOptions receiver_options{.kind = "nccl", .device = 1, .cancel = nullptr};
   absl::StatusOr<std::string> id = NewPeerLinkId(sender_options);
   if (!id.ok()) Fail(id.status().ToString());
   const auto join_deadline = PeerLinkClock::now() + std::chrono::seconds(60);
@@ -174,8 +174,8 @@ Result RawNccl(const Options& o, const NcclApi& nccl, char* source, char* target
     CHECK_CUDA(cudaSetDevice(rank));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     if (!blocking) config.blocking = 0;
-    const ncclResult_t r = nccl.CommInitRankConfig(&comms[rank], 2, id, rank, &config);
-    if (r != ncclInProgress) CHECK_NCCL(nccl, r);
+    const ncclResult_t result = nccl.CommInitRankConfig(&comms[rank], 2, id, rank, &config);
+    if (result != ncclInProgress) CHECK_NCCL(nccl, result);
     settle(comms[rank]);
   };
   std::thread peer(init, 0);
@@ -187,8 +187,8 @@ Result RawNccl(const Options& o, const NcclApi& nccl, char* source, char* target
     cudaStream_t stream;
     CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (int i = 0; i < total; ++i) {
-      const ncclResult_t r = nccl.Send(source, o.chunk, ncclUint8, 1, comms[0], stream);
-      if (r != ncclInProgress) CHECK_NCCL(nccl, r);
+      const ncclResult_t result = nccl.Send(source, o.chunk, ncclUint8, 1, comms[0], stream);
+      if (result != ncclInProgress) CHECK_NCCL(nccl, result);
       settle(comms[0]);
     }
     CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -198,8 +198,8 @@ Result RawNccl(const Options& o, const NcclApi& nccl, char* source, char* target
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto launch = [&] {
-    const ncclResult_t r = nccl.Recv(target, o.chunk, ncclUint8, 0, comms[1], stream);
-    if (r != ncclInProgress) CHECK_NCCL(nccl, r);
+    const ncclResult_t result = nccl.Recv(target, o.chunk, ncclUint8, 0, comms[1], stream);
+    if (result != ncclInProgress) CHECK_NCCL(nccl, result);
     settle(comms[1]);
   };
   auto wait = [&] { CHECK_CUDA(cudaStreamSynchronize(stream)); };

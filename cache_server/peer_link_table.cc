@@ -54,10 +54,10 @@ absl::StatusOr<PeerLinkTable::Opened> PeerLinkTable::Open(std::string_view kind,
     do {
       id = (random_() >> 1) | 1;
     } while (sessions_.contains(id));
-    sessions_[id] = Session{std::string(kind), "", owner, std::move(cancel), nullptr};
+    sessions_[id] = Session{std::string(kind), "", owner, std::move(cancel), nullptr};  // give_up: fresh
     ++totals_.sessions;
   }
-  auto link_id = NewPeerLinkId(PeerLinkOptions{std::string(kind), device_});
+  auto link_id = NewPeerLinkId(PeerLinkOptions{.kind = std::string(kind), .device = device_, .cancel = nullptr});
   if (!link_id.ok()) {
     Close(id);
     return link_id.status();
@@ -70,13 +70,14 @@ absl::StatusOr<PeerLinkTable::Opened> PeerLinkTable::Open(std::string_view kind,
 }
 
 absl::Status PeerLinkTable::Join(uint64_t session_id) {
-  PeerLinkOptions options{"", device_};
+  PeerLinkOptions options{.kind = "", .device = device_, .cancel = nullptr};
   std::string link_id;
   {
     MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) return absl::FailedPreconditionError("unknown peer link session");
     options.kind = it->second.kind;
+    options.cancel = it->second.give_up;
     link_id = it->second.link_id;
   }
   // Without the lock: the worker may take up to join_timeout.
@@ -139,6 +140,7 @@ void PeerLinkTable::Close(uint64_t session_id) {
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) return;
     link = std::move(it->second.link);
+    it->second.give_up->store(true);  // a join under way ends now
     sessions_.erase(it);
     --totals_.sessions;
     joined_.SignalAll();  // a PeerGet waiting for the join answers now
@@ -150,6 +152,7 @@ void PeerLinkTable::Shutdown() {
   MutexLock lock(&mu_);
   shut_down_ = true;
   for (auto& [id, session] : sessions_) {
+    session.give_up->store(true);
     if (session.cancel) session.cancel();
   }
 }

@@ -5,6 +5,7 @@
 // which ends any transfer still in flight (its pages' holds go with it).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -80,6 +81,9 @@ class PeerLinkTable {
     std::string owner;
     std::function<void()> cancel;
     std::shared_ptr<PeerLink> link;  // null until joined
+    // Set by Close and Shutdown: a join under way gives up (the server's shutdown does not
+    // wait out a worker that never joins).
+    std::shared_ptr<std::atomic<bool>> give_up = std::make_shared<std::atomic<bool>>(false);
   };
   void Ended(uint64_t bytes, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 

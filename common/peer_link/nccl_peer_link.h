@@ -17,6 +17,7 @@ namespace lazykv {
 absl::Status NcclPeerLinkAvailable();
 absl::StatusOr<std::string> NewNcclPeerLinkId();  // ncclGetUniqueId's 128 bytes
 absl::StatusOr<std::unique_ptr<PeerLink>> ConnectNcclPeerLink(int device, std::string_view id, int rank,
-                                                              PeerLinkClock::time_point deadline);
+                                                              PeerLinkClock::time_point deadline,
+                                                              const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace lazykv

@@ -553,7 +553,8 @@ absl::StatusOr<std::string> NewNcclPeerLinkId() {
 }
 
 absl::StatusOr<std::unique_ptr<PeerLink>> ConnectNcclPeerLink(int device, std::string_view id, int rank,
-                                                              PeerLinkClock::time_point deadline) {
+                                                              PeerLinkClock::time_point deadline,
+                                                              const std::atomic<bool>* cancel) {
   if (rank != 0 && rank != 1)
     return absl::InvalidArgumentError(absl::StrCat("nccl peer link rank ", rank, " is not 0 or 1"));
   if (id.size() != sizeof(ncclUniqueId)) {
@@ -594,6 +595,9 @@ absl::StatusOr<std::unique_ptr<PeerLink>> ConnectNcclPeerLink(int device, std::s
     if (Clock::now() >= deadline) {
       return give_up(
           absl::DeadlineExceededError(absl::StrCat("nccl peer link: the peer did not join in time ", where)));
+    }
+    if (cancel != nullptr && cancel->load()) {
+      return give_up(absl::CancelledError(absl::StrCat("nccl peer link: the join was given up ", where)));
     }
     backoff.Pause();
   }

@@ -14,8 +14,8 @@ absl::Status NcclPeerLinkAvailable() { return Unavailable(); }
 
 absl::StatusOr<std::string> NewNcclPeerLinkId() { return Unavailable(); }
 
-absl::StatusOr<std::unique_ptr<PeerLink>> ConnectNcclPeerLink(int device, std::string_view id, int rank,
-                                                              PeerLinkClock::time_point deadline) {
+absl::StatusOr<std::unique_ptr<PeerLink>> ConnectNcclPeerLink(int, std::string_view, int, PeerLinkClock::time_point,
+                                                              const std::atomic<bool>*) {
   return Unavailable();
 }
 

@@ -21,8 +21,8 @@ absl::StatusOr<std::string> NewPeerLinkId(const PeerLinkOptions& options) {
 absl::StatusOr<std::unique_ptr<PeerLink>> ConnectPeerLink(const PeerLinkOptions& options, std::string_view id, int rank,
                                                           PeerLinkClock::time_point deadline) {
   if (rank != 0 && rank != 1) return absl::InvalidArgumentError(absl::StrCat("peer link rank ", rank, " is not 0 or 1"));
-  if (options.kind == "socket") return ConnectSocketPeerLink(id, rank, deadline);
-  if (options.kind == "nccl") return ConnectNcclPeerLink(options.device, id, rank, deadline);
+  if (options.kind == "socket") return ConnectSocketPeerLink(id, rank, deadline, options.cancel.get());
+  if (options.kind == "nccl") return ConnectNcclPeerLink(options.device, id, rank, deadline, options.cancel.get());
   return PeerLinkAvailable(options.kind);
 }
 

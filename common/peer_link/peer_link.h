@@ -14,6 +14,7 @@
 // scatters on the GPU instead.)
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -32,6 +33,9 @@ using PeerLinkClock = std::chrono::steady_clock;
 struct PeerLinkOptions {
   std::string kind = "nccl";  // "nccl" or "socket"
   int device = 0;             // this side's CUDA device ("nccl")
+  // Set (by another thread) to give up a join under way: ConnectPeerLink then returns
+  // CANCELLED within milliseconds (a session closed, a server shutting down). May be null.
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 // Thread-safe: Send, Abort, alive and kind from any thread; Recv from one thread at a time.
@@ -67,7 +71,9 @@ absl::Status PeerLinkAvailable(std::string_view kind);
 absl::StatusOr<std::string> NewPeerLinkId(const PeerLinkOptions& options);
 
 // Joins the link named by `id` as `rank` (0: sender, 1: receiver). Blocks until both sides
-// have joined or `deadline` passes (DEADLINE_EXCEEDED; nothing is left behind).
+// have joined, `deadline` passes (DEADLINE_EXCEEDED) or options.cancel is set (CANCELLED);
+// nothing is left behind but, for NCCL, the rendezvous thread the id started when the
+// other side never joined.
 // INVALID_ARGUMENT for a malformed id or rank; FAILED_PRECONDITION as PeerLinkAvailable.
 absl::StatusOr<std::unique_ptr<PeerLink>> ConnectPeerLink(const PeerLinkOptions& options, std::string_view id, int rank,
                                                           PeerLinkClock::time_point deadline);

@@ -174,7 +174,7 @@ absl::Status SetNonBlocking(int fd) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> Listen(std::string_view id, Clock::time_point deadline) {
+absl::StatusOr<int> Listen(std::string_view id, Clock::time_point deadline, const std::atomic<bool>* cancel) {
   const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listener < 0) return absl::InternalError(absl::StrCat("peer link: socket: ", std::strerror(errno)));
   socklen_t length;
@@ -199,12 +199,16 @@ absl::StatusOr<int> Listen(std::string_view id, Clock::time_point deadline) {
       ::close(listener);
       return absl::DeadlineExceededError("peer link: the peer did not join in time");
     }
+    if (cancel != nullptr && cancel->load()) {
+      ::close(listener);
+      return absl::CancelledError("peer link: the join was given up");
+    }
     pollfd p{listener, POLLIN, 0};
     (void)::poll(&p, 1, std::max(1, MillisLeft(deadline)));
   }
 }
 
-absl::StatusOr<int> Dial(std::string_view id, Clock::time_point deadline) {
+absl::StatusOr<int> Dial(std::string_view id, Clock::time_point deadline, const std::atomic<bool>* cancel) {
   socklen_t length;
   const sockaddr_un address = AddressOf(id, &length);
   while (true) {
@@ -225,6 +229,7 @@ absl::StatusOr<int> Dial(std::string_view id, Clock::time_point deadline) {
       return absl::InternalError(absl::StrCat("peer link: connect: ", std::strerror(error)));
     }
     if (Clock::now() >= deadline) return absl::DeadlineExceededError("peer link: the peer did not join in time");
+    if (cancel != nullptr && cancel->load()) return absl::CancelledError("peer link: the join was given up");
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
@@ -239,11 +244,12 @@ absl::StatusOr<std::string> NewSocketPeerLinkId() {
 }
 
 absl::StatusOr<std::unique_ptr<PeerLink>> ConnectSocketPeerLink(std::string_view id, int rank,
-                                                                Clock::time_point deadline) {
+                                                                Clock::time_point deadline,
+                                                                const std::atomic<bool>* cancel) {
   if (id.substr(0, kIdPrefix.size()) != kIdPrefix || id.size() != kIdPrefix.size() + 32) {
     return absl::InvalidArgumentError("malformed socket peer link id");
   }
-  auto fd = rank == 0 ? Listen(id, deadline) : Dial(id, deadline);
+  auto fd = rank == 0 ? Listen(id, deadline, cancel) : Dial(id, deadline, cancel);
   if (!fd.ok()) return fd.status();
   return std::unique_ptr<PeerLink>(new SocketPeerLink(*fd));
 }

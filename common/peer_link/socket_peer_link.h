@@ -16,6 +16,7 @@ namespace lazykv {
 
 absl::StatusOr<std::string> NewSocketPeerLinkId();
 absl::StatusOr<std::unique_ptr<PeerLink>> ConnectSocketPeerLink(std::string_view id, int rank,
-                                                                PeerLinkClock::time_point deadline);
+                                                                PeerLinkClock::time_point deadline,
+                                                                const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace lazykv

@@ -193,7 +193,7 @@ TEST_F(CacheServerPeerLinkTest, AWorkerThatGoesBeforeReceivingLeavesNothingBehin
     ASSERT_TRUE(stream->Write(request));
     v1::PeerLinkSessionResponse answer;
     ASSERT_TRUE(stream->Read(&answer));
-    auto link = ConnectPeerLink(PeerLinkOptions{"socket", -1}, answer.link_id(), 1,
+    auto link = ConnectPeerLink(PeerLinkOptions{.kind = "socket", .device = -1, .cancel = nullptr}, answer.link_id(), 1,
                                 PeerLinkClock::now() + milliseconds(5000));
     ASSERT_TRUE(link.ok()) << link.status();
     worker_end = *std::move(link);

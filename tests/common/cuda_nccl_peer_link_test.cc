@@ -29,8 +29,8 @@ namespace {
 using Clock = PeerLinkClock;
 using std::chrono::milliseconds;
 
-const PeerLinkOptions kSender{.kind = "nccl", .device = 0};
-const PeerLinkOptions kReceiver{.kind = "nccl", .device = 1};
+const PeerLinkOptions kSender{.kind = "nccl", .device = 0, .cancel = nullptr};
+const PeerLinkOptions kReceiver{.kind = "nccl", .device = 1, .cancel = nullptr};
 constexpr milliseconds kShortDeadline{200};
 constexpr milliseconds kMargin{1800};  // the deadline tests' bound: 200 ms + this < 2 s
 // Larger than all of NCCL's staging buffers for one peer, so that a send of it cannot

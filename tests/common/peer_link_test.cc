@@ -1,7 +1,7 @@
 // The socket kind of common/peer_link/ (the NCCL link's CPU twin, which the cache server's
 // emulated GPU tier uses): transfers arrive byte for byte and in order between two threads,
 // scattered into pieces that need not line up with the sender's; a Recv of another size fails
-// instead of being read misaligned; every
+// instead of being read misaligned; a join given up from another thread ends at once; every
 // wait ends by its deadline, on Abort, or when the peer goes, and a dead link fails at once.
 // References: the random bytes as sent.
 #include "common/peer_link/peer_link.h"
@@ -24,7 +24,7 @@ struct LinkPair {
 };
 
 LinkPair Connect() {
-  const PeerLinkOptions options{"socket", -1};
+  const PeerLinkOptions options{.kind = "socket", .device = -1, .cancel = nullptr};
   auto id = NewPeerLinkId(options);
   EXPECT_TRUE(id.ok()) << id.status();
   const auto deadline = Clock::now() + milliseconds(5000);
@@ -177,7 +177,7 @@ TEST(PeerLinkTest, APeerThatGoesEndsTheOthersTransfer) {
 }
 
 TEST(PeerLinkTest, JoiningALinkNobodyJoinsEndsAtTheDeadline) {
-  const PeerLinkOptions options{"socket", -1};
+  const PeerLinkOptions options{.kind = "socket", .device = -1, .cancel = nullptr};
   auto id = NewPeerLinkId(options);
   ASSERT_TRUE(id.ok());
   for (int rank : {0, 1}) {
@@ -185,6 +185,21 @@ TEST(PeerLinkTest, JoiningALinkNobodyJoinsEndsAtTheDeadline) {
     auto link = ConnectPeerLink(options, *id, rank, start + milliseconds(200));
     EXPECT_EQ(link.status().code(), absl::StatusCode::kDeadlineExceeded) << "rank " << rank;
     EXPECT_LT(Clock::now() - start, milliseconds(1500) * SlowdownFactor());
+  }
+  // A join given up from another thread ends at once, not at its deadline.
+  for (int rank : {0, 1}) {
+    auto give_up = std::make_shared<std::atomic<bool>>(false);
+    PeerLinkOptions cancellable = options;
+    cancellable.cancel = give_up;
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(milliseconds(100));
+      give_up->store(true);
+    });
+    const auto start = Clock::now();
+    auto link = ConnectPeerLink(cancellable, *NewPeerLinkId(options), rank, start + milliseconds(20000));
+    canceller.join();
+    EXPECT_EQ(link.status().code(), absl::StatusCode::kCancelled) << "rank " << rank;
+    EXPECT_LT(Clock::now() - start, milliseconds(2000) * SlowdownFactor());
   }
   EXPECT_EQ(ConnectPeerLink(options, "not-an-id", 1, Clock::now()).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ConnectPeerLink(options, *id, 2, Clock::now()).status().code(), absl::StatusCode::kInvalidArgument);

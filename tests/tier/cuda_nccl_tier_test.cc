@@ -119,7 +119,7 @@ TEST_F(CudaNcclTierTest, AWorkerThatNeverReceivesIsAbortedAndTheNextIsServed) {
     ASSERT_TRUE(stream->Write(request));
     v1::PeerLinkSessionResponse answer;
     ASSERT_TRUE(stream->Read(&answer));
-    auto link = ConnectPeerLink(PeerLinkOptions{"nccl", 1}, answer.link_id(), 1,
+    auto link = ConnectPeerLink(PeerLinkOptions{.kind = "nccl", .device = 1, .cancel = nullptr}, answer.link_id(), 1,
                                 PeerLinkClock::now() + milliseconds(30000));
     ASSERT_TRUE(link.ok()) << link.status();
     grpc::ClientContext get_context;

@@ -96,6 +96,7 @@ void PeerLinkClientSession::End(absl::Status why) {
     ended_ = std::move(why);
     link = link_;
   }
+  give_up_->store(true);  // a join under way ends within milliseconds
   changed_.SignalAll();
   context_.TryCancel();         // the server aborts its side when the stream ends
   if (link != nullptr) link->Abort();  // and a transfer waiting here ends now

@@ -63,11 +63,18 @@ class PeerLinkClientSession {
 
  private:
   PeerLinkClientSession(PeerLinkOptions link, std::shared_ptr<StagingPool> staging)
-      : link_options_(std::move(link)), staging_(std::move(staging)) {}
+      : link_options_(WithGiveUp(std::move(link), give_up_)), staging_(std::move(staging)) {}
+  static PeerLinkOptions WithGiveUp(PeerLinkOptions link, std::shared_ptr<const std::atomic<bool>> flag) {
+    link.cancel = std::move(flag);
+    return link;
+  }
   void Run(std::shared_ptr<grpc::Channel> channel, std::string holder, std::chrono::milliseconds answer_timeout);
   absl::StatusOr<ChunkBytes> Receive(const v1::PeerGetResponse& answer, std::shared_ptr<StagingBuffer> buffer,
                                      PeerLinkClock::time_point deadline);
 
+  // Set by End: a join under way gives up, so that End and the destructor do not wait out
+  // the server's join timeout. Declared first: link_options_ holds it.
+  const std::shared_ptr<std::atomic<bool>> give_up_ = std::make_shared<std::atomic<bool>>(false);
   const PeerLinkOptions link_options_;
   const std::shared_ptr<StagingPool> staging_;
   grpc::ClientContext context_;

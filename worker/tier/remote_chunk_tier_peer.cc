@@ -67,7 +67,7 @@ std::shared_ptr<PeerLinkClientSession> RemoteChunkTier::PeerSessionFor(Server& s
       continue;
     }
     slot.session = PeerLinkClientSession::Start(server.channel, options_.holder,
-                                                PeerLinkOptions{options_.peer_link_kind, std::max(options_.gpu_device, 0)},
+                                                PeerLinkOptions{.kind = options_.peer_link_kind, .device = std::max(options_.gpu_device, 0), .cancel = nullptr},
                                                 peer_staging_, options_.peer_answer_timeout);
   }
   lock.Unlock();

@@ -38,24 +38,12 @@ uint64_t GpuEntries(const v1::StatsResponse& stats) {
   return ~0ull;
 }
 
-class CacheServerGpuTierTest : public ::testing::Test {
+class CacheServerGpuTierTest : public CacheServerTest {
  protected:
-  void SetUp() override {
-    seed_ = FreshSeed();
-    rng_.seed(seed_);
-    dir_ = TempDir("gpu_tier");
-  }
-  void TearDown() override {
-    server_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  CacheServerGpuTierTest() : CacheServerTest("gpu_tier") {}
   bool Start(std::vector<std::string> flags) {
     flags.insert(flags.end(), {"--gpu-emulate", "--gpu-page-size", "256KiB"});
-    server_ = StartCacheServer(dir_, flags);
-    EXPECT_TRUE(server_->started()) << server_->first_line();
-    if (!server_->started()) return false;
-    stub_ = CacheStub(server_->address());
-    return true;
+    return StartServer(std::move(flags));
   }
   // Sends the session's opening request and reads the server's answer.
   using SessionStream = grpc::ClientReaderWriter<v1::ShmSessionRequest, v1::ShmSessionResponse>;
@@ -64,11 +52,6 @@ class CacheServerGpuTierTest : public ::testing::Test {
     hello.set_holder("gpu-tier-test");
     return session.Write(hello) && session.Read(opened);
   }
-  uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
-  std::string dir_;
-  std::unique_ptr<ServerProcess> server_;
-  std::unique_ptr<v1::KvCache::Stub> stub_;
 };
 
 TEST_F(CacheServerGpuTierTest, AReadChunkIsPromotedAndLeasedThroughGpuGet) {

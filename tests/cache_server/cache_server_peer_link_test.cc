@@ -23,20 +23,13 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class CacheServerPeerLinkTest : public ::testing::Test {
+class CacheServerPeerLinkTest : public CacheServerTest {
  protected:
+  CacheServerPeerLinkTest() : CacheServerTest("peer_link") {}
   void SetUp() override {
-    seed_ = FreshSeed();
-    rng_.seed(seed_);
-    dir_ = TempDir("peer_link");
-    server_ = StartCacheServer(dir_, {"--gpu-emulate", "--gpu-capacity", "8MiB", "--gpu-page-size", "256KiB",
-                                      "--host-capacity", "64MiB", "--disk-capacity", "0"});
-    ASSERT_TRUE(server_->started()) << server_->first_line();
-    stub_ = CacheStub(server_->address());
-  }
-  void TearDown() override {
-    server_.reset();
-    std::filesystem::remove_all(dir_);
+    CacheServerTest::SetUp();
+    ASSERT_TRUE(StartServer({"--gpu-emulate", "--gpu-capacity", "8MiB", "--gpu-page-size", "256KiB", "--host-capacity",
+                             "64MiB", "--disk-capacity", "0"}));
   }
   std::unique_ptr<RemoteChunkTier> LinkClient() {
     RemoteTierOptions options;
@@ -46,6 +39,7 @@ class CacheServerPeerLinkTest : public ::testing::Test {
     options.transport = FetchTransport::kNccl;
     options.peer_link_kind = "socket";
     options.peer_links_per_server = 2;
+    options.peer_first_buffer_bytes = 1 << 20;  // smaller than some chunks: asked again with a larger one
     auto tier = RemoteChunkTier::Create(options);
     EXPECT_TRUE(tier.ok()) << tier.status();
     return *std::move(tier);
@@ -57,11 +51,6 @@ class CacheServerPeerLinkTest : public ::testing::Test {
     EXPECT_TRUE(ReachesTier(*stub_, chunk.key, v1::TIER_GPU));
     return chunk;
   }
-  uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
-  std::string dir_;
-  std::unique_ptr<ServerProcess> server_;
-  std::unique_ptr<v1::KvCache::Stub> stub_;
 };
 
 TEST_F(CacheServerPeerLinkTest, GpuTierChunksComeOverTheLinkExactly) {
@@ -69,7 +58,8 @@ TEST_F(CacheServerPeerLinkTest, GpuTierChunksComeOverTheLinkExactly) {
   std::vector<TestChunk> chunks;
   uint64_t payload_bytes = 0;
   for (int i = 0; i < 3; ++i) {
-    chunks.push_back(OnGpu(std::uniform_int_distribution<size_t>(300 << 10, 2 << 20)(rng_)));
+    // The last larger than the link's first receive buffer (2 MiB, rounded up from 1).
+    chunks.push_back(OnGpu(i < 2 ? std::uniform_int_distribution<size_t>(300 << 10, 1 << 20)(rng_) : 3 << 20));
     payload_bytes += chunks.back().payload.size();
   }
   // Larger than the whole GPU tier: host RAM only.

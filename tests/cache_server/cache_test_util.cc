@@ -96,6 +96,25 @@ bool ReachesTier(v1::KvCache::Stub& stub, const Hash128& key, v1::Tier tier, std
       limit);
 }
 
+void CacheServerTest::SetUp() {
+  seed_ = FreshSeed();
+  rng_.seed(seed_);
+  dir_ = TempDir(name_);
+}
+
+void CacheServerTest::TearDown() {
+  server_.reset();
+  if (!dir_.empty()) std::filesystem::remove_all(dir_);
+}
+
+bool CacheServerTest::StartServer(std::vector<std::string> flags) {
+  server_ = StartCacheServer(dir_, std::move(flags));
+  EXPECT_TRUE(server_->started()) << server_->first_line();
+  if (!server_->started()) return false;
+  stub_ = CacheStub(server_->address());
+  return true;
+}
+
 v1::StatsResponse Stats(v1::KvCache::Stub& stub) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/child_process.h"
+#include "gtest/gtest.h"
 #include "common/chunk_codec.h"
 #include "proto/kvcache.grpc.pb.h"
 
@@ -56,6 +57,27 @@ v1::StatsResponse Stats(v1::KvCache::Stub& stub);
 // under sanitizers).
 bool ReachesTier(v1::KvCache::Stub& stub, const Hash128& key, v1::Tier tier,
                  std::chrono::milliseconds limit = std::chrono::milliseconds(5000));
+
+// A test with a lazykv-cache-server of its own: a fresh seed (for the test's SCOPED_TRACE),
+// a temporary data directory named after `name` and removed at the end, and StartServer.
+class CacheServerTest : public ::testing::Test {
+ protected:
+  explicit CacheServerTest(std::string name) : name_(std::move(name)) {}
+  void SetUp() override;     // the seed and the directory
+  void TearDown() override;  // stops the server, removes the directory
+  // Starts the server on the directory with `flags` and connects stub_; false (with a test
+  // failure recorded) when it did not start.
+  bool StartServer(std::vector<std::string> flags);
+
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  std::string dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<v1::KvCache::Stub> stub_;
+
+ private:
+  const std::string name_;
+};
 
 // The value of one series (`name{labels}` exactly as exported) in a Prometheus text page;
 // -1 when absent.

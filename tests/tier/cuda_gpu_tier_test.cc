@@ -48,26 +48,14 @@ bool AllOnGpu(RemoteChunkTier& tier, const std::vector<Hash128>& keys) {
   return false;
 }
 
-class CudaGpuTierTest : public ::testing::Test {
+class CudaGpuTierTest : public CacheServerTest {
  protected:
+  CudaGpuTierTest() : CacheServerTest("cuda_gpu_tier") {}
   void SetUp() override {
     if (!HaveGpu()) GTEST_SKIP() << "no GPU";
-    seed_ = FreshSeed();
-    rng_.seed(seed_);
-    dir_ = TempDir("cuda_gpu_tier");
-    server_ = StartCacheServer(dir_, {"--gpu-capacity", "256MiB", "--host-capacity", "256MiB", "--disk-capacity", "0"});
-    ASSERT_TRUE(server_->started()) << server_->first_line();
-    stub_ = CacheStub(server_->address());
+    CacheServerTest::SetUp();
+    ASSERT_TRUE(StartServer({"--gpu-capacity", "256MiB", "--host-capacity", "256MiB", "--disk-capacity", "0"}));
   }
-  void TearDown() override {
-    server_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-  uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
-  std::string dir_;
-  std::unique_ptr<ServerProcess> server_;
-  std::unique_ptr<v1::KvCache::Stub> stub_;
 };
 
 TEST_F(CudaGpuTierTest, AChunkInTheGpuTierIsFetchedDeviceToDeviceExactly) {

@@ -24,23 +24,16 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class CudaNcclTierTest : public ::testing::Test {
+class CudaNcclTierTest : public CacheServerTest {
  protected:
+  CudaNcclTierTest() : CacheServerTest("cuda_nccl_tier") {}
   void SetUp() override {
     int gpus = 0;
     if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "fewer than 2 GPUs";
     if (absl::Status nccl = PeerLinkAvailable("nccl"); !nccl.ok()) GTEST_SKIP() << nccl;
-    seed_ = FreshSeed();
-    rng_.seed(seed_);
-    dir_ = TempDir("cuda_nccl_tier");
-    server_ = StartCacheServer(dir_, {"--gpu-capacity", "256MiB", "--gpu-device", "0", "--host-capacity", "256MiB",
-                                      "--disk-capacity", "0"});
-    ASSERT_TRUE(server_->started()) << server_->first_line();
-    stub_ = CacheStub(server_->address());
-  }
-  void TearDown() override {
-    server_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    CacheServerTest::SetUp();
+    ASSERT_TRUE(StartServer({"--gpu-capacity", "256MiB", "--gpu-device", "0", "--host-capacity", "256MiB",
+                             "--disk-capacity", "0"}));
   }
   std::unique_ptr<RemoteChunkTier> LinkClient() {
     RemoteTierOptions options;
@@ -71,11 +64,6 @@ class CudaNcclTierTest : public ::testing::Test {
     }
     return out;
   }
-  uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
-  std::string dir_;
-  std::unique_ptr<ServerProcess> server_;
-  std::unique_ptr<v1::KvCache::Stub> stub_;
 };
 
 TEST_F(CudaNcclTierTest, ChunksReachTheOtherGpuExactly) {
@@ -143,6 +131,7 @@ TEST_F(CudaNcclTierTest, AWorkerThatNeverReceivesIsAbortedAndTheNextIsServed) {
   auto fetched = tier->Fetch(chunk.key);
   ASSERT_TRUE(fetched.ok()) << fetched.status();
   EXPECT_EQ(ReadBack(fetched->stored), chunk.stored());
+  EXPECT_EQ(tier->transport_stats().nccl_chunks, 1u) << "a chunk over 64 MiB: asked again with a larger buffer";
 }
 
 TEST_F(CudaNcclTierTest, AKilledServerEndsFetchesWithAnErrorNotAHang) {

@@ -24,8 +24,10 @@ struct ReceivedChunk {
 std::shared_ptr<PeerLinkClientSession> PeerLinkClientSession::Start(std::shared_ptr<grpc::Channel> channel,
                                                                     std::string holder, PeerLinkOptions link,
                                                                     std::shared_ptr<StagingPool> staging,
-                                                                    std::chrono::milliseconds answer_timeout) {
+                                                                    std::chrono::milliseconds answer_timeout,
+                                                                    uint64_t buffer_bytes) {
   std::shared_ptr<PeerLinkClientSession> session(new PeerLinkClientSession(std::move(link), std::move(staging)));
+  session->payload_hint_.store(buffer_bytes);
   session->thread_ = std::thread([s = session.get(), channel = std::move(channel), holder = std::move(holder),
                                   answer_timeout] { s->Run(channel, holder, answer_timeout); });
   return session;
@@ -131,27 +133,32 @@ absl::StatusOr<ChunkBytes> PeerLinkClientSession::Fetch(const Hash128& key, cons
     if (state_ != State::kReady) return absl::FailedPreconditionError("the peer link session is not ready");
     request.set_session_id(id_);
   }
-  // The buffer is taken before the call: once the server has queued the chunk, failing to
-  // receive it would cost the link. The server sends nothing larger than it.
-  auto buffer = staging_->Acquire(payload_hint_.load());
-  if (!buffer.ok()) return buffer.status();  // nothing asked: the session lives on
   *request.mutable_key() = ToProto(key);
-  request.set_max_payload_bytes((*buffer)->size());
+  // The buffer is taken before the call: once the server has queued the chunk, failing to
+  // receive it would cost the link. The server sends nothing larger than it, and says how
+  // large the chunk is instead: then once more with a buffer that fits.
+  absl::StatusOr<std::shared_ptr<StagingBuffer>> buffer;
   v1::PeerGetResponse answer;
-  absl::Status called = call(request, &answer);
-  if (!called.ok()) {
-    End(called);  // the server may have queued the chunk: the link is out of step
-    return called;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    buffer = staging_->Acquire(payload_hint_.load());
+    if (!buffer.ok()) return buffer.status();  // nothing asked: the session lives on
+    request.set_max_payload_bytes((*buffer)->size());
+    answer.Clear();
+    absl::Status called = call(request, &answer);
+    if (!called.ok()) {
+      End(called);  // the server may have queued the chunk: the link is out of step
+      return called;
+    }
+    if (answer.found() || answer.stored_bytes() <= kChunkHeaderBytes) break;
+    uint64_t hint = payload_hint_.load();  // too large for the buffer: a larger one
+    const uint64_t needed = answer.stored_bytes() - kChunkHeaderBytes;
+    while (hint < needed && !payload_hint_.compare_exchange_weak(hint, needed)) {
+    }
+    buffer = absl::ResourceExhaustedError("larger than the peer link's receive buffer");
   }
   if (!answer.found()) {
-    if (answer.stored_bytes() > kChunkHeaderBytes) {  // too large for the buffer: a larger one next time
-      uint64_t hint = payload_hint_.load();
-      const uint64_t needed = answer.stored_bytes() - kChunkHeaderBytes;
-      while (hint < needed && !payload_hint_.compare_exchange_weak(hint, needed)) {
-      }
-      return absl::ResourceExhaustedError("larger than the peer link's receive buffer");
-    }
-    return absl::NotFoundError("not in the server's GPU tier");
+    return answer.stored_bytes() > kChunkHeaderBytes ? buffer.status()
+                                                     : absl::NotFoundError("not in the server's GPU tier");
   }
   absl::StatusOr<ChunkBytes> received = Receive(answer, *std::move(buffer), transfer_deadline);
   if (!received.ok()) End(received.status());

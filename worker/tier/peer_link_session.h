@@ -36,9 +36,11 @@ class PeerLinkClientSession {
   // Starts opening a session on `channel` with a link of `link.kind` on `link.device`;
   // returns at once. The server must answer within `answer_timeout`, and the link come up
   // within the server's join timeout.
+  // `buffer_bytes`: the receive buffer a fetch takes first (grown to the largest chunk seen).
   static std::shared_ptr<PeerLinkClientSession> Start(std::shared_ptr<grpc::Channel> channel, std::string holder,
                                                       PeerLinkOptions link, std::shared_ptr<StagingPool> staging,
-                                                      std::chrono::milliseconds answer_timeout);
+                                                      std::chrono::milliseconds answer_timeout,
+                                                      uint64_t buffer_bytes = 64ull << 20);
   ~PeerLinkClientSession();  // ends the stream and aborts the link
 
   State state() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -53,7 +55,7 @@ class PeerLinkClientSession {
   // Fetches `key`: PeerGet through `call`, then its payload over the link by
   // `transfer_deadline`. One fetch at a time per session (others wait their turn).
   // NOT_FOUND: the server's GPU tier does not hold it; RESOURCE_EXHAUSTED: no receive
-  // buffer, or the chunk is larger than the one taken (the next fetch takes a larger one);
+  // buffer (a chunk larger than the one taken is asked for again with a larger one);
   // FAILED_PRECONDITION: the session is not ready or has ended. With these nothing was sent
   // and the session lives on; any other error ends it.
   absl::StatusOr<ChunkBytes> Fetch(const Hash128& key, const PeerGetCall& call,
@@ -80,8 +82,8 @@ class PeerLinkClientSession {
   grpc::ClientContext context_;
   Mutex fetch_mu_;  // one fetch at a time: the link's transfers match PeerGets in order
   std::atomic<int> in_flight_{0};
-  // The receive buffer taken for a fetch, grown when the server says a chunk was larger: a
-  // 512-token chunk of an 8B model is 64 MiB.
+  // The receive buffer taken for a fetch, grown when the server says a chunk was larger (a
+  // 512-token chunk of an 8B model is 64 MiB).
   std::atomic<uint64_t> payload_hint_{64ull << 20};
   mutable Mutex mu_;
   CondVar changed_;

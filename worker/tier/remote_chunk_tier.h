@@ -63,6 +63,7 @@ struct RemoteTierOptions {
   // one chunk's round trip overlap another's transfer.
   int peer_links_per_server = 4;
   uint64_t peer_staging_bytes = 1ull << 30;
+  uint64_t peer_first_buffer_bytes = 64ull << 20;  // a link's first receive buffer (grows to fit)
   std::chrono::milliseconds peer_answer_timeout{5000};
 };
 

@@ -68,7 +68,8 @@ std::shared_ptr<PeerLinkClientSession> RemoteChunkTier::PeerSessionFor(Server& s
     }
     slot.session = PeerLinkClientSession::Start(server.channel, options_.holder,
                                                 PeerLinkOptions{.kind = options_.peer_link_kind, .device = std::max(options_.gpu_device, 0), .cancel = nullptr},
-                                                peer_staging_, options_.peer_answer_timeout);
+                                                peer_staging_, options_.peer_answer_timeout,
+                                                options_.peer_first_buffer_bytes);
   }
   lock.Unlock();
   ended.clear();

@@ -293,6 +293,10 @@ def workers():
                   "servers over gRPC).", w=12, stack=True),
         ts("KV bytes copied/s", targets((rate(W + "kv_bytes_copied_total"), "copied")), "Bps",
            "KV bytes re-rotated into private copies (block mode only; lazy mode copies nothing).", w=12),
+        ts("Fetched bytes/s by transport", targets((rate(W + "tier_fetched_bytes_total", by="transport"),
+                                                    "{{transport}}")), "Bps",
+           "Chunk bytes fetched from cache servers: grpc, shm (a server on this host, in place), cuda_ipc (its GPU "
+           "tier, device to device), nccl (a GPU tier over a link across GPUs).", w=12, stack=True),
     ]
     return dashboard(
         "lazykv-worker",
@@ -359,6 +363,10 @@ def cache_servers():
             (rate(C + "bytes_in_total"), "in (Put)"),
             (rate(C + "bytes_out_total", by="tier"), "out from {{tier}}"),
         ), "Bps", "Chunk bytes stored by Put and served by Get, by the tier that served them."),
+        ts("Bytes/s sent by transport", targets((rate(C + "bytes_sent_total", by="transport"), "{{transport}}")),
+           "Bps", "Chunk bytes handed to readers: grpc (Get, streamed), shm (ShmGet: page locations in shared "
+                  "memory), cuda_ipc (the GPU tier, to a worker that opened it), nccl (the GPU tier over a link to "
+                  "a worker on another GPU), socket (the link's CPU twin, emulated GPU tiers).", stack=True),
         ts("Call latency p99 by method", targets(
             (quantile(0.99, C + "request_seconds", by="method"), "{{method}}")), "s",
            "lazykv_cache_request_seconds p99 per method (a method appears after its first call).", w=12),

@@ -18,6 +18,7 @@ TEST(StagingPoolTest, ReusesBuffersAndKeepsToItsBound) {
   auto a = pool->Acquire(5 * kMiB);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ((*a)->size(), 6 * kMiB) << "rounded up to 2 MiB";
+  EXPECT_GT((*a)->allocation_seconds(), 0.0) << "allocated: a one-time cost, reported";
   std::memset((*a)->data(), 7, 5 * kMiB);  // writable, all of it
   char* const first = (*a)->data();
   EXPECT_EQ(pool->outstanding_bytes(), 6 * kMiB);
@@ -27,6 +28,7 @@ TEST(StagingPoolTest, ReusesBuffersAndKeepsToItsBound) {
   auto b = pool->Acquire(3 * kMiB);  // fits the kept one: reused
   ASSERT_TRUE(b.ok());
   EXPECT_EQ((*b)->data(), first);
+  EXPECT_EQ((*b)->allocation_seconds(), 0.0) << "kept: nothing allocated";
   EXPECT_EQ(pool->kept_bytes(), 0u);
   auto c = pool->Acquire(10 * kMiB);
   ASSERT_TRUE(c.ok());

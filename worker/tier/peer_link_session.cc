@@ -120,7 +120,8 @@ uint64_t PeerLinkClientSession::id() const {
 }
 
 absl::StatusOr<ChunkBytes> PeerLinkClientSession::Fetch(const Hash128& key, const PeerGetCall& call,
-                                                        Clock::time_point transfer_deadline) {
+                                                        Clock::time_point transfer_deadline, double* setup_seconds) {
+  if (setup_seconds != nullptr) *setup_seconds = 0;
   in_flight_.fetch_add(1);
   struct Leave {
     std::atomic<int>& n;
@@ -142,6 +143,7 @@ absl::StatusOr<ChunkBytes> PeerLinkClientSession::Fetch(const Hash128& key, cons
   for (int attempt = 0; attempt < 2; ++attempt) {
     buffer = staging_->Acquire(payload_hint_.load());
     if (!buffer.ok()) return buffer.status();  // nothing asked: the session lives on
+    if (setup_seconds != nullptr) *setup_seconds += (*buffer)->allocation_seconds();
     request.set_max_payload_bytes((*buffer)->size());
     answer.Clear();
     absl::Status called = call(request, &answer);

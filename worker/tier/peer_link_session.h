@@ -58,8 +58,11 @@ class PeerLinkClientSession {
   // buffer (a chunk larger than the one taken is asked for again with a larger one);
   // FAILED_PRECONDITION: the session is not ready or has ended. With these nothing was sent
   // and the session lives on; any other error ends it.
+  // *setup_seconds (may be null): of the fetch's time, what went to allocating a receive
+  // buffer (once per buffer: not the link's cost per chunk).
   absl::StatusOr<ChunkBytes> Fetch(const Hash128& key, const PeerGetCall& call,
-                                   PeerLinkClock::time_point transfer_deadline) ABSL_LOCKS_EXCLUDED(fetch_mu_, mu_);
+                                   PeerLinkClock::time_point transfer_deadline, double* setup_seconds = nullptr)
+      ABSL_LOCKS_EXCLUDED(fetch_mu_, mu_);
   // Ends the session now (its stream and link).
   void End(absl::Status why) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -93,13 +93,15 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::FetchPeer(Server& server, const Ha
     return FromGrpcStatus(attempted.status);
   };
   const auto deadline = std::chrono::steady_clock::now() + TransferDeadline(server, 0);
-  absl::StatusOr<ChunkBytes> bytes = session->Fetch(key, call, deadline);  // may end the session
+  double setup_seconds = 0;
+  absl::StatusOr<ChunkBytes> bytes = session->Fetch(key, call, deadline, &setup_seconds);  // may end the session
   if (!bytes.ok()) return bytes.status();
   nccl_chunks_.fetch_add(1);
   nccl_bytes_.fetch_add(bytes->size());
   // Verified as a CUDA IPC fetch is: the payload left the server's GPU tier, which took it
   // from host RAM or disk after their checks, and the link carried it unchanged.
-  return FetchedChunk{*std::move(bytes), ChunkSource::kRemote, server.address, /*payload_verified=*/true};
+  return FetchedChunk{*std::move(bytes), ChunkSource::kRemote, server.address, /*payload_verified=*/true,
+                      setup_seconds};
 }
 
 }  // namespace lazykv

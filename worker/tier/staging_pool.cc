@@ -1,5 +1,6 @@
 #include "worker/tier/staging_pool.h"
 
+#include <chrono>
 #include <cstdlib>
 
 #include "absl/strings/str_format.h"
@@ -13,14 +14,17 @@ constexpr uint64_t kGranule = 2ull << 20;  // sizes rounded up, so that near siz
 
 class StagingPool::Lent final : public StagingBuffer {
  public:
-  Lent(std::shared_ptr<StagingPool> pool, Block block) : pool_(std::move(pool)), block_(block) {}
+  Lent(std::shared_ptr<StagingPool> pool, Block block, double allocation_seconds = 0)
+      : pool_(std::move(pool)), block_(block), allocation_seconds_(allocation_seconds) {}
   ~Lent() override { pool_->GiveBack(block_); }
   char* data() const override { return block_.data; }
   uint64_t size() const override { return block_.size; }
+  double allocation_seconds() const override { return allocation_seconds_; }
 
  private:
   const std::shared_ptr<StagingPool> pool_;
   const Block block_;
+  const double allocation_seconds_;
 };
 
 std::shared_ptr<StagingPool> StagingPool::Create(int device, uint64_t max_bytes) {
@@ -75,6 +79,7 @@ absl::StatusOr<std::shared_ptr<StagingBuffer>> StagingPool::Acquire(uint64_t byt
     }
     outstanding_ += size;  // reserved before the allocation, which runs without the lock
   }
+  const auto start = std::chrono::steady_clock::now();
   for (const Block& block : drop) Free(block.data);
   auto data = Allocate(size);
   if (!data.ok()) {
@@ -82,7 +87,8 @@ absl::StatusOr<std::shared_ptr<StagingBuffer>> StagingPool::Acquire(uint64_t byt
     outstanding_ -= size;
     return data.status();
   }
-  return std::shared_ptr<StagingBuffer>(new Lent(shared_from_this(), Block{*data, size}));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::shared_ptr<StagingBuffer>(new Lent(shared_from_this(), Block{*data, size}, seconds));
 }
 
 void StagingPool::GiveBack(Block block) {

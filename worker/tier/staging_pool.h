@@ -19,6 +19,9 @@ class StagingBuffer {
   virtual ~StagingBuffer() = default;
   virtual char* data() const = 0;
   virtual uint64_t size() const = 0;  // at least what was asked for
+  // Seconds Acquire spent allocating it (0 for a kept buffer): a one-time cost, not the
+  // transport's, which fetch estimates leave out.
+  virtual double allocation_seconds() const = 0;
 };
 
 // Thread-safe; the buffers it hands out may outlive it.

@@ -89,6 +89,17 @@ Result Measure(const Options& o, const std::function<void()>& one, const std::fu
           static_cast<double>(o.chunk) * o.iterations / total / 1e9};
 }
 
+// The same for a method whose single transfer is a launch followed by a wait.
+Result Measure(const Options& o, const std::function<void()>& launch, const std::function<void()>& wait) {
+  return Measure(
+      o,
+      [&] {
+        launch();
+        wait();
+      },
+      launch, wait);
+}
+
 // The peer link: the sender queues every transfer at once; the receiver times its Recvs.
 // `target` is GPU 1's contiguous buffer, received in pieces of the sender's sizes. Exits on
 // any error, or when the last transfer's bytes differ from `host`.
@@ -203,13 +214,7 @@ Result RawNccl(const Options& o, const NcclApi& nccl, char* source, char* target
     settle(comms[1]);
   };
   auto wait = [&] { CHECK_CUDA(cudaStreamSynchronize(stream)); };
-  const Result result = Measure(
-      o,
-      [&] {
-        launch();
-        wait();
-      },
-      launch, wait);
+  const Result result = Measure(o, launch, wait);
   sender.join();
   CHECK_CUDA(cudaStreamDestroy(stream));
   for (ncclComm_t comm : comms) CHECK_NCCL(nccl, nccl.CommDestroy(comm));
@@ -223,13 +228,7 @@ Result Copies(const Options& o, int device, const std::function<cudaError_t(cuda
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto launch = [&] { CHECK_CUDA(copy(stream)); };
   auto wait = [&] { CHECK_CUDA(cudaStreamSynchronize(stream)); };
-  const Result result = Measure(
-      o,
-      [&] {
-        launch();
-        wait();
-      },
-      launch, wait);
+  const Result result = Measure(o, launch, wait);
   CHECK_CUDA(cudaStreamDestroy(stream));
   return result;
 }

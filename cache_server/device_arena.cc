@@ -88,21 +88,6 @@ void DeviceArena::Free(std::span<const uint32_t> pages) {
   }
 }
 
-std::vector<std::string_view> DeviceArena::Pieces(std::span<const uint32_t> pages, uint64_t offset,
-                                                  uint64_t length) const {
-  std::vector<std::string_view> pieces;
-  const char* const start = base();
-  ForEachRun(pages, page_bytes(), offset, length, [&](uint32_t page, uint64_t in_page, uint64_t, uint64_t n) {
-    const char* at = start + page * page_bytes() + in_page;
-    if (!pieces.empty() && pieces.back().data() + pieces.back().size() == at) {
-      pieces.back() = std::string_view(pieces.back().data(), pieces.back().size() + n);
-    } else {
-      pieces.emplace_back(at, n);
-    }
-  });
-  return pieces;
-}
-
 uint64_t DeviceArena::free_pages() const {
   MutexLock lock(&mu_);
   return free_count_;

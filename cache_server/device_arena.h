@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "common/paged_pieces.h"
 
 namespace lazykv::cache {
 
@@ -62,8 +63,11 @@ class DeviceArena {
   virtual const char* base() const = 0;
   // [offset, offset + length) of a value laid out over `pages` as contiguous runs of the
   // allocation (adjacent pages merged): what a peer link sends (common/peer_link/).
-  // Precondition: the range lies within the pages.
-  std::vector<std::string_view> Pieces(std::span<const uint32_t> pages, uint64_t offset, uint64_t length) const;
+  // INVALID_ARGUMENT as PagedPieces (common/paged_pieces.h).
+  absl::StatusOr<std::vector<std::string_view>> Pieces(std::span<const uint32_t> pages, uint64_t offset,
+                                                       uint64_t length) const {
+    return PagedPieces(base(), capacity_bytes(), page_bytes_, pages, offset, length);
+  }
 
  protected:
   DeviceArena(uint64_t page_bytes, uint64_t num_pages);

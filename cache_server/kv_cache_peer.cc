@@ -77,9 +77,10 @@ grpc::Status KvCacheService::PeerGet(grpc::ServerContext* context, const v1::Pee
     response->set_stored_bytes(value->size());
     return grpc::Status::OK;
   }
-  std::vector<std::string_view> pieces = gpu_->arena().Pieces(value->pages(), kChunkHeaderBytes, payload);
+  auto pieces = gpu_->arena().Pieces(value->pages(), kChunkHeaderBytes, payload);
+  if (!pieces.ok()) return ToGrpcStatus(absl::InternalError(std::string(pieces.status().message())));
   response->add_segments(payload);  // one transfer: the link gathers the pages (peer_link.h)
-  absl::Status sent = peers_->Send(request->session_id(), caller->name, std::move(pieces), value);
+  absl::Status sent = peers_->Send(request->session_id(), caller->name, *std::move(pieces), value);
   if (!sent.ok()) return ToGrpcStatus(sent);
   response->set_found(true);
   *response->mutable_header() = value->header();

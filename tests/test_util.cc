@@ -63,6 +63,20 @@ std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int length, int vocab_si
   return tokens;
 }
 
+std::vector<GenerateRequest> OverlappingRequests(const std::vector<std::vector<int32_t>>& docs, int n,
+                                                 int docs_per_request, int prompt_tokens, int max_tokens,
+                                                 int vocab_size, std::mt19937_64& rng) {
+  std::vector<GenerateRequest> requests;
+  for (int r = 0; r < n; ++r) {
+    GenerateRequest request;
+    for (int k = 0; k < docs_per_request; ++k) request.docs.push_back(docs[(r + k) % docs.size()]);
+    request.prompt = RandomTokens(rng, prompt_tokens, vocab_size);
+    request.sampling.max_tokens = max_tokens;
+    requests.push_back(request);
+  }
+  return requests;
+}
+
 double RelativeError(const std::vector<float>& a, const std::vector<float>& reference) {
   if (a.size() != reference.size()) return INFINITY;
   double max_diff = 0, max_ref = 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "worker/engine/engine.h"
 #include "worker/model/model_weights.h"
 #include "worker/tokenizer/tokenizer.h"
 
@@ -66,5 +67,11 @@ std::vector<std::vector<float>> NaiveForwardMasked(const ModelWeights& w, const 
 double RelativeError(const std::vector<float>& a, const std::vector<float>& reference);
 
 std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int length, int vocab_size);
+// `n` requests of `docs_per_request` documents each, request r taking documents r, r + 1, ...
+// (modulo their number: neighbouring requests share documents at other positions), each
+// with a random prompt of `prompt_tokens` and `max_tokens` to generate.
+std::vector<GenerateRequest> OverlappingRequests(const std::vector<std::vector<int32_t>>& docs, int n,
+                                                 int docs_per_request, int prompt_tokens, int max_tokens,
+                                                 int vocab_size, std::mt19937_64& rng);
 
 }  // namespace lazykv::testing

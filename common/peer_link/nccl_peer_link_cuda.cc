@@ -40,34 +40,13 @@
 #include "common/mutex.h"
 #include "common/peer_link/nccl_library.h"
 #include "common/peer_link/nccl_peer_link.h"
+#include "common/peer_link/poll_backoff.h"
 #include "spdlog/spdlog.h"
 
 namespace lazykv {
 namespace {
 
 using Clock = PeerLinkClock;
-
-// How a wait polls: yielding for the first kSpinFor (a 64 MiB chunk over NVLink takes a few
-// hundred microseconds, and a sleep's wake-up latency would be a large part of it), then
-// sleeping 50 µs, doubling up to 1 ms (a stalled peer costs no CPU; Abort and deadlines are
-// seen within a millisecond).
-class Backoff {
- public:
-  void Pause() {
-    if (Clock::now() - start_ < kSpinFor) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(sleep_);
-    sleep_ = std::min(sleep_ * 2, kMaxSleep);
-  }
-
- private:
-  static constexpr std::chrono::microseconds kSpinFor{2000};
-  static constexpr std::chrono::microseconds kMaxSleep{1000};
-  Clock::time_point start_ = Clock::now();
-  std::chrono::microseconds sleep_{50};
-};
 
 absl::Status NcclError(const NcclApi& nccl, const char* call, ncclResult_t result) {
   const std::string text = absl::StrCat("nccl peer link: ", nccl.Describe(call, result));
@@ -202,7 +181,7 @@ class NcclPeerLink final : public PeerLink {
   // not drain is logged, not waited on forever.
   void DrainStream() {
     const auto until = Clock::now() + std::chrono::seconds(5);
-    Backoff backoff;
+    PollBackoff backoff;
     while (cudaStreamQuery(stream_) == cudaErrorNotReady) {
       if (Clock::now() >= until) {
         spdlog::error(
@@ -345,7 +324,7 @@ class NcclPeerLink final : public PeerLink {
     }
     // Non-blocking, ncclGroupEnd may answer before the kernels are on the stream (the first
     // transfer also connects to the peer, which waits for the peer's matching call).
-    Backoff backoff;
+    PollBackoff backoff;
     while (true) {
       const std::optional<ncclResult_t> state = CommState();
       if (!state.has_value()) return DeadStatus();
@@ -375,7 +354,7 @@ class NcclPeerLink final : public PeerLink {
   // Waits until the transfer behind `event` is done, NCCL reports an error, the link is
   // aborted or the deadline passes.
   absl::Status WaitFor(cudaEvent_t event, Clock::time_point deadline, const char* what) {
-    Backoff backoff;
+    PollBackoff backoff;
     while (true) {
       const cudaError_t query = cudaEventQuery(event);
       if (query != cudaSuccess && query != cudaErrorNotReady) return CudaError("cudaEventQuery", query);
@@ -420,7 +399,7 @@ class NcclPeerLink final : public PeerLink {
       }
       in_flight.clear();
     };
-    Backoff backoff;
+    PollBackoff backoff;
     while (true) {
       std::optional<Job> next;
       {
@@ -458,7 +437,7 @@ class NcclPeerLink final : public PeerLink {
           continue;
         }
         in_flight.push_back(InFlight{*std::move(next), event});
-        backoff = Backoff();
+        backoff = PollBackoff();
         continue;  // launch more before waiting
       }
       // Nothing to launch now: look at the oldest transfer.
@@ -473,7 +452,7 @@ class NcclPeerLink final : public PeerLink {
         Job job = std::move(oldest.job);
         in_flight.pop_front();
         job.done(absl::OkStatus());
-        backoff = Backoff();
+        backoff = PollBackoff();
         continue;
       }
       backoff.Pause();
@@ -583,7 +562,7 @@ absl::StatusOr<std::unique_ptr<PeerLink>> ConnectNcclPeerLink(int device, std::s
   if (result != ncclSuccess && result != ncclInProgress) {
     return give_up(NcclError(nccl, absl::StrCat("ncclCommInitRankConfig ", where).c_str(), result));
   }
-  Backoff backoff;
+  PollBackoff backoff;
   while (true) {
     ncclResult_t state = ncclInProgress;
     result = nccl.CommGetAsyncError(comm, &state);

@@ -554,14 +554,7 @@ TEST(CudaBackendTest, AWarmTierServesAFreshGpuEngineExactly) {
   const ModelConfig config = *SyntheticConfig("small");
   std::vector<std::vector<int32_t>> docs;
   for (int d = 0; d < 5; ++d) docs.push_back(RandomTokens(rng, 20 + rng() % 50, config.vocab_size));
-  std::vector<GenerateRequest> requests;
-  for (int r = 0; r < 4; ++r) {
-    GenerateRequest request;
-    for (int k = 0; k < 3; ++k) request.docs.push_back(docs[(r + k) % docs.size()]);
-    request.prompt = RandomTokens(rng, 6, config.vocab_size);
-    request.sampling.max_tokens = 8;
-    requests.push_back(request);
-  }
+  const std::vector<GenerateRequest> requests = OverlappingRequests(docs, 4, 3, 6, 8, config.vocab_size, rng);
   auto tier = std::make_shared<FakeChunkTier>();
   auto make_engine = [&] {
     auto backend = CreateSyntheticCudaBackend(config, seed, 16, 512);

@@ -82,7 +82,7 @@ TEST(DeviceArenaTest, AllocatesOneRunOfAdjacentPagesWheneverOneIsFree) {
   EXPECT_EQ(h, (std::vector<uint32_t>{0, 1, 2, 3, 8, 9, 10, 11, 12, 13}));
   EXPECT_EQ(arena->free_pages(), 2u);
   // Adjacent pages are one piece.
-  const std::vector<std::string_view> pieces = arena->Pieces(h, 100, 10 * kPage - 200);
+  const std::vector<std::string_view> pieces = *arena->Pieces(h, 100, 10 * kPage - 200);
   ASSERT_EQ(pieces.size(), 2u);
   EXPECT_EQ(pieces[0].data(), arena->base() + 100);
   EXPECT_EQ(pieces[0].size(), 4 * kPage - 100);

@@ -16,6 +16,8 @@
 #include <set>
 #include <thread>
 
+#include "tests/test_util.h"
+
 namespace lazykv::cache {
 namespace {
 
@@ -214,13 +216,6 @@ class Child {
   int pid_ = -1;
 };
 
-// Polls until `done` holds or 5 s pass.
-template <typename Pred>
-bool Eventually(Pred done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  return done();
-}
 
 TEST_F(ShmLeaseTableTest, ASessionEndingWhileItsProcessLivesKeepsItsPagesUntilTheProcessExits) {
   ShmLeaseTable table({}, &metrics_);
@@ -249,7 +244,7 @@ TEST_F(ShmLeaseTableTest, ASessionEndingWhileItsProcessLivesKeepsItsPagesUntilTh
   EXPECT_FALSE(table.Release(*session, 1)) << "the session is gone for its calls";
 
   worker.Kill();
-  EXPECT_TRUE(Eventually([&] { return arena_->free_pages() == 64u; })) << arena_->free_pages();
+  EXPECT_TRUE(testing::Eventually([&] { return arena_->free_pages() == 64u; })) << arena_->free_pages();
   t = table.totals();
   EXPECT_EQ(t.orphaned_sessions, 0u);
   EXPECT_EQ(t.leases + t.reservations + t.bytes, 0u);
@@ -288,7 +283,7 @@ TEST_F(ShmLeaseTableTest, AnExitedOrUnknownProcessFreesAtOnceAndTheHoldIsBounded
     EXPECT_EQ(table.totals().orphaned_sessions, 4u);
     EXPECT_EQ(arena_->free_pages(), 64u - 8u);
     alive.Kill();
-    EXPECT_TRUE(Eventually([&] { return arena_->free_pages() == 64u; }));
+    EXPECT_TRUE(testing::Eventually([&] { return arena_->free_pages() == 64u; }));
   }
   // A process that never exits: held for orphan_hold, then dropped.
   Child frozen;
@@ -298,7 +293,7 @@ TEST_F(ShmLeaseTableTest, AnExitedOrUnknownProcessFreesAtOnceAndTheHoldIsBounded
   const auto closed = std::chrono::steady_clock::now();
   table.CloseSession(*session);
   EXPECT_EQ(table.totals().orphaned_sessions, 1u);
-  EXPECT_TRUE(Eventually([&] { return arena_->free_pages() == 64u; }));
+  EXPECT_TRUE(testing::Eventually([&] { return arena_->free_pages() == 64u; }));
   const double held = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
   EXPECT_GE(held, 0.95) << "dropped before the hold passed";
   EXPECT_EQ(table.totals().orphaned_sessions, 0u);

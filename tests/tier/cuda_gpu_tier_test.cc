@@ -38,14 +38,13 @@ std::unique_ptr<RemoteChunkTier> GpuTierClient(const std::string& address, int g
 
 // Polls the tier's lookups until every key is in the server's GPU tier.
 bool AllOnGpu(RemoteChunkTier& tier, const std::vector<Hash128>& keys) {
-  const auto until = std::chrono::steady_clock::now() + milliseconds(10000);
-  while (std::chrono::steady_clock::now() < until) {
-    size_t on_gpu = 0;
-    for (const auto& hit : tier.Lookup(keys)) on_gpu += hit && hit->server_tier == "gpu" ? 1 : 0;
-    if (on_gpu == keys.size()) return true;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return false;
+  return Eventually(
+      [&] {
+        size_t on_gpu = 0;
+        for (const auto& hit : tier.Lookup(keys)) on_gpu += hit && hit->server_tier == "gpu" ? 1 : 0;
+        return on_gpu == keys.size();
+      },
+      milliseconds(10000));
 }
 
 class CudaGpuTierTest : public CacheServerTest {
@@ -90,10 +89,7 @@ TEST_F(CudaGpuTierTest, AChunkInTheGpuTierIsFetchedDeviceToDeviceExactly) {
     EXPECT_GE(Stats(*stub_).shm_leases(), 1u);
   }
   // The leases go with the bytes.
-  const auto until = std::chrono::steady_clock::now() + milliseconds(5000);
-  while (Stats(*stub_).shm_leases() != 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
+  (void)Eventually([&] { return Stats(*stub_).shm_leases() == 0; });
   EXPECT_EQ(Stats(*stub_).shm_leases(), 0u);
   EXPECT_EQ(tier->transport_stats().cuda_ipc_chunks, chunks.size());
   EXPECT_EQ(tier->transport_stats().shm_chunks, 0u);
@@ -104,14 +100,7 @@ TEST_F(CudaGpuTierTest, AFreshEngineServedFromTheGpuTierGeneratesExactlyTheSame)
   const ModelConfig config = *SyntheticConfig("small");
   std::vector<std::vector<int32_t>> docs;
   for (int d = 0; d < 4; ++d) docs.push_back(RandomTokens(rng_, 20 + rng_() % 60, config.vocab_size));
-  std::vector<GenerateRequest> requests;
-  for (int r = 0; r < 3; ++r) {
-    GenerateRequest request;
-    for (int k = 0; k < 3; ++k) request.docs.push_back(docs[(r + k) % docs.size()]);
-    request.prompt = RandomTokens(rng_, 5, config.vocab_size);
-    request.sampling.max_tokens = 8;
-    requests.push_back(request);
-  }
+  const std::vector<GenerateRequest> requests = OverlappingRequests(docs, 3, 3, 5, 8, config.vocab_size, rng_);
   auto make_engine = [&](std::shared_ptr<ChunkTier> tier) {
     auto backend = CreateSyntheticCudaBackend(config, seed_, 16, 512);
     EXPECT_TRUE(backend.ok()) << backend.status();

@@ -12,16 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/paged_pieces.h"
 
 namespace lazykv {
-
-// [offset, offset + length) of a value laid out over `pages` of `page_bytes` in a region
-// of `region_bytes` at `base`, as contiguous runs (adjacent pages merged). INVALID_ARGUMENT
-// when a page lies outside the region or the range outside the pages. Pure arithmetic:
-// `base` is never read.
-absl::StatusOr<std::vector<std::string_view>> PagedPieces(const char* base, uint64_t region_bytes, uint64_t page_bytes,
-                                                          std::span<const uint32_t> pages, uint64_t offset,
-                                                          uint64_t length);
 
 // Thread-safe (immutable once opened). Closes the handle when the last holder goes (the
 // chunk bytes handed out hold it).

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "common/paged_pieces.h"
 #include "common/shm_host_id.h"
 
 namespace lazykv {
@@ -115,23 +116,7 @@ absl::StatusOr<std::vector<std::string_view>> ShmArenaMapping::Pieces(std::span<
     return absl::InvalidArgumentError(
         absl::StrFormat("%d pages for a value of %d bytes in pages of %d", pages.size(), size, page_bytes_));
   }
-  std::vector<std::string_view> pieces;
-  uint64_t left = size;
-  for (size_t i = 0; i < pages.size(); ++i) {
-    if (pages[i] >= num_pages()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("page %d is outside the arena of %d pages", pages[i], num_pages()));
-    }
-    const uint64_t n = std::min(left, page_bytes_);
-    const char* at = base_ + static_cast<uint64_t>(pages[i]) * page_bytes_;
-    if (!pieces.empty() && pieces.back().data() + pieces.back().size() == at) {
-      pieces.back() = std::string_view(pieces.back().data(), pieces.back().size() + n);
-    } else {
-      pieces.emplace_back(at, n);
-    }
-    left -= n;
-  }
-  return pieces;
+  return PagedPieces(base_, num_pages() * page_bytes_, page_bytes_, pages, 0, size);
 }
 
 }  // namespace lazykv

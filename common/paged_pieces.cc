@@ -1,4 +1,6 @@
-#include "worker/tier/cuda_ipc_mapping.h"
+#include "common/paged_pieces.h"
+
+#include <algorithm>
 
 #include "absl/strings/str_format.h"
 

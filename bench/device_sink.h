@@ -1,6 +1,7 @@
 // Where shm_fetch_bench --device puts a fetched chunk: device memory, by the steps the CUDA
-// backend's StageChunk takes (a host-to-device copy per piece on a stream of its own, the
-// value check on the device, a synchronize), and the ceiling those steps are held to: the
+// backend's StageChunk takes (the piece copy kernel with the value check where the device
+// can address every piece, else a batched copy and the check; on a stream of its own; a
+// synchronize), and the ceiling those steps are held to: the
 // same copy from a pinned host buffer of the bench's own. Without CUDA in the build or a
 // device, Create says so.
 #pragma once
@@ -16,7 +17,9 @@ namespace lazykv::bench {
 // Not thread-safe.
 class DeviceSink {
  public:
-  static absl::StatusOr<std::unique_ptr<DeviceSink>> Create(size_t bytes);
+  // `copy_engines`: always the batched copy and the check after (the path before the piece
+  // copy kernel), to compare the two in one run.
+  static absl::StatusOr<std::unique_ptr<DeviceSink>> Create(size_t bytes, bool copy_engines = false);
   virtual ~DeviceSink() = default;
   // Copies `pieces` (at most `bytes` in all) to the device, checks the values (bf16), and
   // waits. DATA_LOSS for a non-finite value.

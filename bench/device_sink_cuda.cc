@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,12 +20,14 @@ absl::Status Check(cudaError_t e, const char* what) {
 
 class CudaSink final : public DeviceSink {
  public:
+  explicit CudaSink(bool copy_engines) : copy_engines_(copy_engines) {}
   ~CudaSink() override {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     cudaFree(device_);
     cudaFree(first_bad_);
     cudaFreeHost(pinned_);
     cudaFree(source_);
+    cudaFree(table_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -44,28 +47,46 @@ class CudaSink final : public DeviceSink {
   }
 
   absl::Status Consume(std::span<const std::string_view> pieces) override {
-    // As the backend's StageChunk copies: one batched call for all the pieces.
-    std::vector<void*> dsts;
-    std::vector<const void*> srcs;
-    std::vector<size_t> sizes;
+    // As the backend's StageChunk copies: the piece copy kernel with the value check where
+    // the device can address every piece, else one batched call and the check after.
     size_t offset = 0;
-    for (std::string_view piece : pieces) {
-      if (offset + piece.size() > bytes_) return absl::InvalidArgumentError("chunk larger than the sink");
-      dsts.push_back(static_cast<char*>(device_) + offset);
-      srcs.push_back(piece.data());
-      sizes.push_back(piece.size());
-      offset += piece.size();
+    for (std::string_view piece : pieces) offset += piece.size();
+    if (offset > bytes_) return absl::InvalidArgumentError("chunk larger than the sink");
+    const size_t checked = offset / 2 * 2;
+    const std::vector<std::string_view> list(pieces.begin(), pieces.end());
+    std::optional<cuda_backend::KernelCopyPlan> plan;
+    if (!copy_engines_ && checked == offset) {
+      plan = cuda_backend::PlanKernelCopy(list, device_, /*to_contiguous=*/true);
     }
-    if (absl::Status s = cuda_backend::CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream_, "copy");
-        !s.ok()) {
-      return s;
+    if (plan) {
+      if (absl::Status s = GrowTable(plan->segments.size()); !s.ok()) return s;
+      if (absl::Status s = cuda_backend::EnqueueKernelCopy(*plan, table_, cuda::Element::kBf16, first_bad_, stream_);
+          !s.ok()) {
+        return s;
+      }
+    } else {
+      std::vector<void*> dsts;
+      std::vector<const void*> srcs;
+      std::vector<size_t> sizes;
+      size_t at = 0;
+      for (std::string_view piece : pieces) {
+        dsts.push_back(static_cast<char*>(device_) + at);
+        srcs.push_back(piece.data());
+        sizes.push_back(piece.size());
+        at += piece.size();
+      }
+      if (absl::Status s =
+              cuda_backend::CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream_, "copy");
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s =
+              Check(cuda::LaunchFindNonFinite(device_, checked, cuda::Element::kBf16, first_bad_, stream_), "check");
+          !s.ok()) {
+        return s;
+      }
     }
     unsigned long long first_bad = 0;
-    if (absl::Status s =
-            Check(cuda::LaunchFindNonFinite(device_, offset / 2 * 2, cuda::Element::kBf16, first_bad_, stream_), "check");
-        !s.ok()) {
-      return s;
-    }
     cudaMemcpyAsync(&first_bad, first_bad_, sizeof(first_bad), cudaMemcpyDeviceToHost, stream_);
     if (absl::Status s = Check(cudaStreamSynchronize(stream_), "synchronize"); !s.ok()) return s;
     if (first_bad != ~0ull) return absl::DataLossError(absl::StrFormat("non-finite value at byte %d", first_bad));
@@ -100,24 +121,40 @@ class CudaSink final : public DeviceSink {
   std::string Describe() const override { return name_; }
 
  private:
+  // Room for `segments` in the kernel's segment table (the stream is idle between chunks).
+  absl::Status GrowTable(size_t segments) {
+    if (segments <= table_segments_) return absl::OkStatus();
+    cudaFree(table_);
+    table_ = nullptr;
+    table_segments_ = 0;
+    if (absl::Status s = Check(cudaMalloc(&table_, segments * sizeof(cuda::CopySegment)), "segment table"); !s.ok()) {
+      return s;
+    }
+    table_segments_ = segments;
+    return absl::OkStatus();
+  }
+
+  const bool copy_engines_;
   size_t bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   void* device_ = nullptr;
   unsigned long long* first_bad_ = nullptr;
   void* pinned_ = nullptr;
   void* source_ = nullptr;  // CopyFromDevice's, made at its first call
+  cuda::CopySegment* table_ = nullptr;
+  size_t table_segments_ = 0;
   std::string name_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceSink>> DeviceSink::Create(size_t bytes) {
+absl::StatusOr<std::unique_ptr<DeviceSink>> DeviceSink::Create(size_t bytes, bool copy_engines) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     cudaGetLastError();
     return absl::UnavailableError("--device: no CUDA device");
   }
-  auto sink = std::make_unique<CudaSink>();
+  auto sink = std::make_unique<CudaSink>(copy_engines);
   if (absl::Status s = sink->Init(bytes); !s.ok()) return s;
   return std::unique_ptr<DeviceSink>(std::move(sink));
 }

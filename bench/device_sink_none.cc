@@ -2,7 +2,7 @@
 
 namespace lazykv::bench {
 
-absl::StatusOr<std::unique_ptr<DeviceSink>> DeviceSink::Create(size_t) {
+absl::StatusOr<std::unique_ptr<DeviceSink>> DeviceSink::Create(size_t, bool) {
   return absl::UnimplementedError("--device: this build has no CUDA");
 }
 

@@ -13,6 +13,7 @@
 // read back from GPU N and compared too.
 //
 //   gpu_tier_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N] [--nccl-device N]
+//       [--copy-engines]
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -78,7 +79,8 @@ int NcclPass(const std::string& address, std::span<const std::string> chunks, in
       auto fetched = tier->Fetch(DecodeChunkHeader(chunk)->key);
       const double took = Seconds(start);
       if (!fetched.ok() || fetched->stored.size() != chunk.size() || !fetched->stored.on_device()) {
-        std::fprintf(stderr, "nccl fetch: %s\n", fetched.ok() ? "wrong size or not on the GPU" : fetched.status().ToString().c_str());
+        std::fprintf(stderr, "nccl fetch: %s\n",
+                     fetched.ok() ? "wrong size or not on the GPU" : fetched.status().ToString().c_str());
         ++errors;
         continue;
       }
@@ -172,7 +174,11 @@ int Main(int argc, char** argv) {
       (std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "lazykv-cache-server").string();
   int num_chunks = 6, rounds = 5;
   uint64_t chunk_bytes = 64ull << 20;
-  FlagParser parser("usage: gpu_tier_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N]\n");
+  bool copy_engines = false;
+  FlagParser parser(
+      "usage: gpu_tier_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N] [--nccl-device N]\n"
+      "    [--copy-engines (the batched copy and the check after, not the piece copy kernel)]\n");
+  parser.AddSwitch("--copy-engines", &copy_engines);
   parser.AddString("--server", &server_binary);
   parser.AddInt("--chunks", &num_chunks);
   parser.AddByteSize("--chunk-bytes", &chunk_bytes);
@@ -183,20 +189,21 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return absl::IsCancelled(s) ? 0 : 2;
   }
-  auto sink_or = bench::DeviceSink::Create(chunk_bytes + (1 << 20));
+  auto sink_or = bench::DeviceSink::Create(chunk_bytes + (1 << 20), copy_engines);
   if (!sink_or.ok()) {
     std::fprintf(stderr, "%s\n", sink_or.status().ToString().c_str());
     return 1;
   }
   bench::DeviceSink& sink = **sink_or;
   const uint64_t capacity = (chunk_bytes + (4 << 20)) * static_cast<uint64_t>(num_chunks) * 2;
-  ServerProcess server(server_binary, {"--listen", "127.0.0.1:0", "--host-capacity", std::to_string(capacity),
-                                       "--disk-capacity", "0", "--max-chunk-bytes",
-                                       std::to_string(chunk_bytes + (1 << 20)), "--shm-max-lease-bytes-per-session",
-                                       // Releases go back on the session's own thread: with 4
-                                       // fetches in flight, half the chunks' leases were
-                                       // sometimes still held (2 of 66 fetches refused).
-                                       std::to_string(capacity), "--shm-max-lease-bytes", std::to_string(capacity), "--gpu-capacity", std::to_string(capacity)});
+  ServerProcess server(
+      server_binary, {"--listen", "127.0.0.1:0", "--host-capacity", std::to_string(capacity), "--disk-capacity", "0",
+                      "--max-chunk-bytes", std::to_string(chunk_bytes + (1 << 20)), "--shm-max-lease-bytes-per-session",
+                      // Releases go back on the session's own thread: with 4
+                      // fetches in flight, half the chunks' leases were
+                      // sometimes still held (2 of 66 fetches refused).
+                      std::to_string(capacity), "--shm-max-lease-bytes", std::to_string(capacity), "--gpu-capacity",
+                      std::to_string(capacity)});
   if (!server.started()) {
     std::fprintf(stderr, "could not start %s (%s)\n", server_binary.c_str(), server.first_line().c_str());
     return 1;
@@ -206,9 +213,9 @@ int Main(int argc, char** argv) {
   options.holder = "gpu_tier_fetch_bench";
   options.initial_call_deadline = std::chrono::seconds(2);
   options.transport = FetchTransport::kShm;
-  options.shm_pinner = HostPinner{
-      .pin = [](const void* base, size_t bytes) { return cache::PinHostMemoryReadOnly(base, bytes); },
-      .unpin = [](const void* base) { cache::UnpinHostMemory(const_cast<void*>(base)); }};
+  options.shm_pinner =
+      HostPinner{.pin = [](const void* base, size_t bytes) { return cache::PinHostMemoryReadOnly(base, bytes); },
+                 .unpin = [](const void* base) { cache::UnpinHostMemory(const_cast<void*>(base)); }};
   auto host = *RemoteChunkTier::Create(options);  // the server's host RAM over shared memory
   options.gpu_device = 0;
   auto gpu = *RemoteChunkTier::Create(options);  // its GPU tier through CUDA IPC
@@ -263,7 +270,7 @@ int Main(int argc, char** argv) {
   {
     std::vector<std::unique_ptr<bench::DeviceSink>> sinks;
     for (int t = 0; t < 4; ++t) {
-      auto extra = bench::DeviceSink::Create(chunk_bytes + (1 << 20));
+      auto extra = bench::DeviceSink::Create(chunk_bytes + (1 << 20), copy_engines);
       if (extra.ok()) sinks.push_back(*std::move(extra));
     }
     std::atomic<int> failed{0};
@@ -294,11 +301,12 @@ int Main(int argc, char** argv) {
               100 * bytes / ipc.copy_seconds / 1e9 / d2d);
   std::printf("%-22s %10.2f %9.0f%%\n", "cuda_ipc x4 in flight", in_flight_gbps, 100 * in_flight_gbps / d2d);
   std::printf("%-22s %10.2f %10s\n", "d2d cudaMemcpy", d2d, "100%");
-  std::printf("%-22s %10.2f %9.0f%%\n", "shm fetch+copy", bytes / shm.seconds / 1e9, 100 * bytes / shm.seconds / 1e9 / h2d);
+  std::printf("%-22s %10.2f %9.0f%%\n", "shm fetch+copy", bytes / shm.seconds / 1e9,
+              100 * bytes / shm.seconds / 1e9 / h2d);
   std::printf("%-22s %10.2f %10s\n", "pinned h2d", h2d, "100%");
   const int errors = warm_host.errors + warm_gpu.errors + ipc.errors + shm.errors + ceiling_errors;
-  const bool all_on_device = warm_gpu.on_device == num_chunks && ipc.on_device == num_chunks * rounds &&
-                             s.shm_chunks == 0;
+  const bool all_on_device =
+      warm_gpu.on_device == num_chunks && ipc.on_device == num_chunks * rounds && s.shm_chunks == 0;
   std::printf("cuda_ipc fetches %llu (payload on the GPU: %s); byte-exact check of the first round: %s; errors %d\n",
               static_cast<unsigned long long>(s.cuda_ipc_chunks), all_on_device ? "every one" : "NOT ALL",
               warm_gpu.errors + warm_host.errors == 0 ? "ok" : "FAILED", errors);

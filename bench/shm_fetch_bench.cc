@@ -14,7 +14,7 @@
 // and then with two fetches in flight (two threads, each its own stream), as the worker's
 // chunk pipeline fetches on several threads, so one chunk's ShmGet overlaps another's copy.
 //
-//   shm_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N] [--device]
+//   shm_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N] [--device [--copy-engines]]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -26,14 +26,14 @@
 #include <span>
 #include <thread>
 
+#include "bench/device_sink.h"
+#include "bench/random_chunk_payload.h"
+#include "cache_server/pinned_memory.h"
 #include "common/byte_size.h"
 #include "common/child_process.h"
 #include "common/chunk_codec.h"
 #include "common/flag_parser.h"
 #include "common/malloc_tuning.h"
-#include "bench/device_sink.h"
-#include "bench/random_chunk_payload.h"
-#include "cache_server/pinned_memory.h"
 #include "common/splitmix64.h"
 #include "worker/tier/remote_chunk_tier.h"
 
@@ -109,10 +109,12 @@ int Main(int argc, char** argv) {
   int num_chunks = 6;
   uint64_t chunk_bytes = 64ull << 20;
   int rounds = 5;
-  bool to_device = false;
+  bool to_device = false, copy_engines = false;
   FlagParser parser(
-      "usage: shm_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N] [--device]\n");
+      "usage: shm_fetch_bench [--server PATH] [--chunks N] [--chunk-bytes BYTES] [--rounds N] [--device "
+      "[--copy-engines]]\n");
   parser.AddSwitch("--device", &to_device);
+  parser.AddSwitch("--copy-engines", &copy_engines);
   parser.AddString("--server", &server_binary);
   parser.AddInt("--chunks", &num_chunks);
   parser.AddByteSize("--chunk-bytes", &chunk_bytes);
@@ -122,10 +124,10 @@ int Main(int argc, char** argv) {
     return absl::IsCancelled(s) ? 0 : 2;
   }
   const uint64_t capacity = (chunk_bytes + (1 << 20)) * static_cast<uint64_t>(num_chunks) * 2;
-  ServerProcess server(server_binary,
-                       {"--listen", "127.0.0.1:0", "--host-capacity", std::to_string(capacity), "--disk-capacity", "0",
-                        "--max-chunk-bytes", std::to_string(chunk_bytes + (1 << 20)), "--shm-max-lease-bytes-per-session",
-                        std::to_string(capacity / 2)});
+  ServerProcess server(
+      server_binary, {"--listen", "127.0.0.1:0", "--host-capacity", std::to_string(capacity), "--disk-capacity", "0",
+                      "--max-chunk-bytes", std::to_string(chunk_bytes + (1 << 20)), "--shm-max-lease-bytes-per-session",
+                      std::to_string(capacity / 2)});
   if (!server.started()) {
     std::fprintf(stderr, "could not start %s (%s)\n", server_binary.c_str(), server.first_line().c_str());
     return 1;
@@ -137,16 +139,16 @@ int Main(int argc, char** argv) {
   options.transport = FetchTransport::kShm;
   std::unique_ptr<bench::DeviceSink> device;
   if (to_device) {
-    auto sink = bench::DeviceSink::Create(chunk_bytes + (1 << 20));
+    auto sink = bench::DeviceSink::Create(chunk_bytes + (1 << 20), copy_engines);
     if (!sink.ok()) {
       std::fprintf(stderr, "%s\n", std::string(sink.status().message()).c_str());
       return 1;
     }
     device = *std::move(sink);
     // The worker's page-locking of the mapped arena (worker/setup/model_setup.cc).
-    options.shm_pinner = HostPinner{
-        .pin = [](const void* base, size_t bytes) { return cache::PinHostMemoryReadOnly(base, bytes); },
-        .unpin = [](const void* base) { cache::UnpinHostMemory(const_cast<void*>(base)); }};
+    options.shm_pinner =
+        HostPinner{.pin = [](const void* base, size_t bytes) { return cache::PinHostMemoryReadOnly(base, bytes); },
+                   .unpin = [](const void* base) { cache::UnpinHostMemory(const_cast<void*>(base)); }};
   }
   auto shm = *RemoteChunkTier::Create(options);
   options.shm_pinner = {};
@@ -241,7 +243,7 @@ int Main(int argc, char** argv) {
   if (device != nullptr) {
     std::vector<std::unique_ptr<bench::DeviceSink>> sinks;
     sinks.push_back(std::move(device));
-    auto second = bench::DeviceSink::Create(chunk_bytes + (1 << 20));
+    auto second = bench::DeviceSink::Create(chunk_bytes + (1 << 20), copy_engines);
     if (second.ok()) {
       sinks.push_back(*std::move(second));
       (void)FetchInParallel(*shm, chunks, 1, sinks, &parallel_errors);  // warm-up
@@ -256,18 +258,17 @@ int Main(int argc, char** argv) {
               FormatByteSize(chunks[0].size()).c_str(), rounds, server.address().c_str(),
               std::thread::hardware_concurrency());
   const bool dev = device != nullptr;
-  if (dev) std::printf("copies go to device memory: %s (the worker's mapping page-locked)\n", device->Describe().c_str());
+  if (dev)
+    std::printf("copies go to device memory: %s (the worker's mapping page-locked)\n", device->Describe().c_str());
   std::printf("%-10s %12s %16s %14s\n", "transport", "fetch_GB/s", dev ? "fetch+device_GB/s" : "fetch+copy_GB/s",
               dev ? "vs_pinned_h2d" : "vs_memcpy");
   // The ceiling: a memcpy on the host; with --device, pinned host to device.
-  const double copy_gbps = dev ? static_cast<double>(payload_bytes) * num_chunks * rounds / pinned_s / 1e9
-                               : bytes / memcpy_s / 1e9;
+  const double copy_gbps =
+      dev ? static_cast<double>(payload_bytes) * num_chunks * rounds / pinned_s / 1e9 : bytes / memcpy_s / 1e9;
   std::printf("%-10s %12.2f %16.2f %13.0f%%%s\n", "shm", bytes / shm_t.fetch_s / 1e9, bytes / shm_t.total_s / 1e9,
-              100 * (bytes / shm_t.total_s / 1e9) / copy_gbps,
-              shm_t.errors + warm_shm.errors ? "  (errors!)" : "");
+              100 * (bytes / shm_t.total_s / 1e9) / copy_gbps, shm_t.errors + warm_shm.errors ? "  (errors!)" : "");
   std::printf("%-10s %12.2f %16.2f %13.0f%%%s\n", "grpc", bytes / grpc_t.fetch_s / 1e9, bytes / grpc_t.total_s / 1e9,
-              100 * (bytes / grpc_t.total_s / 1e9) / copy_gbps,
-              grpc_t.errors + warm_grpc.errors ? "  (errors!)" : "");
+              100 * (bytes / grpc_t.total_s / 1e9) / copy_gbps, grpc_t.errors + warm_grpc.errors ? "  (errors!)" : "");
   if (parallel_s > 0) {
     std::printf("%-10s %12s %16.2f %13.0f%%%s\n", "shm_x2", "-", bytes / parallel_s / 1e9,
                 100 * (bytes / parallel_s / 1e9) / copy_gbps, parallel_errors ? "  (errors!)" : "");
@@ -279,7 +280,8 @@ int Main(int argc, char** argv) {
   std::printf("shm fetches %llu (fallbacks %llu); byte-exact check of the first round: %s\n",
               static_cast<unsigned long long>(s.shm_chunks), static_cast<unsigned long long>(s.shm_fallbacks),
               warm_shm.errors + warm_grpc.errors == 0 ? "ok" : "FAILED");
-  return shm_t.errors + grpc_t.errors + warm_shm.errors + warm_grpc.errors + publish_errors + parallel_errors == 0 ? 0 : 1;
+  return shm_t.errors + grpc_t.errors + warm_shm.errors + warm_grpc.errors + publish_errors + parallel_errors == 0 ? 0
+                                                                                                                   : 1;
 }
 
 }  // namespace

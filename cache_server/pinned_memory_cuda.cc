@@ -1,8 +1,24 @@
 #include <cuda_runtime.h>
 
 #include "cache_server/pinned_memory.h"
+#include "common/device_mapped_regions.h"
 
 namespace lazykv::cache {
+namespace {
+
+// Registers a pinned region with the address the current device reads it at (the chunk
+// transfer's kernel reads such pages in place). Unified addressing maps it at once; where
+// the driver gives no device address, nothing is registered and copies ask per piece.
+void Register(const void* base, size_t bytes, bool writable) {
+  void* device = nullptr;
+  if (cudaHostGetDevicePointer(&device, const_cast<void*>(base), 0) != cudaSuccess || device == nullptr) {
+    cudaGetLastError();
+    return;
+  }
+  RegisterDeviceMappedRegion(base, bytes, device, writable);
+}
+
+}  // namespace
 
 bool PinHostMemory(void* base, size_t bytes) {
   int devices = 0;
@@ -10,7 +26,9 @@ bool PinHostMemory(void* base, size_t bytes) {
     cudaGetLastError();  // clear the sticky "no device" error
     return false;
   }
-  return cudaHostRegister(base, bytes, cudaHostRegisterPortable) == cudaSuccess;
+  if (cudaHostRegister(base, bytes, cudaHostRegisterPortable) != cudaSuccess) return false;
+  Register(base, bytes, /*writable=*/true);
+  return true;
 }
 
 bool PinHostMemoryReadOnly(const void* base, size_t bytes) {
@@ -19,10 +37,17 @@ bool PinHostMemoryReadOnly(const void* base, size_t bytes) {
     cudaGetLastError();
     return false;
   }
-  return cudaHostRegister(const_cast<void*>(base), bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly) ==
-         cudaSuccess;
+  if (cudaHostRegister(const_cast<void*>(base), bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly) !=
+      cudaSuccess) {
+    return false;
+  }
+  Register(base, bytes, /*writable=*/false);
+  return true;
 }
 
-void UnpinHostMemory(void* base) { cudaHostUnregister(base); }
+void UnpinHostMemory(void* base) {
+  UnregisterDeviceMappedRegion(base);  // before the pages stop being mapped
+  cudaHostUnregister(base);
+}
 
 }  // namespace lazykv::cache

@@ -1,29 +1,14 @@
 // Each thread tests 16-byte vectors (grid-stride); a vector holding a non-finite element
 // reports that element's byte offset with atomicMin, so the first one wins whatever the
-// schedule. All-ones exponent bits mark an infinity or a NaN.
+// schedule (finite_bits.cuh).
 #include "kernels/cuda/finite_check.h"
+
+#include "kernels/cuda/finite_bits.cuh"
 
 namespace lazykv::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename Bits>
-__device__ bool NonFinite(Bits v) {
-  constexpr Bits kMask = sizeof(Bits) == 2 ? Bits(0x7F80) : Bits(0x7F800000u);
-  return (v & kMask) == kMask;
-}
-
-// The first non-finite element among the vector's, as a byte offset from the vector.
-template <typename Bits>
-__device__ int FirstNonFiniteIn(const uint4& vec) {
-  const Bits* e = reinterpret_cast<const Bits*>(&vec);
-#pragma unroll
-  for (int i = 0; i < static_cast<int>(16 / sizeof(Bits)); ++i) {
-    if (NonFinite(e[i])) return i * static_cast<int>(sizeof(Bits));
-  }
-  return -1;
-}
 
 template <typename Bits>
 __global__ void FindNonFiniteVectors(const uint4* data, uint64_t vectors, unsigned long long* first_bad) {

@@ -27,6 +27,7 @@
 #include "worker/backend/cuda_backend.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -459,8 +460,10 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   ASSERT_TRUE(backend.ExportChunk(blocks, &now).ok());
   EXPECT_FALSE(now == expected);  // the second pass did rewrite them
 
-  // Four threads stage the first payload at once, two from pinned 256 KiB pieces (the
-  // first shorter, as behind a chunk header) and two from a pageable string.
+  // Four threads stage the first payload at once: from pinned 256 KiB pieces behind a
+  // 1000-byte first one (misaligned for the piece copy kernel: the copy engines take it),
+  // from a pageable string, and from shuffled pinned pages behind a 128-byte chunk header
+  // (as the cache tier's arena holds a chunk: the kernel reads them in place).
   char* pinned = nullptr;
   CUDA_OK(cudaMallocHost(&pinned, expected.size()));
   std::memcpy(pinned, expected.data(), expected.size());
@@ -468,13 +471,30 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   for (size_t at = 0, n = 1000; at < expected.size(); at += n, n = 256 << 10) {
     pieces.emplace_back(pinned + at, std::min(n, expected.size() - at));
   }
+  const size_t page = 16 << 10;  // a small chunk: pages small enough that it spans several
+  const size_t num_pages = (expected.size() + 128 + page - 1) / page;
+  char* arena = nullptr;
+  CUDA_OK(cudaMallocHost(&arena, num_pages * page));
+  std::vector<size_t> slot(num_pages);
+  std::iota(slot.begin(), slot.end(), 0);
+  std::shuffle(slot.begin(), slot.end(), rng);
+  std::vector<std::string_view> arena_pieces;
+  for (size_t at = 0, p = 0, n = page - 128; at < expected.size(); at += n, n = page, ++p) {
+    n = std::min(n, expected.size() - at);
+    char* where = arena + slot[p] * page + (p == 0 ? 128 : 0);
+    std::memcpy(where, expected.data() + at, n);
+    arena_pieces.emplace_back(where, n);
+  }
+  ASSERT_GT(arena_pieces.size(), 2u);
   std::vector<absl::StatusOr<std::unique_ptr<StagedChunk>>> staged;
   for (int t = 0; t < 4; ++t) staged.emplace_back(absl::UnknownError("not run"));
   std::vector<std::thread> stagers;
   for (int t = 0; t < 4; ++t) {
     stagers.emplace_back([&, t] {
-      staged[t] = t % 2 == 0 ? backend.StageChunk(ChunkBytes(pieces, nullptr), {.check_finite = true})
-                             : backend.StageChunk(ChunkBytes::FromString(expected), {.check_finite = true});
+      const ChunkBytes bytes = t == 0   ? ChunkBytes(pieces, nullptr)
+                               : t == 2 ? ChunkBytes(arena_pieces, nullptr)
+                                        : ChunkBytes::FromString(expected);
+      staged[t] = backend.StageChunk(bytes, {.check_finite = true});
     });
   }
   for (std::thread& t : stagers) t.join();
@@ -486,6 +506,31 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
     ASSERT_TRUE(backend.ExportChunk(target, &back).ok());
     EXPECT_TRUE(back == expected) << "stager " << t;
   }
+  // A capture copied out into the arena's shuffled pages (the kernel writes them in place)
+  // lands exactly there; and a value that is not finite in those pages is refused where
+  // it lands by the kernel's own check.
+  for (std::string_view piece : arena_pieces) std::memset(const_cast<char*>(piece.data()), 0, piece.size());
+  const std::vector<KvBlockRef> holding_expected = {{20, 16, 0}, {21, 16, 0}, {22, 13, 0}};  // stager 0's
+  auto recaptured = backend.CaptureChunk(holding_expected);
+  ASSERT_TRUE(recaptured.ok()) << recaptured.status();
+  MutablePieces arena_out;
+  for (std::string_view piece : arena_pieces) arena_out.emplace_back(const_cast<char*>(piece.data()), piece.size());
+  ASSERT_TRUE((*recaptured)->CopyTo(arena_out).ok());
+  std::string landed;
+  for (std::string_view piece : arena_pieces) landed.append(piece);
+  EXPECT_TRUE(landed == expected);
+  const size_t bad_at = 2 * (rng() % (expected.size() / 2));
+  for (size_t i = 0, at = 0; i < arena_pieces.size(); at += arena_pieces[i].size(), ++i) {
+    if (bad_at >= at && bad_at < at + arena_pieces[i].size()) {
+      const uint16_t inf_bits = 0xFF80;
+      std::memcpy(const_cast<char*>(arena_pieces[i].data()) + (bad_at - at), &inf_bits, 2);
+    }
+  }
+  auto refused_in_place = backend.StageChunk(ChunkBytes(arena_pieces, nullptr), {.check_finite = true});
+  EXPECT_EQ(refused_in_place.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(refused_in_place.status().message().find(absl::StrCat("at byte ", bad_at)), std::string::npos)
+      << refused_in_place.status();
+  cudaFreeHost(arena);
   cudaFreeHost(pinned);
   // Staged bytes for other blocks than they fit are refused.
   auto wrong = backend.StageChunk(ChunkBytes::FromString(expected.substr(4)), {.check_finite = true});

@@ -7,8 +7,8 @@
 // cudaMemcpyAsync has copied out by the time it returns, so nothing the scheduling
 // thread reuses (the pinned meta buffer of the forward pass) is read later by a transfer.
 #include "kernels/cuda/finite_check.h"
-#include "worker/backend/cuda_copy_pieces.h"
 #include "worker/backend/cuda_backend_internal.h"
+#include "worker/backend/cuda_copy_pieces.h"
 
 namespace lazykv::cuda_backend {
 namespace {
@@ -73,6 +73,31 @@ class CudaExportedChunk final : public ExportedChunk {
     }
     ASSIGN_OR_RETURN(ThreadStream stream, ThreadStream::Create(streams_));
     RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(stream.get(), gathered_, 0), "wait for the gather"));
+    RETURN_IF_ERROR(EnqueueCopyOut(out, stream.get()));
+    const absl::Status copied = Cuda(cudaStreamSynchronize(stream.get()), "chunk export copy");
+    cudaFreeAsync(staging_, stream.get());
+    staging_ = nullptr;
+    budget_->Release(budget_bytes_);
+    return copied;
+  }
+
+ private:
+  // The staging's bytes into `out` on `stream`: by the piece copy kernel into scattered
+  // pinned pages (its segment table in stream-ordered memory freed after it), else by the
+  // copy engines.
+  absl::Status EnqueueCopyOut(const MutablePieces& out, cudaStream_t stream) {
+    std::vector<std::string_view> pieces;
+    pieces.reserve(out.size());
+    for (std::span<char> piece : out) pieces.emplace_back(piece.data(), piece.size());
+    if (std::optional<KernelCopyPlan> plan = PlanKernelCopy(pieces, staging_, /*to_contiguous=*/false)) {
+      void* table = nullptr;
+      RETURN_IF_ERROR(
+          Cuda(cudaMallocAsync(&table, plan->segments.size() * sizeof(cuda::CopySegment), stream), "export plan"));
+      const absl::Status copied = EnqueueKernelCopy(*plan, static_cast<cuda::CopySegment*>(table), cuda::Element::kBf16,
+                                                    /*first_bad=*/nullptr, stream);
+      cudaFreeAsync(table, stream);
+      return copied;
+    }
     std::vector<void*> dsts;
     std::vector<const void*> srcs;
     std::vector<size_t> sizes;
@@ -83,15 +108,9 @@ class CudaExportedChunk final : public ExportedChunk {
       sizes.push_back(piece.size());
       offset += piece.size();
     }
-    RETURN_IF_ERROR(CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream.get(), "chunk export copy"));
-    const absl::Status copied = Cuda(cudaStreamSynchronize(stream.get()), "chunk export copy");
-    cudaFreeAsync(staging_, stream.get());
-    staging_ = nullptr;
-    budget_->Release(budget_bytes_);
-    return copied;
+    return CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream, "chunk export copy");
   }
 
- private:
   std::shared_ptr<TransferBudget> budget_;
   std::shared_ptr<StreamPool> streams_;
   void* staging_;
@@ -203,14 +222,7 @@ uint64_t TransferBudget::used() const {
 }
 
 absl::Status CudaBackend::UploadDuringCall(void* device, const void* host, size_t bytes) {
-  cudaMemcpyAttributes attributes{};
-  attributes.srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
-  size_t attribute_index = 0;
-  if (cudaMemcpyBatchAsync(&device, &host, &bytes, 1, &attributes, &attribute_index, 1, stream_) == cudaSuccess) {
-    return absl::OkStatus();
-  }
-  cudaGetLastError();  // not supported here: a plain copy (it may wait for stream_'s work)
-  return Cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+  return cuda_backend::UploadDuringCall(device, host, bytes, stream_);
 }
 
 // Enqueues the transfer kernel between `payload` (device) and `blocks` on stream_, with
@@ -268,7 +280,8 @@ absl::StatusOr<std::unique_ptr<ExportedChunk>> CudaBackend::CaptureChunk(std::sp
       std::make_unique<CudaExportedChunk>(budget_, streams_, staging, bytes, staged, gathered));
 }
 
-absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const ChunkBytes& payload, const StageOptions& options) {
+absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const ChunkBytes& payload,
+                                                                     const StageOptions& options) {
   const uint64_t bytes = payload.size();
   const bool check_finite = options.check_finite;
   if (!(options.wait_for_room_until ? budget_->TakeBy(bytes, *options.wait_for_room_until) : budget_->TryTake(bytes))) {
@@ -283,10 +296,14 @@ absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const Chunk
   const uint64_t token_bytes = 2ull * c_.n_layers * c_.kv_dim() * cuda::ElementBytes(element_);
   const uint64_t meta_offset = (bytes + 255) / 256 * 256;
   const uint64_t meta_bytes = 3 * sizeof(int32_t) * (bytes / token_bytes + 1);
-  // And after that, the value check's answer.
+  // And after that, the value check's answer, then the piece copy's segment table.
   const uint64_t check_offset = (meta_offset + meta_bytes + 7) / 8 * 8;
+  const uint64_t table_offset = (check_offset + sizeof(unsigned long long) + 31) / 32 * 32;
+  const size_t table_room = KernelCopySegmentsBound(payload.pieces());
   if (allocated.ok()) {
-    allocated = Cuda(cudaMallocAsync(&device_bytes, check_offset + sizeof(unsigned long long), stream->get()), "staging");
+    allocated =
+        Cuda(cudaMallocAsync(&device_bytes, table_offset + table_room * sizeof(cuda::CopySegment), stream->get()),
+             "staging");
   }
   if (!allocated.ok()) {
     budget_->Release(bytes);
@@ -295,26 +312,40 @@ absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const Chunk
   // From here the chunk owns the bytes and the budget (its destructor gives both back).
   auto chunk = std::make_unique<CudaStagedChunk>(budget_, stream_, device_bytes, bytes, meta_offset, meta_bytes);
   auto staged = [&]() -> absl::StatusOr<std::unique_ptr<StagedChunk>> {
-    // Pinned pieces (the embedded tier's host arena) are read in place by DMA; pageable
-    // ones are staged by the driver.
-    std::vector<void*> dsts;
-    std::vector<const void*> srcs;
-    std::vector<size_t> sizes;
-    uint64_t offset = 0;
-    for (std::string_view piece : payload.pieces()) {
-      dsts.push_back(static_cast<char*>(device_bytes) + offset);
-      srcs.push_back(piece.data());
-      sizes.push_back(piece.size());
-      offset += piece.size();
-    }
-    RETURN_IF_ERROR(CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream->get(), "chunk import copy"));
+    auto* answer = reinterpret_cast<unsigned long long*>(static_cast<char*>(device_bytes) + check_offset);
     unsigned long long first_bad = ~0ull;
-    if (check_finite) {
-      auto* answer = reinterpret_cast<unsigned long long*>(static_cast<char*>(device_bytes) + check_offset);
+    // Scattered pinned pieces (the cache tier's host pages) are read in place by the piece
+    // copy kernel, which checks the values on the way; others (pageable, a few long runs,
+    // device memory of a CUDA IPC mapping) go by the copy engines and are checked after.
+    std::optional<KernelCopyPlan> plan;
+    if (!check_finite || bytes % cuda::ElementBytes(element_) == 0) {
+      plan = PlanKernelCopy(payload.pieces(), device_bytes, /*to_contiguous=*/true);
+    }
+    if (plan && plan->segments.size() <= table_room) {
+      auto* table = reinterpret_cast<cuda::CopySegment*>(static_cast<char*>(device_bytes) + table_offset);
+      RETURN_IF_ERROR(EnqueueKernelCopy(*plan, table, element_, check_finite ? answer : nullptr, stream->get()));
+    } else {
+      std::vector<void*> dsts;
+      std::vector<const void*> srcs;
+      std::vector<size_t> sizes;
+      uint64_t offset = 0;
+      for (std::string_view piece : payload.pieces()) {
+        dsts.push_back(static_cast<char*>(device_bytes) + offset);
+        srcs.push_back(piece.data());
+        sizes.push_back(piece.size());
+        offset += piece.size();
+      }
       RETURN_IF_ERROR(
-          Cuda(cuda::LaunchFindNonFinite(device_bytes, bytes, element_, answer, stream->get()), "chunk value check"));
-      RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(&first_bad, answer, sizeof(first_bad), cudaMemcpyDeviceToHost, stream->get()),
-                           "chunk value check"));
+          CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream->get(), "chunk import copy"));
+      if (check_finite) {
+        RETURN_IF_ERROR(
+            Cuda(cuda::LaunchFindNonFinite(device_bytes, bytes, element_, answer, stream->get()), "chunk value check"));
+      }
+    }
+    if (check_finite) {
+      RETURN_IF_ERROR(
+          Cuda(cudaMemcpyAsync(&first_bad, answer, sizeof(first_bad), cudaMemcpyDeviceToHost, stream->get()),
+               "chunk value check"));
     }
     // The chunk's bytes must be complete before the compute stream may free or read them.
     RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream->get()), "chunk import copy"));

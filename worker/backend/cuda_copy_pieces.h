@@ -1,21 +1,57 @@
-// Host pieces to or from one device range in as few CUDA calls as it takes (the chunk
-// transfer's copies, and the same-host fetch benchmark's).
+// Host or device pieces to or from one device range (the chunk transfer's copies, and the
+// same-host fetch benchmarks'): by the piece copy kernel where pinned host pieces are
+// scattered, else by the copy engines in as few CUDA calls as it takes.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/copy_segment.h"
+#include "kernels/cuda/element_type.h"
+#include "kernels/cuda/piece_copy.h"
 
 namespace lazykv::cuda_backend {
 
 // Copies between host pieces and one device range on `stream`, as few API calls as it
-// takes: adjacent pieces are merged, and the rest go in one cudaMemcpyBatchAsync (a chunk
-// in 256 KiB pages is hundreds of copies, whose one-by-one launches would cost more than
-// the transfer). Falls back to one cudaMemcpyAsync per piece where batching is refused.
-// Thread-safe (enqueues on `stream` only).
+// takes: adjacent pieces are merged, and the rest go in one cudaMemcpyBatchAsync. Falls
+// back to one cudaMemcpyAsync per piece where batching is refused. Thread-safe (enqueues
+// on `stream` only).
 absl::Status CopyPieces(std::vector<void*> dsts, std::vector<const void*> srcs, std::vector<size_t> sizes,
                         cudaStream_t stream, const char* what);
+
+// The piece copy kernel's segments and launch for one copy.
+struct KernelCopyPlan {
+  std::vector<cuda::CopySegment> segments;
+  cuda::PieceCopyLaunch launch;
+};
+
+// The piece copy kernel's plan between `pieces` and the device range at `contiguous`
+// (gather into it when `to_contiguous`), with every piece translated to the address the
+// device reads it at, when the kernel is the faster way: every piece is pinned host memory
+// mapped into the device's space, and the pieces are fragmented (runs of adjacent pieces
+// averaging under 1 MiB; a few long runs go faster by the copy engines). Nothing otherwise
+// (pageable memory, device memory, a read-only mapping to write into, pieces breaking the
+// alignment rules of piece_copy_plan.h): the caller then uses CopyPieces. Pieces in a
+// region registered in common/device_mapped_regions.h (the cache tier's pinned arenas)
+// cost a lookup per region; others a driver query per piece (about 0.2 us). Thread-safe.
+std::optional<KernelCopyPlan> PlanKernelCopy(const std::vector<std::string_view>& pieces, void* contiguous,
+                                             bool to_contiguous);
+
+// At most how many segments PlanKernelCopy makes for these pieces (room for its table).
+size_t KernelCopySegmentsBound(const std::vector<std::string_view>& pieces);
+
+// Uploads `plan`'s segments into `table` (device, room for them all; the plan may go as
+// soon as this returns) and runs it on `stream`, checking `element` values into
+// `first_bad` when non-null (LaunchPieceCopy's contract). Thread-safe.
+absl::Status EnqueueKernelCopy(const KernelCopyPlan& plan, cuda::CopySegment* table, cuda::Element element,
+                               unsigned long long* first_bad, cudaStream_t stream);
+
+// A host-to-device copy of pageable `host` that has read it by the time it returns (the
+// source may be reused at once), enqueued on `stream`.
+absl::Status UploadDuringCall(void* device, const void* host, size_t bytes, cudaStream_t stream);
 
 }  // namespace lazykv::cuda_backend

@@ -1,0 +1,31 @@
+// A copy between scattered pieces and one contiguous device range by a kernel (the plan:
+// piece_copy_plan.h), for chunks that rest in pinned host pages or in another process's
+// device memory. Optionally checks the values on the way (the CUDA twin of
+// common/chunk_values.h's CheckPayloadFinite, fused so the bytes are read once).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/copy_segment.h"
+#include "kernels/cuda/element_type.h"
+
+namespace lazykv::cuda {
+
+struct PieceCopyLaunch {
+  // CTAs in the grid, each taking segments in turn. A few dozen keep PCIe busy and leave
+  // the other SMs to the forward pass running beside the copy.
+  int max_ctas = 32;
+  int threads = 512;
+};
+
+// Runs `num_segments` segments (device memory, as PlanCopySegments made them) on `stream`.
+// With `first_bad` (device) non-null, also sets *first_bad to the offset of the first
+// element of `element` values that is an infinity or a NaN (UINT64_MAX when none); the
+// offsets are the segments' `offset`s. Every address in the segments must be one the
+// device can read or write (device memory, or pinned host memory mapped under unified
+// addressing). REQUIRES: the segments' rules of PlanCopySegments; with `first_bad`, the
+// last segment's size a whole number of elements.
+cudaError_t LaunchPieceCopy(const CopySegment* segments, int num_segments, Element element,
+                            unsigned long long* first_bad, cudaStream_t stream, PieceCopyLaunch launch = {});
+
+}  // namespace lazykv::cuda

@@ -328,8 +328,9 @@ double ScatterBench(Backend& backend) {
 // Where a batch-1 decode step's time goes: the step through the engine (context of about
 // 4k tokens) against its GEMMs alone (one layer's matrices, random, run n_layers times, plus
 // the classifier; one layer's weights exceed the L2, so this streams from HBM) and against
-// streaming every weight once at the HBM rate of the device-to-device copy.
-void DecodeBench(Backend& backend, double hbm_gbs) {
+// streaming every weight once at the HBM rate of the device-to-device copy; and those GEMMs
+// at 1 to 8 rows by the skinny kernel against cuBLASLt, alternated.
+void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm) {
   const ModelConfig& c = backend.config();
   const size_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), hidden = c.hidden_dim, vocab = c.vocab_size;
   struct Mat {
@@ -349,22 +350,39 @@ void DecodeBench(Backend& backend, double hbm_gbs) {
   float* y = nullptr;
   CHECK_CUDA(cudaMalloc(&cls, vocab * dim * 2));
   CHECK_CUDA(cuda::LaunchSyntheticFill(9, vocab * dim, 0.02f, false, cls, nullptr, nullptr));
-  CHECK_CUDA(cudaMalloc(&x, 2 * hidden * 2));
-  CHECK_CUDA(cuda::LaunchSyntheticFill(10, 2 * hidden, 1.0f, false, x, nullptr, nullptr));
-  CHECK_CUDA(cudaMalloc(&y, std::max<size_t>(2 * hidden, vocab) * 4));
-  auto gemm = cuda::Gemm::Create(nullptr);
-  if (!gemm.ok()) std::exit(1);
-  const float gemm_ms = bench::MedianMs(
-      [&] {
-        for (int l = 0; l < c.n_layers; ++l) {
-          for (size_t i = 0; i < 4; ++i) {
-            if (!(*gemm)->Run(x, 1, static_cast<int>(mats[i].in), w[i], static_cast<int>(mats[i].out), y).ok())
-              std::exit(1);
+  constexpr size_t kMaxRows = 8;  // room for the 8-row products below
+  CHECK_CUDA(cudaMalloc(&x, kMaxRows * 2 * hidden * 2));
+  CHECK_CUDA(cuda::LaunchSyntheticFill(10, kMaxRows * 2 * hidden, 1.0f, false, x, nullptr, nullptr));
+  CHECK_CUDA(cudaMalloc(&y, kMaxRows * std::max<size_t>(2 * hidden, vocab) * 4));
+  // A step's GEMMs at `rows` rows through `gemm`, one layer's matrices n_layers times.
+  auto step_gemms_ms = [&](cuda::Gemm& gemm, int rows) {
+    return bench::MedianMs(
+        [&] {
+          for (int l = 0; l < c.n_layers; ++l) {
+            for (size_t i = 0; i < 4; ++i) {
+              if (!gemm.Run(x, rows, static_cast<int>(mats[i].in), w[i], static_cast<int>(mats[i].out), y).ok())
+                std::exit(1);
+            }
           }
-        }
-        if (!(*gemm)->Run(x, 1, static_cast<int>(dim), cls, static_cast<int>(vocab), y).ok()) std::exit(1);
-      },
-      20);
+          if (!gemm.Run(x, rows, static_cast<int>(dim), cls, static_cast<int>(vocab), y).ok()) std::exit(1);
+        },
+        20);
+  };
+  auto skinny = cuda::Gemm::Create(nullptr);
+  auto lt = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = false});
+  if (!skinny.ok() || !lt.ok()) std::exit(1);
+  // Alternated, so drift falls on both; the skinny kernel at 1 to 8 rows (decode batches),
+  // against cuBLASLt's tensor-core tiles.
+  constexpr int kRowCounts = 8;
+  float lt_ms[kRowCounts], skinny_ms[kRowCounts];
+  for (int i = 0; i < kRowCounts; ++i) lt_ms[i] = skinny_ms[i] = 1e9f;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < kRowCounts; ++i) {
+      lt_ms[i] = std::min(lt_ms[i], step_gemms_ms(**lt, i + 1));
+      skinny_ms[i] = std::min(skinny_ms[i], step_gemms_ms(**skinny, i + 1));
+    }
+  }
+  const float gemm_ms = backend_skinny_gemm ? skinny_ms[0] : lt_ms[0];
   const double weight_bytes = static_cast<double>(layer_bytes) * c.n_layers + vocab * dim * 2.0;
   for (auto* p : w) cudaFree(p);
   cudaFree(cls);
@@ -391,9 +409,17 @@ void DecodeBench(Backend& backend, double hbm_gbs) {
     step_ms = (result->total_seconds - result->ttft_seconds) * 1e3 / (result->tokens.size() - 1);
   }
   std::printf(
-      "\ndecode step, batch 1, context ~4.1k: %.2f ms through the engine; its GEMMs alone %.2f ms "
+      "\ndecode step, batch 1, context ~4.1k: %.2f ms through the engine (GEMMs by %s); its GEMMs alone %.2f ms "
       "(%.0f GB/s of weights); streaming %.2f GB of weights at the copy's HBM rate (read + write) %.2f ms\n",
-      step_ms, gemm_ms, weight_bytes / 1e9 / (gemm_ms / 1e3), weight_bytes / 1e9, weight_bytes / 1e9 / hbm_gbs * 1e3);
+      step_ms, backend_skinny_gemm ? "the skinny kernel" : "cuBLASLt", gemm_ms, weight_bytes / 1e9 / (gemm_ms / 1e3),
+      weight_bytes / 1e9, weight_bytes / 1e9 / hbm_gbs * 1e3);
+  for (int i = 0; i < kRowCounts; ++i) {
+    std::printf(
+        "a step's GEMMs at %d row(s): skinny kernel %.3f ms (%.0f GB/s of weights), cuBLASLt %.3f ms (%.0f GB/s): "
+        "%.3fx\n",
+        i + 1, skinny_ms[i], weight_bytes / 1e9 / (skinny_ms[i] / 1e3), lt_ms[i], weight_bytes / 1e9 / (lt_ms[i] / 1e3),
+        lt_ms[i] / skinny_ms[i]);
+  }
 }
 
 // The paper's workload: 100 documents of 512 tokens, 8 per request, Zipf s = 1.1.
@@ -547,7 +573,7 @@ int main(int argc, char** argv) {
       "       cuda_backend_bench --e2e-batched [--requests N] [--max-tokens N] [--request-rate R|inf]\n"
       "           [--max-concurrency C (0: none)] [--max-prefill-tokens N] [--modes none,prefix,block,lazy]\n"
       "           [--kv-pool-gib G | --gpu-memory-utilization F] [--shared-decode auto|always|off]\n"
-      "           [--mixed-steps decode|prefill] [--no-backend-warm-up] [--out FILE.json]\n"
+      "           [--mixed-steps decode|prefill] [--no-backend-warm-up] [--no-skinny-gemm] [--out FILE.json]\n"
       "Without --e2e-batched: chunk import and decode ceilings, then with --e2e the trace one request\n"
       "at a time (40 requests, 16 tokens, 12 GiB pool). --e2e-batched runs only the loaded benchmark\n"
       "(256 requests, 128 tokens, rate inf, concurrency 64; the pool takes what is left of 0.9 of the\n"
@@ -565,8 +591,9 @@ int main(int argc, char** argv) {
   parser.AddString("--shared-decode", &shared_decode);
   parser.AddString("--mixed-steps", &mixed_steps);
   parser.AddString("--out", &batched_options.out);
-  bool no_backend_warm_up = false;
+  bool no_backend_warm_up = false, no_skinny_gemm = false;
   parser.AddSwitch("--no-backend-warm-up", &no_backend_warm_up);
+  parser.AddSwitch("--no-skinny-gemm", &no_skinny_gemm);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return ExitForFlagError(s, "cuda_backend_bench");
   if (!modes.empty()) {
     batched_options.modes.clear();
@@ -593,6 +620,7 @@ int main(int argc, char** argv) {
     return ExitForFlagError(absl::InvalidArgumentError("--mixed-steps: decode or prefill"), "cuda_backend_bench");
   }
   backend_options.decode_in_mixed_steps = mixed_steps == "decode";
+  backend_options.skinny_gemm = !no_skinny_gemm;
   batched_options.backend_warm_up = !no_backend_warm_up;
   if (batched) {
     if (requests > 0) batched_options.requests = requests;
@@ -627,7 +655,7 @@ int main(int argc, char** argv) {
     return rc;
   }
   const double hbm_gbs = ScatterBench(**backend);
-  DecodeBench(**backend, hbm_gbs);
+  DecodeBench(**backend, hbm_gbs, backend_options.skinny_gemm);
   if (e2e) EndToEnd(**backend, requests > 0 ? requests : 40, max_tokens >= 0 ? max_tokens : 16);
   return 0;
 }

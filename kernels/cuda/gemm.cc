@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/cublas_api.h"
+#include "kernels/cuda/skinny_gemm.h"
 
 namespace lazykv::cuda {
 namespace {
@@ -29,11 +30,12 @@ struct Gemm::Plan {
   }
 };
 
-absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(cudaStream_t stream) {
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(cudaStream_t stream, GemmOptions options) {
   auto api = Cublas();
   if (!api.ok()) return api.status();
   std::unique_ptr<Gemm> g(new Gemm());
   g->api_ = *api;
+  g->options_ = options;
   g->stream_ = stream;
   cublasLtHandle_t lt;
   if (cublasStatus_t s = g->api_->LtCreate(&lt); s != CUBLAS_STATUS_SUCCESS) return LtError(s, "cublasLtCreate");
@@ -91,6 +93,16 @@ absl::Status Gemm::RunTyped(const void* x, int rows, int in, const void* w, int 
                             bool fp32_inputs) {
   if (rows < 0 || in <= 0 || out <= 0) return absl::InvalidArgumentError("GEMM shape");
   if (rows == 0) return absl::OkStatus();
+  if (!fp32_inputs && options_.skinny_kernel && (beta == 0.0f || beta == 1.0f)) {
+    const auto* xb = static_cast<const __nv_bfloat16*>(x);
+    const auto* wb = static_cast<const __nv_bfloat16*>(w);
+    if (rows <= kSkinnyGemmFasterRows && SkinnyGemmApplies(xb, rows, in, wb)) {
+      if (cudaError_t e = LaunchSkinnyGemm(xb, rows, in, wb, out, y, beta, stream_); e != cudaSuccess) {
+        return absl::InternalError(absl::StrFormat("skinny GEMM: %s", cudaGetErrorString(e)));
+      }
+      return absl::OkStatus();
+    }
+  }
   auto plan = PlanFor(rows, in, out, beta, fp32_inputs);
   if (!plan.ok()) return plan.status();
   const float alpha = 1.0f;

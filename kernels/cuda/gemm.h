@@ -3,7 +3,9 @@
 // cpu::MatmulTransposed). fp32 inputs run in true fp32 (CUBLAS_COMPUTE_32F, never TF32).
 // cuBLASLt picks the kernel by heuristic once per shape; where it offers none (odd
 // leading dimensions), plain cuBLAS (cublasGemmEx) runs the product instead. Both are
-// opened at Create (cublas_api.h), not linked.
+// opened at Create (cublas_api.h), not linked. A bf16 product of at most
+// kSkinnyGemmFasterRows rows (a small decode step's) runs the skinny kernel instead
+// (skinny_gemm.h), which streams W closer to the memory's rate.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,9 +23,15 @@ namespace lazykv::cuda {
 
 struct CublasApi;
 
+struct GemmOptions {
+  // False: cuBLASLt for every shape (to measure the skinny kernel against it).
+  bool skinny_kernel = true;
+};
+
+// Not thread-safe: one per stream.
 class Gemm {
  public:
-  static absl::StatusOr<std::unique_ptr<Gemm>> Create(cudaStream_t stream);
+  static absl::StatusOr<std::unique_ptr<Gemm>> Create(cudaStream_t stream, GemmOptions options = {});
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -36,8 +44,9 @@ class Gemm {
   absl::Status Run(const float* x, int rows, int in, const float* w, int out, float* y, float beta = 0.0f) {
     return RunTyped(x, rows, in, w, out, y, beta, /*fp32_inputs=*/true);
   }
-  // Shapes planned so far (each planned once, at its first Run: a heuristic query and, on
-  // the first launch of a kernel, its loading; Backend::WarmUp plans ahead).
+  // cuBLASLt shapes planned so far (each planned once, at its first Run: a heuristic query
+  // and, on the first launch of a kernel, its loading; Backend::WarmUp plans ahead). The
+  // skinny kernel plans nothing.
   size_t plans() const { return plans_.size(); }
 
  private:
@@ -47,6 +56,7 @@ class Gemm {
                         bool fp32_inputs);
   absl::StatusOr<Plan*> PlanFor(int rows, int in, int out, float beta, bool fp32_inputs);
 
+  GemmOptions options_;
   const CublasApi* api_ = nullptr;  // cuBLAS opened on first use (cublas_api.h)
   cudaStream_t stream_ = nullptr;
   void* lt_ = nullptr;    // cublasLtHandle_t

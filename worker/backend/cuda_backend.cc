@@ -21,7 +21,7 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
-absl::Status CudaBackend::Init() {
+absl::Status CudaBackend::Init(cuda::GemmOptions gemm_options) {
   RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
   RETURN_IF_ERROR(Cuda(cudaGetDevice(&device_), "device"));
   streams_ = std::make_shared<StreamPool>(device_);
@@ -32,7 +32,7 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Cuda(cudaDeviceGetDefaultMemPool(&mem_pool, device_), "memory pool"));
   uint64_t keep = budget_->limit();
   RETURN_IF_ERROR(Cuda(cudaMemPoolSetAttribute(mem_pool, cudaMemPoolAttrReleaseThreshold, &keep), "memory pool"));
-  ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create(stream_));
+  ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create(stream_, gemm_options));
   const size_t pool_bytes = LayerPoolBytes() * c_.n_layers;
   RETURN_IF_ERROR(Cuda(cudaMalloc(&k_pool_, pool_bytes), "KV pool (K)"));
   RETURN_IF_ERROR(Cuda(cudaMalloc(&v_pool_, pool_bytes), "KV pool (V)"));
@@ -99,10 +99,10 @@ using cuda_backend::CudaBackend;
 
 absl::StatusOr<std::unique_ptr<Backend>> Finish(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks,
                                                 const CudaBackendOptions& options) {
-  auto backend = std::make_unique<CudaBackend>(std::move(weights), block_size, num_blocks,
-                                               options.transfer_staging_bytes, options.shared_decode,
-                                               options.decode_in_mixed_steps);
-  RETURN_IF_ERROR(backend->Init());
+  auto backend =
+      std::make_unique<CudaBackend>(std::move(weights), block_size, num_blocks, options.transfer_staging_bytes,
+                                    options.shared_decode, options.decode_in_mixed_steps);
+  RETURN_IF_ERROR(backend->Init(cuda::GemmOptions{.skinny_kernel = options.skinny_gemm}));
   return std::unique_ptr<Backend>(std::move(backend));
 }
 

@@ -48,6 +48,9 @@ struct CudaBackendOptions {
   // or fetched and staged but not yet imported); past it a capture or a staging fails
   // RESOURCE_EXHAUSTED (the publication is dropped, the chunk computed).
   uint64_t transfer_staging_bytes = 1ull << 30;
+  // GEMMs of at most kSkinnyGemmMaxRows rows (decode steps) by the skinny kernel
+  // (kernels/cuda/skinny_gemm.h); false: cuBLASLt for all (kept for benchmarks).
+  bool skinny_gemm = true;
 };
 
 // Decode steps that ran the chunk-shared attention, and the KV tokens it saved reading (per

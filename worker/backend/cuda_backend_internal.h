@@ -177,7 +177,7 @@ class CudaBackend : public Backend {
         decode_in_mixed_steps_(decode_in_mixed_steps),
         budget_(std::make_shared<TransferBudget>(transfer_staging_bytes)) {}
   ~CudaBackend() override;
-  absl::Status Init();
+  absl::Status Init(cuda::GemmOptions gemm_options = {});
 
   const ModelConfig& config() const override { return c_; }
   std::string kv_dtype() const override { return cuda::ElementName(element_); }
@@ -193,7 +193,8 @@ class CudaBackend : public Backend {
   // cuda_chunk_transfer.cc. StageChunk and ExportedChunk::CopyTo run on other threads:
   // they touch only their own streams, the budget and the stream-ordered allocator.
   absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) override;
-  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload, const StageOptions& options) override;
+  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload,
+                                                          const StageOptions& options) override;
   absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) override;
   // cuda_warm_up.cc: every GEMM shape of passes up to max_rows (and of the classifier up to
   // max_logit_rows) planned and run once, activation and logits buffers at full size.

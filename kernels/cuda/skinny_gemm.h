@@ -1,0 +1,29 @@
+// Y = X W^T for a few rows of X (a decode step's batch): bf16 X [rows][in] and W [out][in],
+// fp32 Y [rows][out], fp32 accumulation (CPU twin: cpu::MatmulTransposed). At one to a few
+// rows the product is a stream of W from memory, which this kernel reads once at close to
+// the memory's rate: each warp takes whole rows of W in 16-byte loads, several in flight,
+// against every row of X (read through L1), and reduces across its lanes. cuBLASLt picks a
+// tensor-core tile for such shapes. A decode step's GEMMs of Llama-3-8B on the H100
+// (`cuda_backend_bench`, bench/results/skinny_gemm_2026-11-27.md): at 1 row 1.06x cuBLASLt
+// (2.70 against 2.55 TB/s of weights), 1.04x at 2-3, 1.01-1.02x at 4, 0.88-1.00x at 5-8.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace lazykv::cuda {
+
+// The most rows of X the kernel takes.
+inline constexpr int kSkinnyGemmMaxRows = 8;
+// The most rows for which Gemm runs it: past 4 rows cuBLASLt is as fast or faster.
+inline constexpr int kSkinnyGemmFasterRows = 4;
+
+// Whether the kernel takes this product: 1 <= rows <= kSkinnyGemmMaxRows, `in` a multiple of
+// 8, and x and w 16-byte aligned.
+bool SkinnyGemmApplies(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w);
+
+// y = x w^T (beta 0) or y += x w^T (beta 1), on `stream`. REQUIRES SkinnyGemmApplies.
+cudaError_t LaunchSkinnyGemm(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
+                             float beta, cudaStream_t stream);
+
+}  // namespace lazykv::cuda

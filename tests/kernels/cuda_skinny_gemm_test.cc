@@ -1,0 +1,145 @@
+// The skinny GEMM kernel (kernels/cuda/skinny_gemm.h) against a plain double-precision
+// product of the same bf16 values, per element within fp32 accumulation's error, on random
+// shapes for every row count it takes (K from one vector to Llama-3-8B's 14336, out not a
+// multiple of anything); against cuBLASLt through Gemm (skinny kernel off); beta = 1; and the
+// products it must leave to cuBLASLt (misaligned, K not a multiple of 8, too many rows).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/skinny_gemm.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/test_util.h"
+
+namespace lazykv {
+namespace {
+
+using testing::DeviceArena;
+using testing::FreshSeed;
+using testing::HaveGpu;
+using testing::RandomBf16;
+using testing::ToHost;
+
+// y = x w^T in double, and the sum of |x_k w_k| per element (the error's scale).
+void Reference(const std::vector<float>& x, int rows, int in, const std::vector<float>& w, int out,
+               std::vector<double>* y, std::vector<double>* scale) {
+  y->assign(static_cast<size_t>(rows) * out, 0.0);
+  scale->assign(y->size(), 0.0);
+  for (int r = 0; r < rows; ++r) {
+    for (int o = 0; o < out; ++o) {
+      double acc = 0, mag = 0;
+      for (int k = 0; k < in; ++k) {
+        const double p = static_cast<double>(x[static_cast<size_t>(r) * in + k]) * w[static_cast<size_t>(o) * in + k];
+        acc += p;
+        mag += std::fabs(p);
+      }
+      (*y)[static_cast<size_t>(r) * out + o] = acc;
+      (*scale)[static_cast<size_t>(r) * out + o] = mag;
+    }
+  }
+}
+
+// Every element within fp32 accumulation's error of the reference: 5e-6 of the sum of the
+// products' magnitudes (a lane adds up to K/32 products in order, then the warp reduces:
+// about 1.3e-6 for K = 14336), where one product left out or counted twice moves an element
+// by K^-1 of that sum on average (7e-5 at K = 14336).
+void ExpectClose(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& scale) {
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tolerance = 5e-6 * scale[i] + 1e-6;
+    if (!(std::fabs(got[i] - want[i]) <= tolerance) && ++bad <= 5) {
+      ADD_FAILURE() << "element " << i << ": " << got[i] << " against " << want[i] << " (scale " << scale[i] << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(CudaSkinnyGemmTest, MatchesAPlainProductOnRandomShapes) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int ins[] = {8, 64, 136, 1000, 4096, 14336};
+  for (int trial = 0; trial < 24; ++trial) {
+    const int rows = 1 + trial % cuda::kSkinnyGemmMaxRows;
+    const int in = ins[rng() % 6];
+    const int out = 1 + static_cast<int>(rng() % (in >= 4096 ? 700 : 3000));
+    SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out);
+    std::vector<__nv_bfloat16> xb, wb;
+    std::vector<float> x, w;
+    RandomBf16(rng, static_cast<size_t>(rows) * in, xb, x);
+    RandomBf16(rng, static_cast<size_t>(out) * in, wb, w);
+    std::vector<double> want, scale;
+    Reference(x, rows, in, w, out, &want, &scale);
+    DeviceArena arena;
+    __nv_bfloat16* xd = arena.Copy(xb);
+    __nv_bfloat16* wd = arena.Copy(wb);
+    float* y = arena.Alloc<float>(want.size());
+    ASSERT_TRUE(cuda::SkinnyGemmApplies(xd, rows, in, wd));
+    ASSERT_EQ(cuda::LaunchSkinnyGemm(xd, rows, in, wd, out, y, 0.0f, nullptr), cudaSuccess);
+    ExpectClose(ToHost(y, want.size()), want, scale);
+    // beta = 1: y += x w^T.
+    ASSERT_EQ(cuda::LaunchSkinnyGemm(xd, rows, in, wd, out, y, 1.0f, nullptr), cudaSuccess);
+    std::vector<double> twice = want, twice_scale = scale;
+    for (size_t i = 0; i < twice.size(); ++i) twice[i] *= 2, twice_scale[i] *= 2;
+    ExpectClose(ToHost(y, want.size()), twice, twice_scale);
+    // Through Gemm, against cuBLASLt (the same product by tensor cores).
+    auto skinny = cuda::Gemm::Create(nullptr);
+    auto lt = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = false});
+    ASSERT_TRUE(skinny.ok() && lt.ok());
+    float* y_lt = arena.Alloc<float>(want.size());
+    ASSERT_TRUE((*skinny)->Run(xd, rows, in, wd, out, y).ok());
+    ASSERT_TRUE((*lt)->Run(xd, rows, in, wd, out, y_lt).ok());
+    // Up to kSkinnyGemmFasterRows rows Gemm runs the skinny kernel (no cuBLASLt plan).
+    EXPECT_EQ((*skinny)->plans(), rows <= cuda::kSkinnyGemmFasterRows ? 0u : 1u);
+    EXPECT_EQ((*lt)->plans(), 1u);
+    ExpectClose(ToHost(y, want.size()), want, scale);
+    ExpectClose(ToHost(y_lt, want.size()), want, scale);
+  }
+}
+
+TEST(CudaSkinnyGemmTest, LeavesOtherProductsToCublasLt) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  std::mt19937_64 rng(FreshSeed());
+  DeviceArena arena;
+  const int in = 264, out = 300;
+  std::vector<__nv_bfloat16> xb, wb;
+  std::vector<float> x, w;
+  RandomBf16(rng, static_cast<size_t>(9) * in + 8, xb, x);
+  RandomBf16(rng, static_cast<size_t>(out) * in, wb, w);
+  __nv_bfloat16* xd = arena.Copy(xb);
+  __nv_bfloat16* wd = arena.Copy(wb);
+  EXPECT_FALSE(cuda::SkinnyGemmApplies(xd + 1, 2, in, wd)) << "x not 16-byte aligned";
+  EXPECT_FALSE(cuda::SkinnyGemmApplies(xd, 2, in, wd + 4)) << "w not 16-byte aligned";
+  EXPECT_FALSE(cuda::SkinnyGemmApplies(xd, 2, in - 4, wd)) << "K not a multiple of 8";
+  EXPECT_FALSE(cuda::SkinnyGemmApplies(xd, cuda::kSkinnyGemmMaxRows + 1, in, wd)) << "too many rows";
+  EXPECT_FALSE(cuda::SkinnyGemmApplies(xd, 0, in, wd));
+  EXPECT_EQ(cuda::LaunchSkinnyGemm(xd + 1, 2, in, wd, out, arena.Alloc<float>(2 * out), 0.0f, nullptr),
+            cudaErrorInvalidValue);
+  // Gemm still computes them, by cuBLASLt: K not a multiple of 8, and more rows than the
+  // kernel takes.
+  for (const auto& [rows, k] : {std::pair{2, in - 4}, std::pair{cuda::kSkinnyGemmMaxRows + 1, in}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " x " << k);
+    auto gemm = cuda::Gemm::Create(nullptr);
+    ASSERT_TRUE(gemm.ok());
+    std::vector<__nv_bfloat16> xk, wk;
+    std::vector<float> xf, wf;
+    RandomBf16(rng, static_cast<size_t>(rows) * k, xk, xf);
+    RandomBf16(rng, static_cast<size_t>(out) * k, wk, wf);
+    float* y = arena.Alloc<float>(static_cast<size_t>(rows) * out);
+    ASSERT_TRUE((*gemm)->Run(arena.Copy(xk), rows, k, arena.Copy(wk), out, y).ok());
+    EXPECT_EQ((*gemm)->plans(), 1u) << "planned for cuBLASLt";
+    std::vector<double> want, scale;
+    Reference(xf, rows, k, wf, out, &want, &scale);
+    ExpectClose(ToHost(y, want.size()), want, scale);
+  }
+}
+
+}  // namespace
+}  // namespace lazykv

@@ -413,6 +413,7 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm) {
       "(%.0f GB/s of weights); streaming %.2f GB of weights at the copy's HBM rate (read + write) %.2f ms\n",
       step_ms, backend_skinny_gemm ? "the skinny kernel" : "cuBLASLt", gemm_ms, weight_bytes / 1e9 / (gemm_ms / 1e3),
       weight_bytes / 1e9, weight_bytes / 1e9 / hbm_gbs * 1e3);
+  std::printf("backend: %s\n", backend.ProfileSummary().c_str());
   for (int i = 0; i < kRowCounts; ++i) {
     std::printf(
         "a step's GEMMs at %d row(s): skinny kernel %.3f ms (%.0f GB/s of weights), cuBLASLt %.3f ms (%.0f GB/s): "

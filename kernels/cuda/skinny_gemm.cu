@@ -1,7 +1,13 @@
-// Warps take rows of W in groups (grid-stride over W's rows). Each lane reads 8 bf16 of a row
-// per 16-byte load, several in flight, and the same 8 values of each row of X (read-only
-// path: every warp reads the same X, which stays in L1/L2). The dot products are reduced
-// across the warp with shuffles, and one lane writes each element of Y.
+// Warps take rows of W in groups of four (grid-stride over the groups). Each lane reads 8 bf16
+// of a row per 16-byte load, several in flight, and the same 8 values of each row of X once
+// for the group (read-only path: every warp reads the same X, which stays in L1/L2; with one
+// row of W per warp, X's loads outnumbered W's at 8 rows of X). The dot products are reduced
+// across the warp with shuffles, and one lane writes each element of the output.
+//
+// Two fusions for a decode step, each bit for bit what the unfused kernels give: X in fp32,
+// rounded to bf16 as it is loaded (the attention output, which LaunchToBf16 would round the
+// same way), and SwiGLU applied to the gate and up products of W = [gate; up], written in
+// bf16 (what LaunchSwiGlu computes from them, with the same expression).
 #include <cstdint>
 
 #include "kernels/cuda/skinny_gemm.h"
@@ -12,6 +18,8 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kUnroll = 2;  // steps of kWRows loads each in flight per lane
 constexpr int kWRows = 4;   // rows of W per warp
+
+enum class Epilogue { kStore, kSwiGlu };
 
 __device__ inline void Accumulate(const uint4& wv, const uint4& xv, float& acc) {
   const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
@@ -34,23 +42,40 @@ __device__ inline uint4 LoadStreaming(const uint4* p) {
   return v;
 }
 
-// A warp takes kWRows rows of W at a time: each step, every lane loads one 16-byte vector of
-// each of them and the matching vector of each row of X once, so X's loads are shared by the
-// kWRows rows (with one row of W per warp, X's loads outnumbered W's at 8 rows of X).
-template <int kRows>
+// The 8 values of X at vector `v` of its row `r`, as bf16.
+__device__ inline uint4 LoadX(const __nv_bfloat16* x, int vectors, int r, int v) {
+  return __ldg(reinterpret_cast<const uint4*>(x) + static_cast<size_t>(r) * vectors + v);
+}
+__device__ inline uint4 LoadX(const float* x, int vectors, int r, int v) {
+  const float4* p = reinterpret_cast<const float4*>(x) + (static_cast<size_t>(r) * vectors + v) * 2;
+  const float4 a = __ldg(p), b = __ldg(p + 1);
+  uint4 out;
+  __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+  o[0] = __floats2bfloat162_rn(a.x, a.y);
+  o[1] = __floats2bfloat162_rn(a.z, a.w);
+  o[2] = __floats2bfloat162_rn(b.x, b.y);
+  o[3] = __floats2bfloat162_rn(b.z, b.w);
+  return out;
+}
+
+// kStore: a group is 4 consecutive rows of W (outputs first..first+3 of `out`). kSwiGlu: W is
+// [gate; up] with `out` rows each, and a group is gate rows c, c+1 and up rows c, c+1
+// (outputs c and c+1 of h).
+template <int kRows, typename XT, Epilogue kEpilogue>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    SkinnyGemmKernel(const __nv_bfloat16* __restrict__ x, int in, const __nv_bfloat16* __restrict__ w, int out,
-                     float* __restrict__ y, float beta) {
+    SkinnyGemmKernel(const XT* __restrict__ x, int in, const __nv_bfloat16* __restrict__ w, int out,
+                     float* __restrict__ y, float beta, __nv_bfloat16* __restrict__ h) {
+  constexpr int kCols = kEpilogue == Epilogue::kStore ? kWRows : kWRows / 2;  // outputs per group
   const int lane = threadIdx.x % 32;
   const int warps = gridDim.x * kWarpsPerBlock;
   const int vectors = in / 8;  // 16-byte vectors per row
-  const uint4* xv = reinterpret_cast<const uint4*>(x);
-  for (int first = (blockIdx.x * kWarpsPerBlock + threadIdx.x / 32) * kWRows; first < out; first += warps * kWRows) {
-    // Rows past `out` repeat the last row (loaded, never written).
+  for (int first = (blockIdx.x * kWarpsPerBlock + threadIdx.x / 32) * kCols; first < out; first += warps * kCols) {
+    // Outputs past `out` repeat the last one (loaded, never written).
     const uint4* wv[kWRows];
 #pragma unroll
     for (int j = 0; j < kWRows; ++j) {
-      const int row = first + j < out ? first + j : out - 1;
+      const int col = first + j % kCols < out ? first + j % kCols : out - 1;
+      const int row = kEpilogue == Epilogue::kStore ? col : col + (j < kCols ? 0 : out);
       wv[j] = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(row) * vectors;
     }
     float acc[kWRows][kRows];
@@ -73,7 +98,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         if (v + 32 * u < vectors) {
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            const uint4 xr = __ldg(xv + static_cast<size_t>(r) * vectors + v + 32 * u);
+            const uint4 xr = LoadX(x, vectors, r, v + 32 * u);
 #pragma unroll
             for (int j = 0; j < kWRows; ++j) Accumulate(wr[u][j], xr, acc[j][r]);
           }
@@ -89,66 +114,93 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       }
     }
 #pragma unroll
-    for (int j = 0; j < kWRows; ++j) {
+    for (int j = 0; j < kCols; ++j) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (lane == (j * kRows + r) % 32 && first + j < out) {
-          float* out_y = y + static_cast<size_t>(r) * out + first + j;
-          *out_y = beta == 0.0f ? acc[j][r] : acc[j][r] + beta * *out_y;
+          if constexpr (kEpilogue == Epilogue::kStore) {
+            float* out_y = y + static_cast<size_t>(r) * out + first + j;
+            *out_y = beta == 0.0f ? acc[j][r] : acc[j][r] + beta * *out_y;
+          } else {
+            const float g = acc[j][r], u = acc[j + kCols][r];
+            h[static_cast<size_t>(r) * out + first + j] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+          }
         }
       }
     }
   }
 }
 
-template <int kRows>
-void Launch(const __nv_bfloat16* x, int in, const __nv_bfloat16* w, int out, float* y, float beta,
+template <int kRows, typename XT, Epilogue kEpilogue>
+void Launch(const XT* x, int in, const __nv_bfloat16* w, int out, float* y, float beta, __nv_bfloat16* h,
             cudaStream_t stream) {
   int device = 0, sms = 132;
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  constexpr int kCols = kEpilogue == Epilogue::kStore ? kWRows : kWRows / 2;
   // Small blocks, so that a 4096-row W still spreads over every SM; at most 16 per SM
   // (enough loads in flight), and no more than W's rows need.
-  const int wanted = (out + kWarpsPerBlock * kWRows - 1) / (kWarpsPerBlock * kWRows);
+  const int wanted = (out + kWarpsPerBlock * kCols - 1) / (kWarpsPerBlock * kCols);
   const int grid = wanted < sms * 16 ? wanted : sms * 16;
-  SkinnyGemmKernel<kRows><<<grid, kWarpsPerBlock * 32, 0, stream>>>(x, in, w, out, y, beta);
+  SkinnyGemmKernel<kRows, XT, kEpilogue><<<grid, kWarpsPerBlock * 32, 0, stream>>>(x, in, w, out, y, beta, h);
 }
+
+template <typename XT, Epilogue kEpilogue>
+void Dispatch(int rows, const XT* x, int in, const __nv_bfloat16* w, int out, float* y, float beta, __nv_bfloat16* h,
+              cudaStream_t stream) {
+  switch (rows) {
+    case 1:
+      Launch<1, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      break;
+    case 2:
+      Launch<2, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      break;
+    case 3:
+      Launch<3, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      break;
+    case 4:
+      Launch<4, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      break;
+    case 5:
+      Launch<5, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      break;
+    case 6:
+      Launch<6, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      break;
+    case 7:
+      Launch<7, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      break;
+    default:
+      Launch<8, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      break;
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-bool SkinnyGemmApplies(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w) {
-  return rows >= 1 && rows <= kSkinnyGemmMaxRows && in > 0 && in % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(w) % 16 == 0;
+bool SkinnyGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* w) {
+  return rows >= 1 && rows <= kSkinnyGemmMaxRows && in > 0 && in % 8 == 0 && Aligned16(x) && Aligned16(w);
 }
 
 cudaError_t LaunchSkinnyGemm(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                              float beta, cudaStream_t stream) {
   if (!SkinnyGemmApplies(x, rows, in, w) || out <= 0 || y == nullptr) return cudaErrorInvalidValue;
-  switch (rows) {
-    case 1:
-      Launch<1>(x, in, w, out, y, beta, stream);
-      break;
-    case 2:
-      Launch<2>(x, in, w, out, y, beta, stream);
-      break;
-    case 3:
-      Launch<3>(x, in, w, out, y, beta, stream);
-      break;
-    case 4:
-      Launch<4>(x, in, w, out, y, beta, stream);
-      break;
-    case 5:
-      Launch<5>(x, in, w, out, y, beta, stream);
-      break;
-    case 6:
-      Launch<6>(x, in, w, out, y, beta, stream);
-      break;
-    case 7:
-      Launch<7>(x, in, w, out, y, beta, stream);
-      break;
-    default:
-      Launch<8>(x, in, w, out, y, beta, stream);
-      break;
-  }
+  Dispatch<__nv_bfloat16, Epilogue::kStore>(rows, x, in, w, out, y, beta, nullptr, stream);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSkinnyGemmRoundingX(const float* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
+                                      cudaStream_t stream) {
+  if (!SkinnyGemmApplies(x, rows, in, w) || out <= 0 || y == nullptr) return cudaErrorInvalidValue;
+  Dispatch<float, Epilogue::kStore>(rows, x, in, w, out, y, 0.0f, nullptr, stream);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSkinnyGateUpSwiGlu(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w_gate_up,
+                                     int hidden, __nv_bfloat16* h, cudaStream_t stream) {
+  if (!SkinnyGemmApplies(x, rows, in, w_gate_up) || hidden <= 0 || h == nullptr) return cudaErrorInvalidValue;
+  Dispatch<__nv_bfloat16, Epilogue::kSwiGlu>(rows, x, in, w_gate_up, hidden, nullptr, 0.0f, h, stream);
   return cudaGetLastError();
 }
 

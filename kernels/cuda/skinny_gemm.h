@@ -20,10 +20,22 @@ inline constexpr int kSkinnyGemmFasterRows = 4;
 
 // Whether the kernel takes this product: 1 <= rows <= kSkinnyGemmMaxRows, `in` a multiple of
 // 8, and x and w 16-byte aligned.
-bool SkinnyGemmApplies(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w);
+bool SkinnyGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* w);
 
 // y = x w^T (beta 0) or y += x w^T (beta 1), on `stream`. REQUIRES SkinnyGemmApplies.
 cudaError_t LaunchSkinnyGemm(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                              float beta, cudaStream_t stream);
+
+// y = bf16(x) w^T for fp32 x, each value rounded to bf16 as it is loaded (as LaunchToBf16
+// rounds it): bit for bit LaunchToBf16 then LaunchSkinnyGemm, without the bf16 copy of x.
+// REQUIRES SkinnyGemmApplies.
+cudaError_t LaunchSkinnyGemmRoundingX(const float* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
+                                      cudaStream_t stream);
+
+// h = SwiGLU(x w_gate_up^T) in bf16, for w_gate_up = [gate; up] (2 * hidden rows of `in`):
+// bit for bit LaunchSkinnyGemm into [rows][2 * hidden] then LaunchSwiGlu, without the fp32
+// product in between. REQUIRES SkinnyGemmApplies(x, rows, in, w_gate_up).
+cudaError_t LaunchSkinnyGateUpSwiGlu(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w_gate_up,
+                                     int hidden, __nv_bfloat16* h, cudaStream_t stream);
 
 }  // namespace lazykv::cuda

@@ -2,16 +2,19 @@
 // product of the same bf16 values, per element within fp32 accumulation's error, on random
 // shapes for every row count it takes (K from one vector to Llama-3-8B's 14336, out not a
 // multiple of anything); against cuBLASLt through Gemm (skinny kernel off); beta = 1; and the
-// products it must leave to cuBLASLt (misaligned, K not a multiple of 8, too many rows).
+// products it must leave to cuBLASLt (misaligned, K not a multiple of 8, too many rows); and
+// its two fusions bit for bit against the unfused kernels (and SwiGLU against a plain one).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -138,6 +141,77 @@ TEST(CudaSkinnyGemmTest, LeavesOtherProductsToCublasLt) {
     std::vector<double> want, scale;
     Reference(xf, rows, k, wf, out, &want, &scale);
     ExpectClose(ToHost(y, want.size()), want, scale);
+  }
+}
+
+// The fused kernels of a decode step equal, bit for bit, the kernels they replace: fp32 X
+// rounded in the loads against LaunchToBf16 then the GEMM, and SwiGLU in the epilogue against
+// the GEMM of [gate; up] then LaunchSwiGlu; the latter also within rounding of a plain SwiGLU
+// of the double-precision products.
+TEST(CudaSkinnyGemmTest, FusedKernelsEqualTheUnfusedOnes) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int trial = 0; trial < 16; ++trial) {
+    const int rows = 1 + trial % cuda::kSkinnyGemmMaxRows;
+    const int in = 8 * (1 + static_cast<int>(rng() % 600));
+    const int out = 1 + static_cast<int>(rng() % 900);  // also the SwiGLU's hidden: odd ones too
+    SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out);
+    DeviceArena arena;
+    // fp32 X with values bf16 cannot hold exactly.
+    std::vector<float> x32(static_cast<size_t>(rows) * in);
+    for (float& v : x32) v = normal(rng);
+    std::vector<__nv_bfloat16> xb, wb, gub;
+    std::vector<float> xf, wf, guf;
+    RandomBf16(rng, static_cast<size_t>(rows) * in, xb, xf);
+    RandomBf16(rng, static_cast<size_t>(out) * in, wb, wf);
+    RandomBf16(rng, static_cast<size_t>(2 * out) * in, gub, guf);
+    const float* x32d = arena.Copy(x32);
+    const __nv_bfloat16* xd = arena.Copy(xb);
+    const __nv_bfloat16* wd = arena.Copy(wb);
+    const __nv_bfloat16* gud = arena.Copy(gub);
+
+    // X rounded in the loads.
+    __nv_bfloat16* x_rounded = arena.Alloc<__nv_bfloat16>(x32.size());
+    float* y_unfused = arena.Alloc<float>(static_cast<size_t>(rows) * out);
+    float* y_fused = arena.Alloc<float>(static_cast<size_t>(rows) * out);
+    ASSERT_EQ(cuda::LaunchToBf16(x32d, x32.size(), x_rounded, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchSkinnyGemm(x_rounded, rows, in, wd, out, y_unfused, 0.0f, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchSkinnyGemmRoundingX(x32d, rows, in, wd, out, y_fused, nullptr), cudaSuccess);
+    const std::vector<float> a = ToHost(y_unfused, static_cast<size_t>(rows) * out);
+    const std::vector<float> b = ToHost(y_fused, a.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rounding in the loads";
+
+    // SwiGLU in the epilogue.
+    float* gu = arena.Alloc<float>(static_cast<size_t>(rows) * 2 * out);
+    __nv_bfloat16* h_unfused = arena.Alloc<__nv_bfloat16>(static_cast<size_t>(rows) * out);
+    __nv_bfloat16* h_fused = arena.Alloc<__nv_bfloat16>(static_cast<size_t>(rows) * out);
+    ASSERT_EQ(cuda::LaunchSkinnyGemm(xd, rows, in, gud, 2 * out, gu, 0.0f, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchSwiGlu(gu, rows, out, h_unfused, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchSkinnyGateUpSwiGlu(xd, rows, in, gud, out, h_fused, nullptr), cudaSuccess);
+    const std::vector<__nv_bfloat16> hu = ToHost(h_unfused, static_cast<size_t>(rows) * out);
+    const std::vector<__nv_bfloat16> hf = ToHost(h_fused, hu.size());
+    EXPECT_EQ(std::memcmp(hu.data(), hf.data(), hu.size() * sizeof(__nv_bfloat16)), 0) << "SwiGLU in the epilogue";
+    std::vector<double> prod, scale;
+    Reference(xf, rows, in, guf, 2 * out, &prod, &scale);
+    int bad = 0;
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < out; ++i) {
+        const double g = prod[static_cast<size_t>(r) * 2 * out + i],
+                     u = prod[static_cast<size_t>(r) * 2 * out + out + i];
+        const double want = g / (1.0 + std::exp(-g)) * u;
+        const double got = __bfloat162float(hf[static_cast<size_t>(r) * out + i]);
+        // bf16's rounding (2^-8 relative) plus the products' error carried through.
+        const double tolerance = 8e-3 * std::fabs(want) + 1e-4 * (scale[static_cast<size_t>(r) * 2 * out + i] +
+                                                                  scale[static_cast<size_t>(r) * 2 * out + out + i]);
+        if (!(std::fabs(got - want) <= tolerance) && ++bad <= 5) {
+          ADD_FAILURE() << "h[" << r << "][" << i << "] " << got << " against " << want;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
   }
 }
 

@@ -33,6 +33,7 @@ absl::Status CudaBackend::Init(cuda::GemmOptions gemm_options) {
   uint64_t keep = budget_->limit();
   RETURN_IF_ERROR(Cuda(cudaMemPoolSetAttribute(mem_pool, cudaMemPoolAttrReleaseThreshold, &keep), "memory pool"));
   ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create(stream_, gemm_options));
+  skinny_gemm_ = gemm_options.skinny_kernel;
   const size_t pool_bytes = LayerPoolBytes() * c_.n_layers;
   RETURN_IF_ERROR(Cuda(cudaMalloc(&k_pool_, pool_bytes), "KV pool (K)"));
   RETURN_IF_ERROR(Cuda(cudaMalloc(&v_pool_, pool_bytes), "KV pool (V)"));

@@ -24,6 +24,7 @@
 #include "kernels/cuda/shared_decode_attention.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cuda_backend.h"
+#include "worker/backend/cuda_step_timing.h"
 #include "worker/backend/cuda_weights.h"
 
 namespace lazykv::cuda_backend {
@@ -261,7 +262,9 @@ class CudaBackend : public Backend {
   int num_blocks_;
   const SharedDecode shared_decode_;
   const bool decode_in_mixed_steps_;
+  bool skinny_gemm_ = true;  // Init's GEMM option: also the fused skinny kernels of a small step
   SharedDecodeStats shared_stats_;
+  StepTiming step_timing_;  // small decode steps (cuda_step_timing.h)
   cudaStream_t stream_ = nullptr;
   int device_ = 0;                          // the device of stream_ (set on the pipeline's threads too)
   std::shared_ptr<TransferBudget> budget_;  // shared with chunks in transit

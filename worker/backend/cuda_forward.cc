@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/generic_attention.h"
 #include "kernels/cuda/lazy_decode_attention.h"
+#include "kernels/cuda/skinny_gemm.h"
 #include "worker/backend/cuda_backend_internal.h"
 
 namespace lazykv::cuda_backend {
@@ -141,7 +142,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
 
   // Sequences [0, decode_seqs) run the decode kernel: all of them in a decode step, the
   // leading run in a mixed step (when both tensor-core kernels apply), none else.
-  const size_t decode_seqs = all_single && DecodeKernelApplies() ? active.size()
+  const size_t decode_seqs = all_single && DecodeKernelApplies()                            ? active.size()
                              : lead > 0 && decode_in_mixed_steps_ && PrefillKernelApplies() ? lead
                                                                                             : 0;
   MetaPack pack;
@@ -169,6 +170,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
                o_deltas = pack.Add(deltas), o_starts = pack.Add(starts), o_to = pack.Add(table_offsets),
                o_qo = pack.Add(query_offsets), o_pos0 = pack.Add(pos0), o_last = pack.Add(last_pos),
                o_out = pack.Add(out_rows);
+  step_timing_.MarkFirstLaunch(stream_);
   RETURN_IF_ERROR(pack.Upload(meta_host_, meta_, stream_));
   auto meta = [&](size_t offset) { return meta_.as<int32_t>(offset * sizeof(int32_t)); };
 
@@ -244,8 +246,19 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
       Cuda(cuda::LaunchEmbeddingGather(matrix(w_->embedding()), plan.tokens, rows, dim, x, stream_), "embed"));
   cuda::PrefillAttentionParams& ap = plan.attention;
   cuda::KvWriteParams& kw = plan.kv_write;
+  // A step of a few rows in bf16 runs the skinny GEMM's fused kernels (skinny_gemm.h): the
+  // attention output rounded to bf16 in the output GEMM's loads, SwiGLU in the gate/up
+  // GEMM's epilogue; bit for bit the unfused kernels' results, 64 launches fewer a step.
+  bool small_step = false;
+  if constexpr (std::is_same_v<T, bf16>) {
+    small_step = skinny_gemm_ && rows <= cuda::kSkinnyGemmFasterRows;
+  }
   for (int l = 0; l < c_.n_layers; ++l) {
     const DeviceLayer& lw = w_->layer(l);
+    const bool fused_output =
+        small_step && cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, static_cast<const bf16*>(lw.wo));
+    const bool fused_swiglu =
+        small_step && cuda::SkinnyGemmApplies(xb, rows, dim, static_cast<const bf16*>(lw.w_gate_up));
     RETURN_IF_ERROR(
         Cuda(cuda::LaunchResidualRmsNorm(x, l == 0 ? nullptr : y, lw.attn_norm, rows, dim, c_.norm_eps, xb, stream_),
              "attention norm"));
@@ -254,20 +267,31 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
     kw.kv.v_pool = ap.kv.v_pool = VPool(l);
     RETURN_IF_ERROR(Cuda(cuda::LaunchKvWrite(kw, stream_), "KV write"));
     RETURN_IF_ERROR(Attention(plan));
-    const T* attention_out;
     if constexpr (std::is_same_v<T, float>) {
-      attention_out = attn_.as<float>();
+      RETURN_IF_ERROR(gemm_->Run(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim, y));
+    } else if (fused_output) {  // the bf16 rounding in the GEMM's loads
+      RETURN_IF_ERROR(
+          Cuda(cuda::LaunchSkinnyGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim, y, stream_),
+               "attention output GEMM"));
     } else {
       RETURN_IF_ERROR(
           Cuda(cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(rows) * q_dim, attn_in_.as<T>(), stream_),
                "attention output"));
-      attention_out = attn_in_.as<T>();
+      RETURN_IF_ERROR(gemm_->Run(attn_in_.as<T>(), rows, q_dim, matrix(lw.wo), dim, y));
     }
-    RETURN_IF_ERROR(gemm_->Run(attention_out, rows, q_dim, matrix(lw.wo), dim, y));
     RETURN_IF_ERROR(
         Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.ffn_norm, rows, dim, c_.norm_eps, xb, stream_), "ffn norm"));
-    RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.w_gate_up), 2 * hidden, gu_.as<float>()));
-    RETURN_IF_ERROR(Cuda(cuda::LaunchSwiGlu(gu_.as<float>(), rows, hidden, h_.as<T>(), stream_), "SwiGLU"));
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (fused_swiglu) {  // SwiGLU in the GEMM's epilogue
+        RETURN_IF_ERROR(
+            Cuda(cuda::LaunchSkinnyGateUpSwiGlu(xb, rows, dim, matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
+                 "gate/up GEMM and SwiGLU"));
+      }
+    }
+    if (!fused_swiglu) {
+      RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.w_gate_up), 2 * hidden, gu_.as<float>()));
+      RETURN_IF_ERROR(Cuda(cuda::LaunchSwiGlu(gu_.as<float>(), rows, hidden, h_.as<T>(), stream_), "SwiGLU"));
+    }
     RETURN_IF_ERROR(gemm_->Run(h_.as<T>(), rows, hidden, matrix(lw.w_down), dim, y));
   }
 

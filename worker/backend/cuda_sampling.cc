@@ -3,6 +3,7 @@
 // decoding request then costs 8 bytes of copy instead of a vocabulary of floats and a
 // host softmax on the scheduling thread.
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/skinny_gemm.h"
 #include "worker/backend/cuda_backend_internal.h"
 
 namespace lazykv::cuda_backend {
@@ -55,8 +56,22 @@ absl::Status CudaBackend::ForwardAndSample(std::span<const SequenceStep> steps, 
   RETURN_IF_ERROR(ValidateSampling(steps, sampling));
   logits->assign(steps.size(), {});
   tokens->assign(steps.size(), SampledToken{.id = -1, .logprob = 0.0f});
+  // A small decode step (one token each, a few rows) is timed (cuda_step_timing.h).
+  size_t step_rows = 0;
+  bool decode_only = true;
+  for (const SequenceStep& step : steps) {
+    step_rows += step.tokens.size();
+    decode_only = decode_only && step.tokens.size() <= 1;
+  }
+  if (decode_only && step_rows > 0 && step_rows <= static_cast<size_t>(cuda::kSkinnyGemmFasterRows)) {
+    step_timing_.Begin();
+  }
   std::vector<LogitsRows> wanted;
-  RETURN_IF_ERROR(RunModel(steps, &wanted));
+  const absl::Status ran = RunModel(steps, &wanted);
+  if (!ran.ok()) {
+    step_timing_.End();  // not counted: no last launch
+    return ran;
+  }
 
   std::vector<cuda::SampleRowParams> rows;
   std::vector<size_t> row_step;
@@ -97,8 +112,11 @@ absl::Status CudaBackend::ForwardAndSample(std::span<const SequenceStep> steps, 
                                          cudaMemcpyDeviceToHost, stream_),
                          "sampled tokens"));
   }
-  RETURN_IF_ERROR(CopyLogitsBack(
-      wanted, [&](size_t step) { return !sampling[step].sample || sampling[step].keep_logits; }, logits));
+  step_timing_.MarkLastLaunch(stream_);
+  const absl::Status copied = CopyLogitsBack(
+      wanted, [&](size_t step) { return !sampling[step].sample || sampling[step].keep_logits; }, logits);
+  step_timing_.End();  // the stream is synchronized (or the copy failed: not counted)
+  RETURN_IF_ERROR(copied);
   const cuda::SampledRow* out = sample_out_host_.as<cuda::SampledRow>();
   for (int i = 0; i < n; ++i) (*tokens)[row_step[i]] = SampledToken{.id = out[i].id, .logprob = out[i].logprob};
   return absl::OkStatus();

@@ -6,9 +6,9 @@
 // minutes of serving pay both in the middle of steps: a fresh worker ran its lazy steps
 // ~10% slower than an in-process benchmark whose lazy run came after a block run had met
 // the same shapes (bench/results/served_2026-11-27.md).
-#include <chrono>
-
 #include <spdlog/spdlog.h>
+
+#include <chrono>
 
 #include "worker/backend/cuda_backend_internal.h"
 
@@ -30,9 +30,9 @@ absl::Status CudaBackend::WarmUpGemms(int max_rows, int max_logit_rows) {
   } else {
     attention_out = attn_in_.as<T>();
   }
-  RETURN_IF_ERROR(Cuda(cudaMemsetAsync(const_cast<T*>(attention_out), 0,
-                                       static_cast<size_t>(max_rows) * q_dim * sizeof(T), stream_),
-                       "warm-up inputs"));
+  RETURN_IF_ERROR(Cuda(
+      cudaMemsetAsync(const_cast<T*>(attention_out), 0, static_cast<size_t>(max_rows) * q_dim * sizeof(T), stream_),
+      "warm-up inputs"));
   // RunLayers' four GEMMs, in its order, at every row count.
   for (int rows = 1; rows <= max_rows; ++rows) {
     RETURN_IF_ERROR(gemm_->Run(xb_.as<T>(), rows, dim, matrix(lw.wqkv), q_dim + 2 * kv_dim, qkv_.as<float>()));
@@ -42,7 +42,8 @@ absl::Status CudaBackend::WarmUpGemms(int max_rows, int max_logit_rows) {
   }
   // The classifier over the rows that want logits.
   for (int rows = 1; rows <= max_logit_rows; ++rows) {
-    RETURN_IF_ERROR(gemm_->Run(xb_.as<T>(), rows, dim, matrix(w_->output_matrix()), c_.vocab_size, logits_.as<float>()));
+    RETURN_IF_ERROR(
+        gemm_->Run(xb_.as<T>(), rows, dim, matrix(w_->output_matrix()), c_.vocab_size, logits_.as<float>()));
   }
   return Cuda(cudaStreamSynchronize(stream_), "warm-up");
 }
@@ -71,11 +72,13 @@ std::string CudaBackend::ProfileSummary() const {
   // GEMM shapes planned after the warm-up each cost a step a heuristic query and perhaps a
   // kernel's loading: a served run should show none.
   const GemmPlanStats gemm = gemm_plan_stats();
+  const std::string timing = step_timing_.Summary();
   return absl::StrFormat(
       "chunk-shared decode attention in %d steps (%d KV tokens per layer not read again); GEMM shapes planned: %d, "
-      "%s",
+      "%s%s",
       shared_stats_.steps, shared_stats_.tokens_saved, gemm.plans,
-      gemm.warmed_up ? absl::StrFormat("%d of them after the warm-up", gemm.plans_after_warm_up) : "no warm-up ran");
+      gemm.warmed_up ? absl::StrFormat("%d of them after the warm-up", gemm.plans_after_warm_up) : "no warm-up ran",
+      timing.empty() ? "" : "; " + timing);
 }
 
 }  // namespace lazykv::cuda_backend

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# On the GPU machine: issue 25's served check at concurrency 1. The data-path issue's Zipf
+# RAG trace (8 documents of 512 tokens, 64 tokens out) one request at a time through
+# lazykv-worker (lazykv-bench compare, lazy), and in the same call the in-process decode step
+# (cuda_backend_bench's decode ceilings), so the served ITL p50 can be held to the step.
+# usage: bench/run_served_itl_gpu.sh BUNDLE_DIR OUT_DIR
+set -uo pipefail
+bundle=$(cd "$1" && pwd)
+out=$2
+mkdir -p "$out"
+source "$bundle/env.sh"
+bin=$(dirname "$(command -v lazykv-worker)")
+cd /tmp
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+trace=$out/trace_c1.jsonl
+lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests 24 --doc-lengths fixed:512 \
+  --question-tokens 16 --max-tokens 64 --vocab 128000 --concurrency 1 --seed 1 --out "$trace"
+timeout 300 lazykv-bench compare --worker "$bin/lazykv-worker" --trace "$trace" --modes lazy \
+  --model synthetic:llama3-8b --worker-arg --kv-pool --worker-arg 20GiB --out-dir "$out/served_c1" \
+  > "$out/served_c1.txt" 2>&1
+echo "served rc=$?"
+grep -A4 "^mode" "$out/served_c1.txt"
+grep -h "backend:" "$out/served_c1"/worker-*.log
+timeout 300 cuda_backend_bench > "$out/cuda_backend_bench.txt" 2>&1
+echo "in-process rc=$?"
+grep -E "decode step|backend:|GEMMs at 1 row" "$out/cuda_backend_bench.txt"

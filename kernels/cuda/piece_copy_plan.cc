@@ -4,7 +4,10 @@ namespace lazykv::cuda {
 
 std::optional<std::vector<CopySegment>> PlanCopySegments(std::span<const std::string_view> pieces, uint64_t contiguous,
                                                          bool to_contiguous, uint64_t segment_bytes) {
-  if (contiguous % 16 != 0 || segment_bytes == 0 || segment_bytes % 16 != 0) return std::nullopt;
+  // A segment's size is 32 bits (CopySegment::bytes).
+  if (contiguous % 16 != 0 || segment_bytes == 0 || segment_bytes % 16 != 0 || segment_bytes > (1ull << 31)) {
+    return std::nullopt;
+  }
   std::vector<CopySegment> segments;
   uint64_t offset = 0;
   size_t last = pieces.size();

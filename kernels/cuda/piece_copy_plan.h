@@ -28,8 +28,8 @@ inline constexpr uint64_t kCopySegmentBytes = 64 << 10;
 // (range -> pieces). Every segment is at most `segment_bytes` (a multiple of 16). Returns
 // nothing when the kernel cannot take the copy: a piece's address, or any size but the
 // last piece's, not a multiple of 16, or the contiguous range not 16-byte aligned. Empty
-// pieces are skipped. The addresses are those the device sees (for mapped pinned memory
-// under unified addressing, the host's).
+// pieces are skipped; `segment_bytes` is at most 2 GiB. The addresses are those the device sees (for mapped pinned
+// memory under unified addressing, the host's).
 std::optional<std::vector<CopySegment>> PlanCopySegments(std::span<const std::string_view> pieces, uint64_t contiguous,
                                                          bool to_contiguous,
                                                          uint64_t segment_bytes = kCopySegmentBytes);

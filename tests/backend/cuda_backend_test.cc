@@ -27,15 +27,16 @@
 #include "worker/backend/cuda_backend.h"
 
 #include <algorithm>
-#include <numeric>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "cache_server/pinned_memory.h"
 #include "gtest/gtest.h"
 #include "tests/engine/engine_compare_util.h"
 #include "tests/engine/engine_test_util.h"
@@ -43,6 +44,7 @@
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/test_util.h"
 #include "worker/backend/cpu_backend.h"
+#include "worker/backend/cuda_copy_pieces.h"
 #include "worker/model/llama2c_loader.h"
 #include "worker/model/synthetic_model.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -323,11 +325,11 @@ TEST(CudaBackendTest, DecodeKernelsInMixedAndSharedStepsEqualTheCpu) {
     const char* name;
     CudaBackendOptions options;
   };
-  for (const Variant& v : {Variant{"shared", CudaBackendOptions{.shared_decode = SharedDecode::kAlways}},
-                           Variant{"per-sequence", CudaBackendOptions{.shared_decode = SharedDecode::kOff}},
-                           Variant{"prefill kernel for mixed steps",
-                                   CudaBackendOptions{.shared_decode = SharedDecode::kOff,
-                                                      .decode_in_mixed_steps = false}}}) {
+  for (const Variant& v :
+       {Variant{"shared", CudaBackendOptions{.shared_decode = SharedDecode::kAlways}},
+        Variant{"per-sequence", CudaBackendOptions{.shared_decode = SharedDecode::kOff}},
+        Variant{"prefill kernel for mixed steps",
+                CudaBackendOptions{.shared_decode = SharedDecode::kOff, .decode_in_mixed_steps = false}}}) {
     SCOPED_TRACE(v.name);
     SharedDecodeStats stats;
     const std::vector<GenerateResult> gpu = run(CreateCudaBackend(weights, 16, 2048, v.options), &stats);
@@ -344,10 +346,11 @@ TEST(CudaBackendTest, DecodeKernelsInMixedAndSharedStepsEqualTheCpu) {
     }
     EXPECT_GT(total, 0u);
     EXPECT_GE(same * 10, total * 7) << "greedy paths part early: " << same << " of " << total;
-    std::printf("%s: %llu decode steps shared (%llu KV tokens per layer not read again); %zu of %zu tokens equal to "
-                "the CPU's, worst relative logit difference %.2e\n",
-                v.name, static_cast<unsigned long long>(stats.steps), static_cast<unsigned long long>(stats.tokens_saved),
-                same, total, worst);
+    std::printf(
+        "%s: %llu decode steps shared (%llu KV tokens per layer not read again); %zu of %zu tokens equal to "
+        "the CPU's, worst relative logit difference %.2e\n",
+        v.name, static_cast<unsigned long long>(stats.steps), static_cast<unsigned long long>(stats.tokens_saved), same,
+        total, worst);
   }
 }
 
@@ -473,8 +476,9 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   }
   const size_t page = 16 << 10;  // a small chunk: pages small enough that it spans several
   const size_t num_pages = (expected.size() + 128 + page - 1) / page;
-  char* arena = nullptr;
-  CUDA_OK(cudaMallocHost(&arena, num_pages * page));
+  // Pinned as the cache tier pins its arena (in the registry of mapped regions).
+  char* arena = static_cast<char*>(std::aligned_alloc(4096, num_pages * page));
+  ASSERT_TRUE(cache::PinHostMemory(arena, num_pages * page));
   std::vector<size_t> slot(num_pages);
   std::iota(slot.begin(), slot.end(), 0);
   std::shuffle(slot.begin(), slot.end(), rng);
@@ -486,6 +490,12 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
     arena_pieces.emplace_back(where, n);
   }
   ASSERT_GT(arena_pieces.size(), 2u);
+  // The kernel's case, both ways (else the copy engines would pass this test as well).
+  void* probe_range = nullptr;
+  CUDA_OK(cudaMalloc(&probe_range, expected.size()));
+  EXPECT_TRUE(cuda_backend::PlanKernelCopy(arena_pieces, probe_range, /*to_contiguous=*/true).has_value());
+  EXPECT_TRUE(cuda_backend::PlanKernelCopy(arena_pieces, probe_range, /*to_contiguous=*/false).has_value());
+  cudaFree(probe_range);
   std::vector<absl::StatusOr<std::unique_ptr<StagedChunk>>> staged;
   for (int t = 0; t < 4; ++t) staged.emplace_back(absl::UnknownError("not run"));
   std::vector<std::thread> stagers;
@@ -530,7 +540,8 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   EXPECT_EQ(refused_in_place.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_NE(refused_in_place.status().message().find(absl::StrCat("at byte ", bad_at)), std::string::npos)
       << refused_in_place.status();
-  cudaFreeHost(arena);
+  cache::UnpinHostMemory(arena);
+  std::free(arena);
   cudaFreeHost(pinned);
   // Staged bytes for other blocks than they fit are refused.
   auto wrong = backend.StageChunk(ChunkBytes::FromString(expected.substr(4)), {.check_finite = true});
@@ -548,8 +559,8 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   EXPECT_EQ(refused_stage.status().code(), absl::StatusCode::kResourceExhausted);
   // Larger than the whole budget: no wait makes room.
   const auto start = std::chrono::steady_clock::now();
-  refused_stage = (*tight)->StageChunk(ChunkBytes::FromString(expected),
-                                       {.wait_for_room_until = start + std::chrono::seconds(5)});
+  refused_stage =
+      (*tight)->StageChunk(ChunkBytes::FromString(expected), {.wait_for_room_until = start + std::chrono::seconds(5)});
   EXPECT_EQ(refused_stage.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
 
@@ -560,8 +571,9 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   ASSERT_TRUE(one.ok());
   auto held = (*one)->StageChunk(ChunkBytes::FromString(expected), {});
   ASSERT_TRUE(held.ok()) << held.status();
-  auto no_room = (*one)->StageChunk(ChunkBytes::FromString(expected),
-                                    {.wait_for_room_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50)});
+  auto no_room =
+      (*one)->StageChunk(ChunkBytes::FromString(expected),
+                         {.wait_for_room_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50)});
   EXPECT_EQ(no_room.status().code(), absl::StatusCode::kResourceExhausted);
   std::thread importer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -584,7 +596,8 @@ TEST(CudaBackendTest, CaptureIsOrderedBeforeLaterPassesAndStagingIsThreadSafe) {
   std::memcpy(poisoned.data() + at, &nan_bits, 2);
   auto refused_nan = (*one)->StageChunk(ChunkBytes::FromString(poisoned), {.check_finite = true});
   EXPECT_EQ(refused_nan.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_NE(refused_nan.status().message().find(absl::StrCat("at byte ", at)), std::string::npos) << refused_nan.status();
+  EXPECT_NE(refused_nan.status().message().find(absl::StrCat("at byte ", at)), std::string::npos)
+      << refused_nan.status();
   EXPECT_TRUE((*one)->StageChunk(ChunkBytes::FromString(poisoned), {}).ok()) << "unchecked: staged as it is";
 }
 

@@ -63,6 +63,14 @@ void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
   EXPECT_EQ(bad, 0);
 }
 
+constexpr size_t kGuard = 64;  // floats (or bf16 pairs) of all-ones bits after an output
+
+void ExpectGuardIntact(const void* guard) {
+  std::vector<uint32_t> bits(kGuard);
+  ASSERT_EQ(cudaMemcpy(bits.data(), guard, kGuard * sizeof(uint32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < kGuard; ++i) EXPECT_EQ(bits[i], 0xFFFFFFFFu) << "written past the output at " << i;
+}
+
 TEST(CudaSkinnyGemmTest, MatchesAPlainProductOnRandomShapes) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";
   const uint64_t seed = FreshSeed();
@@ -83,10 +91,13 @@ TEST(CudaSkinnyGemmTest, MatchesAPlainProductOnRandomShapes) {
     DeviceArena arena;
     __nv_bfloat16* xd = arena.Copy(xb);
     __nv_bfloat16* wd = arena.Copy(wb);
-    float* y = arena.Alloc<float>(want.size());
+    // Guard floats past Y (all-ones bits): a write past the last element shows there.
+    float* y = arena.Alloc<float>(want.size() + kGuard);
+    CUDA_OK(cudaMemset(y + want.size(), 0xFF, kGuard * sizeof(float)));
     ASSERT_TRUE(cuda::SkinnyGemmApplies(xd, rows, in, wd));
     ASSERT_EQ(cuda::LaunchSkinnyGemm(xd, rows, in, wd, out, y, 0.0f, nullptr), cudaSuccess);
     ExpectClose(ToHost(y, want.size()), want, scale);
+    ExpectGuardIntact(y + want.size());
     // beta = 1: y += x w^T.
     ASSERT_EQ(cuda::LaunchSkinnyGemm(xd, rows, in, wd, out, y, 1.0f, nullptr), cudaSuccess);
     std::vector<double> twice = want, twice_scale = scale;
@@ -176,24 +187,28 @@ TEST(CudaSkinnyGemmTest, FusedKernelsEqualTheUnfusedOnes) {
     // X rounded in the loads.
     __nv_bfloat16* x_rounded = arena.Alloc<__nv_bfloat16>(x32.size());
     float* y_unfused = arena.Alloc<float>(static_cast<size_t>(rows) * out);
-    float* y_fused = arena.Alloc<float>(static_cast<size_t>(rows) * out);
+    float* y_fused = arena.Alloc<float>(static_cast<size_t>(rows) * out + kGuard);
+    CUDA_OK(cudaMemset(y_fused + static_cast<size_t>(rows) * out, 0xFF, kGuard * sizeof(float)));
     ASSERT_EQ(cuda::LaunchToBf16(x32d, x32.size(), x_rounded, nullptr), cudaSuccess);
     ASSERT_EQ(cuda::LaunchSkinnyGemm(x_rounded, rows, in, wd, out, y_unfused, 0.0f, nullptr), cudaSuccess);
     ASSERT_EQ(cuda::LaunchSkinnyGemmRoundingX(x32d, rows, in, wd, out, y_fused, nullptr), cudaSuccess);
     const std::vector<float> a = ToHost(y_unfused, static_cast<size_t>(rows) * out);
     const std::vector<float> b = ToHost(y_fused, a.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rounding in the loads";
+    ExpectGuardIntact(y_fused + a.size());
 
     // SwiGLU in the epilogue.
     float* gu = arena.Alloc<float>(static_cast<size_t>(rows) * 2 * out);
     __nv_bfloat16* h_unfused = arena.Alloc<__nv_bfloat16>(static_cast<size_t>(rows) * out);
-    __nv_bfloat16* h_fused = arena.Alloc<__nv_bfloat16>(static_cast<size_t>(rows) * out);
+    __nv_bfloat16* h_fused = arena.Alloc<__nv_bfloat16>(static_cast<size_t>(rows) * out + 2 * kGuard);
+    CUDA_OK(cudaMemset(h_fused + static_cast<size_t>(rows) * out, 0xFF, kGuard * sizeof(uint32_t)));
     ASSERT_EQ(cuda::LaunchSkinnyGemm(xd, rows, in, gud, 2 * out, gu, 0.0f, nullptr), cudaSuccess);
     ASSERT_EQ(cuda::LaunchSwiGlu(gu, rows, out, h_unfused, nullptr), cudaSuccess);
     ASSERT_EQ(cuda::LaunchSkinnyGateUpSwiGlu(xd, rows, in, gud, out, h_fused, nullptr), cudaSuccess);
     const std::vector<__nv_bfloat16> hu = ToHost(h_unfused, static_cast<size_t>(rows) * out);
     const std::vector<__nv_bfloat16> hf = ToHost(h_fused, hu.size());
     EXPECT_EQ(std::memcmp(hu.data(), hf.data(), hu.size() * sizeof(__nv_bfloat16)), 0) << "SwiGLU in the epilogue";
+    ExpectGuardIntact(h_fused + hu.size());
     std::vector<double> prod, scale;
     Reference(xf, rows, in, guf, 2 * out, &prod, &scale);
     int bad = 0;

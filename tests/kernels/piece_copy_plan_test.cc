@@ -111,6 +111,7 @@ TEST(PieceCopyPlanTest, RefusesWhatTheKernelCannotCopy) {
   EXPECT_FALSE(PlanCopySegments(pieces, range + 4, true).has_value());
   EXPECT_FALSE(PlanCopySegments(pieces, range, true, 24).has_value());
   EXPECT_FALSE(PlanCopySegments(pieces, range, true, 0).has_value());
+  EXPECT_FALSE(PlanCopySegments(pieces, range, true, (1ull << 32) + 16).has_value()) << "past a segment's 32 bits";
   // Nothing to copy: an empty plan.
   pieces = {};
   plan = PlanCopySegments(pieces, range, true);

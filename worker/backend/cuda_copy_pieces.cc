@@ -7,24 +7,34 @@
 namespace lazykv::cuda_backend {
 namespace {
 
-// The device address of a pinned host piece, or nothing when the device cannot read it in
-// place (pageable or managed memory; device memory, which the copy engines move as fast).
+// The device address of a pinned host piece, or nothing when the device cannot read all of
+// it in place (pageable or managed memory; device memory, which the copy engines move as
+// fast; a piece running past its pinned allocation). Both ends are asked: a piece is read
+// whole by the kernel.
 std::optional<const char*> HostDeviceAddress(std::string_view piece) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, piece.data()) != cudaSuccess) {
-    cudaGetLastError();
-    return std::nullopt;
-  }
-  if (attributes.type != cudaMemoryTypeHost || attributes.devicePointer == nullptr) return std::nullopt;
-  return static_cast<const char*>(attributes.devicePointer);
+  auto ask = [](const void* p) -> std::optional<const char*> {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+      cudaGetLastError();
+      return std::nullopt;
+    }
+    if (attributes.type != cudaMemoryTypeHost || attributes.devicePointer == nullptr) return std::nullopt;
+    return static_cast<const char*>(attributes.devicePointer);
+  };
+  const std::optional<const char*> first = ask(piece.data());
+  if (!first) return std::nullopt;
+  const std::optional<const char*> last = ask(piece.data() + piece.size() - 1);
+  if (!last || *last != *first + piece.size() - 1) return std::nullopt;
+  return first;
 }
 
 // Whether the kernel beats the copy engines for these pieces: a DMA copy costs about 0.9 us
 // of setup per contiguous run on top of its bytes, and the kernel moves bytes at about 92%
-// of the copy engines' rate (`piece_copy_bench`, H100). So the kernel wins where runs
-// average under about 0.5 MiB (a 64 MiB chunk in scattered 256 KiB pages: 89-92% against
-// 83-85% batched), and loses on a chunk in a few long runs (a fresh arena's: one DMA copy
-// at 100%). Runs of adjacent pieces count as one, as CopyPieces merges them.
+// of the copy engines' rate (`piece_copy_bench`, H100), which puts the break-even near
+// 0.5-1 MiB a run. Measured: a 64 MiB chunk in scattered 256 KiB pages goes at 89-92%
+// against 83-91% batched; a chunk in a few long runs (a fresh arena's) at 100% as one DMA
+// copy against the kernel's 91%. The bound, 1 MiB, sits between the two. Runs of adjacent
+// pieces count as one, as CopyPieces merges them.
 bool FragmentedEnoughForTheKernel(const std::vector<std::string_view>& pieces) {
   constexpr uint64_t kMaxAverageRun = 1ull << 20;
   uint64_t bytes = 0, runs = 0;
@@ -89,6 +99,10 @@ std::optional<KernelCopyPlan> PlanKernelCopy(const std::vector<std::string_view>
       translated.emplace_back(region->DeviceAddress(piece.data()), piece.size());
       continue;
     }
+    // The driver does not say whether pinned memory was registered read-only, and a
+    // kernel's write there is a fault that ends the process's CUDA context: the kernel
+    // writes only into registered regions that say they are writable.
+    if (!to_contiguous) return std::nullopt;
     const std::optional<const char*> address = HostDeviceAddress(piece);
     if (!address) return std::nullopt;
     translated.emplace_back(*address, piece.size());

@@ -34,10 +34,12 @@ struct KernelCopyPlan {
 // device reads it at, when the kernel is the faster way: every piece is pinned host memory
 // mapped into the device's space, and the pieces are fragmented (runs of adjacent pieces
 // averaging under 1 MiB; a few long runs go faster by the copy engines). Nothing otherwise
-// (pageable memory, device memory, a read-only mapping to write into, pieces breaking the
-// alignment rules of piece_copy_plan.h): the caller then uses CopyPieces. Pieces in a
-// region registered in common/device_mapped_regions.h (the cache tier's pinned arenas)
-// cost a lookup per region; others a driver query per piece (about 0.2 us). Thread-safe.
+// (pageable memory, device memory, pieces breaking the alignment rules of
+// piece_copy_plan.h): the caller then uses CopyPieces. A copy out of the contiguous range
+// (`to_contiguous` false) writes only into regions registered in
+// common/device_mapped_regions.h as writable (the cache tier's pinned arenas): the driver
+// cannot tell read-only pinned memory apart. Pieces in a registered region cost a lookup per
+// region; others two driver queries per piece (about 0.2 us each). Thread-safe.
 std::optional<KernelCopyPlan> PlanKernelCopy(const std::vector<std::string_view>& pieces, void* contiguous,
                                              bool to_contiguous);
 

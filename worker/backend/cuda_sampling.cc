@@ -65,13 +65,16 @@ absl::Status CudaBackend::ForwardAndSample(std::span<const SequenceStep> steps, 
   }
   if (decode_only && step_rows > 0 && step_rows <= static_cast<size_t>(cuda::kSkinnyGemmFasterRows)) {
     step_timing_.Begin();
+  } else {
+    step_timing_.Abort();  // nothing left over from an earlier call is timed by this one
   }
+  // Any return before End() below (an error) leaves nothing counted and no state behind.
+  struct AbortUnlessEnded {
+    StepTiming& timing;
+    ~AbortUnlessEnded() { timing.Abort(); }
+  } abort_unless_ended{step_timing_};
   std::vector<LogitsRows> wanted;
-  const absl::Status ran = RunModel(steps, &wanted);
-  if (!ran.ok()) {
-    step_timing_.End();  // not counted: no last launch
-    return ran;
-  }
+  RETURN_IF_ERROR(RunModel(steps, &wanted));
 
   std::vector<cuda::SampleRowParams> rows;
   std::vector<size_t> row_step;
@@ -113,10 +116,9 @@ absl::Status CudaBackend::ForwardAndSample(std::span<const SequenceStep> steps, 
                          "sampled tokens"));
   }
   step_timing_.MarkLastLaunch(stream_);
-  const absl::Status copied = CopyLogitsBack(
-      wanted, [&](size_t step) { return !sampling[step].sample || sampling[step].keep_logits; }, logits);
-  step_timing_.End();  // the stream is synchronized (or the copy failed: not counted)
-  RETURN_IF_ERROR(copied);
+  RETURN_IF_ERROR(CopyLogitsBack(
+      wanted, [&](size_t step) { return !sampling[step].sample || sampling[step].keep_logits; }, logits));
+  step_timing_.End();  // the stream is synchronized
   const cuda::SampledRow* out = sample_out_host_.as<cuda::SampledRow>();
   for (int i = 0; i < n; ++i) (*tokens)[row_step[i]] = SampledToken{.id = out[i].id, .logprob = out[i].logprob};
   return absl::OkStatus();

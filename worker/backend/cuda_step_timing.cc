@@ -10,9 +10,14 @@ StepTiming::~StepTiming() {
 }
 
 void StepTiming::Begin() {
-  if (first_ == nullptr && (cudaEventCreate(&first_) != cudaSuccess || cudaEventCreate(&last_) != cudaSuccess)) {
-    cudaGetLastError();
-    return;  // no timing without events
+  Abort();
+  if (first_ == nullptr || last_ == nullptr) {
+    if (first_ == nullptr && cudaEventCreate(&first_) != cudaSuccess) first_ = nullptr;
+    if (last_ == nullptr && cudaEventCreate(&last_) != cudaSuccess) last_ = nullptr;
+    if (first_ == nullptr || last_ == nullptr) {
+      cudaGetLastError();
+      return;  // no timing without both events (tried again at the next Begin)
+    }
   }
   active_ = true;
   launched_ = finished_ = false;
@@ -34,11 +39,12 @@ void StepTiming::MarkLastLaunch(cudaStream_t stream) {
 
 void StepTiming::End() {
   if (!active_) return;
-  active_ = false;
+  const bool complete = launched_ && finished_;
+  Abort();
   float gpu_ms = 0;
-  if (!launched_ || !finished_ || cudaEventElapsedTime(&gpu_ms, first_, last_) != cudaSuccess) {
+  if (!complete || cudaEventElapsedTime(&gpu_ms, first_, last_) != cudaSuccess) {
     cudaGetLastError();
-    return;  // an error path: not counted
+    return;  // not counted
   }
   const auto now = std::chrono::steady_clock::now();
   ++steps_;

@@ -28,6 +28,8 @@ class StepTiming {
   void MarkLastLaunch(cudaStream_t stream);
   // After the stream has been synchronized: the call ends; its figures are added.
   void End();
+  // The call failed, or is not timed: nothing is added, and no state is left for the next.
+  void Abort() { active_ = launched_ = finished_ = false; }
   bool active() const { return active_; }
 
   // "small decode steps: N, per step: host before the first launch X ms, GPU from it to the

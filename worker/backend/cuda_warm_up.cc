@@ -10,6 +10,7 @@
 
 #include <chrono>
 
+#include "kernels/cuda/skinny_gemm.h"
 #include "worker/backend/cuda_backend_internal.h"
 
 namespace lazykv::cuda_backend {
@@ -39,6 +40,25 @@ absl::Status CudaBackend::WarmUpGemms(int max_rows, int max_logit_rows) {
     RETURN_IF_ERROR(gemm_->Run(attention_out, rows, q_dim, matrix(lw.wo), dim, y_.as<float>()));
     RETURN_IF_ERROR(gemm_->Run(xb_.as<T>(), rows, dim, matrix(lw.w_gate_up), 2 * hidden, gu_.as<float>()));
     RETURN_IF_ERROR(gemm_->Run(h_.as<T>(), rows, hidden, matrix(lw.w_down), dim, y_.as<float>()));
+  }
+  // The skinny GEMM's fused kernels of small steps (RunLayers), launched once per row count so
+  // that their first launch (a module's loading) is not in a served step.
+  if constexpr (std::is_same_v<T, bf16>) {
+    RETURN_IF_ERROR(
+        Cuda(cudaMemsetAsync(attn_.as<float>(), 0, static_cast<size_t>(max_rows) * q_dim * sizeof(float), stream_),
+             "warm-up inputs"));
+    for (int rows = 1; skinny_gemm_ && rows <= std::min(max_rows, cuda::kSkinnyGemmFasterRows); ++rows) {
+      if (cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, matrix(lw.wo))) {
+        RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim,
+                                                             y_.as<float>(), stream_),
+                             "warm-up"));
+      }
+      if (cuda::SkinnyGemmApplies(xb_.as<T>(), rows, dim, matrix(lw.w_gate_up))) {
+        RETURN_IF_ERROR(Cuda(
+            cuda::LaunchSkinnyGateUpSwiGlu(xb_.as<T>(), rows, dim, matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
+            "warm-up"));
+      }
+    }
   }
   // The classifier over the rows that want logits.
   for (int rows = 1; rows <= max_logit_rows; ++rows) {

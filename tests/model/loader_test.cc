@@ -1,5 +1,6 @@
 // Model loaders: llama2.c and Hugging Face checkpoints load the same model, and bad
 // files get errors that name the file and the problem.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -287,6 +288,21 @@ TEST(HfLoaderTest, RejectsBadCheckpoints) {
   ExpectInvalid(LoadModel(dir.str()).status(), model, "truncated");
   WriteBytes(model, std::string("\xff\xff\xff\xff\x00\x00\x00\x00", 8) + good.substr(8));
   ExpectInvalid(LoadModel(dir.str()).status(), model, "header length");
+  // A shape or data offset that is a float, or out of range: refused by name, never cast.
+  for (const auto& [field, value] : {std::pair<std::string, json>{"shape", json::array({1e300, 4})},
+                                     {"shape", json::array({2.0, 4})},
+                                     {"data_offsets", json::array({0, 1e300})},
+                                     {"data_offsets", json::array({-1, 8})}}) {
+    SCOPED_TRACE(field + " " + value.dump());
+    uint64_t len = 0;
+    std::memcpy(&len, good.data(), 8);
+    json header = json::parse(good.substr(8, len));
+    header[tensors[0].name][field] = value;
+    const std::string text = header.dump();
+    const uint64_t new_len = text.size();
+    WriteBytes(model, std::string(reinterpret_cast<const char*>(&new_len), 8) + text + good.substr(8 + len));
+    ExpectInvalid(LoadModel(dir.str()).status(), model, field + " is not a list of integers");
+  }
   WriteBytes(model, good);
 
   json config = HfConfig(w.config);
@@ -327,6 +343,40 @@ TEST(HfLoaderTest, ParsesLlama3Config) {
   c->HashInto(a);
   synthetic->HashInto(b);
   EXPECT_EQ(a.Finish(), b.Finish()) << "synthetic:llama3-8b must have the real Llama-3-8B shape";
+}
+
+// Numbers out of their type's range are refused by name (a cast of them would be undefined:
+// the fuzzer found vocab_size 5.99e49), and whole floats are taken as the integers they are.
+TEST(HfLoaderTest, RefusesNumbersOutsideTheirTypeAndTakesWholeFloats) {
+  const json base = json::parse(R"({"model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "vocab_size": 512})");
+  auto with = [&](const char* field, json value) {
+    json c = base;
+    c[field] = std::move(value);
+    return ParseHfConfig(c.dump(), "config.json");
+  };
+  ASSERT_TRUE(ParseHfConfig(base.dump(), "config.json").ok());
+  for (const char* field :
+       {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "vocab_size", "head_dim", "max_position_embeddings", "bos_token_id", "eos_token_id"}) {
+    SCOPED_TRACE(field);
+    for (const json& bad : {json(5.99e49), json(-3e12), json(2.5), json(uint64_t{1} << 40)}) {
+      auto parsed = with(field, bad);
+      EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad.dump();
+      EXPECT_NE(parsed.status().message().find(field), std::string::npos) << parsed.status();
+    }
+  }
+  auto eos_list = with("eos_token_id", json::array({2, 1e40}));
+  EXPECT_NE(eos_list.status().message().find("eos_token_id"), std::string::npos) << eos_list.status();
+  for (const json& bad : {json(1e300), json(-1e39)}) {
+    auto parsed = with("rms_norm_eps", bad);
+    EXPECT_NE(parsed.status().message().find("rms_norm_eps"), std::string::npos) << parsed.status();
+  }
+  auto whole = with("hidden_size", 64.0);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->dim, 64);
+  EXPECT_EQ(with("rms_norm_eps", 1e-5)->norm_eps, 1e-5f);
 }
 
 TEST(SyntheticModelTest, DeterministicPerSeedAndNamed) {

@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +34,26 @@ struct SafetensorsFile {
   MappedFile mapped;
   std::map<std::string, TensorView> tensors;
 };
+
+// A JSON array of integers that T holds, or nothing (a float element, even a whole one, or one
+// out of T's range: a cast of those would be undefined or would wrap).
+template <typename T>
+std::optional<std::vector<T>> IntegersOf(const json& v) {
+  if (!v.is_array()) return std::nullopt;
+  std::vector<T> out;
+  for (const json& e : v) {
+    if (e.is_number_unsigned()) {
+      if (!std::in_range<T>(e.get<uint64_t>())) return std::nullopt;
+      out.push_back(static_cast<T>(e.get<uint64_t>()));
+    } else if (e.is_number_integer()) {
+      if (!std::in_range<T>(e.get<int64_t>())) return std::nullopt;
+      out.push_back(static_cast<T>(e.get<int64_t>()));
+    } else {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
 
 size_t DtypeSize(const std::string& dtype) {
   if (dtype == "F32") return 4;
@@ -60,8 +83,12 @@ absl::Status ParseSafetensors(SafetensorsFile& file) {
     view.file = &path;
     try {
       view.dtype = entry["dtype"].get<std::string>();
-      view.shape = entry["shape"].get<std::vector<int64_t>>();
-      const auto offsets = entry["data_offsets"].get<std::vector<uint64_t>>();
+      std::optional<std::vector<int64_t>> shape = IntegersOf<int64_t>(entry["shape"]);
+      if (!shape) return bad(absl::StrCat("tensor ", name, ": shape is not a list of integers"));
+      view.shape = *std::move(shape);
+      const std::optional<std::vector<uint64_t>> listed = IntegersOf<uint64_t>(entry["data_offsets"]);
+      if (!listed) return bad(absl::StrCat("tensor ", name, ": data_offsets is not a list of integers"));
+      const std::vector<uint64_t>& offsets = *listed;
       if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data.size()) {
         return bad(absl::StrFormat("tensor %s: data_offsets outside the file's %d data bytes (truncated?)", name,
                                    data.size()));
@@ -108,6 +135,33 @@ absl::Status CopyTensor(const TensorView& t, const std::string& name, std::vecto
   return absl::OkStatus();
 }
 
+// A config number as an int, when it is one: a JSON integer, or a float without a fraction
+// (Python may write 4096.0), within int's range. A cast of anything else (1e30, say) would be
+// undefined behaviour, so it is refused.
+std::optional<int> AsInt(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u <= static_cast<uint64_t>(std::numeric_limits<int>::max())) return static_cast<int>(u);
+  } else if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (i >= std::numeric_limits<int>::min() && i <= std::numeric_limits<int>::max()) return static_cast<int>(i);
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d >= std::numeric_limits<int>::min() && d <= std::numeric_limits<int>::max() && d == std::trunc(d)) {
+      return static_cast<int>(d);
+    }
+  }
+  return std::nullopt;
+}
+
+// A config number as a float: finite and within float's range (a narrower cast is undefined).
+std::optional<float> AsFloat(const json& v) {
+  if (!v.is_number()) return std::nullopt;
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max()) return std::nullopt;
+  return static_cast<float>(d);
+}
+
 }  // namespace
 
 float Bfloat16ToFloat(uint16_t b) { return cpu::Bf16BitsToFloat(b); }
@@ -133,6 +187,16 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
   if (cfg.is_discarded() || !cfg.is_object()) return bad("not a JSON object");
   ModelConfig c;
   c.name = source;
+  // The first field that is not a number of its type (checked below, after the reads).
+  std::string bad_field;
+  auto int_value = [&](const json& v, const char* field) {
+    const std::optional<int> i = AsInt(v);
+    if (!i && bad_field.empty()) bad_field = field;
+    return i.value_or(0);
+  };
+  auto int_or = [&](const char* field, int fallback) {
+    return cfg.contains(field) && !cfg[field].is_null() ? int_value(cfg[field], field) : fallback;
+  };
   try {
     const std::string model_type = cfg.value("model_type", "llama");
     if (model_type != "llama") return bad(absl::StrCat("model_type '", model_type, "' is not supported (llama only)"));
@@ -140,29 +204,35 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
          {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"}) {
       if (!cfg.contains(field)) return bad(absl::StrCat("missing field ", field));
     }
-    c.dim = cfg["hidden_size"].get<int>();
-    c.hidden_dim = cfg["intermediate_size"].get<int>();
-    c.n_layers = cfg["num_hidden_layers"].get<int>();
-    c.n_heads = cfg["num_attention_heads"].get<int>();
-    c.n_kv_heads = cfg.value("num_key_value_heads", c.n_heads);
-    c.vocab_size = cfg["vocab_size"].get<int>();
-    c.head_dim = cfg.contains("head_dim") && !cfg["head_dim"].is_null() ? cfg["head_dim"].get<int>()
-                                                                        : (c.n_heads > 0 ? c.dim / c.n_heads : 0);
-    c.max_seq_len = cfg.value("max_position_embeddings", 2048);
-    c.norm_eps = cfg.value("rms_norm_eps", 1e-6f);
+    c.dim = int_value(cfg["hidden_size"], "hidden_size");
+    c.hidden_dim = int_value(cfg["intermediate_size"], "intermediate_size");
+    c.n_layers = int_value(cfg["num_hidden_layers"], "num_hidden_layers");
+    c.n_heads = int_value(cfg["num_attention_heads"], "num_attention_heads");
+    c.n_kv_heads = int_or("num_key_value_heads", c.n_heads);
+    c.vocab_size = int_value(cfg["vocab_size"], "vocab_size");
+    c.head_dim = int_or("head_dim", c.n_heads > 0 ? c.dim / c.n_heads : 0);
+    c.max_seq_len = int_or("max_position_embeddings", 2048);
+    if (cfg.contains("rms_norm_eps") && !cfg["rms_norm_eps"].is_null()) {
+      const std::optional<float> eps = AsFloat(cfg["rms_norm_eps"]);
+      if (!eps) return bad("rms_norm_eps is not a finite number within float's range");
+      c.norm_eps = *eps;
+    } else {
+      c.norm_eps = 1e-6f;
+    }
     c.rope.style = RopeStyle::kRotateHalf;
     c.rope.theta = cfg.value("rope_theta", 10000.0);
     c.shared_classifier = cfg.value("tie_word_embeddings", false);
     auto first_id = [&](const char* field, int fallback) {
       if (!cfg.contains(field) || cfg[field].is_null()) return fallback;
       const json& v = cfg[field];
-      return v.is_array() ? (v.empty() ? fallback : v[0].get<int>()) : v.get<int>();
+      return v.is_array() ? (v.empty() ? fallback : int_value(v[0], field)) : int_value(v, field);
     };
     c.bos_id = first_id("bos_token_id", 1);
     c.eos_id = first_id("eos_token_id", 2);
     if (cfg.contains("eos_token_id") && cfg["eos_token_id"].is_array()) {
-      for (size_t i = 1; i < cfg["eos_token_id"].size(); ++i)
-        c.other_eos_ids.push_back(cfg["eos_token_id"][i].get<int>());
+      for (size_t i = 1; i < cfg["eos_token_id"].size(); ++i) {
+        c.other_eos_ids.push_back(int_value(cfg["eos_token_id"][i], "eos_token_id"));
+      }
     }
     if (cfg.contains("rope_scaling") && !cfg["rope_scaling"].is_null()) {
       const json& s = cfg["rope_scaling"];
@@ -177,6 +247,7 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
   } catch (const json::exception& e) {
     return bad(absl::StrCat("bad field: ", e.what()));
   }
+  if (!bad_field.empty()) return bad(absl::StrCat(bad_field, " is not an integer within int's range"));
   if (absl::Status s = c.Validate(); !s.ok()) return bad(std::string(s.message()));
   return c;
 }

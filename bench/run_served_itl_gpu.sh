@@ -24,3 +24,7 @@ grep -h "backend:" "$out/served_c1"/worker-*.log
 timeout 300 cuda_backend_bench > "$out/cuda_backend_bench.txt" 2>&1
 echo "in-process rc=$?"
 grep -E "decode step|backend:|GEMMs at 1 row" "$out/cuda_backend_bench.txt"
+# What comes back from the machine is bounded: the trace and the per-request records (large,
+# and made again from the same seed) are left out, the summaries and the worker's log kept.
+rm -f "$trace"
+find "$out" -type f -size +512k -print -delete

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+
 #define CHECK_CUDA(expr)                                                                        \
   do {                                                                                          \
     cudaError_t e = (expr);                                                                     \
@@ -21,6 +23,13 @@
   } while (0)
 
 namespace lazykv::bench {
+
+// Ends the run with the failing call's status on stderr.
+inline void CheckOk(const absl::Status& status, const char* what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, status.ToString().c_str());
+  std::exit(1);
+}
 
 template <typename T>
 T* Upload(const std::vector<T>& v) {

@@ -1,13 +1,12 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "bench/device_sink.h"
-#include "kernels/cuda/finite_check.h"
+#include "kernels/cuda/piece_copy_plan.h"
 #include "worker/backend/cuda_copy_pieces.h"
 
 namespace lazykv::bench {
@@ -37,6 +36,9 @@ class CudaSink final : public DeviceSink {
     if (absl::Status s = Check(cudaMalloc(&device_, bytes), "device buffer"); !s.ok()) return s;
     if (absl::Status s = Check(cudaMalloc(&first_bad_, sizeof(*first_bad_)), "check answer"); !s.ok()) return s;
     if (absl::Status s = Check(cudaMallocHost(&pinned_, bytes), "pinned buffer"); !s.ok()) return s;
+    // The piece copy kernel's table, made here rather than in a timed copy: room for a chunk
+    // of `bytes` in up to 4096 pieces (more grows it).
+    if (absl::Status s = GrowTable(bytes / cuda::kCopySegmentBytes + 4096); !s.ok()) return s;
     std::memset(pinned_, 0, bytes);
     cudaDeviceProp prop{};
     int device = 0;
@@ -47,44 +49,19 @@ class CudaSink final : public DeviceSink {
   }
 
   absl::Status Consume(std::span<const std::string_view> pieces) override {
-    // As the backend's StageChunk copies: the piece copy kernel with the value check where
-    // the device can address every piece, else one batched call and the check after.
+    // As the backend's StageChunk copies (EnqueueGather): the piece copy kernel with the
+    // value check where it takes the pieces, else one batched call and the check after.
     size_t offset = 0;
     for (std::string_view piece : pieces) offset += piece.size();
     if (offset > bytes_) return absl::InvalidArgumentError("chunk larger than the sink");
-    const size_t checked = offset / 2 * 2;
     const std::vector<std::string_view> list(pieces.begin(), pieces.end());
-    std::optional<cuda_backend::KernelCopyPlan> plan;
-    if (!copy_engines_ && checked == offset) {
-      plan = cuda_backend::PlanKernelCopy(list, device_, /*to_contiguous=*/true);
+    if (!copy_engines_) {
+      if (absl::Status s = GrowTable(cuda_backend::KernelCopySegmentsBound(list)); !s.ok()) return s;
     }
-    if (plan) {
-      if (absl::Status s = GrowTable(plan->segments.size()); !s.ok()) return s;
-      if (absl::Status s = cuda_backend::EnqueueKernelCopy(*plan, table_, cuda::Element::kBf16, first_bad_, stream_);
-          !s.ok()) {
-        return s;
-      }
-    } else {
-      std::vector<void*> dsts;
-      std::vector<const void*> srcs;
-      std::vector<size_t> sizes;
-      size_t at = 0;
-      for (std::string_view piece : pieces) {
-        dsts.push_back(static_cast<char*>(device_) + at);
-        srcs.push_back(piece.data());
-        sizes.push_back(piece.size());
-        at += piece.size();
-      }
-      if (absl::Status s =
-              cuda_backend::CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream_, "copy");
-          !s.ok()) {
-        return s;
-      }
-      if (absl::Status s =
-              Check(cuda::LaunchFindNonFinite(device_, checked, cuda::Element::kBf16, first_bad_, stream_), "check");
-          !s.ok()) {
-        return s;
-      }
+    if (absl::Status s = cuda_backend::EnqueueGather(list, device_, offset, cuda::Element::kBf16, first_bad_, table_,
+                                                     copy_engines_ ? 0 : table_segments_, stream_, "copy");
+        !s.ok()) {
+      return s;
     }
     unsigned long long first_bad = 0;
     cudaMemcpyAsync(&first_bad, first_bad_, sizeof(first_bad), cudaMemcpyDeviceToHost, stream_);

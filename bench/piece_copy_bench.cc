@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.h"
+#include "bench/shuffled_pages.h"
+#include "bench/wall_timing.h"
 #include "cache_server/pinned_memory.h"
 #include "common/flag_parser.h"
 #include "kernels/cuda/finite_check.h"
@@ -38,15 +40,7 @@ using Clock = std::chrono::steady_clock;
 
 template <typename Fn>
 double MedianWallMs(Fn&& fn, int reps) {
-  for (int i = 0; i < 3; ++i) fn();
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    const auto start = Clock::now();
-    fn();
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return bench::MedianSeconds(fn, reps) * 1e3;
 }
 
 struct Pages {
@@ -54,20 +48,12 @@ struct Pages {
   std::vector<std::string_view> pieces;
 };
 
-// `bytes` in shuffled `page`-byte pages of `base`, the first piece starting 128 bytes in (a
-// chunk header's room) and no two consecutive pieces adjacent.
+// `bytes` in shuffled `page`-byte pages of `base` behind a chunk header's 128 bytes, as the
+// cache tier's arena holds a chunk (bench/shuffled_pages.h).
 Pages ShuffledPages(char* base, uint64_t bytes, uint64_t page, std::mt19937_64& rng) {
-  const uint64_t num_pages = (bytes + 128 + page - 1) / page;
-  std::vector<uint64_t> slot(num_pages);
-  std::iota(slot.begin(), slot.end(), 0);
-  std::shuffle(slot.begin(), slot.end(), rng);
-  for (size_t i = 0; i + 1 < num_pages; ++i) {
-    if (slot[i] + 1 == slot[i + 1]) std::swap(slot[i + 1], slot[(i + 2) % num_pages]);
-  }
   Pages pages{base, {}};
-  for (uint64_t at = 0, p = 0, n = page - 128; at < bytes; at += n, n = page, ++p) {
-    n = std::min(n, bytes - at);
-    pages.pieces.emplace_back(base + slot[p] * page + (p == 0 ? 128 : 0), n);
+  for (const auto& [offset, n] : bench::ShuffledPageLayout(bytes, page, 128, rng)) {
+    pages.pieces.emplace_back(base + offset, n);
   }
   return pages;
 }
@@ -174,17 +160,7 @@ int Main(int argc, char** argv) {
   report("H2D one pinned cudaMemcpy (ceiling)", h2d_ms, h2d_ms, same_device(device));
 
   auto batch = [&](const Pages& pages, bool to_device, char* d) {
-    std::vector<void*> dsts;
-    std::vector<const void*> srcs;
-    std::vector<size_t> sizes;
-    uint64_t at = 0;
-    for (std::string_view p : pages.pieces) {
-      dsts.push_back(to_device ? static_cast<void*>(d + at) : const_cast<char*>(p.data()));
-      srcs.push_back(to_device ? static_cast<const void*>(p.data()) : d + at);
-      sizes.push_back(p.size());
-      at += p.size();
-    }
-    if (!cuda_backend::CopyPieces(dsts, srcs, sizes, stream, "batch").ok()) std::exit(1);
+    if (!cuda_backend::CopyPiecesContiguous(pages.pieces, d, to_device, stream, "batch").ok()) std::exit(1);
     CHECK_CUDA(cudaStreamSynchronize(stream));
   };
   auto kernel = [&](const Pages& pages, bool to_device, char* d, cuda::PieceCopyLaunch launch, bool check) {
@@ -309,19 +285,8 @@ int Main(int argc, char** argv) {
   measure(
       "H2D two at once, batched, read-only pinned",
       [&] {
-        std::vector<void*> dsts, dsts2;
-        std::vector<const void*> srcs;
-        std::vector<size_t> sizes;
-        uint64_t at = 0;
-        for (std::string_view p : in_read_only.pieces) {
-          dsts.push_back(device + at);
-          dsts2.push_back(device2 + at);
-          srcs.push_back(p.data());
-          sizes.push_back(p.size());
-          at += p.size();
-        }
-        if (!cuda_backend::CopyPieces(dsts, srcs, sizes, stream, "batch").ok() ||
-            !cuda_backend::CopyPieces(dsts2, srcs, sizes, second_stream, "batch").ok()) {
+        if (!cuda_backend::CopyPiecesContiguous(in_read_only.pieces, device, true, stream, "batch").ok() ||
+            !cuda_backend::CopyPiecesContiguous(in_read_only.pieces, device2, true, second_stream, "batch").ok()) {
           std::exit(1);
         }
         CHECK_CUDA(cudaStreamSynchronize(stream));

@@ -13,7 +13,7 @@ source "$bundle/env.sh"
 export LAZYKV_MODELS_DIR=$BUNDLE_DATA
 cd /tmp
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-tests="cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_fp32_backend_test cuda_kernels_test
+tests="cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_chunk_transfer_test cuda_fp32_backend_test cuda_kernels_test
   cuda_prefill_test cuda_sampling_test cuda_output_layer_test cuda_warm_up_test"
 [[ ${SKIP_TESTS:-0} == 1 ]] && tests=""
 for t in $tests; do

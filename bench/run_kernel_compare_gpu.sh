@@ -12,7 +12,7 @@ source "$bundle/env.sh"
 export LAZYKV_MODELS_DIR=$BUNDLE_DATA
 cd /tmp
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-tests=${TESTS-"cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_fp32_backend_test cuda_kernels_test
+tests=${TESTS-"cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_chunk_transfer_test cuda_fp32_backend_test cuda_kernels_test
   cuda_prefill_test cuda_sampling_test cuda_output_layer_test"}
 {
 for t in $tests; do

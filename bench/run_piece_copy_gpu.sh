@@ -3,7 +3,7 @@
 # benchmarks (piece_copy_bench; cuda_backend_bench's transfer part twice; the same-host
 # fetch benchmarks with the kernel and with the copy engines only, alternated).
 # Here: LAZYKV_MODELS_DIR=../shared/models bash bench/bundle_backend_gpu.sh OUT build \
-#   cuda_piece_copy_test cuda_backend_test cuda_finite_check_test cuda_gpu_tier_test piece_copy_bench \
+#   cuda_piece_copy_test cuda_chunk_transfer_test cuda_finite_check_test cuda_gpu_tier_test piece_copy_bench \
 #   cuda_backend_bench gpu_tier_fetch_bench shm_fetch_bench lazykv-cache-server && cp bench/run_piece_copy_gpu.sh OUT/data/
 # There: bash OUT/data/run_piece_copy_gpu.sh OUT LOGDIR
 set -uo pipefail
@@ -13,7 +13,7 @@ server=$(command -v lazykv-cache-server)
 export LAZYKV_CACHE_SERVER=$server
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/device.txt"
 status=0
-for t in cuda_piece_copy_test cuda_finite_check_test cuda_backend_test cuda_gpu_tier_test; do
+for t in cuda_piece_copy_test cuda_finite_check_test cuda_chunk_transfer_test cuda_gpu_tier_test; do
   $t > "$out/$t.log" 2>&1 || status=1
   echo "$t: $(grep -cE '^\[       OK \]' "$out/$t.log") passed, $(grep -cE '^\[  FAILED  \]' "$out/$t.log") failed lines"
 done

@@ -6,7 +6,6 @@
 // budget (TransferBudget). Block metadata goes up from pageable vectors, which
 // cudaMemcpyAsync has copied out by the time it returns, so nothing the scheduling
 // thread reuses (the pinned meta buffer of the forward pass) is read later by a transfer.
-#include "kernels/cuda/finite_check.h"
 #include "worker/backend/cuda_backend_internal.h"
 #include "worker/backend/cuda_copy_pieces.h"
 
@@ -98,17 +97,7 @@ class CudaExportedChunk final : public ExportedChunk {
       cudaFreeAsync(table, stream);
       return copied;
     }
-    std::vector<void*> dsts;
-    std::vector<const void*> srcs;
-    std::vector<size_t> sizes;
-    uint64_t offset = 0;
-    for (std::span<char> piece : out) {
-      dsts.push_back(piece.data());
-      srcs.push_back(static_cast<char*>(staging_) + offset);
-      sizes.push_back(piece.size());
-      offset += piece.size();
-    }
-    return CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream, "chunk export copy");
+    return CopyPiecesContiguous(pieces, staging_, /*to_contiguous=*/false, stream, "chunk export copy");
   }
 
   std::shared_ptr<TransferBudget> budget_;
@@ -317,31 +306,9 @@ absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const Chunk
     // Scattered pinned pieces (the cache tier's host pages) are read in place by the piece
     // copy kernel, which checks the values on the way; others (pageable, a few long runs,
     // device memory of a CUDA IPC mapping) go by the copy engines and are checked after.
-    std::optional<KernelCopyPlan> plan;
-    if (!check_finite || bytes % cuda::ElementBytes(element_) == 0) {
-      plan = PlanKernelCopy(payload.pieces(), device_bytes, /*to_contiguous=*/true);
-    }
-    if (plan && plan->segments.size() <= table_room) {
-      auto* table = reinterpret_cast<cuda::CopySegment*>(static_cast<char*>(device_bytes) + table_offset);
-      RETURN_IF_ERROR(EnqueueKernelCopy(*plan, table, element_, check_finite ? answer : nullptr, stream->get()));
-    } else {
-      std::vector<void*> dsts;
-      std::vector<const void*> srcs;
-      std::vector<size_t> sizes;
-      uint64_t offset = 0;
-      for (std::string_view piece : payload.pieces()) {
-        dsts.push_back(static_cast<char*>(device_bytes) + offset);
-        srcs.push_back(piece.data());
-        sizes.push_back(piece.size());
-        offset += piece.size();
-      }
-      RETURN_IF_ERROR(
-          CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream->get(), "chunk import copy"));
-      if (check_finite) {
-        RETURN_IF_ERROR(
-            Cuda(cuda::LaunchFindNonFinite(device_bytes, bytes, element_, answer, stream->get()), "chunk value check"));
-      }
-    }
+    auto* table = reinterpret_cast<cuda::CopySegment*>(static_cast<char*>(device_bytes) + table_offset);
+    RETURN_IF_ERROR(EnqueueGather(payload.pieces(), device_bytes, bytes, element_, check_finite ? answer : nullptr,
+                                  table, table_room, stream->get(), "chunk import copy"));
     if (check_finite) {
       RETURN_IF_ERROR(
           Cuda(cudaMemcpyAsync(&first_bad, answer, sizeof(first_bad), cudaMemcpyDeviceToHost, stream->get()),

@@ -1,6 +1,7 @@
 #include "worker/backend/cuda_copy_pieces.h"
 
 #include "common/device_mapped_regions.h"
+#include "kernels/cuda/finite_check.h"
 #include "kernels/cuda/piece_copy_plan.h"
 #include "worker/backend/cuda_backend_internal.h"  // Cuda()
 
@@ -83,6 +84,22 @@ absl::Status CopyPieces(std::vector<void*> dsts, std::vector<const void*> srcs, 
   return absl::OkStatus();
 }
 
+absl::Status CopyPiecesContiguous(const std::vector<std::string_view>& pieces, void* contiguous, bool to_contiguous,
+                                  cudaStream_t stream, const char* what) {
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  std::vector<size_t> sizes;
+  char* range = static_cast<char*>(contiguous);
+  for (std::string_view piece : pieces) {
+    char* host = const_cast<char*>(piece.data());
+    dsts.push_back(to_contiguous ? static_cast<void*>(range) : host);
+    srcs.push_back(to_contiguous ? static_cast<const void*>(host) : range);
+    sizes.push_back(piece.size());
+    range += piece.size();
+  }
+  return CopyPieces(std::move(dsts), std::move(srcs), std::move(sizes), stream, what);
+}
+
 std::optional<KernelCopyPlan> PlanKernelCopy(const std::vector<std::string_view>& pieces, void* contiguous,
                                              bool to_contiguous) {
   if (!FragmentedEnoughForTheKernel(pieces)) return std::nullopt;
@@ -128,6 +145,19 @@ absl::Status EnqueueKernelCopy(const KernelCopyPlan& plan, cuda::CopySegment* ta
   return Cuda(
       cuda::LaunchPieceCopy(table, static_cast<int>(plan.segments.size()), element, first_bad, stream, plan.launch),
       "piece copy");
+}
+
+absl::Status EnqueueGather(const std::vector<std::string_view>& pieces, void* device, uint64_t bytes,
+                           cuda::Element element, unsigned long long* first_bad, cuda::CopySegment* table,
+                           size_t table_room, cudaStream_t stream, const char* what) {
+  std::optional<KernelCopyPlan> plan;
+  if (first_bad == nullptr || bytes % cuda::ElementBytes(element) == 0) {
+    plan = PlanKernelCopy(pieces, device, /*to_contiguous=*/true);
+  }
+  if (plan && plan->segments.size() <= table_room) return EnqueueKernelCopy(*plan, table, element, first_bad, stream);
+  RETURN_IF_ERROR(CopyPiecesContiguous(pieces, device, /*to_contiguous=*/true, stream, what));
+  if (first_bad == nullptr) return absl::OkStatus();
+  return Cuda(cuda::LaunchFindNonFinite(device, bytes, element, first_bad, stream), "value check");
 }
 
 absl::Status UploadDuringCall(void* device, const void* host, size_t bytes, cudaStream_t stream) {

@@ -23,6 +23,11 @@ namespace lazykv::cuda_backend {
 absl::Status CopyPieces(std::vector<void*> dsts, std::vector<const void*> srcs, std::vector<size_t> sizes,
                         cudaStream_t stream, const char* what);
 
+// CopyPieces between `pieces` (in order) and the device range at `contiguous`: gathered
+// into it when `to_contiguous`, else scattered from it. Thread-safe.
+absl::Status CopyPiecesContiguous(const std::vector<std::string_view>& pieces, void* contiguous, bool to_contiguous,
+                                  cudaStream_t stream, const char* what);
+
 // The piece copy kernel's segments and launch for one copy.
 struct KernelCopyPlan {
   std::vector<cuda::CopySegment> segments;
@@ -51,6 +56,15 @@ size_t KernelCopySegmentsBound(const std::vector<std::string_view>& pieces);
 // `first_bad` when non-null (LaunchPieceCopy's contract). Thread-safe.
 absl::Status EnqueueKernelCopy(const KernelCopyPlan& plan, cuda::CopySegment* table, cuda::Element element,
                                unsigned long long* first_bad, cudaStream_t stream);
+
+// `pieces` (`bytes` in all) gathered into the device range at `device` on `stream`, and with
+// `first_bad` (device) non-null their `element` values checked into it (LaunchPieceCopy's
+// answer): by the piece copy kernel with the check fused where PlanKernelCopy takes the
+// pieces and `table` (device) has room for its segments (`table_room`), else by the copy
+// engines and then LaunchFindNonFinite. Thread-safe (enqueues on `stream` only).
+absl::Status EnqueueGather(const std::vector<std::string_view>& pieces, void* device, uint64_t bytes,
+                           cuda::Element element, unsigned long long* first_bad, cuda::CopySegment* table,
+                           size_t table_room, cudaStream_t stream, const char* what);
 
 // A host-to-device copy of pageable `host` that has read it by the time it returns (the
 // source may be reused at once), enqueued on `stream`.

@@ -23,7 +23,12 @@ models=${LAZYKV_MODELS_DIR:-$(dirname "$tool")/../models}
 (cd "$build/bin" && "$patched" "$out" "${programs[@]}" -- "$models/stories260K.bin" "$models/tok512.bin" "$here/run_backend_gpu.sh" "$here/torch_prefill_reference.py" \
   "$here/sdpa_prefill_reference.py")
 rm -f "$patched"
+# The programs travel compressed too (their CUDA code shrinks about 6x), so a call's 64 MiB
+# carries the whole default set; env.sh unpacks them on the machine.
+tar -C "$out" -cf - bin | xz -T0 -6 > "$out/bin.tar.xz"
+rm -rf "$out/bin"
 cat >> "$out/env.sh" <<'ENV'
+[[ -d $_here/bin ]] || tar -C "$_here" -xJf "$_here/bin.tar.xz"
 # cuBLAS(Lt) is not bundled: the machine's CUDA toolkit (or PyTorch's wheels) has it
 for _d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib 2>/dev/null); do
   [[ -e $_d/libcublasLt.so.13 ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$_d"

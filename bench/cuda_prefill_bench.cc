@@ -13,7 +13,11 @@
 //   last: the 512 own tokens are the queries (pos0 = L - 512): they see every document
 //         and are causal among themselves (SDPA: lower-right causal, 512 x L).
 // FLOPs count the visible (query, key) pairs exactly: 4 * head_dim * heads per pair.
-// usage: cuda_prefill_bench [L [full|last]]   (prints a table; run on a GPU machine; the
+// A third table, questions: a batch of sequences of 8 cached documents of 512 tokens and a
+// 16-token question, the question's tokens the queries (what a request whose documents are
+// all cached prefills), with the heads of a KV group packed into a tile (the default) and
+// not, against reading the batch's keys and values once at the HBM rate of a device copy.
+// usage: cuda_prefill_bench [L [full|last]]   (prints the tables; run on a GPU machine; the
 // arguments keep only that length and scenario, for a profiler)
 #include <cuda_runtime.h>
 
@@ -38,6 +42,128 @@ using lazykv::bench::MedianMs;
 using lazykv::bench::Upload;
 
 }  // namespace
+
+namespace lazykv {
+namespace {
+
+// Sequences of `docs` documents of kDoc tokens at random deltas and then `own` tokens of the
+// request (delta 0), in blocks of kBlock: the pools (random) and the block table, on the device.
+struct PagedBatch {
+  void *k = nullptr, *v = nullptr;
+  int32_t *ids = nullptr, *tokens = nullptr, *starts = nullptr, *offsets = nullptr, *deltas = nullptr;
+  size_t pool_bytes = 0;  // of K, and of V
+};
+
+PagedBatch MakePagedBatch(int batch, int docs, int doc_tokens, int own, int block, int kv_heads, int hd,
+                          std::mt19937& rng) {
+  PagedBatch b;
+  std::vector<int32_t> ids, tokens, starts, deltas, offsets = {0};
+  int next_block = 0;
+  for (int s = 0; s < batch; ++s) {
+    int pos = 0;
+    const auto add = [&](int n, int32_t delta) {
+      for (int done = 0; done < n; done += block) {
+        ids.push_back(next_block++);
+        tokens.push_back(std::min(block, n - done));
+        starts.push_back(pos + done);
+        deltas.push_back(delta);
+      }
+      pos += n;
+    };
+    for (int d = 0; d < docs; ++d) add(doc_tokens, 1 + static_cast<int32_t>(rng() % 100000));
+    add(own, 0);
+    offsets.push_back(static_cast<int32_t>(ids.size()));
+  }
+  const size_t elems = static_cast<size_t>(next_block) * block * kv_heads * hd;
+  b.pool_bytes = elems * 2;
+  CHECK_CUDA(cudaMalloc(&b.k, b.pool_bytes));
+  CHECK_CUDA(cudaMalloc(&b.v, b.pool_bytes));
+  CHECK_CUDA(bench::FillRandomBf16(b.k, elems, 5 + batch));
+  CHECK_CUDA(bench::FillRandomBf16(b.v, elems, 6 + batch));
+  b.ids = Upload(ids);
+  b.tokens = Upload(tokens);
+  b.starts = Upload(starts);
+  b.offsets = Upload(offsets);
+  b.deltas = Upload(deltas);
+  return b;
+}
+
+void FreePagedBatch(PagedBatch& b) {
+  for (void* ptr : {b.k, b.v, (void*)b.ids, (void*)b.tokens, (void*)b.starts, (void*)b.offsets, (void*)b.deltas}) {
+    CHECK_CUDA(cudaFree(ptr));
+  }
+}
+
+// The questions table (see the top of the file).
+void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int block, std::mt19937& rng) {
+  constexpr int kDocs = 8, kDocTokens = 512, kQuestion = 16;
+  std::printf("\nquestions: %d cached documents of %d tokens, %d question tokens per sequence\n", kDocs, kDocTokens,
+              kQuestion);
+  std::printf("%5s %6s %6s %6s %11s %13s %8s %9s %10s %9s\n", "batch", "pack", "splits", "kv_GB", "packed_ms",
+              "unpacked_ms", "speedup", "floor_ms", "of_floor", "HBM_GB/s");
+  for (int batch : {1, 8, 32, 64}) {
+    PagedBatch b = MakePagedBatch(batch, kDocs, kDocTokens, kQuestion, block, kv_heads, hd, rng);
+    // The HBM rate of this run: a device copy of one pool (reads and writes it).
+    void* scratch = nullptr;
+    CHECK_CUDA(cudaMalloc(&scratch, b.pool_bytes));
+    const float copy_ms =
+        MedianMs([&] { CHECK_CUDA(cudaMemcpyAsync(scratch, b.k, b.pool_bytes, cudaMemcpyDeviceToDevice)); });
+    CHECK_CUDA(cudaFree(scratch));
+    const double hbm_gbs = 2.0 * b.pool_bytes / 1e9 / (copy_ms / 1e3);
+    const double kv_gb = 2.0 * b.pool_bytes / 1e9;  // what the attention must read once
+    std::vector<int32_t> q_offsets = {0}, q_pos0;
+    for (int s = 0; s < batch; ++s) {
+      q_offsets.push_back(q_offsets.back() + kQuestion);
+      q_pos0.push_back(kDocs * kDocTokens);
+    }
+    const size_t q_elems = static_cast<size_t>(batch) * kQuestion * heads * hd;
+    float *q, *out;
+    CHECK_CUDA(cudaMalloc(&q, q_elems * 4));
+    CHECK_CUDA(cudaMalloc(&out, q_elems * 4));
+    CHECK_CUDA(bench::FillRandomF32(q, q_elems, 77 + batch));
+    cuda::PrefillAttentionParams p;
+    p.q = q;
+    p.kv.k_pool = b.k;
+    p.kv.v_pool = b.v;
+    p.kv.block_ids = b.ids;
+    p.kv.block_tokens = b.tokens;
+    p.kv.block_starts = b.starts;
+    p.kv.table_offsets = b.offsets;
+    p.kv.block_deltas = b.deltas;
+    p.kv.inv_freq = inv_freq;
+    p.query_offsets = Upload(q_offsets);
+    p.query_pos0 = Upload(q_pos0);
+    p.out = out;
+    p.num_seqs = batch;
+    p.n_heads = heads;
+    p.kv.n_kv_heads = kv_heads;
+    p.kv.head_dim = hd;
+    p.kv.block_size = block;
+    p.kv.rope_style = cuda::RopeStyle::kRotateHalf;
+    p.max_queries_per_seq = kQuestion;
+    // A workspace for the larger of the two launches' splits.
+    cuda::PrefillAttentionParams unpacked = p;
+    unpacked.pack_heads = 1;
+    const int pack = cuda::ChoosePrefillPack(p), splits = cuda::ChoosePrefillSplits(p);
+    const size_t ws = std::max(cuda::PrefillWorkspaceBytes(p, splits),
+                               cuda::PrefillWorkspaceBytes(unpacked, cuda::ChoosePrefillSplits(unpacked)));
+    if (ws > 0) CHECK_CUDA(cudaMalloc(&p.workspace, ws));
+    unpacked.workspace = p.workspace;
+    const auto [packed_ms, unpacked_ms] = AlternatedMedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); },
+                                                             [&] { cuda::LaunchLazyPrefillAttention(unpacked, nullptr); });
+    CHECK_CUDA(cudaGetLastError());
+    const double floor_ms = kv_gb / hbm_gbs * 1e3;
+    std::printf("%5d %6d %6d %6.3f %11.4f %13.4f %7.2fx %9.4f %9.2fx %9.0f\n", batch, pack, splits, kv_gb, packed_ms,
+                unpacked_ms, unpacked_ms / packed_ms, floor_ms, packed_ms / floor_ms, hbm_gbs);
+    for (void* ptr : {(void*)q, (void*)out, (void*)p.workspace, (void*)p.query_offsets, (void*)p.query_pos0}) {
+      if (ptr != nullptr) CHECK_CUDA(cudaFree(ptr));
+    }
+    FreePagedBatch(b);
+  }
+}
+
+}  // namespace
+}  // namespace lazykv
 
 int main(int argc, char** argv) {
   const int only_len = argc > 1 ? std::atoi(argv[1]) : 0;
@@ -178,5 +304,6 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaFree(ptr));
     }
   }
+  if (only_len == 0) lazykv::QuestionBench(inv_freq, kHeads, kKvHeads, kHd, kBlock, rng);
   return 0;
 }

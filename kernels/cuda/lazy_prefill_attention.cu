@@ -30,7 +30,42 @@ cudaError_t PrepareKernel(Kernel kernel, int smem_bytes) {
   return err;
 }
 
-int QueryTiles(const PrefillAttentionParams& p) { return (p.max_queries_per_seq + kBM - 1) / kBM; }
+// Query tiles per sequence with 1 << log2_pack heads per tile.
+int QueryTiles(const PrefillAttentionParams& p, int log2_pack) {
+  return static_cast<int>(((static_cast<long long>(p.max_queries_per_seq) << log2_pack) + kBM - 1) / kBM);
+}
+
+int Log2(int x) {
+  int l = 0;
+  while ((1 << l) < x) ++l;
+  return l;
+}
+
+// The heads per tile a launch of `schedule` uses: 0 where p.pack_heads cannot be honoured.
+// Only the specialized kernel packs (its rotation warpgroup steps rows a position at a time
+// per pack, RotateRowsByPosition).
+int PackFor(const PrefillAttentionParams& p, int schedule) {
+  if (p.pack_heads == 1) return 1;
+  const int group = p.kv.n_kv_heads > 0 ? p.n_heads / p.kv.n_kv_heads : 1;
+  const int most = schedule == kSpecialized && p.kv.head_dim > 0 ? MaxPrefillPack(p.kv.head_dim) : 1;
+  if (p.pack_heads == 0) {
+    if (p.max_queries_per_seq * 2 > kBM) return 1;  // an unpacked tile is at least half full
+    int pack = 1;
+    while (pack * 2 <= most && group % (pack * 2) == 0) pack *= 2;
+    return pack;
+  }
+  const bool pow2 = p.pack_heads > 0 && (p.pack_heads & (p.pack_heads - 1)) == 0;
+  return pow2 && p.pack_heads <= most && group % p.pack_heads == 0 ? p.pack_heads : 0;
+}
+
+// One CTA fits on an SM: split the keys only when the launch fills less than one wave.
+int SplitsFor(const PrefillAttentionParams& p, int pack) {
+  if (p.num_splits > 0) return std::min(p.num_splits, kMaxSplits);
+  const long long ctas = static_cast<long long>(std::max(1, p.n_heads / std::max(1, pack))) *
+                         std::max(1, QueryTiles(p, Log2(std::max(1, pack)))) * std::max(1, p.num_seqs);
+  const long long slots = MultiprocessorCount();
+  return static_cast<int>(std::max(1LL, std::min<long long>(kMaxSplits, slots / ctas)));
+}
 
 // The combine of a launch's splits: per sequence (grid y) its query rows, a warp per (row, head).
 SplitCombineParams CombineParams(const PrefillAttentionParams& p, int splits) {
@@ -51,17 +86,18 @@ struct KernelArgs {
   int log2bs;
   float scale_log2;
   int splits;
+  int log2_pack;
 };
 
 template <int HD, int kSchedule>
 cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStream_t stream) {
-  const dim3 grid(p.n_heads, QueryTiles(p), p.num_seqs * a.splits);
+  const dim3 grid(p.n_heads >> a.log2_pack, QueryTiles(p, a.log2_pack), p.num_seqs * a.splits);
   if constexpr (kSchedule == kSpecialized) {
     const auto kernel = LazyPrefillSpecializedKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
     if (err != cudaSuccess) return err;
-    kernel<<<grid, kSpecThreads, kSmem, stream>>>(p, a.log2bs, a.scale_log2, a.splits);
+    kernel<<<grid, kSpecThreads, kSmem, stream>>>(p, a.log2bs, a.scale_log2, a.splits, a.log2_pack);
   } else {
     const auto kernel = LazyPrefillKernel<HD, kSchedule>;
     constexpr int kSmem = SmemLayout<HD>::kAllocBytes;
@@ -87,14 +123,9 @@ cudaError_t LaunchSchedule(const PrefillAttentionParams& p, const KernelArgs& a,
 
 }  // namespace
 
-int ChoosePrefillSplits(const PrefillAttentionParams& p) {
-  if (p.num_splits > 0) return std::min(p.num_splits, kMaxSplits);
-  // One CTA fits on an SM: split the keys only when the launch fills less than one wave.
-  const long long ctas =
-      static_cast<long long>(std::max(1, p.n_heads)) * std::max(1, QueryTiles(p)) * std::max(1, p.num_seqs);
-  const long long slots = MultiprocessorCount();
-  return static_cast<int>(std::max(1LL, std::min<long long>(kMaxSplits, slots / ctas)));
-}
+int ChoosePrefillPack(const PrefillAttentionParams& p) { return PackFor(p, kSpecialized); }
+
+int ChoosePrefillSplits(const PrefillAttentionParams& p) { return SplitsFor(p, ChoosePrefillPack(p)); }
 
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {
   if (num_splits <= 1) return 0;
@@ -108,9 +139,11 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
   if (p.num_seqs <= 0 || p.num_seqs > 65535 || p.n_heads <= 0 || p.n_heads > 65535 || p.kv.n_kv_heads <= 0 ||
       p.n_heads % p.kv.n_kv_heads != 0 || (p.kv.head_dim != 64 && p.kv.head_dim != 128) || !pow2_block ||
       (p.kv.rope_style != RopeStyle::kInterleaved && p.kv.rope_style != RopeStyle::kRotateHalf) ||
-      p.max_queries_per_seq < 0 || QueryTiles(p) > 65535 || p.num_splits < 0 || p.kv.element != Element::kBf16) {
+      p.max_queries_per_seq < 0 || QueryTiles(p, 0) > 65535 || p.num_splits < 0 || p.kv.element != Element::kBf16) {
     return cudaErrorInvalidValue;
   }
+  const int pack = PackFor(p, schedule);
+  if (pack == 0) return cudaErrorInvalidValue;
   if (p.max_queries_per_seq == 0) return cudaSuccess;
   if (p.q == nullptr || p.kv.k_pool == nullptr || p.kv.v_pool == nullptr || p.kv.block_ids == nullptr ||
       p.kv.block_tokens == nullptr || p.kv.block_deltas == nullptr || p.kv.block_starts == nullptr ||
@@ -118,12 +151,13 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
       p.kv.inv_freq == nullptr || p.out == nullptr) {
     return cudaErrorInvalidValue;
   }
-  int splits = p.workspace == nullptr ? 1 : ChoosePrefillSplits(p);
+  // Never more splits than ChoosePrefillSplits (the workspace's size): another schedule packs
+  // no more heads, so it launches at least as many CTAs.
+  int splits = p.workspace == nullptr ? 1 : std::min(SplitsFor(p, pack), ChoosePrefillSplits(p));
   while (splits > 1 && static_cast<long long>(p.num_seqs) * splits > 65535) --splits;
-  int log2bs = 0;
-  while ((1 << log2bs) < p.kv.block_size) ++log2bs;
+  const int log2bs = Log2(p.kv.block_size);
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(p.kv.head_dim));
-  const KernelArgs args{log2bs, scale_log2, splits};
+  const KernelArgs args{log2bs, scale_log2, splits, Log2(pack)};
   const cudaError_t err = p.kv.head_dim == 64 ? LaunchSchedule<64>(p, args, schedule, stream)
                                               : LaunchSchedule<128>(p, args, schedule, stream);
   if (err != cudaSuccess) return err;

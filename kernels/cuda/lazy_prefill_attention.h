@@ -7,7 +7,8 @@
 // A query at position p scores a stored key of a block with delta d as <R(p - d) q, k>.
 // The kernel is a tiled online softmax (FlashAttention style) on Hopper's warpgroup
 // tensor-core instructions (wgmma, bf16 operands, fp32 accumulation). Each CTA holds a
-// tile of 128 queries of one head; its query tile is rotated once per run of KV tiles that share a
+// tile of 128 query rows (128 queries of one head, or, for short query runs, fewer queries of
+// several heads of one KV group: pack_heads); its query tile is rotated once per run of KV tiles that share a
 // delta (a KV tile never spans two deltas), in fp32 with a precise angle, then rounded
 // once to bf16 for the tensor cores. Keys are never rotated or copied. By default one warpgroup
 // copies the KV tiles and another rotates the query, a delta ahead, while two consumer
@@ -48,9 +49,23 @@ struct PrefillAttentionParams {
   int n_heads = 0;
   int max_queries_per_seq = 0;  // max over s of query_offsets[s + 1] - query_offsets[s]
   int num_splits = 0;           // 0: chosen from the GPU's SM count; 1: never split
+  // Query heads of one KV group that share a CTA's tile of 128 rows (row r: query r / pack,
+  // head r % pack of the CTA's heads), so the CTA reads each KV tile once for all of them.
+  // 0: chosen (packed as far as the kernel allows when a sequence has at most 64 queries,
+  // where an unpacked tile would be at most half full; short questions over cached
+  // documents); 1: never; else a power of two that divides the group, at most
+  // MaxPrefillPack(head_dim) (the default schedule only).
+  int pack_heads = 0;
 };
 
-// Splits the launcher will use for these shapes on the current device (given a workspace).
+// The most query heads a tile packs: the rotation warpgroup's rows per step (512 / head_dim).
+constexpr int MaxPrefillPack(int head_dim) { return 512 / head_dim; }
+
+// The heads per tile the default launch uses for these shapes (pack_heads resolved).
+int ChoosePrefillPack(const PrefillAttentionParams& p);
+
+// Splits the launcher will use for these shapes on the current device (given a workspace);
+// a launch of another schedule uses no more.
 int ChoosePrefillSplits(const PrefillAttentionParams& p);
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits);
 

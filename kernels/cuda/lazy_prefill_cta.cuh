@@ -18,44 +18,60 @@ namespace {
 struct CtaWork {
   bool active;  // the CTA's query tile holds at least one query
   int head, seq, split, splits;
-  int rows;            // queries in the tile (up to kBM)
+  // Tile row r is query r >> log2_pack of the tile, head head + (r & (pack - 1)) (pack =
+  // 1 << log2_pack heads of one KV group; 1: row r is query r of one head).
+  int log2_pack;
+  int n_heads;
+  int rows;            // rows in use (up to kBM): the tile's queries times pack
   int pos_lo, pos_hi;  // positions of its first and last query
   int kvh, entries_per_tile;
-  size_t row_stride;  // floats between a head's consecutive query rows
-  const float* q_tile;
-  // Row r of the output at out_tile + r * row_stride * splits: the output itself, or this
-  // split's unnormalized partial, whose max (log2 units) is at m_tile[r * n_heads * splits]
+  const float* q_tile;  // row r at q_tile + RowPair(r) * head_dim
+  // Row r of the output at out_tile + RowPair(r) * splits * head_dim: the output itself, or
+  // this split's unnormalized partial, whose max (log2 units) is at m_tile[RowPair(r) * splits]
   // and sum PrefillWorkspacePairs(p) * splits floats further (split_combine.h's layout;
   // m_tile null when unsplit).
   float* out_tile;
   float* m_tile;
 };
 
+// Tile row r's (query row, head) pair, counted from the tile's first pair: the offset of its
+// query and output rows in units of head_dim floats, and of its split states in units of
+// splits.
+__device__ __forceinline__ int RowPair(const CtaWork& w, int r) {
+  return (r >> w.log2_pack) * w.n_heads + (r & ((1 << w.log2_pack) - 1));
+}
+
+// The logical position of tile row r.
+__device__ __forceinline__ int RowPosition(const CtaWork& w, int r) { return w.pos_lo + (r >> w.log2_pack); }
+
 // The (query row, head) pairs a split workspace holds: max_queries_per_seq rows per sequence.
 __host__ __device__ inline size_t PrefillWorkspacePairs(const PrefillAttentionParams& p) {
   return static_cast<size_t>(p.num_seqs) * p.max_queries_per_seq * p.n_heads;
 }
 
-// Grid: x = head, y = query tile (longest causal tiles first), z = sequence * splits + split.
+// Grid: x = head group (pack heads), y = query tile (longest causal tiles first),
+// z = sequence * splits + split.
 template <int HD>
-__device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, int log2bs, int splits) {
+__device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, int log2bs, int splits,
+                                               int log2_pack) {
   CtaWork w;
-  w.head = blockIdx.x;
+  w.log2_pack = log2_pack;
+  w.n_heads = p.n_heads;
+  w.head = blockIdx.x << log2_pack;
   const int tile = gridDim.y - 1 - blockIdx.y;
   w.seq = blockIdx.z / splits;
   w.split = blockIdx.z % splits;
   w.splits = splits;
   const int q_begin = p.query_offsets[w.seq];
   const int n_q = p.query_offsets[w.seq + 1] - q_begin;
-  const int row0 = tile * kBM;
-  w.active = row0 < n_q;
-  w.rows = min(kBM, n_q - row0);
-  w.pos_lo = p.query_pos0[w.seq] + row0;
-  w.pos_hi = w.pos_lo + w.rows - 1;
+  const int query0 = tile * (kBM >> log2_pack);  // the tile's first query
+  w.active = query0 < n_q;
+  w.rows = min(kBM, (n_q - query0) << log2_pack);
+  w.pos_lo = p.query_pos0[w.seq] + query0;
+  w.pos_hi = RowPosition(w, w.rows - 1);
   w.kvh = w.head / (p.n_heads / p.kv.n_kv_heads);
   w.entries_per_tile = p.kv.block_size >= kBN ? 1 : (kBN >> log2bs);
-  w.row_stride = static_cast<size_t>(p.n_heads) * HD;
-  const size_t out_index = static_cast<size_t>(q_begin + row0) * p.n_heads + w.head;  // (query row, head)
+  const size_t out_index = static_cast<size_t>(q_begin + query0) * p.n_heads + w.head;  // (query row, head)
   w.q_tile = p.q + out_index * HD;
   // Splits write partial states (split_combine.h): pair out_index's state for this split.
   const SplitPartials<float> part = SplitPartialsIn(p.workspace, PrefillWorkspacePairs(p), splits);
@@ -63,6 +79,19 @@ __device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, 
   w.out_tile = splits == 1 ? p.out + out_index * HD : part.acc + state * HD;
   w.m_tile = splits == 1 ? nullptr : part.m + state;
   return w;
+}
+
+// Copies the CTA's raw fp32 query rows into shared memory (rows past the end zero-filled),
+// by kCopyThreads threads (t).
+template <int HD, int kCopyThreads>
+__device__ __forceinline__ void LoadRawQuery(const CtaWork& w, uint32_t raw_smem, int t) {
+  constexpr int kChunksPerRow = HD / 4;
+  for (int i = t; i < kBM * kChunksPerRow; i += kCopyThreads) {
+    const int r = i / kChunksPerRow, c = i % kChunksPerRow;
+    const bool valid = r < w.rows;
+    CpAsync16(raw_smem + RawQueryIndex<HD>(r, c * 4) * 4,
+              valid ? w.q_tile + static_cast<size_t>(RowPair(w, r)) * HD + c * 4 : w.q_tile, valid ? 16 : 0);
+  }
 }
 
 // The block-table entries [*e_lo, *e_hi) of the CTA's split: the visible entries
@@ -104,14 +133,13 @@ __device__ __forceinline__ int MakeFirstTiles(const PrefillAttentionParams& p, c
 // No visible key: the reference's output is zero (a split's partial: empty).
 template <int HD>
 __device__ __forceinline__ void WriteEmptyRows(const PrefillAttentionParams& p, const CtaWork& w, int t, int threads) {
-  const size_t out_stride = w.row_stride * w.splits;
-  for (int i = t; i < w.rows * HD; i += threads) w.out_tile[(i / HD) * out_stride + i % HD] = 0.0f;
+  for (int i = t; i < w.rows * HD; i += threads) {
+    w.out_tile[static_cast<size_t>(RowPair(w, i / HD)) * HD * w.splits + i % HD] = 0.0f;
+  }
   if (w.m_tile != nullptr) {
     const size_t l_offset = PrefillWorkspacePairs(p) * w.splits;
     for (int r = t; r < w.rows; r += threads) {
-      // r * splits first (in int: r < kBM, splits <= kMaxSplits): other forms of this index
-      // cost the specialized kernel register spills (ptxas -v).
-      const size_t state = static_cast<size_t>(r * w.splits) * p.n_heads;
+      const size_t state = static_cast<size_t>(RowPair(w, r)) * w.splits;
       w.m_tile[state] = -INFINITY;
       w.m_tile[l_offset + state] = 0.0f;
     }
@@ -125,7 +153,6 @@ template <int HD>
 __device__ __forceinline__ void WriteRows(const PrefillAttentionParams& p, const CtaWork& w, const float (&o)[HD / 2],
                                           const float (&m)[2], const float (&l)[2], int my_row0, float scale_log2) {
   const int t4 = threadIdx.x % 4;
-  const size_t out_stride = w.row_stride * w.splits;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float sum = l[h];
@@ -134,13 +161,16 @@ __device__ __forceinline__ void WriteRows(const PrefillAttentionParams& p, const
     const float inv = w.splits > 1 ? 1.0f : (sum > 0.0f ? 1.0f / sum : 0.0f);
     const int r = my_row0 + 8 * h;
     if (r < w.rows) {
-      float* dst = w.out_tile + static_cast<size_t>(r) * out_stride + 2 * t4;
+      // RowPair times splits first (in int: under kBM * n_heads * kMaxSplits): other forms of
+      // this index cost the specialized kernel register spills (ptxas -v).
+      const int pair_splits = RowPair(w, r) * w.splits;
+      float* dst = w.out_tile + static_cast<size_t>(pair_splits) * HD + 2 * t4;
 #pragma unroll
       for (int n = 0; n < HD / 8; ++n) {
         *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n * 4 + 2 * h] * inv, o[n * 4 + 2 * h + 1] * inv);
       }
       if (w.m_tile != nullptr && t4 == 0) {
-        const size_t state = static_cast<size_t>(r) * p.n_heads * w.splits;
+        const size_t state = pair_splits;
         w.m_tile[state] = m[h] * scale_log2;  // log2 units: SoftmaxTile's l counts from m * scale_log2
         w.m_tile[PrefillWorkspacePairs(p) * w.splits + state] = sum;
       }

@@ -26,7 +26,7 @@ namespace {
 __device__ __forceinline__ void WarpgroupsSync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory"); }
 __device__ __forceinline__ void WarpgroupsArrive() { asm volatile("bar.arrive 1, %0;\n" ::"n"(kThreads) : "memory"); }
 
-// One CTA: one head, one tile of 128 queries, one split of the visible block table
+// One CTA: one head, one tile of 128 queries (never packed: pack_heads 1), one split of the visible block table
 // (splits > 1 write partial states to the workspace for the combine, split_combine.h).
 // Per tile: scores, softmax, P V, each waited for, in one of two schedules (Schedule in
 // lazy_prefill_tiles.cuh): kSerial, both warpgroups at once; kStagger, warpgroup 1 issues
@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = SmemLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
-  const CtaWork w = MakeCtaWork<HD>(p, log2bs, splits);
+  const CtaWork w = MakeCtaWork<HD>(p, log2bs, splits, /*log2_pack=*/0);
   if (!w.active) return;
   const int warp = threadIdx.x / 32;
   const int wg = warp / 4;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     WriteEmptyRows<HD>(p, w, threadIdx.x, kThreads);
     return;
   }
-  LoadRawQuery<HD, kThreads>(w.q_tile, w.row_stride, w.rows, SmemAddr(smem + L::kRawQ), threadIdx.x);
+  LoadRawQuery<HD, kThreads>(w, SmemAddr(smem + L::kRawQ), threadIdx.x);
   CpAsyncCommit();
   LoadTile<HD, kThreads>(p, desc[0], log2bs, w.kvh, k_smem, v_smem, col_pos, threadIdx.x);
   CpAsyncCommit();
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int row_pos[2] = {w.pos_lo + my_row0, w.pos_lo + my_row0 + 8};
+  const int row_pos[2] = {RowPosition(w, my_row0), RowPosition(w, my_row0 + 8)};
 
   for (int j = 0;; ++j) {
     CpAsyncWait<0>();

@@ -78,22 +78,24 @@ __device__ __forceinline__ void AdvanceAngle(float (&c)[2], float (&s)[2], const
 }
 
 // Once per CTA: kLaneThreads threads (t) turn raw query rows [row0, row0 + kRows) of the fp32
-// tile (shared memory) into R(position) q in place. The angle of a thread's first row is
+// tile (shared memory) into R(position) q in place; row r sits at position
+// pos_lo + (r >> log2_pack) (CtaWork's rows; 1 << log2_pack must divide the rows per step,
+// MaxPrefillPack for 128 threads, and row0). The angle of a thread's first row is
 // formed and reduced in double (exact at any position); later rows advance it by a rotation
 // of the row step (error ~1e-6 rad after 32 steps, far under the bf16 rounding that comes
 // later). A thread touches only its own elements, which WriteRowsForDelta reads back with the
 // same (kLaneThreads, row0) split.
 template <int HD, int kLaneThreads, int kRows>
 __device__ __forceinline__ void RotateRowsByPosition(const PrefillAttentionParams& p, float* tile, int row0,
-                                                     long long pos_lo, int t) {
+                                                     long long pos_lo, int t, int log2_pack = 0) {
   using Lanes = QueryLanes<HD, kLaneThreads>;
   const Lanes lanes(p.kv.rope_style, t);
   float c[2], s[2], cs[2], ss[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const double th = __ldg(p.kv.inv_freq + lanes.f0 + j);
-    RopeSinCos(th, pos_lo + row0 + lanes.rsub, &s[j], &c[j]);
-    RopeSinCos(th, Lanes::kRowsPerStep, &ss[j], &cs[j]);
+    RopeSinCos(th, pos_lo + ((row0 + lanes.rsub) >> log2_pack), &s[j], &c[j]);
+    RopeSinCos(th, Lanes::kRowsPerStep >> log2_pack, &ss[j], &cs[j]);
   }
 #pragma unroll 4
   for (int i = 0; i < kRows / Lanes::kRowsPerStep; ++i) {

@@ -1,7 +1,8 @@
 // The lazy prefill kernel with a warpgroup that rotates the query (FlashAttention-3's warp
 // specialization, plus one role). Included only by lazy_prefill_attention.cu.
 //
-// One CTA: 128 queries of one head, four warpgroups.
+// One CTA: 128 query rows (128 queries of one head, or 128 / pack queries of pack heads of
+// one KV group), four warpgroups.
 //  - Copy (warpgroup 0) walks the block table and copies K and V tiles with cp.async into a
 //    3-slot ring: the keys and values of tile j are loads 2 j and 2 j + 1, and load i goes to
 //    slot i % 3 once load i - 3 is done with (K(j + 1) reuses the slot of V(j - 1), V(j + 1)
@@ -164,13 +165,13 @@ __device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork&
   SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
   float* raw_q = reinterpret_cast<float*>(smem + L::kRawQ);
   unsigned char* q_buf = smem + L::kQ;
-  LoadRawQuery<HD, 128>(w.q_tile, w.row_stride, w.rows, SmemAddr(raw_q), t);
+  LoadRawQuery<HD, 128>(w, SmemAddr(raw_q), t);
   CpAsyncCommit();
   int e = 0, e_hi = 0;
   SplitEntryRange(p, w, &e, &e_hi);
   CpAsyncWait<0>();
   RotationSync();  // every raw row has landed
-  RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t);
+  RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t, w.log2_pack);
   RotationSync();  // the rotations by delta read the tile with another split
   for (int k = 0; e < e_hi && __ldg(p.kv.block_starts + e) <= w.pos_hi; ++k) {
     const int delta = __ldg(p.kv.block_deltas + e);
@@ -199,7 +200,7 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int row_pos[2] = {w.pos_lo + my_row0, w.pos_lo + my_row0 + 8};
+  const int row_pos[2] = {RowPosition(w, my_row0), RowPosition(w, my_row0 + 8)};
   int k = -1;  // the delta's index
   for (int j = 0;; ++j) {
     const int ks = RingSlot(2 * j), vs = RingSlot(2 * j + 1);
@@ -234,11 +235,12 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
 
 template <int HD>
 __global__ void __launch_bounds__(kSpecThreads, 1)
-    LazyPrefillSpecializedKernel(const PrefillAttentionParams p, int log2bs, float scale_log2, int splits) {
+    LazyPrefillSpecializedKernel(const PrefillAttentionParams p, int log2bs, float scale_log2, int splits,
+                                 int log2_pack) {
   using L = SpecSmemLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
-  const CtaWork w = MakeCtaWork<HD>(p, log2bs, splits);
+  const CtaWork w = MakeCtaWork<HD>(p, log2bs, splits, log2_pack);
   if (!w.active) return;
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
   int e_hi = 0;

@@ -88,20 +88,6 @@ __device__ __forceinline__ int RawQueryIndex(int row, int col) {
   return row * HD + col;
 }
 
-// Copies the CTA's raw fp32 query rows into shared memory (rows past the end zero-filled),
-// by kCopyThreads threads (t).
-template <int HD, int kCopyThreads>
-__device__ __forceinline__ void LoadRawQuery(const float* q_tile, size_t row_stride, int rows, uint32_t raw_smem,
-                                             int t) {
-  constexpr int kChunksPerRow = HD / 4;
-  for (int i = t; i < kBM * kChunksPerRow; i += kCopyThreads) {
-    const int r = i / kChunksPerRow, c = i % kChunksPerRow;
-    const bool valid = r < rows;
-    CpAsync16(raw_smem + RawQueryIndex<HD>(r, c * 4) * 4,
-              valid ? q_tile + static_cast<size_t>(r) * row_stride + c * 4 : q_tile, valid ? 16 : 0);
-  }
-}
-
 // The tile that starts at entry e, slot s0, built by one warp (all 32 lanes call it): lane
 // k < kMaxEntriesPerTile reads entry e + k of the block table, so the walk costs one
 // round trip to memory rather than a chain of them.

@@ -78,13 +78,27 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   float* out = p.out;
   const std::vector<int32_t>& q_offsets = problem.query_offsets;
   const std::vector<int32_t>& pos0 = problem.query_pos0;
-  // As the launcher chooses (split-KV where the launch is small) and unsplit, with the
-  // default schedule of the kernel's main loop; unsplit with each of the others.
-  std::vector<std::pair<int, int>> runs = {{0, -1}, {1, -1}};
-  for (int schedule = 0; schedule < cuda::detail::kNumPrefillSchedules; ++schedule) runs.push_back({1, schedule});
-  for (const auto& [forced_splits, schedule] : runs) {
+  // As the launcher chooses (split-KV where the launch is small; heads packed into a tile
+  // where queries are few) and unsplit, with the default schedule of the kernel's main loop;
+  // the default schedule never packed and packed as far as it can (even for long query runs),
+  // split as chosen; unsplit with each of the other schedules.
+  int most_pack = 1;
+  while (most_pack * 2 <= cuda::MaxPrefillPack(s.head_dim) && (s.n_heads / s.n_kv_heads) % (most_pack * 2) == 0) {
+    most_pack *= 2;
+  }
+  struct Run {
+    int forced_splits, schedule, pack_heads;
+  };
+  std::vector<Run> runs = {{0, -1, 0}, {1, -1, 0}, {0, -1, 1}, {0, -1, most_pack}};
+  for (int schedule = 0; schedule < cuda::detail::kNumPrefillSchedules; ++schedule) runs.push_back({1, schedule, 0});
+  for (const auto& [forced_splits, schedule, pack_heads] : runs) {
     p.num_splits = forced_splits;
+    p.pack_heads = pack_heads;
     const int splits = cuda::ChoosePrefillSplits(p);
+    const int pack = schedule < 0 ? cuda::ChoosePrefillPack(p) : 1;
+    if (pack_heads == 0 && schedule < 0) {  // the choice: packed exactly when queries are few
+      EXPECT_EQ(pack, p.max_queries_per_seq <= 64 ? most_pack : 1) << p.max_queries_per_seq << " queries";
+    }
     const size_t ws_bytes = cuda::PrefillWorkspaceBytes(p, splits);
     p.workspace = nullptr;
     if (ws_bytes > 0) {
@@ -102,11 +116,13 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
       const double error = RelativeError(g, e);
       EXPECT_LT(error, 1e-2) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits << ", schedule "
-                             << schedule << ", " << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position "
-                             << pos0[seq];
-      std::printf("[          ] %s seq %d, splits %d, schedule %d: %d queries from %d, %zu entries, rel error %.2e\n",
-                  s.name.c_str(), seq, splits, schedule, q_offsets[seq + 1] - q_offsets[seq], pos0[seq],
-                  problem.tables[seq].size(), error);
+                             << schedule << ", heads per tile " << pack << ", "
+                             << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
+      std::printf(
+          "[          ] %s seq %d, splits %d, schedule %d, heads per tile %d: %d queries from %d, %zu entries, rel "
+          "error %.2e\n",
+          s.name.c_str(), seq, splits, schedule, pack, q_offsets[seq + 1] - q_offsets[seq], pos0[seq],
+          problem.tables[seq].size(), error);
     }
   }
 }
@@ -129,6 +145,21 @@ INSTANTIATE_TEST_SUITE_P(
         PrefillShape{"causal_only", 128, 32, 8, 16, 1, 0, 1, 0, 1000, false, false, RopeStyle::kRotateHalf, 0},
         // Every token a query, chunks included: query tiles see delta changes mid-tile.
         PrefillShape{"all_tokens_queries", 128, 16, 4, 64, 2, 3, 200, 10, 100, true, false, RopeStyle::kInterleaved,
+                     131072},
+        // Short questions over cached documents (heads packed into a tile by default): Llama-3-8B,
+        // 8 documents, up to 16 question tokens.
+        PrefillShape{"llama3_question", 128, 32, 8, 16, 5, 8, 512, 0, 16, false, false, RopeStyle::kRotateHalf, 131072},
+        // A group of 8 at head dim 64 (8 heads a tile, up to 40 queries: several tiles a head group).
+        PrefillShape{"group8_question_hd64", 64, 16, 2, 16, 3, 3, 300, 40, 40, false, false, RopeStyle::kInterleaved,
+                     100000},
+        // A group of 8 at head dim 128: two tiles of 4 heads each per KV head.
+        PrefillShape{"group8_question_hd128", 128, 16, 2, 32, 2, 2, 400, 0, 30, false, false, RopeStyle::kRotateHalf,
+                     131072},
+        // A group of 2, blocks of 128.
+        PrefillShape{"group2_question_block128", 128, 8, 4, 128, 2, 4, 200, 10, 64, false, true,
+                     RopeStyle::kInterleaved, 50000},
+        // Short sequences whose every token is a query: packed tiles see delta changes mid-tile.
+        PrefillShape{"short_all_tokens_queries", 128, 32, 8, 16, 4, 2, 20, 0, 20, true, false, RopeStyle::kRotateHalf,
                      131072}),
     [](const ::testing::TestParamInfo<PrefillShape>& info) { return info.param.name; });
 
@@ -170,6 +201,14 @@ TEST(PrefillAttentionShapes, RejectsUnsupported) {
   expect_invalid([](auto& p) { p.num_seqs = 0; }, "no sequences");
   expect_invalid([](auto& p) { p.num_splits = -1; }, "negative splits");
   expect_invalid([](auto& p) { p.max_queries_per_seq = 5; }, "null pointers");
+  expect_invalid([](auto& p) { p.pack_heads = 3; }, "3 heads a tile");
+  expect_invalid([](auto& p) { p.pack_heads = 8; }, "8 heads a tile (a group of 4)");
+  expect_invalid([](auto& p) { p.pack_heads = -1; }, "negative heads a tile");
+  const auto variant = [](const cuda::PrefillAttentionParams& p) {
+    return cuda::detail::LaunchLazyPrefillAttentionVariant(p, 0, nullptr);
+  };
+  ExpectInvalid(good, variant, [](auto& p) { p.pack_heads = 2; }, "a packed tile in a schedule that never packs");
+  EXPECT_EQ(variant(good), cudaSuccess);
 }
 
 TEST(DecodeAttentionShapes, RejectsUnsupported) {

@@ -100,9 +100,7 @@ using cuda_backend::CudaBackend;
 
 absl::StatusOr<std::unique_ptr<Backend>> Finish(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks,
                                                 const CudaBackendOptions& options) {
-  auto backend =
-      std::make_unique<CudaBackend>(std::move(weights), block_size, num_blocks, options.transfer_staging_bytes,
-                                    options.shared_decode, options.decode_in_mixed_steps);
+  auto backend = std::make_unique<CudaBackend>(std::move(weights), block_size, num_blocks, options);
   RETURN_IF_ERROR(backend->Init(cuda::GemmOptions{.skinny_kernel = options.skinny_gemm}));
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -51,6 +51,10 @@ struct CudaBackendOptions {
   // GEMMs of at most kSkinnyGemmMaxRows rows (decode steps) by the skinny kernel
   // (kernels/cuda/skinny_gemm.h); false: cuBLASLt for all (kept for benchmarks).
   bool skinny_gemm = true;
+  // The prefill kernel packs the heads of a KV group into one tile where a sequence has few
+  // new tokens (a question over cached documents: PrefillAttentionParams::pack_heads); false:
+  // a tile per head always (kept for benchmarks).
+  bool pack_prefill_heads = true;
 };
 
 // Decode steps that ran the chunk-shared attention, and the KV tokens it saved reading (per

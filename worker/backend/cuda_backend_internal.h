@@ -167,16 +167,17 @@ uint64_t KvBytesPerBlock(const ModelConfig& config, int block_size, cuda::Elemen
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks, uint64_t transfer_staging_bytes,
-              SharedDecode shared_decode, bool decode_in_mixed_steps)
+  // options: its precision and GEMM choice are taken by the weights and Init.
+  CudaBackend(std::unique_ptr<DeviceWeights> weights, int block_size, int num_blocks, const CudaBackendOptions& options)
       : w_(std::move(weights)),
         c_(w_->config()),
         element_(w_->element()),
         block_size_(block_size),
         num_blocks_(num_blocks),
-        shared_decode_(shared_decode),
-        decode_in_mixed_steps_(decode_in_mixed_steps),
-        budget_(std::make_shared<TransferBudget>(transfer_staging_bytes)) {}
+        shared_decode_(options.shared_decode),
+        decode_in_mixed_steps_(options.decode_in_mixed_steps),
+        pack_prefill_heads_(options.pack_prefill_heads),
+        budget_(std::make_shared<TransferBudget>(options.transfer_staging_bytes)) {}
   ~CudaBackend() override;
   absl::Status Init(cuda::GemmOptions gemm_options = {});
 
@@ -262,6 +263,7 @@ class CudaBackend : public Backend {
   int num_blocks_;
   const SharedDecode shared_decode_;
   const bool decode_in_mixed_steps_;
+  const bool pack_prefill_heads_;
   bool skinny_gemm_ = true;  // Init's GEMM option: also the fused skinny kernels of a small step
   SharedDecodeStats shared_stats_;
   StepTiming step_timing_;  // small decode steps (cuda_step_timing.h)

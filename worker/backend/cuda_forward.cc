@@ -63,12 +63,14 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
     cuda::PrefillAttentionParams r = plan.rest;
     r.kv.k_pool = p.kv.k_pool;
     r.kv.v_pool = p.kv.v_pool;
+    r.pack_heads = pack_prefill_heads_ ? 0 : 1;
     RETURN_IF_ERROR(
         attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(r, cuda::ChoosePrefillSplits(r)))));
     r.workspace = attn_ws_.as<float>();
     return Cuda(cuda::LaunchLazyPrefillAttention(r, stream_), "prefill attention");
   }
   if (PrefillKernelApplies()) {
+    p.pack_heads = pack_prefill_heads_ ? 0 : 1;
     RETURN_IF_ERROR(
         attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(p, cuda::ChoosePrefillSplits(p)))));
     p.workspace = attn_ws_.as<float>();

@@ -24,6 +24,7 @@
 #include "bench/cuda_chunk_transfer_bench.h"
 #include "bench/engine_load_bench.h"
 #include "bench/engine_load_report.h"
+#include "bench/kernel_trace.h"
 #include "bench/rag_trace.h"
 #include "bench/wall_timing.h"
 #include "common/flag_parser.h"
@@ -43,7 +44,20 @@ using bench::Seconds;  // bench/wall_timing.h
 // the classifier; one layer's weights exceed the L2, so this streams from HBM) and against
 // streaming every weight once at the HBM rate of the device-to-device copy; and those GEMMs
 // at 1 to 8 rows by the skinny kernel against cuBLASLt, alternated.
-void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm) {
+// With --kernel-trace: fn's GPU work (bench/kernel_trace.h) summarized per step.
+template <typename Fn>
+void TraceSteps(const char* what, int steps, Fn&& fn) {
+  auto trace = bench::KernelTrace::Start();
+  if (!trace.ok()) {
+    std::printf("kernel trace (%s): %s\n", what, trace.status().ToString().c_str());
+    return;
+  }
+  fn();
+  const std::vector<bench::TraceRecord> records = (*trace)->Stop();
+  std::printf("\nkernel trace: %s\n%s", what, bench::SummarizeTrace(records, steps).c_str());
+}
+
+void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, bool kernel_trace) {
   const ModelConfig& c = backend.config();
   const size_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), hidden = c.hidden_dim, vocab = c.vocab_size;
   struct Mat {
@@ -144,6 +158,18 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm) {
       "%.2f ms: %.2fx\n",
       cached_ttft_ms[cached_ttft_ms.size() / 2], cached_ttft_ms.size(), weight_pass_ms,
       cached_ttft_ms[cached_ttft_ms.size() / 2] / weight_pass_ms);
+  if (kernel_trace) {
+    constexpr int kTtftReps = 5, kDecodeSteps = 128;
+    TraceSteps("the TTFT step (16-token question over 8 cached documents, one new token), batch 1", kTtftReps, [&] {
+      for (int rep = 0; rep < kTtftReps; ++rep) {
+        if (!(*engine)->Generate(request).ok()) std::exit(1);
+      }
+    });
+    request.sampling.max_tokens = kDecodeSteps + 1;
+    TraceSteps("decode steps, batch 1, context ~4.1k (and the request's one cached prefill step)", kDecodeSteps, [&] {
+      if (!(*engine)->Generate(request).ok()) std::exit(1);
+    });
+  }
   std::printf("backend: %s\n", backend.ProfileSummary().c_str());
   for (int i = 0; i < kRowCounts; ++i) {
     std::printf(
@@ -306,11 +332,12 @@ int main(int argc, char** argv) {
       "           [--max-concurrency C (0: none)] [--max-prefill-tokens N] [--modes none,prefix,block,lazy]\n"
       "           [--kv-pool-gib G | --gpu-memory-utilization F] [--shared-decode auto|always|off]\n"
       "           [--mixed-steps decode|prefill] [--no-backend-warm-up] [--no-skinny-gemm]\n"
-      "           [--no-prefill-pack] [--out FILE.json]\n"
+      "           [--no-prefill-pack] [--kernel-trace] [--out FILE.json]\n"
       "Without --e2e-batched: chunk import and decode ceilings, then with --e2e the trace one request\n"
       "at a time (40 requests, 16 tokens, 12 GiB pool). --e2e-batched runs only the loaded benchmark\n"
       "(256 requests, 128 tokens, rate inf, concurrency 64; the pool takes what is left of 0.9 of the\n"
-      "GPU's memory after the weights unless --kv-pool-gib says).\n");
+      "GPU's memory after the weights unless --kv-pool-gib says). --kernel-trace: where the TTFT step and\n"
+      "a decode step spend their time on the GPU (CUPTI, loaded at run time: $LAZYKV_CUPTI or libcupti.so.13).\n");
   parser.AddSwitch("--e2e", &e2e);
   parser.AddSwitch("--e2e-batched", &batched);
   parser.AddInt("--requests", &requests);
@@ -324,7 +351,8 @@ int main(int argc, char** argv) {
   parser.AddString("--shared-decode", &shared_decode);
   parser.AddString("--mixed-steps", &mixed_steps);
   parser.AddString("--out", &batched_options.out);
-  bool no_backend_warm_up = false, no_skinny_gemm = false, no_prefill_pack = false;
+  bool no_backend_warm_up = false, no_skinny_gemm = false, no_prefill_pack = false, kernel_trace = false;
+  parser.AddSwitch("--kernel-trace", &kernel_trace);
   parser.AddSwitch("--no-backend-warm-up", &no_backend_warm_up);
   parser.AddSwitch("--no-skinny-gemm", &no_skinny_gemm);
   parser.AddSwitch("--no-prefill-pack", &no_prefill_pack);
@@ -390,7 +418,7 @@ int main(int argc, char** argv) {
     return rc;
   }
   const double hbm_gbs = bench::ChunkTransferBench(**backend);
-  DecodeBench(**backend, hbm_gbs, backend_options.skinny_gemm);
+  DecodeBench(**backend, hbm_gbs, backend_options.skinny_gemm, kernel_trace);
   if (e2e) EndToEnd(**backend, requests > 0 ? requests : 40, max_tokens >= 0 ? max_tokens : 16);
   return 0;
 }

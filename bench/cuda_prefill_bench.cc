@@ -149,8 +149,9 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
                                cuda::PrefillWorkspaceBytes(unpacked, cuda::ChoosePrefillSplits(unpacked)));
     if (ws > 0) CHECK_CUDA(cudaMalloc(&p.workspace, ws));
     unpacked.workspace = p.workspace;
-    const auto [packed_ms, unpacked_ms] = AlternatedMedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); },
-                                                             [&] { cuda::LaunchLazyPrefillAttention(unpacked, nullptr); });
+    const auto [packed_ms, unpacked_ms] =
+        AlternatedMedianMs([&] { cuda::LaunchLazyPrefillAttention(p, nullptr); },
+                           [&] { cuda::LaunchLazyPrefillAttention(unpacked, nullptr); });
     CHECK_CUDA(cudaGetLastError());
     const double floor_ms = kv_gb / hbm_gbs * 1e3;
     std::printf("%5d %6d %6d %6.3f %11.4f %13.4f %7.2fx %9.4f %9.2fx %9.0f\n", batch, pack, splits, kv_gb, packed_ms,

@@ -1,6 +1,8 @@
 // The new tokens' K/V into the paged pool, keys rotated at their stored position, and
 // their raw q split out of the fused QKV output (CPU twin: the RotateHeads + memcpy in the
 // CPU backend's ForwardOne).
+#include <cstdint>
+
 #include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/rope_device.cuh"
@@ -8,29 +10,47 @@
 namespace lazykv::cuda {
 namespace {
 
+constexpr int kThreads = 256;
+
+// One CTA per row. Pointers are __restrict__ so the row's loads go out together rather than
+// one store's round trip apart (10 us a decode step's row on the H100 before, in
+// bench/cuda_backend_bench --kernel-trace); q is copied in float4s where the row allows, and
+// each frequency's sine and cosine are made once for every KV head.
 template <typename T>
-__global__ void KvWriteKernel(KvWriteParams p) {
-  T* k_pool = static_cast<T*>(p.kv.k_pool);
-  T* v_pool = static_cast<T*>(p.kv.v_pool);
+__global__ void __launch_bounds__(kThreads) KvWriteKernel(KvWriteParams p) {
+  T* __restrict__ k_pool = static_cast<T*>(p.kv.k_pool);
+  T* __restrict__ v_pool = static_cast<T*>(p.kv.v_pool);
   const int r = blockIdx.x;
   const int hd = p.kv.head_dim, half = hd / 2;
   const int q_dim = p.n_heads * hd, kv_dim = p.kv.n_kv_heads * hd;
-  const float* row = p.qkv + static_cast<size_t>(r) * (q_dim + 2 * kv_dim);
+  const size_t row_stride = static_cast<size_t>(q_dim) + 2 * kv_dim;
+  const float* __restrict__ row = p.qkv + static_cast<size_t>(r) * row_stride;
+  float* __restrict__ q_out = p.q_out + static_cast<size_t>(r) * q_dim;
   const size_t slot = (static_cast<size_t>(p.slot_blocks[r]) * p.kv.block_size + p.slot_index[r]) * kv_dim;
-  for (int i = threadIdx.x; i < q_dim; i += blockDim.x) p.q_out[static_cast<size_t>(r) * q_dim + i] = row[i];
-  const float* k = row + q_dim;
-  const float* v = row + q_dim + kv_dim;
-  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) v_pool[slot + i] = FromFloat<T>(v[i]);
+  // Whole float4s when both rows start 16-byte aligned (row_stride and q_dim multiples of 4).
+  const bool vec = q_dim % 4 == 0 && row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.qkv) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.q_out) % 16 == 0;
+  if (vec) {
+    const float4* __restrict__ src = reinterpret_cast<const float4*>(row);
+    float4* __restrict__ dst = reinterpret_cast<float4*>(q_out);
+    for (int i = threadIdx.x; i < q_dim / 4; i += kThreads) dst[i] = src[i];
+  } else {
+    for (int i = threadIdx.x; i < q_dim; i += kThreads) q_out[i] = row[i];
+  }
+  const float* __restrict__ k = row + q_dim;
+  const float* __restrict__ v = row + q_dim + kv_dim;
+  for (int i = threadIdx.x; i < kv_dim; i += kThreads) v_pool[slot + i] = FromFloat<T>(v[i]);
   const long long position = p.rope_positions[r];
-  for (int idx = threadIdx.x; idx < p.kv.n_kv_heads * half; idx += blockDim.x) {
-    const int head = idx / half, i = idx % half;
+  for (int i = threadIdx.x; i < half; i += kThreads) {
     int a, b;
     RopePair(p.kv.rope_style, hd, i, &a, &b);
     float s, c;
     RopeSinCos(p.kv.inv_freq[i], position, &s, &c);
-    const float x0 = k[head * hd + a], x1 = k[head * hd + b];
-    k_pool[slot + head * hd + a] = FromFloat<T>(x0 * c - x1 * s);
-    k_pool[slot + head * hd + b] = FromFloat<T>(x0 * s + x1 * c);
+    for (int head = 0; head < p.kv.n_kv_heads; ++head) {
+      const float x0 = k[head * hd + a], x1 = k[head * hd + b];
+      k_pool[slot + head * hd + a] = FromFloat<T>(x0 * c - x1 * s);
+      k_pool[slot + head * hd + b] = FromFloat<T>(x0 * s + x1 * c);
+    }
   }
 }
 
@@ -42,7 +62,7 @@ cudaError_t LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.rows == 0) return cudaSuccess;
-  WithElementType(p.kv.element, [&](auto t) { KvWriteKernel<decltype(t)><<<p.rows, 128, 0, stream>>>(p); });
+  WithElementType(p.kv.element, [&](auto t) { KvWriteKernel<decltype(t)><<<p.rows, kThreads, 0, stream>>>(p); });
   return cudaGetLastError();
 }
 

@@ -52,8 +52,7 @@ __host__ __device__ inline size_t PrefillWorkspacePairs(const PrefillAttentionPa
 // Grid: x = head group (pack heads), y = query tile (longest causal tiles first),
 // z = sequence * splits + split.
 template <int HD>
-__device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, int log2bs, int splits,
-                                               int log2_pack) {
+__device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, int log2bs, int splits, int log2_pack) {
   CtaWork w;
   w.log2_pack = log2_pack;
   w.n_heads = p.n_heads;

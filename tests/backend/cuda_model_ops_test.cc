@@ -71,7 +71,10 @@ std::vector<float> Normal(std::mt19937_64& rng, size_t n) {
 template <typename T>
 void CheckEmbeddingRmsNormSwiGlu(std::mt19937_64& rng) {
   SCOPED_TRACE(Name<T>());
-  for (const auto& [rows, dim, hidden] : {std::tuple{1, 64, 172}, {7, 288, 768}, {33, 4096, 14336}}) {
+  // Dims of whole float4s up to 8192 take the norm's vector kernel (4096 and 8192 at its
+  // register limit), others (130, 8200) the scalar one.
+  for (const auto& [rows, dim, hidden] :
+       {std::tuple{1, 64, 172}, {7, 288, 768}, {33, 4096, 14336}, {2, 8192, 64}, {3, 130, 50}, {2, 8200, 64}}) {
     const int vocab = 300;
     std::vector<T> table_stored;
     std::vector<float> table;
@@ -146,8 +149,9 @@ void CheckKvWrite(std::mt19937_64& rng) {
     int n_heads, n_kv_heads, head_dim, block_size;
     RopeStyle style;
   };
+  // The last case's rows are not whole float4s (q copied one float at a time).
   for (const Case& c : {Case{8, 4, 8, 16, RopeStyle::kInterleaved}, Case{32, 8, 128, 16, RopeStyle::kRotateHalf},
-                        Case{6, 2, 96, 7, RopeStyle::kRotateHalf}}) {
+                        Case{6, 2, 96, 7, RopeStyle::kRotateHalf}, Case{3, 1, 6, 16, RopeStyle::kInterleaved}}) {
     const RopeConfig rope = TestRope(c.style);
     const int rows = 19, num_blocks = 9, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     const std::vector<float> qkv = Normal(rng, static_cast<size_t>(rows) * (q_dim + 2 * kv_dim));

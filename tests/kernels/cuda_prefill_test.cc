@@ -116,8 +116,8 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
       const double error = RelativeError(g, e);
       EXPECT_LT(error, 1e-2) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits << ", schedule "
-                             << schedule << ", heads per tile " << pack << ", "
-                             << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
+                             << schedule << ", heads per tile " << pack << ", " << (q_offsets[seq + 1] - q_offsets[seq])
+                             << " queries from position " << pos0[seq];
       std::printf(
           "[          ] %s seq %d, splits %d, schedule %d, heads per tile %d: %d queries from %d, %zu entries, rel "
           "error %.2e\n",
@@ -207,7 +207,8 @@ TEST(PrefillAttentionShapes, RejectsUnsupported) {
   const auto variant = [](const cuda::PrefillAttentionParams& p) {
     return cuda::detail::LaunchLazyPrefillAttentionVariant(p, 0, nullptr);
   };
-  ExpectInvalid(good, variant, [](auto& p) { p.pack_heads = 2; }, "a packed tile in a schedule that never packs");
+  ExpectInvalid(
+      good, variant, [](auto& p) { p.pack_heads = 2; }, "a packed tile in a schedule that never packs");
   EXPECT_EQ(variant(good), cudaSuccess);
 }
 

@@ -1,0 +1,75 @@
+// The GPU timeline's summary (bench/trace_summary.h): the time some work ran, against a
+// nanosecond-by-nanosecond count over fresh random intervals, and the per-name table on a
+// hand-made timeline.
+#include "bench/trace_summary.h"
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace lazykv::bench {
+namespace {
+
+using ::testing::ContainsRegex;
+
+TEST(TraceSummaryTest, BusyTimeIsTheUnionOfTheRecords) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<TraceRecord> records;
+    const int n = 1 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < n; ++i) {  // overlapping, nested, touching and empty intervals, any order
+      const uint64_t start = 100 + rng() % 5000, length = rng() % 4 == 0 ? 0 : rng() % 800;
+      records.push_back({"k", start, start + length});
+    }
+    std::vector<bool> covered(7000, false);
+    uint64_t first = ~uint64_t{0}, last = 0;
+    for (const TraceRecord& r : records) {
+      for (uint64_t t = r.start_ns; t < r.end_ns; ++t) covered[t] = true;
+      first = std::min(first, r.start_ns);
+      last = std::max(last, r.end_ns);
+    }
+    const TraceTotals totals = TotalTrace(records);
+    EXPECT_EQ(totals.busy_ns, static_cast<uint64_t>(std::count(covered.begin(), covered.end(), true)));
+    EXPECT_EQ(totals.span_ns, last - first);
+  }
+  EXPECT_EQ(TotalTrace({}).busy_ns, 0u);
+}
+
+TEST(TraceSummaryTest, TablePerNameAndStep) {
+  // Two steps: A twice (1 and 2 us), B once (1 us, overlapping both A's), 0.5 us of gap.
+  const std::vector<TraceRecord> records = {
+      {"A", 0, 1000}, {"B", 1500, 2500}, {"A", 2000, 4000}, {"memcpy", 4000, 4200}};
+  const std::string table = SummarizeTrace(records, 2);
+  EXPECT_THAT(table, ContainsRegex("\nA +1\\.0 +1\\.5 +71\\.4%"));  // 2 calls, 3 us over 2 steps; of 4.2 us
+  EXPECT_THAT(table, ContainsRegex("\nB +0\\.5 +0\\.5 +23\\.8%"));
+  EXPECT_THAT(table, ContainsRegex("\nmemcpy +0\\.5 +0\\.1 +4\\.8%"));
+  EXPECT_THAT(table, ContainsRegex("span 2\\.1 us, some work running 1\\.9 us, gaps 0\\.2 us"));
+  // Sorted by time: A before B before memcpy.
+  EXPECT_LT(table.find("\nA "), table.find("\nB "));
+  EXPECT_LT(table.find("\nB "), table.find("\nmemcpy "));
+  EXPECT_EQ(SummarizeTrace({}, 3), "kernel trace: no records\n");
+}
+
+TEST(TraceSummaryTest, ShortKernelNames) {
+  EXPECT_EQ(ShortKernelName("void lazykv::cuda::(anonymous namespace)::KvWriteKernel<__nv_bfloat16>("
+                            "lazykv::cuda::KvWriteParams)"),
+            "KvWriteKernel<__nv_bfloat16>");
+  EXPECT_EQ(ShortKernelName("void lazykv::cuda::(anonymous namespace)::LazyPrefillSpecializedKernel<128>("
+                            "lazykv::cuda::PrefillAttentionParams, int, float, int, int)"),
+            "LazyPrefillSpecializedKernel<128>");
+  // Template arguments keep their namespaces, spaces and parentheses.
+  EXPECT_EQ(ShortKernelName("void ns::Gemm<ns::Tile<(int)64, 2>, float>(float const*, int)"),
+            "Gemm<ns::Tile<(int)64, 2>, float>");
+  EXPECT_EQ(ShortKernelName("nvjet_sm90_tss_128x16_64x11_2x1_v_bz_TNT"), "nvjet_sm90_tss_128x16_64x11_2x1_v_bz_TNT");
+  EXPECT_EQ(ShortKernelName("void plain(int)"), "plain");
+  EXPECT_EQ(ShortKernelName(std::string(100, 'x')).size(), 60u);
+}
+
+}  // namespace
+}  // namespace lazykv::bench

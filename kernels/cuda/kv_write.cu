@@ -3,6 +3,7 @@
 // CPU backend's ForwardOne).
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/rope_device.cuh"
@@ -18,6 +19,8 @@ constexpr int kThreads = 256;
 // each frequency's sine and cosine are made once for every KV head.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) KvWriteKernel(KvWriteParams p) {
+  AllowDependentLaunch();
+  WaitForPriorGrid();
   T* __restrict__ k_pool = static_cast<T*>(p.kv.k_pool);
   T* __restrict__ v_pool = static_cast<T*>(p.kv.v_pool);
   const int r = blockIdx.x;
@@ -62,8 +65,10 @@ cudaError_t LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.rows == 0) return cudaSuccess;
-  WithElementType(p.kv.element, [&](auto t) { KvWriteKernel<decltype(t)><<<p.rows, kThreads, 0, stream>>>(p); });
-  return cudaGetLastError();
+  cudaError_t err = cudaSuccess;
+  WithElementType(p.kv.element,
+                  [&](auto t) { err = LaunchDependent(KvWriteKernel<decltype(t)>, p.rows, kThreads, 0, stream, p); });
+  return err;
 }
 
 }  // namespace lazykv::cuda

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cfloat>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_decode_attention_config.h"
@@ -47,8 +48,8 @@ struct DecodeKernel {
   static void Launch(const DecodeAttentionParams& p, int splits, int entries_per_split, cudaStream_t stream) {
     Occupancy();  // raises the shared-memory limit on this device if not done yet
     const unsigned ctas = static_cast<unsigned>(p.num_seqs) * splits * p.kv.n_kv_heads;
-    DecodeSplitKernel<HD, GP, WARPS, STAGES>
-        <<<ctas, WARPS * 32, Shape::kSmemBytes, stream>>>(p, splits, entries_per_split);
+    LaunchDependent(DecodeSplitKernel<HD, GP, WARPS, STAGES>, ctas, WARPS * 32, Shape::kSmemBytes, stream, p, splits,
+                    entries_per_split);
   }
 };
 

@@ -7,6 +7,7 @@
 
 #include <cfloat>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_decode_attention_config.h"
 #include "kernels/cuda/rope_device.cuh"
@@ -142,6 +143,8 @@ __global__ void __launch_bounds__(WARPS * 32)
   constexpr int kRowsPerLane = Shape::kRowsPerLane, kScores = Shape::kScores, kOwned = Shape::kOwned;
   constexpr int kDupShift = Shape::kDupShift;
   constexpr unsigned kAll = 0xffffffffu;
+  AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh)
+  WaitForPriorGrid();
 
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* stage_base = reinterpret_cast<__nv_bfloat16*>(smem);

@@ -4,6 +4,7 @@
 // step's one-row norm costs one trip to memory rather than one per element (10.5 us a call
 // on the H100 before, in bench/cuda_backend_bench --kernel-trace). Other rows take the
 // scalar kernel: the add and the sum of squares in one pass over x, the scaling in a second.
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/model_ops.h"
 
@@ -29,6 +30,8 @@ __device__ __forceinline__ float BlockSum(float v) {
 template <typename T>
 __global__ void ResidualRmsNormKernel(float* __restrict__ x, const float* __restrict__ residual,
                                       const float* __restrict__ weight, int dim, float eps, T* __restrict__ out) {
+  AllowDependentLaunch();
+  WaitForPriorGrid();
   const size_t base = static_cast<size_t>(blockIdx.x) * dim;
   float* xr = x + base;
   float ss = 0.0f;
@@ -59,6 +62,8 @@ template <typename T>
 __global__ void __launch_bounds__(kVecThreads)
     ResidualRmsNormVecKernel(float* __restrict__ x, const float* __restrict__ residual,
                              const float* __restrict__ weight, int dim, float eps, T* __restrict__ out) {
+  AllowDependentLaunch();
+  WaitForPriorGrid();
   const size_t base = static_cast<size_t>(blockIdx.x) * dim;
   float4* xr = reinterpret_cast<float4*>(x + base);
   const float4* rr = residual != nullptr ? reinterpret_cast<const float4*>(residual + base) : nullptr;
@@ -102,11 +107,10 @@ cudaError_t ResidualRmsNorm(float* x, const float* residual, const float* weight
   if (rows == 0) return cudaSuccess;
   if (dim % 4 == 0 && dim <= 4 * kVecPerThread * kVecThreads && Aligned(x, 16) && Aligned(residual, 16) &&
       Aligned(weight, 16) && Aligned(out, 4 * sizeof(T))) {
-    ResidualRmsNormVecKernel<<<rows, kVecThreads, 0, stream>>>(x, residual, weight, dim, eps, out);
-  } else {
-    ResidualRmsNormKernel<<<rows, kThreads, 0, stream>>>(x, residual, weight, dim, eps, out);
+    return LaunchDependent(ResidualRmsNormVecKernel<T>, rows, kVecThreads, 0, stream, x, residual, weight, dim, eps,
+                           out);
   }
-  return cudaGetLastError();
+  return LaunchDependent(ResidualRmsNormKernel<T>, rows, kThreads, 0, stream, x, residual, weight, dim, eps, out);
 }
 
 }  // namespace

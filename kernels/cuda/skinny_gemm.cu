@@ -10,6 +10,7 @@
 // bf16 (what LaunchSwiGlu computes from them, with the same expression).
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/skinny_gemm.h"
 
 namespace lazykv::cuda {
@@ -66,6 +67,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     SkinnyGemmKernel(const XT* __restrict__ x, int in, const __nv_bfloat16* __restrict__ w, int out,
                      float* __restrict__ y, float beta, __nv_bfloat16* __restrict__ h) {
   constexpr int kCols = kEpilogue == Epilogue::kStore ? kWRows : kWRows / 2;  // outputs per group
+  // No AllowDependentLaunch: a successor's CTAs waiting beside this memory-bound kernel cost
+  // it ~10% (they poll); they are launched when it ends.
+  WaitForPriorGrid();
   const int lane = threadIdx.x % 32;
   const int warps = gridDim.x * kWarpsPerBlock;
   const int vectors = in / 8;  // 16-byte vectors per row
@@ -153,7 +157,8 @@ void Launch(const XT* x, int in, const __nv_bfloat16* w, int out, float* y, floa
   // (enough loads in flight), and no more than W's rows need.
   const int wanted = (out + kWarpsPerBlock * kCols - 1) / (kWarpsPerBlock * kCols);
   const int grid = wanted < sms * 16 ? wanted : sms * 16;
-  SkinnyGemmKernel<kRows, XT, kEpilogue><<<grid, kWarpsPerBlock * 32, 0, stream>>>(x, in, w, out, y, beta, h);
+  LaunchDependent(SkinnyGemmKernel<kRows, XT, kEpilogue>, grid, kWarpsPerBlock * 32, 0, stream, x, in, w, out, y, beta,
+                  h);
 }
 
 template <typename XT, Epilogue kEpilogue>

@@ -4,6 +4,7 @@
 // independent loads (four accumulators).
 #include <climits>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/softmax_merge.cuh"
 #include "kernels/cuda/split_combine.h"
 
@@ -41,6 +42,8 @@ __device__ __forceinline__ float PairReduce(float v, float* scratch, bool is_max
 template <int kPairThreads>
 __global__ void __launch_bounds__(kCombineThreads) SplitCombineKernel(SplitCombineParams p) {
   constexpr int kPairsPerCta = kCombineThreads / kPairThreads;
+  AllowDependentLaunch();
+  WaitForPriorGrid();
   extern __shared__ float weights[];
   __shared__ float scratch[kCombineThreads / 32];
   const int splits = p.splits, hd = p.head_dim;
@@ -102,11 +105,11 @@ cudaError_t LaunchSplitCombine(const SplitCombineParams& p, SplitCombineShape sh
     const size_t weight_bytes = static_cast<size_t>((p.splits + 3) / 4) * 4 * sizeof(float);
     if (shape == SplitCombineShape::kCtaPerPair) {
       const dim3 grid(static_cast<unsigned>(pairs_per_group), p.groups);
-      SplitCombineKernel<kCombineThreads><<<grid, kCombineThreads, weight_bytes, stream>>>(p);
+      return LaunchDependent(SplitCombineKernel<kCombineThreads>, grid, kCombineThreads, weight_bytes, stream, p);
     } else {
       constexpr int kPairsPerCta = kCombineThreads / 32;
       const dim3 grid(static_cast<unsigned>((pairs_per_group + kPairsPerCta - 1) / kPairsPerCta), p.groups);
-      SplitCombineKernel<32><<<grid, kCombineThreads, kPairsPerCta * weight_bytes, stream>>>(p);
+      return LaunchDependent(SplitCombineKernel<32>, grid, kCombineThreads, kPairsPerCta * weight_bytes, stream, p);
     }
   }
   return cudaGetLastError();

@@ -51,7 +51,8 @@ namespace {
 struct PagedBatch {
   void *k = nullptr, *v = nullptr;
   int32_t *ids = nullptr, *tokens = nullptr, *starts = nullptr, *offsets = nullptr, *deltas = nullptr;
-  size_t pool_bytes = 0;  // of K, and of V
+  int32_t* zero_deltas = nullptr;  // every delta 0: the same attention with one rotation per tile
+  size_t pool_bytes = 0;           // of K, and of V
 };
 
 PagedBatch MakePagedBatch(int batch, int docs, int doc_tokens, int own, int block, int kv_heads, int hd,
@@ -85,12 +86,59 @@ PagedBatch MakePagedBatch(int batch, int docs, int doc_tokens, int own, int bloc
   b.starts = Upload(starts);
   b.offsets = Upload(offsets);
   b.deltas = Upload(deltas);
+  b.zero_deltas = Upload(std::vector<int32_t>(deltas.size(), 0));
   return b;
 }
 
 void FreePagedBatch(PagedBatch& b) {
-  for (void* ptr : {b.k, b.v, (void*)b.ids, (void*)b.tokens, (void*)b.starts, (void*)b.offsets, (void*)b.deltas}) {
+  for (void* ptr : {b.k, b.v, (void*)b.ids, (void*)b.tokens, (void*)b.starts, (void*)b.offsets, (void*)b.deltas,
+                    (void*)b.zero_deltas}) {
     CHECK_CUDA(cudaFree(ptr));
+  }
+}
+
+// Llama-3-8B's attention shape (rotate-half RoPE) over batch b: every sequence's last n_q
+// tokens of `len` are the queries, raw q random; q, out and the query tables allocated here
+// (FreeQueries), no workspace.
+cuda::PrefillAttentionParams QueryParams(const PagedBatch& b, int batch, int len, int n_q, const double* inv_freq,
+                                         int heads, int kv_heads, int hd, int block, uint64_t seed) {
+  std::vector<int32_t> q_offsets = {0}, q_pos0;
+  for (int s = 0; s < batch; ++s) {
+    q_offsets.push_back(q_offsets.back() + n_q);
+    q_pos0.push_back(len - n_q);
+  }
+  const size_t q_elems = static_cast<size_t>(batch) * n_q * heads * hd;
+  float *q, *out;
+  CHECK_CUDA(cudaMalloc(&q, q_elems * 4));
+  CHECK_CUDA(cudaMalloc(&out, q_elems * 4));
+  CHECK_CUDA(bench::FillRandomF32(q, q_elems, seed));
+  cuda::PrefillAttentionParams p;
+  p.q = q;
+  p.out = out;
+  p.kv.k_pool = b.k;
+  p.kv.v_pool = b.v;
+  p.kv.block_ids = b.ids;
+  p.kv.block_tokens = b.tokens;
+  p.kv.block_starts = b.starts;
+  p.kv.table_offsets = b.offsets;
+  p.kv.block_deltas = b.deltas;
+  p.kv.inv_freq = inv_freq;
+  p.kv.n_kv_heads = kv_heads;
+  p.kv.head_dim = hd;
+  p.kv.block_size = block;
+  p.kv.rope_style = cuda::RopeStyle::kRotateHalf;
+  p.query_offsets = Upload(q_offsets);
+  p.query_pos0 = Upload(q_pos0);
+  p.num_seqs = batch;
+  p.n_heads = heads;
+  p.max_queries_per_seq = n_q;
+  return p;
+}
+
+void FreeQueries(cuda::PrefillAttentionParams& p) {
+  for (const void* ptr : {(const void*)p.q, (const void*)p.out, (const void*)p.workspace, (const void*)p.query_offsets,
+                          (const void*)p.query_pos0}) {
+    if (ptr != nullptr) CHECK_CUDA(cudaFree(const_cast<void*>(ptr)));
   }
 }
 
@@ -111,36 +159,8 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
     CHECK_CUDA(cudaFree(scratch));
     const double hbm_gbs = 2.0 * b.pool_bytes / 1e9 / (copy_ms / 1e3);
     const double kv_gb = 2.0 * b.pool_bytes / 1e9;  // what the attention must read once
-    std::vector<int32_t> q_offsets = {0}, q_pos0;
-    for (int s = 0; s < batch; ++s) {
-      q_offsets.push_back(q_offsets.back() + kQuestion);
-      q_pos0.push_back(kDocs * kDocTokens);
-    }
-    const size_t q_elems = static_cast<size_t>(batch) * kQuestion * heads * hd;
-    float *q, *out;
-    CHECK_CUDA(cudaMalloc(&q, q_elems * 4));
-    CHECK_CUDA(cudaMalloc(&out, q_elems * 4));
-    CHECK_CUDA(bench::FillRandomF32(q, q_elems, 77 + batch));
-    cuda::PrefillAttentionParams p;
-    p.q = q;
-    p.kv.k_pool = b.k;
-    p.kv.v_pool = b.v;
-    p.kv.block_ids = b.ids;
-    p.kv.block_tokens = b.tokens;
-    p.kv.block_starts = b.starts;
-    p.kv.table_offsets = b.offsets;
-    p.kv.block_deltas = b.deltas;
-    p.kv.inv_freq = inv_freq;
-    p.query_offsets = Upload(q_offsets);
-    p.query_pos0 = Upload(q_pos0);
-    p.out = out;
-    p.num_seqs = batch;
-    p.n_heads = heads;
-    p.kv.n_kv_heads = kv_heads;
-    p.kv.head_dim = hd;
-    p.kv.block_size = block;
-    p.kv.rope_style = cuda::RopeStyle::kRotateHalf;
-    p.max_queries_per_seq = kQuestion;
+    cuda::PrefillAttentionParams p = QueryParams(b, batch, kDocs * kDocTokens + kQuestion, kQuestion, inv_freq, heads,
+                                                 kv_heads, hd, block, 77 + batch);
     // A workspace for the larger of the two launches' splits.
     cuda::PrefillAttentionParams unpacked = p;
     unpacked.pack_heads = 1;
@@ -156,9 +176,7 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
     const double floor_ms = kv_gb / hbm_gbs * 1e3;
     std::printf("%5d %6d %6d %6.3f %11.4f %13.4f %7.2fx %9.4f %9.2fx %9.0f\n", batch, pack, splits, kv_gb, packed_ms,
                 unpacked_ms, unpacked_ms / packed_ms, floor_ms, packed_ms / floor_ms, hbm_gbs);
-    for (void* ptr : {(void*)q, (void*)out, (void*)p.workspace, (void*)p.query_offsets, (void*)p.query_pos0}) {
-      if (ptr != nullptr) CHECK_CUDA(cudaFree(ptr));
-    }
+    FreeQueries(p);
     FreePagedBatch(b);
   }
 }
@@ -196,74 +214,16 @@ int main(int argc, char** argv) {
   for (int len : {1024, 4096, 16384}) {
     if (only_len != 0 && len != only_len) continue;
     const int batch = kTokens / len;
-    const int blocks_per_seq = len / kBlock;
-    const size_t num_blocks = size_t(batch) * blocks_per_seq;
-    const size_t pool_elems = num_blocks * kBlock * kKvHeads * kHd;
-    void *k, *v;
-    CHECK_CUDA(cudaMalloc(&k, pool_elems * 2));
-    CHECK_CUDA(cudaMalloc(&v, pool_elems * 2));
-    CHECK_CUDA(bench::FillRandomBf16(k, pool_elems, 11 + len));
-    CHECK_CUDA(bench::FillRandomBf16(v, pool_elems, 22 + len));
-    std::vector<int32_t> ids, tokens, lazy_deltas, zero_deltas, starts, offsets = {0};
-    for (int s = 0; s < batch; ++s) {
-      for (int b = 0; b < blocks_per_seq; ++b) {
-        ids.push_back(s * blocks_per_seq + b);
-        tokens.push_back(kBlock);
-        starts.push_back(b * kBlock);
-        zero_deltas.push_back(0);
-      }
-      // One random delta per document; the last 512 tokens are the request's own.
-      const int docs = len / kDoc - 1;
-      for (int d = 0; d < docs; ++d) {
-        const int32_t delta = 1 + static_cast<int32_t>(rng() % 100000);
-        for (int b = 0; b < kDoc / kBlock; ++b) lazy_deltas.push_back(delta);
-      }
-      for (int b = 0; b < kDoc / kBlock; ++b) lazy_deltas.push_back(0);
-      offsets.push_back(static_cast<int32_t>(ids.size()));
-    }
-    int32_t* d_ids = Upload(ids);
-    int32_t* d_tokens = Upload(tokens);
-    int32_t* d_starts = Upload(starts);
-    int32_t* d_offsets = Upload(offsets);
-    int32_t* d_lazy = Upload(lazy_deltas);
-    int32_t* d_zero = Upload(zero_deltas);
-
+    // len / kDoc - 1 documents at random deltas, then 512 of the request's own tokens.
+    PagedBatch b = MakePagedBatch(batch, len / kDoc - 1, kDoc, kDoc, kBlock, kKvHeads, kHd, rng);
     for (int scenario = 0; scenario < 2; ++scenario) {
       if (!only_scenario.empty() && only_scenario != (scenario == 0 ? "full" : "last")) continue;
       const int n_q = scenario == 0 ? len : kDoc;
       const int pos0 = len - n_q;
-      std::vector<int32_t> q_offsets = {0}, q_pos0;
-      for (int s = 0; s < batch; ++s) {
-        q_offsets.push_back(q_offsets.back() + n_q);
-        q_pos0.push_back(pos0);
-      }
-      const size_t q_elems = size_t(batch) * n_q * kHeads * kHd;
-      float *q, *out;
-      CHECK_CUDA(cudaMalloc(&q, q_elems * 4));
-      CHECK_CUDA(cudaMalloc(&out, q_elems * 4));
-      CHECK_CUDA(bench::FillRandomF32(q, q_elems, 33 + len + scenario));
-      cuda::PrefillAttentionParams p;
-      p.q = q;
-      p.kv.k_pool = k;
-      p.kv.v_pool = v;
-      p.kv.block_ids = d_ids;
-      p.kv.block_tokens = d_tokens;
-      p.kv.block_starts = d_starts;
-      p.kv.table_offsets = d_offsets;
-      p.query_offsets = Upload(q_offsets);
-      p.query_pos0 = Upload(q_pos0);
-      p.kv.inv_freq = inv_freq;
-      p.out = out;
-      p.num_seqs = batch;
-      p.n_heads = kHeads;
-      p.kv.n_kv_heads = kKvHeads;
-      p.kv.head_dim = kHd;
-      p.kv.block_size = kBlock;
-      p.kv.rope_style = cuda::KernelRopeStyle(rope.style);
-      p.max_queries_per_seq = n_q;
+      cuda::PrefillAttentionParams p =
+          QueryParams(b, batch, len, n_q, inv_freq, kHeads, kKvHeads, kHd, kBlock, 33 + len + scenario);
       const int splits = cuda::ChoosePrefillSplits(p);
       if (splits > 1) CHECK_CUDA(cudaMalloc(&p.workspace, cuda::PrefillWorkspaceBytes(p, splits)));
-      p.kv.block_deltas = d_lazy;
       CHECK_CUDA(cuda::LaunchLazyPrefillAttention(p, nullptr));
       CHECK_CUDA(cudaDeviceSynchronize());
       // Each kernel with and without the rotation (all deltas 0), timed alternately.
@@ -276,11 +236,11 @@ int main(int argc, char** argv) {
         }
       };
       const auto [lazy_ms, plain_ms] =
-          AlternatedMedianMs([&] { launch_with(d_lazy, -1); }, [&] { launch_with(d_zero, -1); });
+          AlternatedMedianMs([&] { launch_with(b.deltas, -1); }, [&] { launch_with(b.zero_deltas, -1); });
       float schedule_ms[cuda::detail::kNumPrefillSchedules], schedule_norot_ms[cuda::detail::kNumPrefillSchedules];
       for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
         std::tie(schedule_ms[sc], schedule_norot_ms[sc]) =
-            AlternatedMedianMs([&] { launch_with(d_lazy, sc); }, [&] { launch_with(d_zero, sc); });
+            AlternatedMedianMs([&] { launch_with(b.deltas, sc); }, [&] { launch_with(b.zero_deltas, sc); });
       }
       CHECK_CUDA(cudaGetLastError());
       // Visible pairs per sequence: query at position pos0 + i sees pos0 + i + 1 keys.
@@ -294,16 +254,9 @@ int main(int argc, char** argv) {
                     sc, schedule_ms[sc], flops / schedule_ms[sc] / 1e9, schedule_norot_ms[sc],
                     flops / schedule_norot_ms[sc] / 1e9, 100.0 * (schedule_ms[sc] / schedule_norot_ms[sc] - 1.0));
       }
-      CHECK_CUDA(cudaFree(q));
-      CHECK_CUDA(cudaFree(out));
-      if (p.workspace != nullptr) CHECK_CUDA(cudaFree(p.workspace));
-      CHECK_CUDA(cudaFree(const_cast<int32_t*>(p.query_offsets)));
-      CHECK_CUDA(cudaFree(const_cast<int32_t*>(p.query_pos0)));
+      FreeQueries(p);
     }
-    for (void* ptr : {(void*)k, (void*)v, (void*)d_ids, (void*)d_tokens, (void*)d_starts, (void*)d_offsets,
-                      (void*)d_lazy, (void*)d_zero}) {
-      CHECK_CUDA(cudaFree(ptr));
-    }
+    FreePagedBatch(b);
   }
   if (only_len == 0) lazykv::QuestionBench(inv_freq, kHeads, kKvHeads, kHd, kBlock, rng);
   return 0;

@@ -55,6 +55,9 @@ void TraceSteps(const char* what, int steps, Fn&& fn) {
   fn();
   const std::vector<bench::TraceRecord> records = (*trace)->Stop();
   std::printf("\nkernel trace: %s\n%s", what, bench::SummarizeTrace(records, steps).c_str());
+  std::printf(
+      "(with dependent launches, the default, a decode kernel's time includes its wait for the one before, so "
+      "per-kernel times overlap; LAZYKV_DEPENDENT_LAUNCH=0 separates them)\n");
 }
 
 void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, bool kernel_trace) {

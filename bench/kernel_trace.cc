@@ -72,15 +72,18 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
   std::vector<TraceRecord> got;
   CUpti_Activity* record = nullptr;
   while (c != nullptr && c->next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
+    // A forced flush may hand over records still incomplete (no end yet): left out.
     if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      got.push_back({ShortName(k->name), k->start, k->end});
+      if (k->name != nullptr && k->end >= k->start && k->start != 0) {
+        got.push_back({ShortName(k->name), k->start, k->end});
+      }
     } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-      got.push_back({"memcpy", m->start, m->end});
+      if (m->end >= m->start && m->start != 0) got.push_back({"memcpy", m->start, m->end});
     } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-      got.push_back({"memset", m->start, m->end});
+      if (m->end >= m->start && m->start != 0) got.push_back({"memset", m->start, m->end});
     }
   }
   std::free(buffer);
@@ -98,11 +101,19 @@ absl::StatusOr<std::unique_ptr<KernelTrace>> KernelTrace::Start() {
     if (g_records != nullptr) return absl::FailedPreconditionError("a kernel trace is already running");
     g_records = new std::vector<TraceRecord>;
   }
+  // On a failure, what was enabled is disabled again and the slot freed for a later Start.
+  const auto fail = [c](absl::Status status) {
+    for (CUpti_ActivityKind kind : kKinds) c->disable(kind);
+    std::lock_guard<std::mutex> lock(g_mu);
+    delete g_records;
+    g_records = nullptr;
+    return status;
+  };
   if (c->register_callbacks(BufferRequested, BufferCompleted) != CUPTI_SUCCESS) {
-    return absl::InternalError("cuptiActivityRegisterCallbacks failed");
+    return fail(absl::InternalError("cuptiActivityRegisterCallbacks failed"));
   }
   for (CUpti_ActivityKind kind : kKinds) {
-    if (c->enable(kind) != CUPTI_SUCCESS) return absl::InternalError(absl::StrCat("cuptiActivityEnable ", kind));
+    if (c->enable(kind) != CUPTI_SUCCESS) return fail(absl::InternalError(absl::StrCat("cuptiActivityEnable ", kind)));
   }
   auto trace = std::unique_ptr<KernelTrace>(new KernelTrace);
   trace->running_ = true;

@@ -35,7 +35,7 @@ std::string ShortKernelName(std::string name) {
 TraceTotals TotalTrace(const std::vector<TraceRecord>& records) {
   if (records.empty()) return {};
   std::vector<std::pair<uint64_t, uint64_t>> intervals;
-  for (const TraceRecord& r : records) intervals.emplace_back(r.start_ns, r.end_ns);
+  for (const TraceRecord& r : records) intervals.emplace_back(r.start_ns, std::max(r.start_ns, r.end_ns));
   std::sort(intervals.begin(), intervals.end());
   TraceTotals t;
   uint64_t covered_to = intervals.front().first;  // the union so far ends here
@@ -58,7 +58,7 @@ std::string SummarizeTrace(const std::vector<TraceRecord>& records, int steps) {
   for (const TraceRecord& r : records) {
     Sum& s = by_name[r.name];
     ++s.calls;
-    s.ns += r.end_ns - r.start_ns;
+    s.ns += r.end_ns > r.start_ns ? r.end_ns - r.start_ns : 0;
   }
   const TraceTotals totals = TotalTrace(records);
   const uint64_t span = std::max<uint64_t>(1, totals.span_ns), busy = totals.busy_ns;

@@ -23,11 +23,15 @@ struct TraceTotals {
 // characters.
 std::string ShortKernelName(std::string demangled);
 
-// Records in any order; end_ns >= start_ns.
+// Records in any order; one with end_ns < start_ns counts as empty.
 TraceTotals TotalTrace(const std::vector<TraceRecord>& records);
 
 // Per name: calls and time per step (steps: how many the trace covered), sorted by time; then
-// the span per step, the time some work ran and the gaps (span minus that), as a table.
+// the span per step, the time some work ran and the gaps (span minus that), as a table. A
+// kernel's time runs from its first CTA's start: with dependent launches
+// (kernels/cuda/dependent_launch.cuh) that includes its wait for the kernel before it, so
+// per-kernel times overlap and their shares can add up past 100% (the union, "some work
+// running", does not double count).
 std::string SummarizeTrace(const std::vector<TraceRecord>& records, int steps);
 
 }  // namespace lazykv::bench

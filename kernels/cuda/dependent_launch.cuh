@@ -28,7 +28,9 @@ namespace lazykv::cuda {
 __device__ __forceinline__ void WaitForPriorGrid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void AllowDependentLaunch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization.
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization; the
+// launch's error, which it also takes off the pending error (cudaGetLastError), as a
+// <<<>>> launch checked with cudaGetLastError would report it.
 inline bool DependentLaunchEnabled() {
   static const bool enabled = [] {
     const char* v = std::getenv("LAZYKV_DEPENDENT_LAUNCH");
@@ -54,7 +56,9 @@ cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, si
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  const cudaError_t pending = cudaGetLastError();
+  return err != cudaSuccess ? err : pending;
 }
 
 }  // namespace lazykv::cuda

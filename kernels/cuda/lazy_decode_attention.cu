@@ -45,17 +45,17 @@ struct DecodeKernel {
     }
     return occupancy;
   }
-  static void Launch(const DecodeAttentionParams& p, int splits, int entries_per_split, cudaStream_t stream) {
+  static cudaError_t Launch(const DecodeAttentionParams& p, int splits, int entries_per_split, cudaStream_t stream) {
     Occupancy();  // raises the shared-memory limit on this device if not done yet
     const unsigned ctas = static_cast<unsigned>(p.num_seqs) * splits * p.kv.n_kv_heads;
-    LaunchDependent(DecodeSplitKernel<HD, GP, WARPS, STAGES>, ctas, WARPS * 32, Shape::kSmemBytes, stream, p, splits,
-                    entries_per_split);
+    return LaunchDependent(DecodeSplitKernel<HD, GP, WARPS, STAGES>, ctas, WARPS * 32, Shape::kSmemBytes, stream, p,
+                           splits, entries_per_split);
   }
 };
 
 struct KernelEntry {
   int (*occupancy)();
-  void (*launch)(const DecodeAttentionParams&, int, int, cudaStream_t);
+  cudaError_t (*launch)(const DecodeAttentionParams&, int, int, cudaStream_t);
 };
 
 template <int HD, int GP, int WARPS, int STAGES>
@@ -176,9 +176,9 @@ cudaError_t LaunchLazyDecodeAttentionWith(DecodeAttentionParams p, DecodeKernelC
   const KernelEntry kernel = SelectKernel(p, config);
   const int splits = PickSplits(p, kernel.occupancy());
   const int entries_per_split = std::max(1, (p.max_entries_per_seq + splits - 1) / splits);
-  kernel.launch(p, splits, entries_per_split, stream);
+  if (const cudaError_t err = kernel.launch(p, splits, entries_per_split, stream); err != cudaSuccess) return err;
   if (splits > 1) return LaunchSplitCombine(CombineParams(p, splits), SplitCombineShape::kCtaPerPair, stream);
-  return cudaGetLastError();
+  return cudaSuccess;
 }
 
 }  // namespace detail

@@ -143,7 +143,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
     return cudaErrorInvalidValue;
   }
   const int pack = PackFor(p, schedule);
-  if (pack == 0) return cudaErrorInvalidValue;
+  if (pack == 0 || QueryTiles(p, Log2(pack)) > 65535) return cudaErrorInvalidValue;
   if (p.max_queries_per_seq == 0) return cudaSuccess;
   if (p.q == nullptr || p.kv.k_pool == nullptr || p.kv.v_pool == nullptr || p.kv.block_ids == nullptr ||
       p.kv.block_tokens == nullptr || p.kv.block_deltas == nullptr || p.kv.block_starts == nullptr ||

@@ -149,46 +149,38 @@ int SmCount() {
 }
 
 template <int kRows, typename XT, Epilogue kEpilogue>
-void Launch(const XT* x, int in, const __nv_bfloat16* w, int out, float* y, float beta, __nv_bfloat16* h,
-            cudaStream_t stream) {
+cudaError_t Launch(const XT* x, int in, const __nv_bfloat16* w, int out, float* y, float beta, __nv_bfloat16* h,
+                   cudaStream_t stream) {
   const int sms = SmCount();
   constexpr int kCols = kEpilogue == Epilogue::kStore ? kWRows : kWRows / 2;
   // Small blocks, so that a 4096-row W still spreads over every SM; at most 16 per SM
   // (enough loads in flight), and no more than W's rows need.
   const int wanted = (out + kWarpsPerBlock * kCols - 1) / (kWarpsPerBlock * kCols);
   const int grid = wanted < sms * 16 ? wanted : sms * 16;
-  LaunchDependent(SkinnyGemmKernel<kRows, XT, kEpilogue>, grid, kWarpsPerBlock * 32, 0, stream, x, in, w, out, y, beta,
-                  h);
+  return LaunchDependent(SkinnyGemmKernel<kRows, XT, kEpilogue>, grid, kWarpsPerBlock * 32, 0, stream, x, in, w, out, y,
+                         beta, h);
 }
 
 template <typename XT, Epilogue kEpilogue>
-void Dispatch(int rows, const XT* x, int in, const __nv_bfloat16* w, int out, float* y, float beta, __nv_bfloat16* h,
-              cudaStream_t stream) {
+cudaError_t Dispatch(int rows, const XT* x, int in, const __nv_bfloat16* w, int out, float* y, float beta,
+                     __nv_bfloat16* h, cudaStream_t stream) {
   switch (rows) {
     case 1:
-      Launch<1, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
-      break;
+      return Launch<1, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
     case 2:
-      Launch<2, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
-      break;
+      return Launch<2, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
     case 3:
-      Launch<3, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
-      break;
+      return Launch<3, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
     case 4:
-      Launch<4, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
-      break;
+      return Launch<4, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
     case 5:
-      Launch<5, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
-      break;
+      return Launch<5, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
     case 6:
-      Launch<6, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
-      break;
+      return Launch<6, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
     case 7:
-      Launch<7, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
-      break;
+      return Launch<7, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
     default:
-      Launch<8, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
-      break;
+      return Launch<8, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
   }
 }
 
@@ -203,22 +195,19 @@ bool SkinnyGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* w) 
 cudaError_t LaunchSkinnyGemm(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                              float beta, cudaStream_t stream) {
   if (!SkinnyGemmApplies(x, rows, in, w) || out <= 0 || y == nullptr) return cudaErrorInvalidValue;
-  Dispatch<__nv_bfloat16, Epilogue::kStore>(rows, x, in, w, out, y, beta, nullptr, stream);
-  return cudaGetLastError();
+  return Dispatch<__nv_bfloat16, Epilogue::kStore>(rows, x, in, w, out, y, beta, nullptr, stream);
 }
 
 cudaError_t LaunchSkinnyGemmRoundingX(const float* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                                       cudaStream_t stream) {
   if (!SkinnyGemmApplies(x, rows, in, w) || out <= 0 || y == nullptr) return cudaErrorInvalidValue;
-  Dispatch<float, Epilogue::kStore>(rows, x, in, w, out, y, 0.0f, nullptr, stream);
-  return cudaGetLastError();
+  return Dispatch<float, Epilogue::kStore>(rows, x, in, w, out, y, 0.0f, nullptr, stream);
 }
 
 cudaError_t LaunchSkinnyGateUpSwiGlu(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w_gate_up,
                                      int hidden, __nv_bfloat16* h, cudaStream_t stream) {
   if (!SkinnyGemmApplies(x, rows, in, w_gate_up) || hidden <= 0 || h == nullptr) return cudaErrorInvalidValue;
-  Dispatch<__nv_bfloat16, Epilogue::kSwiGlu>(rows, x, in, w_gate_up, hidden, nullptr, 0.0f, h, stream);
-  return cudaGetLastError();
+  return Dispatch<__nv_bfloat16, Epilogue::kSwiGlu>(rows, x, in, w_gate_up, hidden, nullptr, 0.0f, h, stream);
 }
 
 }  // namespace lazykv::cuda

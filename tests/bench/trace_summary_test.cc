@@ -39,6 +39,11 @@ TEST(TraceSummaryTest, BusyTimeIsTheUnionOfTheRecords) {
     EXPECT_EQ(totals.span_ns, last - first);
   }
   EXPECT_EQ(TotalTrace({}).busy_ns, 0u);
+  // A record whose end precedes its start (incomplete) counts as empty, not as 2^64 ns.
+  const TraceTotals odd = TotalTrace({{"k", 100, 200}, {"k", 300, 250}});
+  EXPECT_EQ(odd.busy_ns, 100u);
+  EXPECT_EQ(odd.span_ns, 200u);
+  EXPECT_THAT(SummarizeTrace({{"k", 100, 200}, {"k", 300, 250}}, 1), ContainsRegex("\nk +2\.0 +0\.1 "));
 }
 
 TEST(TraceSummaryTest, TablePerNameAndStep) {

@@ -214,6 +214,36 @@ TEST(PrefillAttentionShapes, RejectsUnsupported) {
   EXPECT_EQ(variant(good), cudaSuccess);
 }
 
+// The heads a tile packs (host code, no GPU needed): as many of a KV group as the rotation
+// warpgroup allows when a sequence has at most 64 queries, one otherwise, or what was asked.
+TEST(PrefillAttentionShapes, ChoosesHeadsPerTile) {
+  cuda::PrefillAttentionParams p = GoodShape();  // 32 heads over 8: groups of 4, head dim 128
+  const auto pack = [&](int queries) {
+    p.max_queries_per_seq = queries;
+    return cuda::ChoosePrefillPack(p);
+  };
+  EXPECT_EQ(pack(1), 4);
+  EXPECT_EQ(pack(16), 4);
+  EXPECT_EQ(pack(64), 4);
+  EXPECT_EQ(pack(65), 1);  // an unpacked tile would be more than half full
+  EXPECT_EQ(pack(4096), 1);
+  p.kv.n_kv_heads = 4;  // groups of 8: at head dim 128 the rotation steps 4 rows at a time
+  EXPECT_EQ(pack(16), 4);
+  p.kv.head_dim = 64;  // 8 rows a step at head dim 64
+  EXPECT_EQ(pack(16), 8);
+  p.n_heads = 24;  // groups of 6: the largest power of two that divides them
+  EXPECT_EQ(pack(16), 2);
+  p.n_heads = 4;  // one head a group
+  EXPECT_EQ(pack(16), 1);
+  p = GoodShape();
+  p.pack_heads = 2;  // asked for, and allowed: taken for any query count
+  EXPECT_EQ(pack(4096), 2);
+  p.pack_heads = 1;
+  EXPECT_EQ(pack(16), 1);
+  p.pack_heads = 3;  // not a power of two: refused (0)
+  EXPECT_EQ(pack(16), 0);
+}
+
 TEST(DecodeAttentionShapes, RejectsUnsupported) {
   const cuda::DecodeAttentionParams good = cuda::DecodeParamsFrom(GoodShape(), nullptr, 0);
   const auto launch = [](const cuda::DecodeAttentionParams& p) { return cuda::LaunchLazyDecodeAttention(p, nullptr); };

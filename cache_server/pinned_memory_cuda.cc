@@ -18,31 +18,25 @@ void Register(const void* base, size_t bytes, bool writable) {
   RegisterDeviceMappedRegion(base, bytes, device, writable);
 }
 
-}  // namespace
-
-bool PinHostMemory(void* base, size_t bytes) {
+// Page-locks [base, base + bytes) with `flags` and registers it; false without a device or
+// when the driver refuses.
+bool Pin(const void* base, size_t bytes, unsigned flags, bool writable) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     cudaGetLastError();  // clear the sticky "no device" error
     return false;
   }
-  if (cudaHostRegister(base, bytes, cudaHostRegisterPortable) != cudaSuccess) return false;
-  Register(base, bytes, /*writable=*/true);
+  if (cudaHostRegister(const_cast<void*>(base), bytes, flags) != cudaSuccess) return false;
+  Register(base, bytes, writable);
   return true;
 }
 
+}  // namespace
+
+bool PinHostMemory(void* base, size_t bytes) { return Pin(base, bytes, cudaHostRegisterPortable, /*writable=*/true); }
+
 bool PinHostMemoryReadOnly(const void* base, size_t bytes) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    cudaGetLastError();
-    return false;
-  }
-  if (cudaHostRegister(const_cast<void*>(base), bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly) !=
-      cudaSuccess) {
-    return false;
-  }
-  Register(base, bytes, /*writable=*/false);
-  return true;
+  return Pin(base, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly, /*writable=*/false);
 }
 
 void UnpinHostMemory(void* base) {

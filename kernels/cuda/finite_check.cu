@@ -1,9 +1,9 @@
 // Each thread tests 16-byte vectors (grid-stride); a vector holding a non-finite element
 // reports that element's byte offset with atomicMin, so the first one wins whatever the
 // schedule (finite_bits.cuh).
-#include "kernels/cuda/finite_check.h"
-
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/finite_bits.cuh"
+#include "kernels/cuda/finite_check.h"
 
 namespace lazykv::cuda {
 namespace {
@@ -30,8 +30,7 @@ __global__ void FindNonFiniteElements(const Bits* data, uint64_t begin, uint64_t
 }
 
 int GridFor(uint64_t items) {
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int sms = MultiprocessorCount();
   const uint64_t wanted = (items + kThreads - 1) / kThreads;
   return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(wanted, static_cast<uint64_t>(sms) * 8)));
 }

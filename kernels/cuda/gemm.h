@@ -48,6 +48,7 @@ class Gemm {
   // and, on the first launch of a kernel, its loading; Backend::WarmUp plans ahead). The
   // skinny kernel plans nothing.
   size_t plans() const { return plans_.size(); }
+  const GemmOptions& options() const { return options_; }
 
  private:
   struct Plan;

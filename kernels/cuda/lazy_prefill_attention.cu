@@ -139,11 +139,11 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
   if (p.num_seqs <= 0 || p.num_seqs > 65535 || p.n_heads <= 0 || p.n_heads > 65535 || p.kv.n_kv_heads <= 0 ||
       p.n_heads % p.kv.n_kv_heads != 0 || (p.kv.head_dim != 64 && p.kv.head_dim != 128) || !pow2_block ||
       (p.kv.rope_style != RopeStyle::kInterleaved && p.kv.rope_style != RopeStyle::kRotateHalf) ||
-      p.max_queries_per_seq < 0 || QueryTiles(p, 0) > 65535 || p.num_splits < 0 || p.kv.element != Element::kBf16) {
+      p.max_queries_per_seq < 0 || p.num_splits < 0 || p.kv.element != Element::kBf16) {
     return cudaErrorInvalidValue;
   }
   const int pack = PackFor(p, schedule);
-  if (pack == 0 || QueryTiles(p, Log2(pack)) > 65535) return cudaErrorInvalidValue;
+  if (pack == 0 || QueryTiles(p, Log2(pack)) > 65535) return cudaErrorInvalidValue;  // the grid's y
   if (p.max_queries_per_seq == 0) return cudaSuccess;
   if (p.q == nullptr || p.kv.k_pool == nullptr || p.kv.v_pool == nullptr || p.kv.block_ids == nullptr ||
       p.kv.block_tokens == nullptr || p.kv.block_deltas == nullptr || p.kv.block_starts == nullptr ||

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/skinny_gemm.h"
 
 namespace lazykv::cuda {
@@ -135,23 +136,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-// The current device's SM count, asked of the driver once per thread and device (a decode
-// step launches this kernel some hundred times).
-int SmCount() {
-  thread_local int cached_device = -1, cached_sms = 132;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return cached_sms;
-  if (device != cached_device &&
-      cudaDeviceGetAttribute(&cached_sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
-    cached_device = device;
-  }
-  return cached_sms;
-}
-
 template <int kRows, typename XT, Epilogue kEpilogue>
 cudaError_t Launch(const XT* x, int in, const __nv_bfloat16* w, int out, float* y, float beta, __nv_bfloat16* h,
                    cudaStream_t stream) {
-  const int sms = SmCount();
+  const int sms = MultiprocessorCount();  // cached per device: some hundred launches a step
   constexpr int kCols = kEpilogue == Epilogue::kStore ? kWRows : kWRows / 2;
   // Small blocks, so that a 4096-row W still spreads over every SM; at most 16 per SM
   // (enough loads in flight), and no more than W's rows need.

@@ -94,6 +94,8 @@ const char* Name(Memory m) {
       return "cudaHostRegister read-only";
     case Memory::kDevice:
       return "device";
+    case Memory::kTierPinned:
+      return "cache::PinHostMemory";
   }
   return "?";
 }

@@ -4,6 +4,7 @@
 #include "kernels/cuda/rope_style.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend/cuda_backend_internal.h"
+#include "worker/backend/cuda_copy_pieces.h"
 
 namespace lazykv {
 namespace cuda_backend {
@@ -33,7 +34,6 @@ absl::Status CudaBackend::Init(cuda::GemmOptions gemm_options) {
   uint64_t keep = budget_->limit();
   RETURN_IF_ERROR(Cuda(cudaMemPoolSetAttribute(mem_pool, cudaMemPoolAttrReleaseThreshold, &keep), "memory pool"));
   ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create(stream_, gemm_options));
-  skinny_gemm_ = gemm_options.skinny_kernel;
   const size_t pool_bytes = LayerPoolBytes() * c_.n_layers;
   RETURN_IF_ERROR(Cuda(cudaMalloc(&k_pool_, pool_bytes), "KV pool (K)"));
   RETURN_IF_ERROR(Cuda(cudaMalloc(&v_pool_, pool_bytes), "KV pool (V)"));
@@ -78,7 +78,7 @@ absl::Status CudaBackend::CopyBlocksRotated(std::span<const BlockCopy> copies) {
     lists[4 * n + i] = copies[i].first_slot;
   }
   RETURN_IF_ERROR(meta_.Reserve(lists.size() * sizeof(int32_t)));  // grows it (synchronizing) only when too small
-  RETURN_IF_ERROR(UploadDuringCall(meta_.as<int32_t>(0), lists.data(), lists.size() * sizeof(int32_t)));
+  RETURN_IF_ERROR(UploadDuringCall(meta_.as<int32_t>(0), lists.data(), lists.size() * sizeof(int32_t), stream_));
   cuda::MaterializeParams m;
   m.kv = LayerKv(0);
   m.src_blocks = meta_.as<int32_t>(0);

@@ -247,10 +247,6 @@ class CudaBackend : public Backend {
   template <typename Keep>
   absl::Status CopyLogitsBack(const std::vector<LogitsRows>& wanted, Keep keep,
                               std::vector<std::vector<float>>* logits);
-  // Copies `bytes` from pageable host memory to `device` on stream_, reading the host bytes
-  // during the call (no wait for the work queued on stream_, which a plain cudaMemcpyAsync
-  // from pageable memory may do, and no host buffer left in use afterwards).
-  absl::Status UploadDuringCall(void* device, const void* host, size_t bytes);
   // Enqueues the transfer kernel between a device payload and `blocks` on stream_ (all
   // layers), with its metadata uploaded into `meta` (3 * blocks.size() ints, device).
   absl::Status EnqueueTransfer(const ChunkLayout& layout, std::span<const KvBlockRef> blocks, void* payload,
@@ -264,7 +260,6 @@ class CudaBackend : public Backend {
   const SharedDecode shared_decode_;
   const bool decode_in_mixed_steps_;
   const bool pack_prefill_heads_;
-  bool skinny_gemm_ = true;  // Init's GEMM option: also the fused skinny kernels of a small step
   SharedDecodeStats shared_stats_;
   StepTiming step_timing_;  // small decode steps (cuda_step_timing.h)
   cudaStream_t stream_ = nullptr;

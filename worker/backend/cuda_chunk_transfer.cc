@@ -210,16 +210,12 @@ uint64_t TransferBudget::used() const {
   return used_;
 }
 
-absl::Status CudaBackend::UploadDuringCall(void* device, const void* host, size_t bytes) {
-  return cuda_backend::UploadDuringCall(device, host, bytes, stream_);
-}
-
 // Enqueues the transfer kernel between `payload` (device) and `blocks` on stream_, with
 // its metadata in `meta` (device, 3 * blocks.size() ints).
 absl::Status CudaBackend::EnqueueTransfer(const ChunkLayout& layout, std::span<const KvBlockRef> blocks, void* payload,
                                           int32_t* meta, bool to_pool) {
   const std::vector<int32_t> host_meta = TransferMeta(blocks);
-  RETURN_IF_ERROR(UploadDuringCall(meta, host_meta.data(), host_meta.size() * sizeof(int32_t)));
+  RETURN_IF_ERROR(UploadDuringCall(meta, host_meta.data(), host_meta.size() * sizeof(int32_t), stream_));
   cuda::KvTransferParams p;
   p.payload = payload;
   p.kv = LayerKv(0);  // all layers, from layer 0 on

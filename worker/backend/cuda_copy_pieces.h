@@ -66,8 +66,9 @@ absl::Status EnqueueGather(const std::vector<std::string_view>& pieces, void* de
                            cuda::Element element, unsigned long long* first_bad, cuda::CopySegment* table,
                            size_t table_room, cudaStream_t stream, const char* what);
 
-// A host-to-device copy of pageable `host` that has read it by the time it returns (the
-// source may be reused at once), enqueued on `stream`.
+// A host-to-device copy of pageable `host` enqueued on `stream` that has read the host bytes
+// by the time it returns: the source may be reused at once, and the call does not wait for
+// the work queued on `stream` (which a plain cudaMemcpyAsync from pageable memory may do).
 absl::Status UploadDuringCall(void* device, const void* host, size_t bytes, cudaStream_t stream);
 
 }  // namespace lazykv::cuda_backend

@@ -248,12 +248,13 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
       Cuda(cuda::LaunchEmbeddingGather(matrix(w_->embedding()), plan.tokens, rows, dim, x, stream_), "embed"));
   cuda::PrefillAttentionParams& ap = plan.attention;
   cuda::KvWriteParams& kw = plan.kv_write;
-  // A step of a few rows in bf16 runs the skinny GEMM's fused kernels (skinny_gemm.h): the
+  // A step of a few rows in bf16 runs the skinny GEMM's fused kernels (skinny_gemm.h; unless
+  // the GEMM's options turn the skinny kernel off): the
   // attention output rounded to bf16 in the output GEMM's loads, SwiGLU in the gate/up
   // GEMM's epilogue; bit for bit the unfused kernels' results, 64 launches fewer a step.
   bool small_step = false;
   if constexpr (std::is_same_v<T, bf16>) {
-    small_step = skinny_gemm_ && rows <= cuda::kSkinnyGemmFasterRows;
+    small_step = gemm_->options().skinny_kernel && rows <= cuda::kSkinnyGemmFasterRows;
   }
   for (int l = 0; l < c_.n_layers; ++l) {
     const DeviceLayer& lw = w_->layer(l);

@@ -47,7 +47,8 @@ absl::Status CudaBackend::WarmUpGemms(int max_rows, int max_logit_rows) {
     RETURN_IF_ERROR(
         Cuda(cudaMemsetAsync(attn_.as<float>(), 0, static_cast<size_t>(max_rows) * q_dim * sizeof(float), stream_),
              "warm-up inputs"));
-    for (int rows = 1; skinny_gemm_ && rows <= std::min(max_rows, cuda::kSkinnyGemmFasterRows); ++rows) {
+    for (int rows = 1; gemm_->options().skinny_kernel && rows <= std::min(max_rows, cuda::kSkinnyGemmFasterRows);
+         ++rows) {
       if (cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, matrix(lw.wo))) {
         RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim,
                                                              y_.as<float>(), stream_),

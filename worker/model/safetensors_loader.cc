@@ -35,22 +35,29 @@ struct SafetensorsFile {
   std::map<std::string, TensorView> tensors;
 };
 
-// A JSON array of integers that T holds, or nothing (a float element, even a whole one, or one
-// out of T's range: a cast of those would be undefined or would wrap).
+// A JSON integer that T holds, or nothing (a float, even a whole one, or an integer out of
+// T's range: a cast of those would be undefined or would wrap).
+template <typename T>
+std::optional<T> IntegerOf(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (std::in_range<T>(u)) return static_cast<T>(u);
+  } else if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (std::in_range<T>(i)) return static_cast<T>(i);
+  }
+  return std::nullopt;
+}
+
+// A JSON array of such integers, or nothing.
 template <typename T>
 std::optional<std::vector<T>> IntegersOf(const json& v) {
   if (!v.is_array()) return std::nullopt;
   std::vector<T> out;
   for (const json& e : v) {
-    if (e.is_number_unsigned()) {
-      if (!std::in_range<T>(e.get<uint64_t>())) return std::nullopt;
-      out.push_back(static_cast<T>(e.get<uint64_t>()));
-    } else if (e.is_number_integer()) {
-      if (!std::in_range<T>(e.get<int64_t>())) return std::nullopt;
-      out.push_back(static_cast<T>(e.get<int64_t>()));
-    } else {
-      return std::nullopt;
-    }
+    const std::optional<T> i = IntegerOf<T>(e);
+    if (!i) return std::nullopt;
+    out.push_back(*i);
   }
   return out;
 }
@@ -139,19 +146,14 @@ absl::Status CopyTensor(const TensorView& t, const std::string& name, std::vecto
 // (Python may write 4096.0), within int's range. A cast of anything else (1e30, say) would be
 // undefined behaviour, so it is refused.
 std::optional<int> AsInt(const json& v) {
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u <= static_cast<uint64_t>(std::numeric_limits<int>::max())) return static_cast<int>(u);
-  } else if (v.is_number_integer()) {
-    const int64_t i = v.get<int64_t>();
-    if (i >= std::numeric_limits<int>::min() && i <= std::numeric_limits<int>::max()) return static_cast<int>(i);
-  } else if (v.is_number_float()) {
+  if (v.is_number_float()) {
     const double d = v.get<double>();
     if (d >= std::numeric_limits<int>::min() && d <= std::numeric_limits<int>::max() && d == std::trunc(d)) {
       return static_cast<int>(d);
     }
+    return std::nullopt;
   }
-  return std::nullopt;
+  return IntegerOf<int>(v);
 }
 
 // A config number as a float: finite and within float's range (a narrower cast is undefined).

@@ -3,6 +3,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/sampling.h"
 
 namespace lazykv::cuda {
@@ -140,12 +141,100 @@ __device__ Crossing FindCrossing(const float* probs, int vocab, u64 threshold, b
   return Crossing{sh.found, above + static_cast<u64>(want + 1) * m};
 }
 
+// Greedy rows over many CTAs: each slice of a row's logits leaves its first maximum and the
+// sum of exp(l - its maximum) (in double), and the row's CTA merges the slices.
+struct GreedySlice {
+  double exp_sum;
+  float max_logit;
+  int argmax;
+};
+constexpr int kSliceThreads = 256;
+constexpr int kMinSliceIds = 2048;  // ids per slice, at least
+constexpr int kMaxSlices = 64;
+
+__host__ __device__ inline int GreedySlices(int vocab) {
+  const int slices = vocab / kMinSliceIds;
+  return slices < 1 ? 1 : slices > kMaxSlices ? kMaxSlices : slices;
+}
+
+// Grid (slices, rows). Rows with a temperature are left to SampleRowsKernel.
+__global__ void __launch_bounds__(kSliceThreads) GreedySliceKernel(SampleParams params) {
+  using Reduce = cub::BlockReduce<ArgMax, kSliceThreads>;
+  using SumReduce = cub::BlockReduce<double, kSliceThreads>;
+  __shared__ union {
+    typename Reduce::TempStorage argmax;
+    typename SumReduce::TempStorage sum;
+  } tmp;
+  __shared__ float slice_max;
+  __shared__ int slice_argmax;
+  AllowDependentLaunch();
+  WaitForPriorGrid();
+  const SampleRowParams row = params.rows[blockIdx.y];
+  if (row.temperature != 0.0f) return;  // the CTA alike
+  const int vocab = params.vocab, slices = gridDim.x, tid = threadIdx.x;
+  const int span = (vocab + slices - 1) / slices;
+  const int begin = min(vocab, static_cast<int>(blockIdx.x) * span), end = min(vocab, begin + span);
+  const float* logits = params.logits + static_cast<size_t>(row.logits_row) * vocab;
+  ArgMax best{-INFINITY, INT_MAX};
+  for (int i = begin + tid; i < end; i += kSliceThreads) {  // ids rise within a thread
+    const float v = logits[i];
+    if (v > best.value || best.index == INT_MAX) best = ArgMax{v, i};
+  }
+  best = Reduce(tmp.argmax).Reduce(best, ArgMaxOp());
+  if (tid == 0) {
+    slice_max = best.value;
+    slice_argmax = best.index;
+  }
+  __syncthreads();
+  const float m = slice_max;
+  double sum = 0;
+  if (m != -INFINITY) {  // else every logit of the slice is -inf: it adds nothing
+    for (int i = begin + tid; i < end; i += kSliceThreads) {
+      sum += exp(static_cast<double>(logits[i]) - static_cast<double>(m));
+    }
+  }
+  sum = SumReduce(tmp.sum).Sum(sum);
+  if (tid == 0) {
+    reinterpret_cast<GreedySlice*>(params.greedy_slices)[static_cast<size_t>(blockIdx.y) * slices + blockIdx.x] =
+        GreedySlice{sum, m, slice_argmax};
+  }
+}
+
+// The row's token and log-probability from its slices (the CTA of SampleRowsKernel).
+__device__ void MergeGreedySlices(const SampleParams& params, const float* logits, Shared& sh) {
+  const int slices = GreedySlices(params.vocab), tid = threadIdx.x;
+  const GreedySlice* row_slices =
+      reinterpret_cast<const GreedySlice*>(params.greedy_slices) + static_cast<size_t>(blockIdx.x) * slices;
+  GreedySlice mine{0.0, -INFINITY, INT_MAX};
+  if (tid < slices) mine = row_slices[tid];
+  // Slices hold rising ids: the first maximum over them is the first maximal logit.
+  const ArgMax best =
+      cub::BlockReduce<ArgMax, kThreads>(sh.cub.argmax).Reduce(ArgMax{mine.max_logit, mine.argmax}, ArgMaxOp());
+  if (tid == 0) {
+    sh.max_logit = best.value;
+    sh.argmax = best.index;
+  }
+  __syncthreads();
+  const double m = sh.max_logit;
+  const double part = mine.exp_sum > 0 ? mine.exp_sum * exp(static_cast<double>(mine.max_logit) - m) : 0.0;
+  const double sum = cub::BlockReduce<double, kThreads>(sh.cub.dsum).Sum(part);
+  if (tid == 0) {
+    const int id = sh.argmax;
+    params.out[blockIdx.x] = SampledRow{id, static_cast<float>(static_cast<double>(logits[id]) - (m + log(sum)))};
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) SampleRowsKernel(SampleParams params, double scale) {
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
+  WaitForPriorGrid();  // launched by LaunchDependent: the logits (and slices) are written
   const SampleRowParams row = params.rows[blockIdx.x];
   const int vocab = params.vocab, tid = threadIdx.x;
   const float* logits = params.logits + static_cast<size_t>(row.logits_row) * vocab;
+  if (row.temperature == 0.0f && params.greedy_slices != nullptr && GreedySlices(vocab) > 1) {
+    MergeGreedySlices(params, logits, sh);
+    return;
+  }
   float* probs = params.workspace + static_cast<size_t>(blockIdx.x) * vocab;
 
   // Strided ids rise within a thread, so keeping the first maximum keeps the lowest id.
@@ -209,6 +298,10 @@ size_t SampleWorkspaceBytes(int num_rows, int vocab) {
   return static_cast<size_t>(num_rows > 0 ? num_rows : 0) * (vocab > 0 ? vocab : 0) * sizeof(float);
 }
 
+size_t SampleGreedySlicesBytes(int num_rows, int vocab) {
+  return static_cast<size_t>(num_rows > 0 ? num_rows : 0) * GreedySlices(vocab > 0 ? vocab : 1) * sizeof(GreedySlice);
+}
+
 cudaError_t LaunchSampleRows(const SampleParams& p, cudaStream_t stream) {
   if (p.num_rows == 0) return cudaSuccess;
   if (p.num_rows < 0 || p.vocab <= 0 || p.vocab > (1 << 24) || p.logits == nullptr || p.rows == nullptr ||
@@ -224,8 +317,14 @@ cudaError_t LaunchSampleRows(const SampleParams& p, cudaStream_t stream) {
       e != cudaSuccess) {
     return e;
   }
-  SampleRowsKernel<<<p.num_rows, kThreads, smem, stream>>>(p, scale);
-  return cudaGetLastError();
+  const int slices = GreedySlices(p.vocab);
+  if (p.greedy_slices != nullptr && slices > 1) {
+    if (cudaError_t e = LaunchDependent(GreedySliceKernel, dim3(slices, p.num_rows), kSliceThreads, 0, stream, p);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
+  return LaunchDependent(SampleRowsKernel, p.num_rows, kThreads, smem, stream, p, scale);
 }
 
 }  // namespace lazykv::cuda

@@ -14,6 +14,10 @@
 // fp32 (the correctly rounded value, as glibc's expf gives it in all but rare cases).
 // Each row also gets the chosen token's log-probability under the raw logits (log-sum-exp
 // in double, as on the host).
+// Greedy rows of a large vocabulary may instead be read by many CTAs (greedy_slices): each
+// slice leaves its first maximum and its sum of exp(l - that maximum), and the row's CTA
+// merges them. One CTA over Llama-3's 128256 logits took 42 us of a 6.2 ms batch-1 decode
+// step on the H100; the slices take 12 us (bench/results/decode_step_2026-11-27.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,9 +47,14 @@ struct SampleParams {
   SampledRow* out = nullptr;              // [num_rows]
   int num_rows = 0;
   int vocab = 0;
+  // SampleGreedySlicesBytes(num_rows, vocab), or null. Given, greedy rows of a large
+  // vocabulary (4096 or more) are read by many CTAs, a slice each, then merged: the same
+  // token, the log-probability's sum in another order.
+  void* greedy_slices = nullptr;
 };
 
 size_t SampleWorkspaceBytes(int num_rows, int vocab);
+size_t SampleGreedySlicesBytes(int num_rows, int vocab);
 
 // vocab up to 2^24.
 cudaError_t LaunchSampleRows(const SampleParams& p, cudaStream_t stream);

@@ -62,8 +62,9 @@ struct Outcome {
 };
 
 // Samples every row on the GPU and on the host; expects equal tokens (or a rounding case).
+// With `slices`, greedy rows go over many CTAs (SampleParams::greedy_slices).
 Outcome CheckRows(const std::vector<std::vector<float>>& logits, const std::vector<RowSampling>& sampling,
-                  const std::string& what) {
+                  const std::string& what, bool slices = false, double logprob_tolerance = 1e-4) {
   const int n = static_cast<int>(logits.size()), vocab = static_cast<int>(logits[0].size());
   std::vector<float> flat;
   std::vector<cuda::SampleRowParams> params;
@@ -81,7 +82,8 @@ Outcome CheckRows(const std::vector<std::vector<float>>& logits, const std::vect
                        .workspace = arena.Alloc<float>(static_cast<size_t>(n) * vocab),
                        .out = arena.Alloc<cuda::SampledRow>(n),
                        .num_rows = n,
-                       .vocab = vocab};
+                       .vocab = vocab,
+                       .greedy_slices = slices ? arena.Alloc<char>(cuda::SampleGreedySlicesBytes(n, vocab)) : nullptr};
   Outcome outcome;
   EXPECT_EQ(cuda::LaunchSampleRows(p, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
@@ -102,9 +104,47 @@ Outcome CheckRows(const std::vector<std::vector<float>>& logits, const std::vect
       EXPECT_TRUE(ExplainedByRounding(logits[r], s, got[r].id))
           << "GPU token " << got[r].id << ", host token " << want.id;
     }
-    EXPECT_NEAR(got[r].logprob, HostLogprob(logits[r], got[r].id), 1e-4);
+    EXPECT_NEAR(got[r].logprob, HostLogprob(logits[r], got[r].id), logprob_tolerance);
   }
   return outcome;
+}
+
+// Greedy rows read in slices by many CTAs and merged: the host's token exactly (the first
+// maximal logit, also when equal maxima sit in different slices or at a slice's edges, or
+// whole slices are -inf), its log-probability within 1e-5; tempered rows of the same batch
+// take the one-CTA path beside them.
+TEST(CudaSamplingTest, GreedyRowsInSlicesPickTheFirstMaximum) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int vocab : {4096, 4097, 32000, 128256, 131101}) {
+    std::uniform_int_distribution<int> pick(0, vocab - 1);
+    std::vector<std::vector<float>> logits;
+    std::vector<RowSampling> sampling;
+    auto add = [&](std::vector<float> row, float temperature) {
+      logits.push_back(std::move(row));
+      sampling.push_back(RowSampling{.temperature = temperature, .top_p = 0.9f, .uniform = unit(rng)});
+    };
+    for (Shape shape : {Shape::kNormal, Shape::kWide, Shape::kTies, Shape::kPeaked, Shape::kFlat}) {
+      add(RandomRow(rng, vocab, shape), 0.0f);
+      add(RandomRow(rng, vocab, shape), 0.8f);
+    }
+    // The same maximum planted at random ids, and at the first and last ids of the row.
+    for (int k = 0; k < 4; ++k) {
+      std::vector<float> row = RandomRow(rng, vocab, Shape::kNormal);
+      const std::vector<int> ids = {pick(rng), pick(rng), pick(rng), k == 0 ? 0 : vocab - 1};
+      for (int id : ids) row[id] = 20.0f;
+      add(std::move(row), 0.0f);
+    }
+    // Whole stretches of -inf (masked tokens), the maximum in one short stretch.
+    std::vector<float> masked(vocab, -INFINITY);
+    const int from = pick(rng), to = std::min(vocab, from + 37);
+    for (int i = from; i < to; ++i) masked[i] = static_cast<float>(unit(rng));
+    add(std::move(masked), 0.0f);
+    CheckRows(logits, sampling, "greedy in slices, vocab " + std::to_string(vocab), /*slices=*/true, 1e-5);
+  }
 }
 
 TEST(CudaSamplingTest, PicksTheHostSamplersTokenForTheSameUniform) {

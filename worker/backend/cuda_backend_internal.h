@@ -275,7 +275,7 @@ class CudaBackend : public Backend {
   // Activations: x_, y_, qkv_, q_, attn_, gu_ fp32; xb_, attn_in_, h_ (GEMM inputs) of element_.
   DeviceBuffer x_, y_, xb_, qkv_, q_, attn_, attn_in_, gu_, h_, attn_ws_, meta_;
   DeviceBuffer out_rows_, logits_;  // the output layer's gathered rows (element_) and its logits
-  DeviceBuffer sample_rows_, sample_out_, sample_ws_;
+  DeviceBuffer sample_rows_, sample_out_, sample_ws_, sample_slices_;
   PinnedBuffer meta_host_, logits_host_, sample_rows_host_, sample_out_host_;
 };
 

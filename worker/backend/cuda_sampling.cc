@@ -100,6 +100,7 @@ absl::Status CudaBackend::ForwardAndSample(std::span<const SequenceStep> steps, 
     // Greedy rows need no workspace (the probabilities are for tempered rows).
     const size_t ws_bytes = any_tempered ? cuda::SampleWorkspaceBytes(n, c_.vocab_size) : 0;
     RETURN_IF_ERROR(sample_ws_.Reserve(std::max<size_t>(16, ws_bytes)));
+    RETURN_IF_ERROR(sample_slices_.Reserve(cuda::SampleGreedySlicesBytes(n, c_.vocab_size)));
     std::memcpy(sample_rows_host_.as<char>(), rows.data(), in_bytes);
     RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(sample_rows_.as<char>(), sample_rows_host_.as<char>(), in_bytes,
                                          cudaMemcpyHostToDevice, stream_),
@@ -109,7 +110,8 @@ absl::Status CudaBackend::ForwardAndSample(std::span<const SequenceStep> steps, 
                                .workspace = sample_ws_.as<float>(),
                                .out = sample_out_.as<cuda::SampledRow>(),
                                .num_rows = n,
-                               .vocab = c_.vocab_size};
+                               .vocab = c_.vocab_size,
+                               .greedy_slices = sample_slices_.as<char>()};
     RETURN_IF_ERROR(Cuda(cuda::LaunchSampleRows(p, stream_), "sampling"));
     RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(sample_out_host_.as<char>(), sample_out_.as<char>(), out_bytes,
                                          cudaMemcpyDeviceToHost, stream_),

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Issue 25's batch-1 decode step on the GPU machine, in one call: the GPU tests named in TESTS
+# (those not bundled skipped), then cuda_backend_bench alternated over the launch variants
+# named in VARIANTS (name=ENV=VALUE,ENV=VALUE; "base" runs the defaults), ROUNDS times, the
+# first round of each with --kernel-trace, while the call's time lasts (BUDGET_S, default
+# 480 s from the start), and cuda_decode_bench's split sweep if bundled.
+# Here: LAZYKV_MODELS_DIR=../shared/models bash bench/bundle_backend_gpu.sh OUT build cuda_backend_bench \
+#   [cuda_decode_bench] [tests] && cp bench/run_decode_step_gpu.sh OUT/data/
+# There: bash OUT/data/run_decode_step_gpu.sh OUT LOGDIR; the logs come back as LOGDIR/logs.tar.xz.
+set -uo pipefail
+bundle=$1; out=$2
+logs=$out/logs
+mkdir -p "$logs"
+source "$bundle/env.sh"
+export LAZYKV_MODELS_DIR=$bundle/data
+export LAZYKV_CUPTI=${LAZYKV_CUPTI:-/usr/local/cuda/lib64/libcupti.so.13}
+start=$SECONDS
+budget=${BUDGET_S:-480}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/device.txt"
+status=0
+for t in ${TESTS:-}; do
+  command -v "$t" > /dev/null || { echo "$t: not in the bundle, skipped"; continue; }
+  timeout 300 "$t" > "$logs/$t.log" 2>&1 || status=1
+  echo "$t: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$logs/$t.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \]' "$logs/$t.log" | head -n 5
+done
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for variant in ${VARIANTS:-base}; do
+    if (( SECONDS - start > budget )); then echo "time budget spent: stopping before $variant round $round"; break 2; fi
+    name=${variant%%=*}; vars=; [[ $variant == *=* ]] && vars=${variant#*=}
+    trace=; [[ $round == 1 ]] && trace=--kernel-trace
+    log="$logs/${name}_$round.txt"
+    env ${vars//,/ } timeout 200 cuda_backend_bench $trace > "$log" 2>&1 || status=1
+    echo "== $name round $round ($vars) $trace"
+    grep -E "^decode step|^TTFT|^a step's GEMMs at 1 row" "$log"
+    [[ -n $trace ]] && sed -n '/^kernel trace: decode/,/^per step/p' "$log" | head -n 14
+  done
+done
+if command -v cuda_decode_bench > /dev/null && (( SECONDS - start < budget )); then
+  timeout 120 cuda_decode_bench > "$logs/cuda_decode_bench.txt" 2>&1 || status=1
+  grep -E "^ *1 +[0-9]+ |^splits +[0-9]+ +1 " "$logs/cuda_decode_bench.txt" | head -n 30
+fi
+tar -C "$out" -cJf "$out/logs.tar.xz" logs && rm -rf "$logs"
+exit $status

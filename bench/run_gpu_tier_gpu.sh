@@ -6,7 +6,7 @@
 # Zipf trace twice through bench/run_tier_warmth.sh against one cache server on this host
 # holding every document: with a GPU tier (warm fetches device to device) and without
 # (warm fetches from host RAM), cold run first each time. Results: bench/results/gpu_tier_2026-11-27.md.
-# usage: bench/run_gpu_tier_gpu.sh BUNDLE_DIR OUT_DIR
+# usage: [VARIANTS="gpu_tier host_ram"] bench/run_gpu_tier_gpu.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
 out=$2
@@ -30,7 +30,7 @@ trace=$work/trace.jsonl
 lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests 160 --doc-lengths fixed:512 \
   --question-tokens 16 --max-tokens 64 --vocab 128000 --concurrency 64 --seed 1 --out "$trace"
 model=(--model synthetic:llama3-8b --worker-arg --kv-pool --worker-arg 40GiB)
-for variant in gpu_tier host_ram; do
+for variant in ${VARIANTS:-gpu_tier host_ram}; do
   echo "== warmth, one cache server on this host holding every document: $variant"
   args=""
   [[ $variant == gpu_tier ]] && args="--gpu-capacity 8GiB"

@@ -48,7 +48,7 @@ for part in $parts; do
       timeout 300 cuda_backend_bench --e2e-batched --requests 160 --max-tokens 64 --max-concurrency 64 \
         --modes block,lazy --out "$out/inproc.json" > "$out/inproc.txt" 2>&1
       echo "rc=$?"
-      tail -8 "$out/inproc.txt"
+      grep -E -A3 "req/s" "$out/inproc.txt" | head -n 12; tail -n 8 "$out/inproc.txt"
       ;;
     warm)
       echo "== warmth, embedded tier (defaults: host 256MiB, disk 2GiB)"

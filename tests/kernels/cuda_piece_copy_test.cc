@@ -158,8 +158,8 @@ TEST(CudaPieceCopyTest, GathersWithTheValueCheckAndScattersExactly) {
     CUDA_OK(cudaMalloc(&table, std::max<size_t>(1, KernelCopySegmentsBound(pieces)) * sizeof(cuda::CopySegment)));
     CUDA_OK(cudaMalloc(&first_bad, sizeof(*first_bad)));
     const std::optional<KernelCopyPlan> gather = PlanKernelCopy(pieces, range, /*to_contiguous=*/true);
-    // Device memory, and a payload in one page, go by the copy engines.
-    const bool want_kernel = memory != Memory::kDevice && pieces.size() > 1;
+    // Host memory in one page goes by the copy engines; device memory by the kernel always.
+    const bool want_kernel = memory == Memory::kDevice || pieces.size() > 1;
     ASSERT_EQ(gather.has_value(), want_kernel) << pieces.size() << " pieces";
     if (!want_kernel) {
       cudaFree(range);
@@ -265,8 +265,19 @@ TEST(CudaPieceCopyTest, LeavesWhatTheKernelDoesNotDoBetterToTheCopyEngines) {
   CUDA_OK(cudaMallocHost(&big, 5 << 20));
   EXPECT_FALSE(PlanKernelCopy(Pieces{{big + (3 << 20), 2 << 20}, {big, 2 << 20}}, range, true).has_value());
   cudaFreeHost(big);
-  // Device memory: the copy engines move it as fast.
-  EXPECT_FALSE(PlanKernelCopy(Pieces{{range + 4096, 1024}, {range, 1024}}, range + 8192, true).has_value());
+  // Device memory is gathered by the kernel over every SM (the check fused), even in one run;
+  // never scattered into (it may be another process's, mapped through CUDA IPC), nor mixed
+  // with host pieces.
+  const std::optional<KernelCopyPlan> from_device =
+      PlanKernelCopy(Pieces{{range + 4096, 1024}, {range, 1024}}, range + 8192, true);
+  ASSERT_TRUE(from_device.has_value());
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  EXPECT_EQ(from_device->launch.max_ctas, sms);
+  EXPECT_TRUE(PlanKernelCopy(Pieces{{range, 4096}}, range + 8192, true).has_value());
+  EXPECT_FALSE(PlanKernelCopy(Pieces{{range + 4096, 1024}, {range, 1024}}, range + 8192, false).has_value());
+  EXPECT_FALSE(PlanKernelCopy(Pieces{{range + 4096, 1024}, {pinned, 1024}}, range + 8192, true).has_value());
+  EXPECT_FALSE(PlanKernelCopy(Pieces{{pinned + 4096, 1024}, {range, 1024}}, range + 8192, true).has_value());
   // A read-only pinned mapping (a worker's view of a cache server's arena) is read in
   // place, never written.
   char* read_only = static_cast<char*>(std::aligned_alloc(4096, 1 << 16));

@@ -1,6 +1,7 @@
 // Host or device pieces to or from one device range (the chunk transfer's copies, and the
 // same-host fetch benchmarks'): by the piece copy kernel where pinned host pieces are
-// scattered, else by the copy engines in as few CUDA calls as it takes.
+// scattered or device pieces are gathered, else by the copy engines in as few CUDA calls as
+// it takes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,10 +38,12 @@ struct KernelCopyPlan {
 // The piece copy kernel's plan between `pieces` and the device range at `contiguous`
 // (gather into it when `to_contiguous`), with every piece translated to the address the
 // device reads it at, when the kernel is the faster way: every piece is pinned host memory
-// mapped into the device's space, and the pieces are fragmented (runs of adjacent pieces
-// averaging under 1 MiB; a few long runs go faster by the copy engines). Nothing otherwise
-// (pageable memory, device memory, pieces breaking the alignment rules of
-// piece_copy_plan.h): the caller then uses CopyPieces. A copy out of the contiguous range
+// mapped into the device's space and the pieces are fragmented (runs of adjacent pieces
+// averaging under 1 MiB; a few long runs go faster by the copy engines); or every piece is
+// memory of the current device (a CUDA IPC mapping of a cache server's GPU tier) to gather,
+// in any runs, over every SM. Nothing otherwise (pageable memory, a mix, device memory to
+// scatter into, pieces breaking the alignment rules of piece_copy_plan.h): the caller then
+// uses CopyPieces. A copy out of the contiguous range
 // (`to_contiguous` false) writes only into regions registered in
 // common/device_mapped_regions.h as writable (the cache tier's pinned arenas): the driver
 // cannot tell read-only pinned memory apart. Pieces in a registered region cost a lookup per

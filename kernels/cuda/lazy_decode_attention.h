@@ -27,6 +27,18 @@ struct DecodeAttentionParams {
   int n_heads = 0;
   int max_entries_per_seq = 0;
   int num_splits = 0;  // 0: chosen from the GPU's SM count
+  // Optional (qkv null: a KV write ran before, and q holds the raw queries): the step's new
+  // tokens, one per sequence, which the kernel writes into the pools itself (the KV write
+  // fused, bit for bit LaunchKvWrite's keys and values), reading the raw query from the same
+  // rows (q unused). REQUIRES each sequence's new token to be the last token of its last
+  // block-table entry, at (slot_blocks[s], slot_index[s]) of that entry's block, and the
+  // pools of the new tokens' slots to be read by no other kernel before this one ends.
+  struct NewTokens {
+    const float* qkv = nullptr;               // [num_seqs][(n_heads + 2 * n_kv_heads) * head_dim]
+    const int32_t* slot_blocks = nullptr;     // [num_seqs]
+    const int32_t* slot_index = nullptr;      // [num_seqs]
+    const int32_t* rope_positions = nullptr;  // [num_seqs]: the position the key is rotated to
+  } new_tokens;
 };
 
 // The decode parameters over the same pool, block tables, queries and output as a prefill

@@ -132,6 +132,32 @@ __device__ __forceinline__ void LoadFloats(const float* src, float* v) {
   }
 }
 
+// The new token's key (rotated to its position) and value for one KV head into its slot:
+// LaunchKvWrite's arithmetic (kv_write.cu), by one warp.
+template <int HD>
+__device__ __forceinline__ void WriteNewToken(const DecodeAttentionParams& p, int seq, int kvh, int lane,
+                                              size_t qkv_row) {
+  const float* __restrict__ k = p.new_tokens.qkv + seq * qkv_row + static_cast<size_t>(p.n_heads) * HD + kvh * HD;
+  const float* __restrict__ v = k + static_cast<size_t>(p.kv.n_kv_heads) * HD;
+  const size_t slot =
+      (static_cast<size_t>(p.new_tokens.slot_blocks[seq]) * p.kv.block_size + p.new_tokens.slot_index[seq]) *
+          p.kv.n_kv_heads * HD +
+      static_cast<size_t>(kvh) * HD;
+  __nv_bfloat16* __restrict__ k_pool = static_cast<__nv_bfloat16*>(p.kv.k_pool) + slot;
+  __nv_bfloat16* __restrict__ v_pool = static_cast<__nv_bfloat16*>(p.kv.v_pool) + slot;
+  for (int i = lane; i < HD; i += 32) v_pool[i] = __float2bfloat16(v[i]);
+  const long long position = p.new_tokens.rope_positions[seq];
+  for (int i = lane; i < HD / 2; i += 32) {
+    int a, b;
+    RopePair(p.kv.rope_style, HD, i, &a, &b);
+    float s, c;
+    RopeSinCos(p.kv.inv_freq[i], position, &s, &c);
+    const float x0 = k[a], x1 = k[b];
+    k_pool[a] = __float2bfloat16(x0 * c - x1 * s);
+    k_pool[b] = __float2bfloat16(x0 * s + x1 * c);
+  }
+}
+
 // One CTA: one sequence, one KV head (all its query heads), one split of the block table.
 // Grid: x = (seq * splits + split) * n_kv_heads + kv_head, so that the KV heads of one
 // sequence run side by side and read neighbouring bytes of the same blocks.
@@ -167,10 +193,14 @@ __global__ void __launch_bounds__(WARPS * 32)
   // block table are independent loads, all issued before the barrier that publishes them.
   constexpr int kQPerThread = (GP * HD + WARPS * 32 - 1) / (WARPS * 32);
   float q_load[kQPerThread];
+  const bool new_tokens = p.new_tokens.qkv != nullptr;  // the KV write fused: q from the QKV rows
+  const size_t qkv_row = static_cast<size_t>(p.n_heads + 2 * p.kv.n_kv_heads) * HD;
+  const float* q_src = new_tokens ? p.new_tokens.qkv + seq * qkv_row + static_cast<size_t>(kvh) * group * HD
+                                  : p.q + (static_cast<size_t>(seq) * p.n_heads + kvh * group) * HD;
 #pragma unroll
   for (int r = 0; r < kQPerThread; ++r) {
     const int i = threadIdx.x + r * WARPS * 32;
-    q_load[r] = i < group * HD ? p.q[(static_cast<size_t>(seq) * p.n_heads + kvh * group) * HD + i] : 0.0f;
+    q_load[r] = i < group * HD ? q_src[i] : 0.0f;
   }
   const double freq_load = threadIdx.x < HD / 2 ? p.kv.inv_freq[threadIdx.x] : 0.0;
   const int seq_last = p.kv.table_offsets[seq + 1];
@@ -227,6 +257,14 @@ __global__ void __launch_bounds__(WARPS * 32)
   if (warp_first < warp_last) {
     w_valid = __ballot_sync(kAll, w_vis > 0);
     seek(0);
+  }
+
+  // The fused KV write: the warp whose range ends with the sequence's last entry (the one
+  // holding the new token) writes this KV head's new key and value before it loads them.
+  if (new_tokens && warp_first < warp_last && warp_last == seq_last) {
+    WriteNewToken<HD>(p, seq, kvh, lane, qkv_row);
+    __threadfence_block();  // the warp's own loads of the slot come after the stores
+    __syncwarp();
   }
 
   const __nv_bfloat16* k_pool = static_cast<const __nv_bfloat16*>(p.kv.k_pool);

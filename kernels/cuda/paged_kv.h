@@ -14,7 +14,9 @@
 // previous one ended).
 //
 // Which kernel reads what (fields a kernel does not read may stay null or zero):
-//  - attention (lazy prefill, lazy decode, generic): everything; the pools are only read.
+//  - attention (lazy prefill, lazy decode, generic): everything; the pools are only read,
+//    but for the new tokens' slots that the decode kernel writes when it runs the KV write
+//    fused (DecodeAttentionParams::new_tokens).
 //  - KV write (model_ops.h): pools (written), element, geometry, RoPE; no block table.
 //  - materialize (materialize.h): pools (read and written), element, geometry, RoPE; its
 //    copies come as their own lists, not as a block table.

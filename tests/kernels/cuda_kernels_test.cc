@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/materialize.h"
+#include "kernels/cuda/model_ops.h"
 #include "tests/kernels/cuda_paged_problem.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -68,6 +70,67 @@ TEST_P(DecodeAttentionGpuTest, MatchesCpuReference) {
   }
   std::printf("decode: worst relative error %.2e over %d sequences, %d splits\n", worst, s.num_seqs, splits);
 
+  // The KV write fused into the kernel (DecodeAttentionParams::new_tokens): each sequence's
+  // last token, its query's, gets a fresh key and value from random QKV rows. The kernel
+  // writing them itself must leave the pools and give the output, bit for bit, of the KV
+  // write kernel followed by the kernel on the queries that one split out.
+  {
+    const int q_width = s.n_heads * s.head_dim, kv_width = s.n_kv_heads * s.head_dim;
+    std::vector<float> qkv(static_cast<size_t>(s.num_seqs) * (q_width + 2 * kv_width));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& x : qkv) x = normal(rng);
+    std::vector<int32_t> slot_blocks, slot_index, rope_positions;
+    for (int seq = 0; seq < s.num_seqs; ++seq) {
+      const int32_t last = problem.table_offsets[seq + 1] - 1;  // the sequence's own last block
+      slot_blocks.push_back(problem.block_ids[last]);
+      slot_index.push_back(problem.block_tokens[last] - 1);
+      rope_positions.push_back(problem.query_pos0[seq] - problem.block_deltas[last]);
+    }
+    cuda::KvWriteParams kw;
+    kw.qkv = arena.Copy(qkv);
+    kw.q_out = arena.Alloc<float>(static_cast<size_t>(s.num_seqs) * q_width);
+    kw.kv = problem.PoolKv(d);
+    kw.slot_blocks = arena.Copy(slot_blocks);
+    kw.slot_index = arena.Copy(slot_index);
+    kw.rope_positions = arena.Copy(rope_positions);
+    kw.rows = s.num_seqs;
+    kw.n_heads = s.n_heads;
+    const size_t pool = problem.k_bf.size();
+    auto restore_pools = [&] {
+      CUDA_OK(cudaMemcpy(d.k_pool, problem.k_bf.data(), pool * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(d.v_pool, problem.v_bf.data(), pool * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+    };
+    auto bits = [](const std::vector<__nv_bfloat16>& v) {
+      std::vector<uint16_t> out(v.size());
+      std::memcpy(out.data(), v.data(), v.size() * sizeof(uint16_t));
+      return out;
+    };
+    CUDA_OK(cuda::LaunchKvWrite(kw, nullptr));
+    cuda::DecodeAttentionParams separate = p;
+    separate.q = kw.q_out;
+    CUDA_OK(cudaMemset(p.out, 0xff, expected.size() * sizeof(float)));
+    CUDA_OK(cuda::LaunchLazyDecodeAttention(separate, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto out_separate = ToHost(p.out, expected.size());
+    const auto k_separate = bits(ToHost(d.k_pool, pool)), v_separate = bits(ToHost(d.v_pool, pool));
+    restore_pools();
+    cuda::DecodeAttentionParams fused = p;
+    fused.q = nullptr;  // read from the QKV rows
+    fused.new_tokens = {
+        .qkv = kw.qkv, .slot_blocks = kw.slot_blocks, .slot_index = kw.slot_index, .rope_positions = kw.rope_positions};
+    CUDA_OK(cudaMemset(p.out, 0xff, expected.size() * sizeof(float)));
+    CUDA_OK(cuda::LaunchLazyDecodeAttention(fused, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto out_fused = ToHost(p.out, expected.size());
+    EXPECT_TRUE(bits(ToHost(d.k_pool, pool)) == k_separate) << "keys written differ from the KV write kernel's";
+    EXPECT_TRUE(bits(ToHost(d.v_pool, pool)) == v_separate) << "values written differ from the KV write kernel's";
+    EXPECT_EQ(0, std::memcmp(out_fused.data(), out_separate.data(), out_fused.size() * sizeof(float)))
+        << "the fused KV write's output differs, splits " << splits;
+    EXPECT_NE(0, std::memcmp(out_fused.data(), got.data(), got.size() * sizeof(float)))
+        << "the fresh keys and values did not reach the output";
+    restore_pools();  // the materialize check below reads the problem's pools
+  }
+
   // Materialize: the first sequence's chunk blocks re-rotated into fresh blocks.
   std::vector<int32_t> src, dst, counts, copy_deltas;
   for (const KvBlockRef& ref : problem.tables[0]) {
@@ -79,7 +142,8 @@ TEST_P(DecodeAttentionGpuTest, MatchesCpuReference) {
   }
   const cpu::RopeTable table(TestRope(s.style), s.head_dim);
   const cpu::KvLayerView kv = problem.kv_view();
-  for (size_t i = 0; i < src.size(); ++i) cpu::CopyBlockRotated(kv, src[i], src[i], 0, counts[i], copy_deltas[i], table);
+  for (size_t i = 0; i < src.size(); ++i)
+    cpu::CopyBlockRotated(kv, src[i], src[i], 0, counts[i], copy_deltas[i], table);
   cuda::MaterializeParams m;
   m.kv = problem.PoolKv(d);
   m.src_blocks = arena.Copy(src);

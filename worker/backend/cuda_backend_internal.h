@@ -117,6 +117,10 @@ struct PassPlan {
   // device (its `base` is filled per layer from `attention`).
   bool shared_decode = false;
   cuda::SharedDecodeParams shared;
+  // A decode step whose every new token is the last of its sequence's last table entry, run
+  // by the decode kernel without chunk sharing: the kernel writes the new keys and values
+  // itself (DecodeAttentionParams::new_tokens), and no KV write kernel runs.
+  bool decode_writes_kv = false;
 };
 
 // The rows of logits a forward pass computed: per step that wants logits, a contiguous run

@@ -3,6 +3,8 @@
 // classifier GEMM (the 1 GiB classifier of an 8B model streamed once per step, not once
 // per sequence). The layers are one template over the element type of the weights, GEMM
 // inputs and pool (bf16, or fp32 in the backend's fp32 mode).
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cuda/generic_attention.h"
@@ -56,6 +58,13 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
       RETURN_IF_ERROR(
           attn_ws_.Reserve(std::max<size_t>(16, cuda::DecodeWorkspaceBytes(d, cuda::ChooseDecodeSplits(d)))));
       d.workspace = attn_ws_.as<float>();
+      if (plan.decode_writes_kv) {  // the kernel writes the new keys and values (no KV write ran)
+        const cuda::KvWriteParams& kw = plan.kv_write;
+        d.new_tokens = {.qkv = kw.qkv,
+                        .slot_blocks = kw.slot_blocks,
+                        .slot_index = kw.slot_index,
+                        .rope_positions = kw.rope_positions};
+      }
       RETURN_IF_ERROR(Cuda(cuda::LaunchLazyDecodeAttention(d, stream_), "decode attention"));
     }
     if (plan.decode_seqs == p.num_seqs) return absl::OkStatus();
@@ -78,6 +87,18 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
   }
   return Cuda(cuda::LaunchGenericPagedAttention(p, plan.rows, stream_), "generic attention");
 }
+
+namespace {
+
+bool FusedKvWriteEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("LAZYKV_FUSED_KV_WRITE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+}  // namespace
 
 absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vector<LogitsRows>* wanted) {
   wanted->clear();
@@ -210,6 +231,15 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     r.num_seqs = static_cast<int>(active.size() - decode_seqs);
     r.max_queries_per_seq = rest_max_queries;
   }
+  // Pure decode steps without chunk sharing fuse the KV write into the decode kernel where
+  // each new token is the last token of its sequence's last entry (as the engine lays
+  // tables out); LAZYKV_FUSED_KV_WRITE=0 keeps the KV write kernel, for comparisons.
+  plan.decode_writes_kv = decode_seqs == active.size() && !shared && FusedKvWriteEnabled();
+  for (size_t a = 0; plan.decode_writes_kv && a < active.size(); ++a) {
+    const int32_t last = table_offsets[a + 1] - 1;
+    plan.decode_writes_kv =
+        last >= table_offsets[a] && slot_blocks[a] == ids[last] && slot_index[a] == counts[last] - 1;
+  }
   if (shared) {
     cuda::SharedDecodeParams& s = plan.shared;
     plan.shared_decode = true;
@@ -268,7 +298,7 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
     RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.wqkv), q_dim + 2 * kv_dim, qkv_.as<float>()));
     kw.kv.k_pool = ap.kv.k_pool = KPool(l);
     kw.kv.v_pool = ap.kv.v_pool = VPool(l);
-    RETURN_IF_ERROR(Cuda(cuda::LaunchKvWrite(kw, stream_), "KV write"));
+    if (!plan.decode_writes_kv) RETURN_IF_ERROR(Cuda(cuda::LaunchKvWrite(kw, stream_), "KV write"));
     RETURN_IF_ERROR(Attention(plan));
     if constexpr (std::is_same_v<T, float>) {
       RETURN_IF_ERROR(gemm_->Run(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim, y));

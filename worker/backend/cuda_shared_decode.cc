@@ -12,6 +12,10 @@ std::optional<CudaBackend::SharedPlanOffsets> CudaBackend::PlanSharedDecode(cons
   if (shared_decode_ == SharedDecode::kOff || !DecodeKernelApplies() || c_.group_size() > 8) {
     return std::nullopt;  // the per-sequence tensor-core kernel does not apply either
   }
+  // One sequence shares blocks only with itself (a document given twice: rare), and planning
+  // costs a batch-1 step host time before its first launch: kAuto leaves it to the
+  // per-sequence kernel.
+  if (shared_decode_ == SharedDecode::kAuto && tables.num_seqs < 2) return std::nullopt;
   SharedPlanOffsets out;
   out.plan = cuda::PlanSharedDecode(tables, cuda::SharedDecodeOptionsFor(c_.n_heads, c_.n_kv_heads, block_size_));
   const cuda::SharedDecodePlan& plan = out.plan;

@@ -230,6 +230,34 @@ void RunConfig(const Config& c, const double* inv_freq, std::mt19937& rng) {
               shared_bytes / 1e6, shared_bytes / shared_ms / 1e6, shared_bytes / shared_graph / 1e6);
   std::printf("speedup: %.2fx (event), %.2fx (graph); max |shared - per-sequence| / max |per-sequence| = %.2e\n",
               per_seq_ms / shared_ms, per_seq_graph / shared_graph, rel_diff);
+  {  // The residual kernel beside the shared one: a second stream, forked and joined (the backend's way).
+    cudaStream_t side = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    cuda::SharedDecodeParams beside = p;
+    beside.residual_stream = side;
+    beside.fork = fork;
+    beside.join = join;
+    CHECK_CUDA(cudaMemset(shared_out, 0xff, q.size() * sizeof(float)));
+    CHECK_CUDA(cuda::LaunchSharedDecodeAttention(beside, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const double beside_diff = MaxRelDiff(base.out, shared_out, q.size());
+    const auto [per_seq_again_ms, beside_ms] =
+        AlternatedMedianMs([&] { cuda::LaunchLazyDecodeAttention(base, nullptr); },
+                           [&] { cuda::LaunchSharedDecodeAttention(beside, nullptr); }, 100);
+    const float beside_graph =
+        GraphMedianMs([&](cudaStream_t st) { cuda::LaunchSharedDecodeAttention(beside, st); }, 30);
+    CHECK_CUDA(cudaGetLastError());
+    std::printf("%-12s %10.1f %10.1f %12.1f %12.0f %14.0f\n", "shared+side", beside_ms * 1e3, beside_graph * 1e3,
+                shared_bytes / 1e6, shared_bytes / beside_ms / 1e6, shared_bytes / beside_graph / 1e6);
+    std::printf("residual kernel beside the shared one: speedup %.2fx (event), %.2fx (graph); max rel diff %.2e\n",
+                per_seq_again_ms / beside_ms, per_seq_graph / beside_graph, beside_diff);
+    cudaEventDestroy(fork);
+    cudaEventDestroy(join);
+    cudaStreamDestroy(side);
+  }
   std::fflush(stdout);
 
   if (c.sweep) {  // planner options (entries, members per item, solo), residual splits, kernel variants

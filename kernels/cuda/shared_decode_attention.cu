@@ -188,8 +188,18 @@ cudaError_t LaunchSharedDecodeAttention(const SharedDecodeParams& p, cudaStream_
       p.shared_parts == nullptr || p.res_offsets == nullptr) {
     return cudaErrorInvalidValue;
   }
-  if (p.num_items > 0) LaunchShared(p, group, stream);
   const int res_splits = SharedResidualSplits(p);
+  // The residual kernel beside the shared one: forked after what the stream ran before (the
+  // queries and the new keys), joined before the combine.
+  const bool beside =
+      p.residual_stream != nullptr && p.fork != nullptr && p.join != nullptr && res_splits > 0 && p.num_items > 0;
+  cudaStream_t residual_stream = stream;
+  if (beside) {
+    if (cudaError_t e = cudaEventRecord(p.fork, stream); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaStreamWaitEvent(p.residual_stream, p.fork); e != cudaSuccess) return e;
+    residual_stream = p.residual_stream;
+  }
+  if (p.num_items > 0) LaunchShared(p, group, stream);
   float* residual_ws = p.workspace + SharedWorkspaceFloats(p);
   if (res_splits > 0) {
     DecodeAttentionParams r = b;
@@ -202,10 +212,15 @@ cudaError_t LaunchSharedDecodeAttention(const SharedDecodeParams& p, cudaStream_
     r.workspace = residual_ws;
     const int eps = std::max(1, (p.max_residual_entries + res_splits - 1) / res_splits);
     if (b.kv.head_dim == 64) {
-      LaunchResidualHd<64>(r, group, res_splits, eps, stream);
+      LaunchResidualHd<64>(r, group, res_splits, eps, residual_stream);
     } else {
-      LaunchResidualHd<128>(r, group, res_splits, eps, stream);
+      LaunchResidualHd<128>(r, group, res_splits, eps, residual_stream);
     }
+  }
+  if (beside) {
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;  // the launches' own errors first
+    if (cudaError_t e = cudaEventRecord(p.join, p.residual_stream); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaStreamWaitEvent(stream, p.join); e != cudaSuccess) return e;
   }
   const int pairs = b.num_seqs * b.n_heads;
   SharedCombineKernel<<<(pairs + kCombineWarps - 1) / kCombineWarps, kCombineWarps * 32, 0, stream>>>(

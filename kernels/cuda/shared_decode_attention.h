@@ -60,6 +60,13 @@ struct SharedDecodeParams {
   // Tuning of the shared kernel, for the benchmark and the test (0: the default): the others are
   // the alternatives that shared_decode_bench times in the same run (SharedKernelVariantName).
   int kernel_variant = 0;
+  // Optional: a second stream and two events (cudaEventDisableTiming) on which the residual
+  // kernel runs beside the shared kernel, forked from and joined back into the launch's
+  // stream before the combine (both are latency-bound: either fills the other's idle SMs).
+  // All three or none; used by one launch at a time.
+  cudaStream_t residual_stream = nullptr;
+  cudaEvent_t fork = nullptr;
+  cudaEvent_t join = nullptr;
 };
 
 // The shared kernel's variants: 0 the default; names for the benchmark's table.

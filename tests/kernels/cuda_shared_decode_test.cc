@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -174,6 +175,29 @@ TEST_P(SharedDecodeGpuTest, MatchesPerSequenceKernelAndCpu) {
         EXPECT_LT(vs_kernel, 1e-4) << "sequence " << seq << " of " << problem.num_seqs()
                                    << " vs the per-sequence kernel";
         EXPECT_LT(vs_cpu, 2e-3) << "sequence " << seq << " vs the CPU twin";
+      }
+      // The residual kernel beside the shared one, on a second stream: the same partials in
+      // the same places, so the same output bit for bit.
+      {
+        cudaStream_t side = nullptr;
+        cudaEvent_t fork = nullptr, join = nullptr;
+        CUDA_OK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+        CUDA_OK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+        CUDA_OK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+        cuda::SharedDecodeParams beside = p;
+        beside.residual_stream = side;
+        beside.fork = fork;
+        beside.join = join;
+        CUDA_OK(cudaMemset(p.workspace, 0xff, ws_bytes));
+        CUDA_OK(cudaMemset(p.base.out, 0xff, expected.size() * sizeof(float)));
+        CUDA_OK(cuda::LaunchSharedDecodeAttention(beside, nullptr));
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<float> two_streams = ToHost(p.base.out, expected.size());
+        EXPECT_EQ(0, std::memcmp(two_streams.data(), shared.data(), shared.size() * sizeof(float)))
+            << "the residual kernel on a second stream changed the output";
+        cudaEventDestroy(fork);
+        cudaEventDestroy(join);
+        cudaStreamDestroy(side);
       }
       std::printf(
           "shared decode (%svariant %d): %d seqs, %zu items (%d solo), %zu members, %d runs, residual max %d "

@@ -19,11 +19,17 @@ CudaBackend::~CudaBackend() {
     if (p != nullptr) cudaFree(p);
   }
   gemm_.reset();
+  if (residual_fork_ != nullptr) cudaEventDestroy(residual_fork_);
+  if (residual_join_ != nullptr) cudaEventDestroy(residual_join_);
+  if (residual_stream_ != nullptr) cudaStreamDestroy(residual_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
 absl::Status CudaBackend::Init(cuda::GemmOptions gemm_options) {
   RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
+  RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&residual_stream_, cudaStreamNonBlocking), "residual stream"));
+  RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&residual_fork_, cudaEventDisableTiming), "fork event"));
+  RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&residual_join_, cudaEventDisableTiming), "join event"));
   RETURN_IF_ERROR(Cuda(cudaGetDevice(&device_), "device"));
   streams_ = std::make_shared<StreamPool>(device_);
   // Transfer staging comes from the stream-ordered allocator; by default it hands freed

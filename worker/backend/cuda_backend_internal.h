@@ -267,6 +267,10 @@ class CudaBackend : public Backend {
   SharedDecodeStats shared_stats_;
   StepTiming step_timing_;  // small decode steps (cuda_step_timing.h)
   cudaStream_t stream_ = nullptr;
+  // The chunk-shared decode's residual kernel runs on residual_stream_ beside the shared
+  // kernel, forked and joined with these events (shared_decode_attention.h).
+  cudaStream_t residual_stream_ = nullptr;
+  cudaEvent_t residual_fork_ = nullptr, residual_join_ = nullptr;
   int device_ = 0;                          // the device of stream_ (set on the pipeline's threads too)
   std::shared_ptr<TransferBudget> budget_;  // shared with chunks in transit
   std::shared_ptr<StreamPool> streams_;     // the pipeline threads' streams (made in Init)

@@ -14,6 +14,29 @@
 
 namespace lazykv::cuda_backend {
 
+namespace {
+
+// LAZYKV_FUSED_KV_WRITE=0: the KV write kernel runs in every step, for comparisons.
+bool FusedKvWriteEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("LAZYKV_FUSED_KV_WRITE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+// LAZYKV_SHARED_RESIDUAL_BESIDE=0: the chunk-shared decode's residual kernel on the step's
+// stream after the shared kernel, for comparisons.
+bool ResidualBesideEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("LAZYKV_SHARED_RESIDUAL_BESIDE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+}  // namespace
+
 absl::Status CudaBackend::ReserveActivations(int rows) {
   if (rows <= activation_rows_) return absl::OkStatus();
   const size_t r = rows, dim = c_.dim, q = c_.q_dim(), kv = c_.kv_dim(), hidden = c_.hidden_dim;
@@ -53,6 +76,11 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
       s.base = d;
       RETURN_IF_ERROR(attn_ws_.Reserve(std::max<size_t>(16, cuda::SharedDecodeWorkspaceBytes(s))));
       s.workspace = attn_ws_.as<float>();
+      if (ResidualBesideEnabled()) {  // the residual kernel beside the shared one
+        s.residual_stream = residual_stream_;
+        s.fork = residual_fork_;
+        s.join = residual_join_;
+      }
       RETURN_IF_ERROR(Cuda(cuda::LaunchSharedDecodeAttention(s, stream_), "shared decode attention"));
     } else {
       RETURN_IF_ERROR(
@@ -87,18 +115,6 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
   }
   return Cuda(cuda::LaunchGenericPagedAttention(p, plan.rows, stream_), "generic attention");
 }
-
-namespace {
-
-bool FusedKvWriteEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("LAZYKV_FUSED_KV_WRITE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return enabled;
-}
-
-}  // namespace
 
 absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vector<LogitsRows>* wanted) {
   wanted->clear();

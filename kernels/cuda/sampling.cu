@@ -216,7 +216,8 @@ __device__ void MergeGreedySlices(const SampleParams& params, const float* logit
   }
   __syncthreads();
   const double m = sh.max_logit;
-  const double part = mine.exp_sum > 0 ? mine.exp_sum * exp(static_cast<double>(mine.max_logit) - m) : 0.0;
+  // A slice of -inf adds nothing; a NaN in a slice makes the sum NaN, as on the one-CTA path.
+  const double part = mine.max_logit == -INFINITY ? 0.0 : mine.exp_sum * exp(static_cast<double>(mine.max_logit) - m);
   const double sum = cub::BlockReduce<double, kThreads>(sh.cub.dsum).Sum(part);
   if (tid == 0) {
     const int id = sh.argmax;

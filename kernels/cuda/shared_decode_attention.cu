@@ -203,6 +203,7 @@ cudaError_t LaunchSharedDecodeAttention(const SharedDecodeParams& p, cudaStream_
   float* residual_ws = p.workspace + SharedWorkspaceFloats(p);
   if (res_splits > 0) {
     DecodeAttentionParams r = b;
+    r.new_tokens = {};  // the KV write ran before: the residual kernel only reads
     r.kv.block_ids = p.res_block_ids;
     r.kv.block_tokens = p.res_block_tokens;
     r.kv.block_deltas = p.res_block_deltas;
@@ -217,8 +218,7 @@ cudaError_t LaunchSharedDecodeAttention(const SharedDecodeParams& p, cudaStream_
       LaunchResidualHd<128>(r, group, res_splits, eps, residual_stream);
     }
   }
-  if (beside) {
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;  // the launches' own errors first
+  if (beside) {  // joined whatever the launches reported: nothing may run on after the step
     if (cudaError_t e = cudaEventRecord(p.join, p.residual_stream); e != cudaSuccess) return e;
     if (cudaError_t e = cudaStreamWaitEvent(stream, p.join); e != cudaSuccess) return e;
   }

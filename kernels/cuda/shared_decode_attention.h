@@ -63,7 +63,8 @@ struct SharedDecodeParams {
   // Optional: a second stream and two events (cudaEventDisableTiming) on which the residual
   // kernel runs beside the shared kernel, forked from and joined back into the launch's
   // stream before the combine (both are latency-bound: either fills the other's idle SMs).
-  // All three or none; used by one launch at a time.
+  // All three or none; used by one launch at a time. base.new_tokens is ignored (the
+  // residual kernel only reads: a KV write runs before).
   cudaStream_t residual_stream = nullptr;
   cudaEvent_t fork = nullptr;
   cudaEvent_t join = nullptr;

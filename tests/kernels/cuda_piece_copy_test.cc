@@ -285,6 +285,9 @@ TEST(CudaPieceCopyTest, LeavesWhatTheKernelDoesNotDoBetterToTheCopyEngines) {
   const Pieces scattered = {{read_only + 8192, 1024}, {read_only, 1024}};
   EXPECT_TRUE(PlanKernelCopy(scattered, range, /*to_contiguous=*/true).has_value());
   EXPECT_FALSE(PlanKernelCopy(scattered, range, /*to_contiguous=*/false).has_value());
+  // Nor mixed with device pieces, in either order (a registered region takes no driver query).
+  EXPECT_FALSE(PlanKernelCopy(Pieces{{range + 4096, 1024}, {read_only, 1024}}, range + 8192, true).has_value());
+  EXPECT_FALSE(PlanKernelCopy(Pieces{{read_only + 8192, 1024}, {range, 1024}}, range + 8192, true).has_value());
   cache::UnpinHostMemory(read_only);
   std::free(read_only);
   // The kernel's argument checks.

@@ -144,6 +144,25 @@ TEST(CudaSamplingTest, GreedyRowsInSlicesPickTheFirstMaximum) {
     for (int i = from; i < to; ++i) masked[i] = static_cast<float>(unit(rng));
     add(std::move(masked), 0.0f);
     CheckRows(logits, sampling, "greedy in slices, vocab " + std::to_string(vocab), /*slices=*/true, 1e-5);
+
+    // A NaN among the logits: a NaN log-probability, on both paths.
+    std::vector<float> with_nan = RandomRow(rng, vocab, Shape::kNormal);
+    with_nan[pick(rng)] = std::nanf("");
+    for (bool slices : {false, true}) {
+      DeviceArena arena;
+      const cuda::SampleRowParams row{.logits_row = 0, .temperature = 0.0f, .top_p = 1.0f, .unused = 0, .uniform = 0.0};
+      const cuda::SampleParams p{
+          .logits = arena.Copy(with_nan),
+          .rows = arena.Copy(std::vector<cuda::SampleRowParams>{row}),
+          .workspace = arena.Alloc<float>(vocab),
+          .out = arena.Alloc<cuda::SampledRow>(1),
+          .num_rows = 1,
+          .vocab = vocab,
+          .greedy_slices = slices ? arena.Alloc<char>(cuda::SampleGreedySlicesBytes(1, vocab)) : nullptr};
+      ASSERT_EQ(cuda::LaunchSampleRows(p, nullptr), cudaSuccess);
+      CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_TRUE(std::isnan(ToHost(p.out, 1)[0].logprob)) << "vocab " << vocab << (slices ? ", slices" : ", one CTA");
+    }
   }
 }
 

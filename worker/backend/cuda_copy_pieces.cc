@@ -32,7 +32,8 @@ std::optional<const char*> HostDeviceAddress(std::string_view piece) {
 
 // The address of a piece of device memory on the current device (a CUDA IPC mapping of a
 // cache server's GPU tier, or a cudaMalloc), or nothing. Both ends are asked, as for host
-// pieces.
+// pieces; a piece must lie in one allocation (the tier's pages of one segment do), which the
+// runtime cannot tell apart from two allocations whose ends are mapped.
 std::optional<const char*> CurrentDeviceAddress(std::string_view piece) {
   int current = -1;
   if (cudaGetDevice(&current) != cudaSuccess) {
@@ -152,6 +153,7 @@ std::optional<KernelCopyPlan> PlanKernelCopy(const std::vector<std::string_view>
     if (!address || (host && device)) return std::nullopt;
     translated.emplace_back(*address, piece.size());
   }
+  if (host && device) return std::nullopt;  // a mix (a registered region's piece among device ones)
   // Pinned host pieces: only where fragmented (else one DMA copy is faster).
   if (host && !FragmentedEnoughForTheKernel(pieces)) return std::nullopt;
   std::optional<std::vector<cuda::CopySegment>> segments =

@@ -19,9 +19,9 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
+
+#include "common/env_switch.h"
 
 namespace lazykv::cuda {
 
@@ -32,10 +32,7 @@ __device__ __forceinline__ void AllowDependentLaunch() { asm volatile("griddepco
 // launch's error, which it also takes off the pending error (cudaGetLastError), as a
 // <<<>>> launch checked with cudaGetLastError would report it.
 inline bool DependentLaunchEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("LAZYKV_DEPENDENT_LAUNCH");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("LAZYKV_DEPENDENT_LAUNCH");
   return enabled;
 }
 

@@ -20,22 +20,9 @@ __global__ void KvTransferKernel(KvTransferParams p) {
             static_cast<size_t>(p.kv.block_ids[i]) * p.kv.block_size * kv_dim;
   constexpr size_t kPer = sizeof(T) / sizeof(E);
   const size_t n = static_cast<size_t>(p.kv.block_tokens[i]) * kv_dim / kPer;
-  const T* __restrict__ src = reinterpret_cast<const T*>(p.to_pool ? payload : pool);
-  T* __restrict__ dst = reinterpret_cast<T*>(p.to_pool ? pool : payload);
-  // kUnroll loads in flight per thread before their stores (a 16-token block of Llama-3-8B
-  // is 8 vectors a thread): one round trip a pass, not one a vector.
-  constexpr int kUnroll = 4;
-  for (size_t base = threadIdx.x; base < n; base += blockDim.x * kUnroll) {
-    T v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (base + u * blockDim.x < n) v[u] = src[base + u * blockDim.x];
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (base + u * blockDim.x < n) dst[base + u * blockDim.x] = v[u];
-    }
-  }
+  T* src = reinterpret_cast<T*>(p.to_pool ? payload : pool);
+  T* dst = reinterpret_cast<T*>(p.to_pool ? pool : payload);
+  for (size_t e = threadIdx.x; e < n; e += blockDim.x) dst[e] = src[e];
 }
 
 template <typename E>

@@ -50,9 +50,7 @@ __global__ void __launch_bounds__(kThreads) KvWriteKernel(KvWriteParams p) {
     float s, c;
     RopeSinCos(p.kv.inv_freq[i], position, &s, &c);
     for (int head = 0; head < p.kv.n_kv_heads; ++head) {
-      const float x0 = k[head * hd + a], x1 = k[head * hd + b];
-      k_pool[slot + head * hd + a] = FromFloat<T>(x0 * c - x1 * s);
-      k_pool[slot + head * hd + b] = FromFloat<T>(x0 * s + x1 * c);
+      StoreRotatedPair(k + head * hd, a, b, s, c, k_pool + slot + head * hd);
     }
   }
 }

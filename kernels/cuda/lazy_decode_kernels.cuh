@@ -145,16 +145,14 @@ __device__ __forceinline__ void WriteNewToken(const DecodeAttentionParams& p, in
       static_cast<size_t>(kvh) * HD;
   __nv_bfloat16* __restrict__ k_pool = static_cast<__nv_bfloat16*>(p.kv.k_pool) + slot;
   __nv_bfloat16* __restrict__ v_pool = static_cast<__nv_bfloat16*>(p.kv.v_pool) + slot;
-  for (int i = lane; i < HD; i += 32) v_pool[i] = __float2bfloat16(v[i]);
+  for (int i = lane; i < HD; i += 32) v_pool[i] = FromFloat<__nv_bfloat16>(v[i]);
   const long long position = p.new_tokens.rope_positions[seq];
   for (int i = lane; i < HD / 2; i += 32) {
     int a, b;
     RopePair(p.kv.rope_style, HD, i, &a, &b);
     float s, c;
     RopeSinCos(p.kv.inv_freq[i], position, &s, &c);
-    const float x0 = k[a], x1 = k[b];
-    k_pool[a] = __float2bfloat16(x0 * c - x1 * s);
-    k_pool[b] = __float2bfloat16(x0 * s + x1 * c);
+    StoreRotatedPair(k, a, b, s, c, k_pool);
   }
 }
 

@@ -61,10 +61,11 @@ struct Outcome {
   int rows = 0, rounding = 0;
 };
 
-// Samples every row on the GPU and on the host; expects equal tokens (or a rounding case).
-// With `slices`, greedy rows go over many CTAs (SampleParams::greedy_slices).
-Outcome CheckRows(const std::vector<std::vector<float>>& logits, const std::vector<RowSampling>& sampling,
-                  const std::string& what, bool slices = false, double logprob_tolerance = 1e-4) {
+// Every row sampled on the GPU; with `slices`, greedy rows go over many CTAs
+// (SampleParams::greedy_slices).
+std::vector<cuda::SampledRow> SampleOnGpu(const std::vector<std::vector<float>>& logits,
+                                          const std::vector<RowSampling>& sampling, bool slices,
+                                          const std::string& what) {
   const int n = static_cast<int>(logits.size()), vocab = static_cast<int>(logits[0].size());
   std::vector<float> flat;
   std::vector<cuda::SampleRowParams> params;
@@ -84,10 +85,17 @@ Outcome CheckRows(const std::vector<std::vector<float>>& logits, const std::vect
                        .num_rows = n,
                        .vocab = vocab,
                        .greedy_slices = slices ? arena.Alloc<char>(cuda::SampleGreedySlicesBytes(n, vocab)) : nullptr};
-  Outcome outcome;
-  EXPECT_EQ(cuda::LaunchSampleRows(p, nullptr), cudaSuccess);
+  EXPECT_EQ(cuda::LaunchSampleRows(p, nullptr), cudaSuccess) << what;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-  const std::vector<cuda::SampledRow> got = ToHost(p.out, n);
+  return ToHost(p.out, n);
+}
+
+// Samples every row on the GPU and on the host; expects equal tokens (or a rounding case).
+Outcome CheckRows(const std::vector<std::vector<float>>& logits, const std::vector<RowSampling>& sampling,
+                  const std::string& what, bool slices = false, double logprob_tolerance = 1e-4) {
+  const int n = static_cast<int>(logits.size()), vocab = static_cast<int>(logits[0].size());
+  Outcome outcome;
+  const std::vector<cuda::SampledRow> got = SampleOnGpu(logits, sampling, slices, what);
   for (int r = 0; r < n; ++r) {
     const SampledToken want = SampleRow(logits[r], sampling[r]);
     const RowSampling& s = sampling[r];
@@ -149,19 +157,8 @@ TEST(CudaSamplingTest, GreedyRowsInSlicesPickTheFirstMaximum) {
     std::vector<float> with_nan = RandomRow(rng, vocab, Shape::kNormal);
     with_nan[pick(rng)] = std::nanf("");
     for (bool slices : {false, true}) {
-      DeviceArena arena;
-      const cuda::SampleRowParams row{.logits_row = 0, .temperature = 0.0f, .top_p = 1.0f, .unused = 0, .uniform = 0.0};
-      const cuda::SampleParams p{
-          .logits = arena.Copy(with_nan),
-          .rows = arena.Copy(std::vector<cuda::SampleRowParams>{row}),
-          .workspace = arena.Alloc<float>(vocab),
-          .out = arena.Alloc<cuda::SampledRow>(1),
-          .num_rows = 1,
-          .vocab = vocab,
-          .greedy_slices = slices ? arena.Alloc<char>(cuda::SampleGreedySlicesBytes(1, vocab)) : nullptr};
-      ASSERT_EQ(cuda::LaunchSampleRows(p, nullptr), cudaSuccess);
-      CUDA_OK(cudaDeviceSynchronize());
-      EXPECT_TRUE(std::isnan(ToHost(p.out, 1)[0].logprob)) << "vocab " << vocab << (slices ? ", slices" : ", one CTA");
+      const std::string what = "vocab " + std::to_string(vocab) + (slices ? ", slices" : ", one CTA");
+      EXPECT_TRUE(std::isnan(SampleOnGpu({with_nan}, {RowSampling{}}, slices, what)[0].logprob)) << what;
     }
   }
 }

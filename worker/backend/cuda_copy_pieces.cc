@@ -9,47 +9,38 @@
 namespace lazykv::cuda_backend {
 namespace {
 
-// The device address of a pinned host piece, or nothing when the device cannot read all of
-// it in place (pageable or managed memory; device memory, which the copy engines move as
-// fast; a piece running past its pinned allocation). Both ends are asked: a piece is read
-// whole by the kernel.
-std::optional<const char*> HostDeviceAddress(std::string_view piece) {
-  auto ask = [](const void* p) -> std::optional<const char*> {
+// Where the device reads a piece in place, and whether it is device memory: pinned host
+// memory mapped into the device's space, or memory of the current device (a CUDA IPC
+// mapping of a cache server's GPU tier, a cudaMalloc). Nothing for pageable or managed
+// memory, another device's, or a piece running past its pinned allocation. Both ends are
+// asked (a piece is read whole by the kernel); a piece must lie in one allocation (the
+// tier's pages of one segment do), which the runtime cannot tell apart from two allocations
+// whose ends are mapped.
+struct DeviceReadable {
+  const char* address;
+  bool device;
+};
+std::optional<DeviceReadable> DeviceReadableAddress(std::string_view piece, int current_device) {
+  auto ask = [current_device](const void* p) -> std::optional<DeviceReadable> {
     cudaPointerAttributes attributes{};
     if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
       cudaGetLastError();
       return std::nullopt;
     }
-    if (attributes.type != cudaMemoryTypeHost || attributes.devicePointer == nullptr) return std::nullopt;
-    return static_cast<const char*>(attributes.devicePointer);
+    const char* address = static_cast<const char*>(attributes.devicePointer);
+    if (attributes.type == cudaMemoryTypeHost && address != nullptr) return DeviceReadable{address, false};
+    if (attributes.type == cudaMemoryTypeDevice && attributes.device == current_device && address == p) {
+      return DeviceReadable{address, true};
+    }
+    return std::nullopt;
   };
-  const std::optional<const char*> first = ask(piece.data());
+  const std::optional<DeviceReadable> first = ask(piece.data());
   if (!first) return std::nullopt;
-  const std::optional<const char*> last = ask(piece.data() + piece.size() - 1);
-  if (!last || *last != *first + piece.size() - 1) return std::nullopt;
-  return first;
-}
-
-// The address of a piece of device memory on the current device (a CUDA IPC mapping of a
-// cache server's GPU tier, or a cudaMalloc), or nothing. Both ends are asked, as for host
-// pieces; a piece must lie in one allocation (the tier's pages of one segment do), which the
-// runtime cannot tell apart from two allocations whose ends are mapped.
-std::optional<const char*> CurrentDeviceAddress(std::string_view piece) {
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    cudaGetLastError();
+  const std::optional<DeviceReadable> last = ask(piece.data() + piece.size() - 1);
+  if (!last || last->device != first->device || last->address != first->address + piece.size() - 1) {
     return std::nullopt;
   }
-  auto on_device = [current](const void* p) {
-    cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return attributes.type == cudaMemoryTypeDevice && attributes.device == current && attributes.devicePointer == p;
-  };
-  if (!on_device(piece.data()) || !on_device(piece.data() + piece.size() - 1)) return std::nullopt;
-  return piece.data();
+  return first;
 }
 
 // Whether the kernel beats the copy engines for these pinned host pieces: a DMA copy costs about 0.9 us
@@ -129,6 +120,7 @@ std::optional<KernelCopyPlan> PlanKernelCopy(const std::vector<std::string_view>
   translated.reserve(pieces.size());
   std::optional<DeviceMappedRegion> region;  // the last registered region a piece was in
   bool host = false, device = false;         // the kinds of memory met
+  int current_device = -1;                   // asked at the first piece that needs it
   for (std::string_view piece : pieces) {
     if (piece.empty()) continue;
     if (!region || !region->Contains(piece.data(), piece.size())) {
@@ -144,16 +136,16 @@ std::optional<KernelCopyPlan> PlanKernelCopy(const std::vector<std::string_view>
     // kernel's write there is a fault that ends the process's CUDA context: the kernel
     // writes only into registered regions that say they are writable.
     if (!to_contiguous) return std::nullopt;
-    std::optional<const char*> address = HostDeviceAddress(piece);
-    host = host || address.has_value();
-    if (!address) {
-      address = CurrentDeviceAddress(piece);
-      device = device || address.has_value();
+    if (current_device < 0 && cudaGetDevice(&current_device) != cudaSuccess) {
+      cudaGetLastError();
+      return std::nullopt;
     }
-    if (!address || (host && device)) return std::nullopt;
-    translated.emplace_back(*address, piece.size());
+    const std::optional<DeviceReadable> readable = DeviceReadableAddress(piece, current_device);
+    if (!readable) return std::nullopt;
+    (readable->device ? device : host) = true;
+    translated.emplace_back(readable->address, piece.size());
   }
-  if (host && device) return std::nullopt;  // a mix (a registered region's piece among device ones)
+  if (host && device) return std::nullopt;  // a mix
   // Pinned host pieces: only where fragmented (else one DMA copy is faster).
   if (host && !FragmentedEnoughForTheKernel(pieces)) return std::nullopt;
   std::optional<std::vector<cuda::CopySegment>> segments =

@@ -3,10 +3,9 @@
 // classifier GEMM (the 1 GiB classifier of an 8B model streamed once per step, not once
 // per sequence). The layers are one template over the element type of the weights, GEMM
 // inputs and pool (bf16, or fp32 in the backend's fp32 mode).
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
+#include "common/env_switch.h"
 #include "kernels/cuda/generic_attention.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -18,20 +17,14 @@ namespace {
 
 // LAZYKV_FUSED_KV_WRITE=0: the KV write kernel runs in every step, for comparisons.
 bool FusedKvWriteEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("LAZYKV_FUSED_KV_WRITE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("LAZYKV_FUSED_KV_WRITE");
   return enabled;
 }
 
 // LAZYKV_SHARED_RESIDUAL_BESIDE=0: the chunk-shared decode's residual kernel on the step's
 // stream after the shared kernel, for comparisons.
 bool ResidualBesideEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("LAZYKV_SHARED_RESIDUAL_BESIDE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("LAZYKV_SHARED_RESIDUAL_BESIDE");
   return enabled;
 }
 

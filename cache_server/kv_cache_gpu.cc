@@ -38,21 +38,23 @@ bool KvCacheService::DeleteEverywhere(const Hash128& key) {
 }
 
 absl::Status KvCacheService::LeaseGpuCopy(uint64_t session_id, const std::string& caller, const Hash128& key,
-                                          uint64_t* lease_id, std::string* header, uint64_t* stored_bytes,
-                                          google::protobuf::RepeatedField<uint32_t>* pages) {
+                                          double share, v1::ShmGetResponse* answer) {
   std::shared_ptr<const GpuValue> value = gpu_ != nullptr ? gpu_->Find(key) : nullptr;
   if (value == nullptr) return absl::NotFoundError(absl::StrFormat("chunk %s is not in the GPU tier", key.ToHex()));
   const uint64_t size = value->size();
   const std::span<const uint32_t> value_pages = value->pages();
-  *header = value->header();
-  auto lease = shm_->Acquire(session_id, caller, std::shared_ptr<const void>(value), size);
+  auto lease = shm_->Acquire(session_id, caller, std::shared_ptr<const void>(value), size, share);
   if (!lease.ok()) {
-    if (lease.status().code() == absl::StatusCode::kResourceExhausted) metrics_.CountRejected("shm_lease_limit");
+    if (lease.status().code() == absl::StatusCode::kResourceExhausted && share == 1.0) {
+      metrics_.CountRejected("shm_lease_limit");
+    }
     return lease.status();
   }
-  *lease_id = *lease;
-  *stored_bytes = size;
-  pages->Assign(value_pages.begin(), value_pages.end());
+  answer->set_lease_id(*lease);
+  answer->set_tier(v1::TIER_GPU);
+  answer->set_stored_bytes(size);
+  answer->set_header(value->header());
+  answer->mutable_pages()->Assign(value_pages.begin(), value_pages.end());
   metrics_.cuda_ipc_sent.chunks->Increment();
   metrics_.cuda_ipc_sent.bytes->Increment(static_cast<double>(size));
   return absl::OkStatus();
@@ -68,16 +70,17 @@ grpc::Status KvCacheService::GpuGet(grpc::ServerContext* context, const v1::GpuG
   }
   if (!request->has_key()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key is required");
   const Hash128 key = FromProto(request->key());
-  uint64_t lease_id = 0, stored_bytes = 0;
-  absl::Status leased = LeaseGpuCopy(request->session_id(), caller->name, key, &lease_id,
-                                     response->mutable_header(), &stored_bytes, response->mutable_pages());
+  v1::ShmGetResponse answer;
+  absl::Status leased = LeaseGpuCopy(request->session_id(), caller->name, key, /*share=*/1.0, &answer);
   if (leased.code() == absl::StatusCode::kNotFound) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrFormat("chunk %s is not in the GPU tier: use ShmGet or Get", key.ToHex()));
   }
   if (!leased.ok()) return ToGrpcStatus(leased);
-  response->set_lease_id(lease_id);
-  response->set_stored_bytes(stored_bytes);
+  response->set_lease_id(answer.lease_id());
+  response->set_stored_bytes(answer.stored_bytes());
+  *response->mutable_header() = std::move(*answer.mutable_header());
+  *response->mutable_pages() = std::move(*answer.mutable_pages());
   return grpc::Status::OK;
 }
 

@@ -111,29 +111,44 @@ KvCacheService::KvCacheService(TieredStore* store, LeaseTable* leases, ServiceLi
 grpc::Status KvCacheService::Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                                     v1::LookupResponse* response) {
   LatencyTimer timer(metrics_, "lookup");
-  if (auto caller = Authorize(context, Role::kWorker); !caller.ok()) return ToGrpcStatus(caller.status());
+  auto caller = Authorize(context, Role::kWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (request->keys_size() > limits_.max_lookup_keys) {
     metrics_.CountRejected("max_lookup_keys");
     return Invalid(
         absl::StrFormat("keys: %d keys exceed max_lookup_keys=%d", request->keys_size(), limits_.max_lookup_keys));
   }
-  for (const v1::Hash128& key : request->keys()) {
+  const uint64_t session = request->shm_session_id();
+  for (const v1::Hash128& proto_key : request->keys()) {
+    const Hash128 key = FromProto(proto_key);
     v1::LookupResult* result = response->add_results();
     if (gpu_ != nullptr) {
-      if (std::shared_ptr<const GpuValue> on_gpu = gpu_->Find(FromProto(key))) {
+      if (std::shared_ptr<const GpuValue> on_gpu = gpu_->Find(key)) {
         metrics_.lookups->Increment();
         metrics_.gpu.hits->Increment();
         result->set_found(true);
         result->set_tier(v1::TIER_GPU);
         result->set_stored_bytes(on_gpu->size());
+        // Without prefer_gpu the worker may fetch the GPU copy over a peer link instead.
+        if (session != 0 && request->prefer_gpu()) {
+          LeaseForLookup(session, caller->name, key, /*prefer_gpu=*/true, store_->Locate(key), result);
+        }
         continue;
       }
     }
-    if (const auto where = store_->Lookup(FromProto(key))) {
+    if (const auto where = store_->Lookup(key)) {
       result->set_found(true);
       result->set_tier(ToProtoTier(where->tier));
       result->set_stored_bytes(where->bytes);
+      if (session != 0) LeaseForLookup(session, caller->name, key, /*prefer_gpu=*/false, where, result);
     }
+  }
+  if (session != 0 && context->IsCancelled()) {
+    // The caller gave up (its deadline passed): nobody will adopt these leases.
+    for (const v1::LookupResult& result : response->results()) {
+      if (result.lease().lease_id() != 0) shm_->Release(session, result.lease().lease_id());
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the lookup was cancelled; its leases are released");
   }
   return grpc::Status::OK;
 }

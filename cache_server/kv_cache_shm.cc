@@ -64,6 +64,33 @@ grpc::Status KvCacheService::ShmSession(
   return grpc::Status::OK;
 }
 
+absl::Status KvCacheService::LeaseHostCopy(uint64_t session_id, const std::string& caller, const Hash128& key,
+                                           const ChunkReader& read, double share, v1::ShmGetResponse* answer) {
+  std::shared_ptr<const HostValue> value = read.host_value();
+  if (value == nullptr) value = store_->HostCopy(key);  // promoted by this read
+  if (value == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("chunk %s is on disk only (no room in host RAM now): use Get", key.ToHex()));
+  }
+  const uint64_t size = value->size();
+  const std::span<const uint32_t> pages = value->pages();
+  // `value` is held here too: a session ending at once would otherwise drop it under us.
+  auto lease = shm_->Acquire(session_id, caller, value, size, share);
+  if (!lease.ok()) {
+    if (lease.status().code() == absl::StatusCode::kResourceExhausted && share == 1.0) {
+      metrics_.CountRejected("shm_lease_limit");
+    }
+    return lease.status();
+  }
+  answer->set_lease_id(*lease);
+  answer->set_tier(ToProtoTier(read.tier()));
+  answer->set_stored_bytes(size);
+  answer->mutable_pages()->Assign(pages.begin(), pages.end());
+  metrics_.shm_sent.chunks->Increment();
+  metrics_.shm_sent.bytes->Increment(static_cast<double>(size));
+  return absl::OkStatus();
+}
+
 grpc::Status KvCacheService::ShmGet(grpc::ServerContext* context, const v1::ShmGetRequest* request,
                                     v1::ShmGetResponse* response) {
   auto caller = Authorize(context, Role::kWorker);
@@ -74,17 +101,9 @@ grpc::Status KvCacheService::ShmGet(grpc::ServerContext* context, const v1::ShmG
   if (!request->has_key()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key is required");
   const Hash128 key = FromProto(request->key());
   if (request->prefer_gpu() && gpu_ != nullptr) {  // device to device, when the GPU tier has it
-    uint64_t lease_id = 0, stored_bytes = 0;
-    absl::Status leased = LeaseGpuCopy(request->session_id(), caller->name, key, &lease_id,
-                                       response->mutable_header(), &stored_bytes, response->mutable_pages());
-    if (leased.ok()) {
-      response->set_lease_id(lease_id);
-      response->set_tier(v1::TIER_GPU);
-      response->set_stored_bytes(stored_bytes);
-      return grpc::Status::OK;
-    }
+    absl::Status leased = LeaseGpuCopy(request->session_id(), caller->name, key, /*share=*/1.0, response);
+    if (leased.ok()) return grpc::Status::OK;
     if (leased.code() != absl::StatusCode::kNotFound) return ToGrpcStatus(leased);
-    response->clear_header();
   }
   // The worker checks the payload's checksum itself, so only header and key are checked here
   // (a chunk read from disk is checked in full, and promoted to host RAM).
@@ -97,27 +116,30 @@ grpc::Status KvCacheService::ShmGet(grpc::ServerContext* context, const v1::ShmG
   }
   if (!read.ok()) return ToGrpcStatus(read.status());
   Promote(key, *read);
-  std::shared_ptr<const HostValue> value = read->host_value();
-  if (value == nullptr) value = store_->HostCopy(key);  // promoted by this read
-  if (value == nullptr) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrFormat("chunk %s is on disk only (no room in host RAM now): use Get", key.ToHex()));
+  return ToGrpcStatus(LeaseHostCopy(request->session_id(), caller->name, key, *read, /*share=*/1.0, response));
+}
+
+void KvCacheService::LeaseForLookup(uint64_t session_id, const std::string& caller, const Hash128& key,
+                                    bool prefer_gpu, const std::optional<ChunkLocation>& where,
+                                    v1::LookupResult* result) {
+  // Half of every bound: a worker's fetches (ShmGet) always find room beside what its
+  // lookups leased ahead.
+  constexpr double kLookupShare = 0.5;
+  if (shm_ == nullptr || !store_->arena().shared()) return;
+  v1::ShmGetResponse answer;
+  if (prefer_gpu && gpu_ != nullptr && LeaseGpuCopy(session_id, caller, key, kLookupShare, &answer).ok()) {
+    *result->mutable_lease() = std::move(answer);
+    return;
   }
-  const uint64_t size = value->size();
-  const std::span<const uint32_t> pages = value->pages();
-  // `value` is held here too: a session ending at once would otherwise drop it under us.
-  auto lease = shm_->Acquire(request->session_id(), caller->name, value);
-  if (!lease.ok()) {
-    if (lease.status().code() == absl::StatusCode::kResourceExhausted) metrics_.CountRejected("shm_lease_limit");
-    return ToGrpcStatus(lease.status());
+  // Host RAM only: a lookup never waits on the disk.
+  if (!where || where->tier != StoreTier::kHost) return;
+  auto read = store_->Read(key, PayloadCheck::kHeaderOnly);
+  if (!read.ok() || read->tier() != StoreTier::kHost) return;
+  Promote(key, *read);
+  answer.Clear();
+  if (LeaseHostCopy(session_id, caller, key, *read, kLookupShare, &answer).ok()) {
+    *result->mutable_lease() = std::move(answer);
   }
-  response->set_lease_id(*lease);
-  response->set_tier(ToProtoTier(read->tier()));
-  response->set_stored_bytes(size);
-  response->mutable_pages()->Assign(pages.begin(), pages.end());
-  metrics_.shm_sent.chunks->Increment();
-  metrics_.shm_sent.bytes->Increment(static_cast<double>(size));
-  return grpc::Status::OK;
 }
 
 namespace {

@@ -168,33 +168,35 @@ absl::StatusOr<ShmLeaseTable::Session*> ShmLeaseTable::FindLocked(uint64_t sessi
   return &it->second;
 }
 
-absl::Status ShmLeaseTable::CheckRoomLocked(const Session& session, uint64_t size) const {
+absl::Status ShmLeaseTable::CheckRoomLocked(const Session& session, uint64_t size, double share) const {
+  const auto bound = [share](uint64_t limit) { return static_cast<uint64_t>(static_cast<double>(limit) * share); };
+  const std::string of_it = share < 1.0 ? absl::StrFormat(" (a lookup may take %g of it)", share) : "";
   const size_t held = session.leases.size() + session.reservations.size();
-  if (held >= limits_.max_leases_per_session) {
+  if (held >= bound(limits_.max_leases_per_session)) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "shm session holds %d leases and reservations, at max_shm_leases_per_session=%d; release some or use gRPC",
-        held, limits_.max_leases_per_session));
+        "shm session holds %d leases and reservations, at max_shm_leases_per_session=%d%s; release some or use gRPC",
+        held, limits_.max_leases_per_session, of_it));
   }
-  if (session.bytes + size > limits_.max_bytes_per_session) {
+  if (session.bytes + size > bound(limits_.max_bytes_per_session)) {
     return absl::ResourceExhaustedError(
-        absl::StrFormat("shm session holds %d bytes; %d more exceed max_shm_lease_bytes_per_session=%d; use gRPC",
-                        session.bytes, size, limits_.max_bytes_per_session));
+        absl::StrFormat("shm session holds %d bytes; %d more exceed max_shm_lease_bytes_per_session=%d%s; use gRPC",
+                        session.bytes, size, limits_.max_bytes_per_session, of_it));
   }
-  if (bytes_ + size > limits_.max_bytes_total) {
+  if (bytes_ + size > bound(limits_.max_bytes_total)) {
     return absl::ResourceExhaustedError(
-        absl::StrFormat("shm sessions hold %d bytes; %d more exceed max_shm_lease_bytes=%d; use gRPC", bytes_, size,
-                        limits_.max_bytes_total));
+        absl::StrFormat("shm sessions hold %d bytes; %d more exceed max_shm_lease_bytes=%d%s; use gRPC", bytes_, size,
+                        limits_.max_bytes_total, of_it));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> ShmLeaseTable::Acquire(uint64_t session_id, const std::string& owner,
-                                                std::shared_ptr<const void> value, uint64_t size) {
+                                                std::shared_ptr<const void> value, uint64_t size, double share) {
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> found = FindLocked(session_id, owner);
   if (!found.ok()) return found.status();
   Session& session = **found;
-  if (absl::Status room = CheckRoomLocked(session, size); !room.ok()) return room;
+  if (absl::Status room = CheckRoomLocked(session, size, share); !room.ok()) return room;
   uint64_t id = RandomId();
   while (session.leases.contains(id) || session.reservations.contains(id)) id = RandomId();
   session.leases.emplace(id, Session::Held{std::move(value), size});

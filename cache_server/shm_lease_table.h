@@ -81,9 +81,12 @@ class ShmLeaseTable {
     return Acquire(session_id, owner, std::shared_ptr<const void>(std::move(value)), bytes);
   }
   // The same for any value that holds `bytes` in place while it lives (a GpuValue's pages
-  // in device memory); the bounds count its bytes with the host leases'.
+  // in device memory); the bounds count its bytes with the host leases'. With `share` < 1
+  // the lease must fit within that share of every bound (what is held counts whole): a
+  // lookup's speculative leases leave the rest of a session's room to its fetches.
+  // REQUIRES: 0 < share <= 1.
   absl::StatusOr<uint64_t> Acquire(uint64_t session_id, const std::string& owner, std::shared_ptr<const void> value,
-                                   uint64_t bytes);
+                                   uint64_t bytes, double share = 1.0);
   // False when the session does not hold the lease (released already, or never).
   bool Release(uint64_t session_id, uint64_t lease_id);
 
@@ -144,8 +147,10 @@ class ShmLeaseTable {
   // The session of `owner`, or FAILED_PRECONDITION.
   absl::StatusOr<Session*> FindLocked(uint64_t session_id, const std::string& owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // OK when `bytes` more fit the session's and the total bounds, and one more entry its count.
-  absl::Status CheckRoomLocked(const Session& session, uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when `bytes` more fit `share` of the session's and the total bounds, and one more
+  // entry `share` of its count.
+  absl::Status CheckRoomLocked(const Session& session, uint64_t bytes, double share = 1.0) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShmLeaseLimits limits_;

@@ -203,6 +203,7 @@ void ChunkPipeline::Resolve(const ChunkRequest& chunk, const std::optional<TierH
   }
   bool explore = false;
   if (!ShouldFetch(*hit, chunk.num_tokens, &explore)) {
+    tier_->NotFetching(chunk.key);  // what the lookup leased for the fetch goes now
     ChunkOutcome outcome;
     outcome.key = chunk.key;
     outcome.reason = ComputeReason::kChosen;

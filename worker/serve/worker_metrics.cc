@@ -107,6 +107,11 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                                  {{"transport", "shm"}});
   shm_fallbacks_ = Counter("lazykv_worker_tier_shm_fallbacks_total",
                            "Fetches tried over shared memory and served over gRPC instead (a lease bound, no room)", r);
+  lookup_leases_used_ = Counter("lazykv_worker_tier_lookup_leases_total",
+                                "Same-host leases a lookup took ahead of the fetch, by outcome", r, {{"outcome", "used"}});
+  lookup_leases_unused_ = Counter("lazykv_worker_tier_lookup_leases_total",
+                                  "Same-host leases a lookup took ahead of the fetch, by outcome", r,
+                                  {{"outcome", "unused"}});
   shm_sessions_ = Gauge("lazykv_worker_tier_shm_sessions", "Same-host sessions with cache servers open now", r);
   lease_waits_ = Counter("lazykv_worker_lease_waits_total", "Chunks waited for while another worker computed them", r);
   publish_bytes_in_flight_ =
@@ -169,6 +174,8 @@ void WorkerMetrics::ObserveTransports(const TransportStats& s) {
   AddSince(published_chunks_shm_, s.shm_published_chunks, last.shm_published_chunks);
   AddSince(published_bytes_shm_, s.shm_published_bytes, last.shm_published_bytes);
   AddSince(shm_fallbacks_, s.shm_fallbacks, last.shm_fallbacks);
+  AddSince(lookup_leases_used_, s.lookup_leases_used, last.lookup_leases_used);
+  AddSince(lookup_leases_unused_, s.lookup_leases_unused, last.lookup_leases_unused);
   shm_sessions_->Set(static_cast<double>(s.shm_sessions));
   last_transports_ = s;
 }

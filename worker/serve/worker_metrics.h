@@ -83,6 +83,8 @@ class WorkerMetrics {
   prometheus::Counter* published_chunks_shm_;
   prometheus::Counter* published_bytes_shm_;
   prometheus::Counter* shm_fallbacks_;
+  prometheus::Counter* lookup_leases_used_;
+  prometheus::Counter* lookup_leases_unused_;
   prometheus::Gauge* shm_sessions_;
   prometheus::Gauge* blocks_used_;
   prometheus::Gauge* blocks_cached_;

@@ -78,6 +78,9 @@ struct TransportStats {
   uint64_t nccl_chunks = 0, nccl_bytes = 0;  // from a server's GPU tier over a peer link (or its socket twin)
   uint64_t peer_sessions = 0;                // peer link sessions ready now
   uint64_t shm_fallbacks = 0;  // fetches tried over shm and served by gRPC (auto)
+  // Same-host fetches (shm or cuda_ipc) that took a lease their lookup had taken (no call),
+  // and such leases released unused (the chunk computed instead, or held past its time).
+  uint64_t lookup_leases_used = 0, lookup_leases_unused = 0;
   uint64_t shm_published_chunks = 0, shm_published_bytes = 0;  // committed over shm
   uint64_t shm_sessions = 0;   // same-host sessions open now
 };
@@ -91,6 +94,9 @@ class ChunkTier {
   virtual std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) = 0;
   // The stored chunk; any error means "compute it".
   virtual absl::StatusOr<FetchedChunk> Fetch(const Hash128& key) = 0;
+  // The caller looked `key` up and will not fetch it (it computes the chunk instead): what
+  // the lookup holds for a fetch (a lease taken ahead) goes now rather than when it expires.
+  virtual void NotFetching(const Hash128& key) {}
   // Single flight: granted (compute and publish), stored (fetch), held by another (after
   // waiting up to `wait`), or unavailable (compute without a lease).
   virtual LeaseAnswer Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) = 0;

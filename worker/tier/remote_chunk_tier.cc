@@ -210,13 +210,32 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
   for (size_t s = 0; s < servers_.size(); ++s) {
     Server& server = *servers_[s];
     if (by_owner[s].empty() || !Up(server)) continue;
+    DropLookupLeases(server, nullptr);  // those held past their time
     v1::LookupRequest request;
     for (size_t i : by_owner[s]) *request.add_keys() = ToProto(keys[i]);
+    std::shared_ptr<ShmClientSession> session = LookupLeaseSession(server);
+    if (session != nullptr) {
+      request.set_shm_session_id(session->id());
+      request.set_prefer_gpu(session->gpu() != nullptr);
+    }
     v1::LookupResponse response;
     const Attempted call =
         Run(server, CallDeadline(server), options_.max_retries, "lookup",
             [&](grpc::ClientContext& context) { return server.stub->Lookup(&context, request, &response); });
-    if (!call.status.ok() || response.results_size() != static_cast<int>(by_owner[s].size())) continue;
+    const bool answered = call.status.ok() && response.results_size() == static_cast<int>(by_owner[s].size());
+    if (session != nullptr) {
+      for (int j = 0; j < response.results_size(); ++j) {
+        const v1::LookupResult& r = response.results(j);
+        if (r.lease().lease_id() == 0) continue;
+        if (answered) {
+          KeepLookupLease(server, keys[by_owner[s][j]], r.lease(), session);
+        } else {  // a malformed answer: adopted only to be released
+          (void)(r.lease().tier() == v1::TIER_GPU ? session->AdoptGpu(r.lease()) : session->Adopt(r.lease()));
+          lookup_leases_unused_.fetch_add(1);
+        }
+      }
+    }
+    if (!answered) continue;
     MutexLock lock(&server.mu);
     server.estimator.ObserveCall(call.elapsed);
     for (size_t j = 0; j < by_owner[s].size(); ++j) {
@@ -237,6 +256,8 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::Fetch(const Hash128& key) {
   Server& server = *servers_[OwnerOf(key)];
   if (!Up(server)) return absl::UnavailableError(absl::StrFormat("cache server %s is down", server.address));
   if (options_.transport == FetchTransport::kGrpc) return FetchGrpc(server, key);
+  // A lease the lookup took: the chunk is readable in place now, with no call.
+  if (std::optional<FetchedChunk> leased = TakeLookupLease(server, key)) return *std::move(leased);
   if (WantsPeerLink(server)) {
     absl::StatusOr<FetchedChunk> peer = FetchPeer(server, key);
     // Otherwise not in its GPU tier, no link yet, or a link that failed (it reopens later):
@@ -282,6 +303,8 @@ TransportStats RemoteChunkTier::transport_stats() const {
                      .nccl_chunks = nccl_chunks_.load(),
                      .nccl_bytes = nccl_bytes_.load(),
                      .shm_fallbacks = shm_fallbacks_.load(),
+                     .lookup_leases_used = lookup_leases_used_.load(),
+                     .lookup_leases_unused = lookup_leases_unused_.load(),
                      .shm_published_chunks = shm_published_chunks_.load(),
                      .shm_published_bytes = shm_published_bytes_.load()};
   for (const auto& server : servers_) {

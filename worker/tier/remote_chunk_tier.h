@@ -65,6 +65,10 @@ struct RemoteTierOptions {
   uint64_t peer_staging_bytes = 1ull << 30;
   uint64_t peer_first_buffer_bytes = 64ull << 20;  // a link's first receive buffer (grows to fit)
   std::chrono::milliseconds peer_answer_timeout{5000};
+  // A lookup on a same-host session has the server lease what it finds in host RAM or the
+  // GPU tier (LookupRequest.shm_session_id), so that fetching it is no further call; a
+  // lease no fetch took by then is released. Zero: lookups lease nothing.
+  std::chrono::milliseconds lookup_lease_hold{2000};
 };
 
 
@@ -88,6 +92,7 @@ class RemoteChunkTier final : public ChunkTier {
 
   std::vector<std::optional<TierHit>> Lookup(std::span<const Hash128> keys) override;
   absl::StatusOr<FetchedChunk> Fetch(const Hash128& key) override;
+  void NotFetching(const Hash128& key) override;
   LeaseAnswer Lease(const Hash128& key, std::chrono::milliseconds ttl, std::chrono::milliseconds wait) override;
   void ReleaseLease(const Hash128& key, uint64_t lease_id) override;
   absl::Status RenewLease(const Hash128& key, uint64_t lease_id, std::chrono::milliseconds ttl) override;
@@ -134,6 +139,16 @@ class RemoteChunkTier final : public ChunkTier {
     Mutex peer_mu;
     std::vector<PeerSlot> peers ABSL_GUARDED_BY(peer_mu);
     bool peer_logged ABSL_GUARDED_BY(peer_mu) = false;  // an opening's failure or an end was logged
+    // Chunks a lookup leased ahead for their fetches (remote_chunk_tier_shm.cc), adopted:
+    // pieces of the session's mappings that release their lease when dropped.
+    struct LookedUp {
+      ChunkBytes bytes;
+      bool on_gpu = false;
+      std::shared_ptr<ShmClientSession> session;
+      std::chrono::steady_clock::time_point leased_at;
+    };
+    Mutex looked_up_mu;
+    std::unordered_map<Hash128, std::vector<LookedUp>, Hash128Hasher> looked_up ABSL_GUARDED_BY(looked_up_mu);
   };
   // A call's outcome: its status, and how long the answered try took.
   struct Attempted {
@@ -157,6 +172,17 @@ class RemoteChunkTier final : public ChunkTier {
   // A fetch over the same-host session: NOT_FOUND (a miss), or any other error (then gRPC
   // in auto mode).
   absl::StatusOr<FetchedChunk> FetchShm(Server& server, const Hash128& key);
+  // A lookup's leases (remote_chunk_tier_shm.cc): the session to lease under, when the
+  // server is on this host and lookups lease (null otherwise); the answer's lease adopted
+  // and kept for `key`'s fetch; a kept one taken (nullopt: none, or its session ended);
+  // kept ones dropped (their leases released): `key`'s, or all held past their time.
+  std::shared_ptr<ShmClientSession> LookupLeaseSession(Server& server);
+  // A same-host fetch's answer: counted by transport, its payload taken as verified.
+  FetchedChunk SameHostFetched(Server& server, ChunkBytes bytes, bool on_gpu, double setup_seconds);
+  void KeepLookupLease(Server& server, const Hash128& key, const v1::ShmGetResponse& lease,
+                       std::shared_ptr<ShmClientSession> session);
+  std::optional<FetchedChunk> TakeLookupLease(Server& server, const Hash128& key);
+  void DropLookupLeases(Server& server, const Hash128* key);
   absl::StatusOr<FetchedChunk> FetchGrpc(Server& server, const Hash128& key);
   // Whether a chunk in the server's GPU tier should come over a peer link (remote_chunk_tier_peer.cc).
   bool WantsPeerLink(Server& server);
@@ -182,6 +208,7 @@ class RemoteChunkTier final : public ChunkTier {
   std::thread prober_;
   std::atomic<uint64_t> grpc_chunks_{0}, grpc_bytes_{0}, shm_chunks_{0}, shm_bytes_{0}, shm_fallbacks_{0};
   std::atomic<uint64_t> cuda_ipc_chunks_{0}, cuda_ipc_bytes_{0};
+  std::atomic<uint64_t> lookup_leases_used_{0}, lookup_leases_unused_{0};
   std::atomic<uint64_t> nccl_chunks_{0}, nccl_bytes_{0};
   std::shared_ptr<StagingPool> peer_staging_;  // receive buffers of peer link fetches
   std::atomic<uint64_t> shm_published_chunks_{0}, shm_published_bytes_{0};

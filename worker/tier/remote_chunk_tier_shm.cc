@@ -75,8 +75,12 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::FetchShm(Server& server, const Has
   const bool on_gpu = response.tier() == v1::TIER_GPU;
   auto bytes = on_gpu ? session->AdoptGpu(response) : session->Adopt(response);
   if (!bytes.ok()) return bytes.status();
+  return SameHostFetched(server, *std::move(bytes), on_gpu, setup_seconds);
+}
+
+FetchedChunk RemoteChunkTier::SameHostFetched(Server& server, ChunkBytes bytes, bool on_gpu, double setup_seconds) {
   (on_gpu ? cuda_ipc_chunks_ : shm_chunks_).fetch_add(1);
-  (on_gpu ? cuda_ipc_bytes_ : shm_bytes_).fetch_add(bytes->size());
+  (on_gpu ? cuda_ipc_bytes_ : shm_bytes_).fetch_add(bytes.size());
   // Verified: the server checked the payload's checksum when it admitted the chunk to its
   // host RAM (a commit, a put, a read back from disk), and the bytes have not moved since:
   // they are read in place, in memory this worker trusts as it trusts the server's process
@@ -84,8 +88,93 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::FetchShm(Server& server, const Has
   // more than the rest of the fetch. The MAC, when the fleet signs chunks, is still
   // checked by the pipeline, and the values on the device. The same holds for a chunk in the
   // server's GPU tier, copied there from host RAM or disk after their checks.
-  return FetchedChunk{*std::move(bytes), ChunkSource::kRemote, server.address, /*payload_verified=*/true,
+  return FetchedChunk{std::move(bytes), ChunkSource::kRemote, server.address, /*payload_verified=*/true,
                       setup_seconds};
+}
+
+std::shared_ptr<ShmClientSession> RemoteChunkTier::LookupLeaseSession(Server& server) {
+  // Forced transports keep their meaning: gRPC never leases; with nccl the GPU tier's
+  // chunks come over links, and a lease on their host copy would bypass them.
+  if (options_.lookup_lease_hold.count() <= 0 || options_.transport == FetchTransport::kGrpc ||
+      options_.transport == FetchTransport::kNccl) {
+    return nullptr;
+  }
+  std::shared_ptr<ShmClientSession> session = ShmSessionFor(server);
+  return session != nullptr && session->alive() ? session : nullptr;
+}
+
+void RemoteChunkTier::KeepLookupLease(Server& server, const Hash128& key, const v1::ShmGetResponse& lease,
+                                      std::shared_ptr<ShmClientSession> session) {
+  const bool on_gpu = lease.tier() == v1::TIER_GPU;
+  absl::StatusOr<ChunkBytes> bytes = on_gpu ? session->AdoptGpu(lease) : session->Adopt(lease);
+  if (!bytes.ok()) {  // the lease went with the refused bytes; the fetch asks again
+    lookup_leases_unused_.fetch_add(1);
+    return;
+  }
+  MutexLock lock(&server.looked_up_mu);
+  server.looked_up[key].push_back(Server::LookedUp{*std::move(bytes), on_gpu, std::move(session), Clock::now()});
+}
+
+std::optional<FetchedChunk> RemoteChunkTier::TakeLookupLease(Server& server, const Hash128& key) {
+  std::optional<Server::LookedUp> taken;
+  std::vector<Server::LookedUp> stale;  // released outside the lock
+  {
+    MutexLock lock(&server.looked_up_mu);
+    auto it = server.looked_up.find(key);
+    if (it == server.looked_up.end()) return std::nullopt;
+    std::vector<Server::LookedUp>& held = it->second;
+    const auto oldest_kept = Clock::now() - options_.lookup_lease_hold;
+    while (!held.empty() && !taken) {
+      Server::LookedUp candidate = std::move(held.back());
+      held.pop_back();
+      // An ended session's leases are gone on the server: its pages may be another chunk's.
+      if (candidate.session->alive() && candidate.leased_at >= oldest_kept) {
+        taken = std::move(candidate);
+      } else {
+        stale.push_back(std::move(candidate));
+      }
+    }
+    if (held.empty()) server.looked_up.erase(it);
+  }
+  lookup_leases_unused_.fetch_add(stale.size());
+  if (!taken) return std::nullopt;
+  lookup_leases_used_.fetch_add(1);
+  return SameHostFetched(server, std::move(taken->bytes), taken->on_gpu, /*setup_seconds=*/0);
+}
+
+void RemoteChunkTier::DropLookupLeases(Server& server, const Hash128* key) {
+  std::vector<Server::LookedUp> dropped;  // released outside the lock
+  {
+    MutexLock lock(&server.looked_up_mu);
+    if (key != nullptr) {
+      auto it = server.looked_up.find(*key);
+      if (it == server.looked_up.end()) return;
+      // One lookup's worth: another request may have looked the same chunk up to fetch it.
+      dropped.push_back(std::move(it->second.front()));
+      it->second.erase(it->second.begin());
+      if (it->second.empty()) server.looked_up.erase(it);
+    } else {
+      const auto oldest_kept = Clock::now() - options_.lookup_lease_hold;
+      for (auto it = server.looked_up.begin(); it != server.looked_up.end();) {
+        std::vector<Server::LookedUp>& held = it->second;
+        for (size_t i = 0; i < held.size();) {
+          if (held[i].leased_at < oldest_kept || !held[i].session->alive()) {
+            dropped.push_back(std::move(held[i]));
+            held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+          } else {
+            ++i;
+          }
+        }
+        it = held.empty() ? server.looked_up.erase(it) : std::next(it);
+      }
+    }
+  }
+  lookup_leases_unused_.fetch_add(dropped.size());
+}
+
+void RemoteChunkTier::NotFetching(const Hash128& key) {
+  if (options_.transport == FetchTransport::kGrpc) return;
+  DropLookupLeases(*servers_[OwnerOf(key)], &key);
 }
 
 // Pages of a same-host server's arena reserved for one chunk, mapped writable until Commit.

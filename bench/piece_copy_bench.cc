@@ -420,6 +420,30 @@ int Main(int argc, char** argv) {
     }
   }
 
+  // The fetch's own path: PlanKernelCopy's device plan (a segment per SM) passed in the launch
+  // itself (LaunchPieceCopyInline), no table uploaded first.
+  {
+    const std::vector<std::string_view> pieces = {std::string_view(device, bytes)};
+    CHECK_CUDA(cudaMemset(device2, 0, bytes));
+    auto plan = cuda_backend::PlanKernelCopy(pieces, device2, /*to_contiguous=*/true);
+    if (!plan) std::exit(1);
+    char what[96];
+    std::snprintf(what, sizeof(what), "D2D PlanKernelCopy + check (%zu segments%s)", plan->segments.size(),
+                  plan->segments.size() <= static_cast<size_t>(cuda::kInlineCopySegments) ? " in the launch" : "");
+    measure(
+        what,
+        [&] {
+          CHECK_CUDA(cuda_backend::EnqueueKernelCopy(*plan, table, cuda::Element::kBf16, first_bad, stream).ok()
+                         ? cudaSuccess
+                         : cudaErrorUnknown);
+          unsigned long long bad = 0;
+          CHECK_CUDA(cudaMemcpyAsync(&bad, first_bad, sizeof(bad), cudaMemcpyDeviceToHost, stream));
+          CHECK_CUDA(cudaStreamSynchronize(stream));
+          if (bad != ~0ull) std::exit(1);
+        },
+        d2d_ms, [&] { return same_device(device2); });
+  }
+
   // What asking the driver about each piece would cost.
   const auto start = Clock::now();
   int mapped = 0;

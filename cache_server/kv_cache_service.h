@@ -130,8 +130,8 @@ class KvCacheService final : public v1::KvCache::Service {
                             std::string* failed) const;
 
   std::shared_ptr<const ChunkMac> mac_;
-  ShmLeaseTable* shm_ = nullptr;  // null: no same-host transport
-  GpuTier* gpu_ = nullptr;        // null: no GPU tier
+  ShmLeaseTable* shm_ = nullptr;    // null: no same-host transport
+  GpuTier* gpu_ = nullptr;          // null: no GPU tier
   PeerLinkTable* peers_ = nullptr;  // null: no links across GPUs
   // Leases `key`'s GPU tier copy to the caller's session within `share` of its bounds
   // (ShmLeaseTable::Acquire): lease, tier TIER_GPU, header, size and pages into `answer`

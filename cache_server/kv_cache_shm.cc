@@ -21,7 +21,8 @@ grpc::Status KvCacheService::ShmSession(
   }
   v1::ShmSessionRequest request;
   if (!stream->Read(&request)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty shm session");
-  auto session = shm_->OpenSession(caller->name, [context] { context->TryCancel(); }, request.holder_pid());
+  auto session = shm_->OpenSession(
+      caller->name, [context] { context->TryCancel(); }, request.holder_pid());
   if (!session.ok()) {
     if (session.status().code() == absl::StatusCode::kResourceExhausted) metrics_.CountRejected("shm_session_limit");
     return ToGrpcStatus(session.status());
@@ -58,9 +59,10 @@ grpc::Status KvCacheService::ShmSession(
   }
   const uint64_t held = shm_->totals().leases;
   shm_->CloseSession(*session);
-  spdlog::info("shm session {:016x} of {} ended ({} leases released by the worker; {} leases held server-wide before "
-               "its own were dropped)",
-               *session, caller->name, released, held);
+  spdlog::info(
+      "shm session {:016x} of {} ended ({} leases released by the worker; {} leases held server-wide before "
+      "its own were dropped)",
+      *session, caller->name, released, held);
   return grpc::Status::OK;
 }
 
@@ -119,9 +121,8 @@ grpc::Status KvCacheService::ShmGet(grpc::ServerContext* context, const v1::ShmG
   return ToGrpcStatus(LeaseHostCopy(request->session_id(), caller->name, key, *read, /*share=*/1.0, response));
 }
 
-void KvCacheService::LeaseForLookup(uint64_t session_id, const std::string& caller, const Hash128& key,
-                                    bool prefer_gpu, const std::optional<ChunkLocation>& where,
-                                    v1::LookupResult* result) {
+void KvCacheService::LeaseForLookup(uint64_t session_id, const std::string& caller, const Hash128& key, bool prefer_gpu,
+                                    const std::optional<ChunkLocation>& where, v1::LookupResult* result) {
   // Half of every bound: a worker's fetches (ShmGet) always find room beside what its
   // lookups leased ahead.
   constexpr double kLookupShare = 0.5;
@@ -220,8 +221,9 @@ grpc::Status KvCacheService::ShmCommit(grpc::ServerContext* context, const v1::S
                    absl::StrFormat("header: %s", std::string(header.status().message())));
   }
   if (header->key != key) {
-    return Refused(grpc::StatusCode::INVALID_ARGUMENT,
-                   absl::StrFormat("header.key %s does not match the reserved key %s", header->key.ToHex(), key.ToHex()));
+    return Refused(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrFormat("header.key %s does not match the reserved key %s", header->key.ToHex(), key.ToHex()));
   }
   if (header->model_fingerprint != reservation->model_fingerprint) {
     return Refused(grpc::StatusCode::INVALID_ARGUMENT, "header.model_fingerprint does not match the reservation's");

@@ -56,9 +56,10 @@ void ShmLeaseTable::ReaperLoop() {
       const bool exited = !orphan.holder->Alive();
       if (exited || now - orphan.orphaned_at >= limits_.orphan_hold) {
         if (!exited) {
-          spdlog::warn("shm: the orphaned session of {} (pid {}) held its pages {} s; dropping them (the process "
-                       "lives: a worker that resumes in a copy now could see another chunk's pages)",
-                       orphan.owner, orphan.holder->pid(), limits_.orphan_hold.count());
+          spdlog::warn(
+              "shm: the orphaned session of {} (pid {}) held its pages {} s; dropping them (the process "
+              "lives: a worker that resumes in a copy now could see another chunk's pages)",
+              orphan.owner, orphan.holder->pid(), limits_.orphan_hold.count());
         }
         UncountLocked(orphan);
         done.push_back(std::move(orphan));
@@ -129,10 +130,11 @@ void ShmLeaseTable::CloseSession(uint64_t session_id) {
     sessions_.erase(it);
     const bool holds = !closed.leases.empty() || !closed.reservations.empty();
     if (holds && !shut_down_ && closed.holder != nullptr && closed.holder->Alive()) {
-      spdlog::warn("shm session {:016x} of {} ended while its process (pid {}) lives: its {} leases and {} "
-                   "reservations stay held until it exits (at most {} s)",
-                   session_id, closed.owner, closed.holder->pid(), closed.leases.size(), closed.reservations.size(),
-                   limits_.orphan_hold.count());
+      spdlog::warn(
+          "shm session {:016x} of {} ended while its process (pid {}) lives: its {} leases and {} "
+          "reservations stay held until it exits (at most {} s)",
+          session_id, closed.owner, closed.holder->pid(), closed.leases.size(), closed.reservations.size(),
+          limits_.orphan_hold.count());
       dropped_orphan = OrphanLocked(std::move(closed));
     } else {
       UncountLocked(closed);
@@ -228,8 +230,7 @@ absl::StatusOr<uint64_t> ShmLeaseTable::Reserve(uint64_t session_id, const std::
   return id;
 }
 
-absl::StatusOr<ShmLeaseTable::Reservation> ShmLeaseTable::TakeReservation(uint64_t session_id,
-                                                                          const std::string& owner,
+absl::StatusOr<ShmLeaseTable::Reservation> ShmLeaseTable::TakeReservation(uint64_t session_id, const std::string& owner,
                                                                           uint64_t reservation_id) {
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> found = FindLocked(session_id, owner);

@@ -24,10 +24,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <thread>
-#include <vector>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -132,7 +132,7 @@ class ShmLeaseTable {
     };
     absl::flat_hash_map<uint64_t, Held> leases;
     absl::flat_hash_map<uint64_t, Reservation> reservations;
-    uint64_t bytes = 0;  // of both
+    uint64_t bytes = 0;                    // of both
     std::unique_ptr<ProcessWatch> holder;  // the worker's process, when known
     std::chrono::steady_clock::time_point orphaned_at;
   };
@@ -145,8 +145,7 @@ class ShmLeaseTable {
   // Takes `session`'s counts off the totals (it is being dropped).
   void UncountLocked(const Session& session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The session of `owner`, or FAILED_PRECONDITION.
-  absl::StatusOr<Session*> FindLocked(uint64_t session_id, const std::string& owner)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Session*> FindLocked(uint64_t session_id, const std::string& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK when `bytes` more fit `share` of the session's and the total bounds, and one more
   // entry `share` of its count.
   absl::Status CheckRoomLocked(const Session& session, uint64_t bytes, double share = 1.0) const

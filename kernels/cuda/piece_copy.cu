@@ -10,45 +10,61 @@ namespace {
 
 constexpr int kUnroll = 4;
 
+// One segment by the calling CTA.
+template <typename Bits, bool kCheck>
+__device__ __forceinline__ void CopySegmentBy(const CopySegment& seg, unsigned long long* first_bad) {
+  const uint4* src = reinterpret_cast<const uint4*>(seg.src);
+  uint4* dst = reinterpret_cast<uint4*>(seg.dst);
+  const uint32_t vectors = seg.bytes / 16;
+  for (uint32_t base = 0; base < vectors; base += blockDim.x * kUnroll) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint32_t i = base + u * blockDim.x + threadIdx.x;
+      if (i < vectors) v[u] = src[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint32_t i = base + u * blockDim.x + threadIdx.x;
+      if (i < vectors) {
+        if constexpr (kCheck) {
+          const int at = FirstNonFiniteIn<Bits>(v[u]);
+          if (at >= 0) atomicMin(first_bad, static_cast<unsigned long long>(seg.offset + i * 16ull + at));
+        }
+        dst[i] = v[u];
+      }
+    }
+  }
+  // The last bytes: whole elements when checking (the plan's rules make them so), else bytes.
+  const uint32_t tail_bytes = seg.bytes - vectors * 16;
+  if constexpr (kCheck) {
+    if (threadIdx.x < tail_bytes / sizeof(Bits)) {
+      const uint64_t at = vectors * 16ull + threadIdx.x * sizeof(Bits);
+      const Bits e = *reinterpret_cast<const Bits*>(seg.src + at);
+      if (NonFinite(e)) atomicMin(first_bad, static_cast<unsigned long long>(seg.offset + at));
+      *reinterpret_cast<Bits*>(seg.dst + at) = e;
+    }
+  } else if (threadIdx.x < tail_bytes) {
+    const uint64_t at = vectors * 16ull + threadIdx.x;
+    *reinterpret_cast<char*>(seg.dst + at) = *reinterpret_cast<const char*>(seg.src + at);
+  }
+}
+
 template <typename Bits, bool kCheck>
 __global__ void PieceCopyKernel(const CopySegment* segments, int num_segments, unsigned long long* first_bad) {
+  for (int s = blockIdx.x; s < num_segments; s += gridDim.x) CopySegmentBy<Bits, kCheck>(segments[s], first_bad);
+}
+
+struct InlineSegments {
+  CopySegment segment[kInlineCopySegments];
+};
+
+// The segments read from the launch's parameters in place (__grid_constant__: no copy per thread).
+template <typename Bits, bool kCheck>
+__global__ void PieceCopyInlineKernel(const __grid_constant__ InlineSegments segments, int num_segments,
+                                      unsigned long long* first_bad) {
   for (int s = blockIdx.x; s < num_segments; s += gridDim.x) {
-    const CopySegment seg = segments[s];
-    const uint4* src = reinterpret_cast<const uint4*>(seg.src);
-    uint4* dst = reinterpret_cast<uint4*>(seg.dst);
-    const uint32_t vectors = seg.bytes / 16;
-    for (uint32_t base = 0; base < vectors; base += blockDim.x * kUnroll) {
-      uint4 v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const uint32_t i = base + u * blockDim.x + threadIdx.x;
-        if (i < vectors) v[u] = src[i];
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const uint32_t i = base + u * blockDim.x + threadIdx.x;
-        if (i < vectors) {
-          if constexpr (kCheck) {
-            const int at = FirstNonFiniteIn<Bits>(v[u]);
-            if (at >= 0) atomicMin(first_bad, static_cast<unsigned long long>(seg.offset + i * 16ull + at));
-          }
-          dst[i] = v[u];
-        }
-      }
-    }
-    // The last bytes: whole elements when checking (the plan's rules make them so), else bytes.
-    const uint32_t tail_bytes = seg.bytes - vectors * 16;
-    if constexpr (kCheck) {
-      if (threadIdx.x < tail_bytes / sizeof(Bits)) {
-        const uint64_t at = vectors * 16ull + threadIdx.x * sizeof(Bits);
-        const Bits e = *reinterpret_cast<const Bits*>(seg.src + at);
-        if (NonFinite(e)) atomicMin(first_bad, static_cast<unsigned long long>(seg.offset + at));
-        *reinterpret_cast<Bits*>(seg.dst + at) = e;
-      }
-    } else if (threadIdx.x < tail_bytes) {
-      const uint64_t at = vectors * 16ull + threadIdx.x;
-      *reinterpret_cast<char*>(seg.dst + at) = *reinterpret_cast<const char*>(seg.src + at);
-    }
+    CopySegmentBy<Bits, kCheck>(segments.segment[s], first_bad);
   }
 }
 
@@ -63,14 +79,26 @@ void Launch(const CopySegment* segments, int num_segments, unsigned long long* f
   }
 }
 
+template <typename Bits>
+void LaunchInline(const InlineSegments& segments, int num_segments, unsigned long long* first_bad, cudaStream_t stream,
+                  PieceCopyLaunch launch) {
+  const int grid = num_segments < launch.max_ctas ? num_segments : launch.max_ctas;
+  if (first_bad != nullptr) {
+    PieceCopyInlineKernel<Bits, true><<<grid, launch.threads, 0, stream>>>(segments, num_segments, first_bad);
+  } else {
+    PieceCopyInlineKernel<Bits, false><<<grid, launch.threads, 0, stream>>>(segments, num_segments, first_bad);
+  }
+}
+
+bool BadLaunch(PieceCopyLaunch launch) {
+  return launch.max_ctas < 1 || launch.threads < 32 || launch.threads > 1024 || launch.threads % 32 != 0;
+}
+
 }  // namespace
 
 cudaError_t LaunchPieceCopy(const CopySegment* segments, int num_segments, Element element,
                             unsigned long long* first_bad, cudaStream_t stream, PieceCopyLaunch launch) {
-  if (num_segments < 0 || (num_segments > 0 && segments == nullptr) || launch.max_ctas < 1 || launch.threads < 32 ||
-      launch.threads > 1024 || launch.threads % 32 != 0) {
-    return cudaErrorInvalidValue;
-  }
+  if (num_segments < 0 || (num_segments > 0 && segments == nullptr) || BadLaunch(launch)) return cudaErrorInvalidValue;
   if (first_bad != nullptr) {
     if (cudaError_t e = cudaMemsetAsync(first_bad, 0xFF, sizeof(*first_bad), stream); e != cudaSuccess) return e;
   }
@@ -79,6 +107,26 @@ cudaError_t LaunchPieceCopy(const CopySegment* segments, int num_segments, Eleme
     Launch<uint16_t>(segments, num_segments, first_bad, stream, launch);
   } else {
     Launch<uint32_t>(segments, num_segments, first_bad, stream, launch);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPieceCopyInline(const CopySegment* host_segments, int num_segments, Element element,
+                                  unsigned long long* first_bad, cudaStream_t stream, PieceCopyLaunch launch) {
+  if (num_segments < 0 || num_segments > kInlineCopySegments || (num_segments > 0 && host_segments == nullptr) ||
+      BadLaunch(launch)) {
+    return cudaErrorInvalidValue;
+  }
+  if (first_bad != nullptr) {
+    if (cudaError_t e = cudaMemsetAsync(first_bad, 0xFF, sizeof(*first_bad), stream); e != cudaSuccess) return e;
+  }
+  if (num_segments == 0) return cudaSuccess;
+  InlineSegments segments;
+  for (int i = 0; i < num_segments; ++i) segments.segment[i] = host_segments[i];
+  if (element == Element::kBf16) {
+    LaunchInline<uint16_t>(segments, num_segments, first_bad, stream, launch);
+  } else {
+    LaunchInline<uint32_t>(segments, num_segments, first_bad, stream, launch);
   }
   return cudaGetLastError();
 }

@@ -110,11 +110,15 @@ TEST(CudaPieceCopyTest, GathersWithTheValueCheckAndScattersExactly) {
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int kernel_trials = 0;
+  int inline_trials = 0, table_trials = 0;  // the segments in the launch itself, or uploaded first
   for (int trial = 0; trial < 50; ++trial) {
     const Memory memory = static_cast<Memory>(trial % 5);
     const cuda::Element element = rng() % 2 == 0 ? cuda::Element::kBf16 : cuda::Element::kFp32;
-    const size_t elements = 1 + rng() % (trial < 45 ? 200000 : 4000000);
-    const uint64_t page = 16 * (1 + rng() % (elements < 20000 ? 64 : 16384));  // 16 B to 256 KiB
+    // One trial in five in pages of 16-64 bytes: more segments than a launch carries
+    // (kInlineCopySegments), so their table is uploaded; the rest mostly fewer.
+    const bool tiny_pages = trial % 10 == 7 || trial % 10 == 9;
+    const size_t elements = tiny_pages ? 20000 + rng() % 20000 : 1 + rng() % (trial < 45 ? 200000 : 4000000);
+    const uint64_t page = 16 * (1 + rng() % (tiny_pages ? 4 : elements < 20000 ? 64 : 16384));  // 16 B to 256 KiB
     const std::string payload = RandomPayload(element, elements, rng);
     const uint64_t first_offset = 16 * (rng() % std::min<uint64_t>(9, page / 16));  // within the first page
     const uint64_t region = ((payload.size() + first_offset + page - 1) / page) * page;
@@ -177,6 +181,7 @@ TEST(CudaPieceCopyTest, GathersWithTheValueCheckAndScattersExactly) {
       continue;
     }
     ++kernel_trials;
+    ++(gather->segments.size() <= static_cast<size_t>(cuda::kInlineCopySegments) ? inline_trials : table_trials);
     EXPECT_LE(gather->segments.size(), KernelCopySegmentsBound(pieces));
     ASSERT_TRUE(EnqueueKernelCopy(*gather, table, element, first_bad, stream).ok());
     CUDA_OK(cudaStreamSynchronize(stream));
@@ -227,6 +232,8 @@ TEST(CudaPieceCopyTest, GathersWithTheValueCheckAndScattersExactly) {
   }
   cudaStreamDestroy(stream);
   EXPECT_GE(kernel_trials, 30);  // the kernel, not the fallback, is what this test checks
+  EXPECT_GE(inline_trials, 3);
+  EXPECT_GE(table_trials, 3);
 }
 
 TEST(CudaPieceCopyTest, LeavesWhatTheKernelDoesNotDoBetterToTheCopyEngines) {
@@ -299,6 +306,11 @@ TEST(CudaPieceCopyTest, LeavesWhatTheKernelDoesNotDoBetterToTheCopyEngines) {
   EXPECT_EQ(cuda::LaunchPieceCopy(table, 1, cuda::Element::kBf16, nullptr, nullptr, {.max_ctas = 4, .threads = 100}),
             cudaErrorInvalidValue);
   EXPECT_EQ(cuda::LaunchPieceCopy(table, 0, cuda::Element::kBf16, nullptr, nullptr), cudaSuccess);
+  const std::vector<cuda::CopySegment> too_many(cuda::kInlineCopySegments + 1);
+  EXPECT_EQ(cuda::LaunchPieceCopyInline(too_many.data(), static_cast<int>(too_many.size()), cuda::Element::kBf16,
+                                        nullptr, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchPieceCopyInline(nullptr, 1, cuda::Element::kBf16, nullptr, nullptr), cudaErrorInvalidValue);
   cudaFree(table);
   cudaFreeHost(pinned);
   cudaFree(range);

@@ -2,8 +2,8 @@
 // lazykv-cache-server: a lookup from a worker with a same-host session leases what the
 // server holds in host RAM, so that the fetch after it makes no call (proven by freezing
 // the server: the fetches still succeed, byte for byte equal to the chunks as built); the
-// leases a worker does not use go back (NotFetching, or past their hold), and none is
-// left on the server; the lookup's leases take at most half of the session's bound, so
+// leases a worker does not use go back (NotFetching, or past their hold, also when the
+// worker is idle), and none is left on the server; the lookup's leases take at most half of the session's bound, so
 // fetches past them still find room over shared memory; a chunk deleted under a lookup's
 // lease keeps its bytes until the fetch is done with them. Skips where the server has no
 // shared memory.
@@ -171,6 +171,18 @@ TEST_F(LookupLeaseTest, LeasesNotFetchedGoBack) {
   tier->Lookup(std::vector<Hash128>{});  // sweeps nothing: no server asked
   tier->Lookup(std::vector<Hash128>{chunks[3].key});
   EXPECT_TRUE(LeasesReach(2)) << "chunk 0's fetch and chunk 3's fresh lookup hold one each";
+  EXPECT_EQ(tier->transport_stats().lookup_leases_unused, chunks.size());
+}
+
+TEST_F(LookupLeaseTest, AnIdleWorkersLookupLeasesGoBackByThemselves) {
+  SCOPED_TRACE(seed_);
+  START_OR_SKIP({});
+  const std::vector<TestChunk> chunks = PutChunks(3);
+  auto tier = MakeTier(milliseconds(100));
+  tier->Lookup(Keys(chunks));
+  ASSERT_EQ(Stats(*stub_).shm_leases(), chunks.size());
+  // No call of this worker's after the lookup: its own thread drops them.
+  EXPECT_TRUE(LeasesReach(0));
   EXPECT_EQ(tier->transport_stats().lookup_leases_unused, chunks.size());
 }
 

@@ -148,8 +148,19 @@ std::optional<KernelCopyPlan> PlanKernelCopy(const std::vector<std::string_view>
   if (host && device) return std::nullopt;  // a mix
   // Pinned host pieces: only where fragmented (else one DMA copy is faster).
   if (host && !FragmentedEnoughForTheKernel(pieces)) return std::nullopt;
+  // Device pieces: a segment per SM (plus one per piece boundary), few enough to travel in
+  // the launch itself (LaunchPieceCopyInline) where a 64 KiB segment's table would be
+  // uploaded first; pinned host pieces keep the default (loads from the host wait a PCIe
+  // round trip, which the kernel's many segments keep in flight).
+  uint64_t segment_bytes = cuda::kCopySegmentBytes;
+  if (device) {
+    uint64_t total = 0;
+    for (std::string_view piece : translated) total += piece.size();
+    const uint64_t per_sm = (total + cuda::MultiprocessorCount() - 1) / cuda::MultiprocessorCount();
+    segment_bytes = std::max<uint64_t>(cuda::kCopySegmentBytes, (per_sm + 15) / 16 * 16);
+  }
   std::optional<std::vector<cuda::CopySegment>> segments =
-      cuda::PlanCopySegments(translated, reinterpret_cast<uint64_t>(contiguous), to_contiguous);
+      cuda::PlanCopySegments(translated, reinterpret_cast<uint64_t>(contiguous), to_contiguous, segment_bytes);
   if (!segments) return std::nullopt;
   if (device) {
     // Device to device, in any runs: one pass over every SM reads and writes the bytes once
@@ -172,6 +183,11 @@ size_t KernelCopySegmentsBound(const std::vector<std::string_view>& pieces) {
 
 absl::Status EnqueueKernelCopy(const KernelCopyPlan& plan, cuda::CopySegment* table, cuda::Element element,
                                unsigned long long* first_bad, cudaStream_t stream) {
+  const int segments = static_cast<int>(plan.segments.size());
+  if (segments <= cuda::kInlineCopySegments) {
+    return Cuda(cuda::LaunchPieceCopyInline(plan.segments.data(), segments, element, first_bad, stream, plan.launch),
+                "piece copy");
+  }
   RETURN_IF_ERROR(
       UploadDuringCall(table, plan.segments.data(), plan.segments.size() * sizeof(cuda::CopySegment), stream));
   return Cuda(

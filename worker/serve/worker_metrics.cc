@@ -94,24 +94,24 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
     *chunks = Counter("lazykv_worker_tier_fetched_chunks_total",
                       "Chunks fetched from cache servers, by transport (shm: a server on this host, in place; "
                       "cuda_ipc: its GPU tier, device to device; nccl: a GPU tier over a link across GPUs)",
-                      r,
-                      {{"transport", transport}});
-    *bytes = Counter("lazykv_worker_tier_fetched_bytes_total", "Stored chunk bytes fetched from cache servers, by transport",
-                     r, {{"transport", transport}});
+                      r, {{"transport", transport}});
+    *bytes = Counter("lazykv_worker_tier_fetched_bytes_total",
+                     "Stored chunk bytes fetched from cache servers, by transport", r, {{"transport", transport}});
   }
-  published_chunks_shm_ = Counter("lazykv_worker_tier_published_chunks_total",
-                                  "Chunks published to a cache server written in place in its shared memory", r,
-                                  {{"transport", "shm"}});
-  published_bytes_shm_ = Counter("lazykv_worker_tier_published_bytes_total",
-                                 "Stored chunk bytes published in place in a cache server's shared memory", r,
-                                 {{"transport", "shm"}});
+  published_chunks_shm_ =
+      Counter("lazykv_worker_tier_published_chunks_total",
+              "Chunks published to a cache server written in place in its shared memory", r, {{"transport", "shm"}});
+  published_bytes_shm_ =
+      Counter("lazykv_worker_tier_published_bytes_total",
+              "Stored chunk bytes published in place in a cache server's shared memory", r, {{"transport", "shm"}});
   shm_fallbacks_ = Counter("lazykv_worker_tier_shm_fallbacks_total",
                            "Fetches tried over shared memory and served over gRPC instead (a lease bound, no room)", r);
-  lookup_leases_used_ = Counter("lazykv_worker_tier_lookup_leases_total",
-                                "Same-host leases a lookup took ahead of the fetch, by outcome", r, {{"outcome", "used"}});
-  lookup_leases_unused_ = Counter("lazykv_worker_tier_lookup_leases_total",
-                                  "Same-host leases a lookup took ahead of the fetch, by outcome", r,
-                                  {{"outcome", "unused"}});
+  lookup_leases_used_ =
+      Counter("lazykv_worker_tier_lookup_leases_total", "Same-host leases a lookup took ahead of the fetch, by outcome",
+              r, {{"outcome", "used"}});
+  lookup_leases_unused_ =
+      Counter("lazykv_worker_tier_lookup_leases_total", "Same-host leases a lookup took ahead of the fetch, by outcome",
+              r, {{"outcome", "unused"}});
   shm_sessions_ = Gauge("lazykv_worker_tier_shm_sessions", "Same-host sessions with cache servers open now", r);
   lease_waits_ = Counter("lazykv_worker_lease_waits_total", "Chunks waited for while another worker computed them", r);
   publish_bytes_in_flight_ =

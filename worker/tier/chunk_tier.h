@@ -75,14 +75,14 @@ struct TransportStats {
   uint64_t grpc_chunks = 0, grpc_bytes = 0;
   uint64_t shm_chunks = 0, shm_bytes = 0;
   uint64_t cuda_ipc_chunks = 0, cuda_ipc_bytes = 0;  // from a same-host server's GPU tier
-  uint64_t nccl_chunks = 0, nccl_bytes = 0;  // from a server's GPU tier over a peer link (or its socket twin)
-  uint64_t peer_sessions = 0;                // peer link sessions ready now
-  uint64_t shm_fallbacks = 0;  // fetches tried over shm and served by gRPC (auto)
+  uint64_t nccl_chunks = 0, nccl_bytes = 0;          // from a server's GPU tier over a peer link (or its socket twin)
+  uint64_t peer_sessions = 0;                        // peer link sessions ready now
+  uint64_t shm_fallbacks = 0;                        // fetches tried over shm and served by gRPC (auto)
   // Same-host fetches (shm or cuda_ipc) that took a lease their lookup had taken (no call),
   // and such leases released unused (the chunk computed instead, or held past its time).
   uint64_t lookup_leases_used = 0, lookup_leases_unused = 0;
   uint64_t shm_published_chunks = 0, shm_published_bytes = 0;  // committed over shm
-  uint64_t shm_sessions = 0;   // same-host sessions open now
+  uint64_t shm_sessions = 0;                                   // same-host sessions open now
 };
 
 // Implementations are thread-safe: the chunk pipeline calls every method from several

@@ -157,8 +157,21 @@ bool RemoteChunkTier::AnyDown() const {
 
 void RemoteChunkTier::ProberLoop() {
   MutexLock lock(&prober_mu_);
+  const bool lookups_lease = options_.lookup_lease_hold.count() > 0;
   while (true) {
-    while (!stopping_ && !AnyDown()) prober_wake_.Wait(&prober_mu_);
+    while (!stopping_ && !AnyDown()) {
+      if (!lookups_lease) {
+        prober_wake_.Wait(&prober_mu_);
+        continue;
+      }
+      // Lookup leases no fetch took are dropped within twice their hold, also while no
+      // lookup comes to sweep them (an idle worker holds no server pages for long).
+      prober_wake_.WaitUntil(&prober_mu_, Clock::now() + options_.lookup_lease_hold);
+      if (stopping_) return;
+      lock.Unlock();
+      for (const auto& server : servers_) DropLookupLeases(*server, nullptr);
+      lock.Lock();
+    }
     // A server that has just failed is not asked again at once.
     const auto next = Clock::now() + options_.probe_interval;
     while (!stopping_ && Clock::now() < next) prober_wake_.WaitUntil(&prober_mu_, next);

@@ -71,7 +71,6 @@ struct RemoteTierOptions {
   std::chrono::milliseconds lookup_lease_hold{2000};
 };
 
-
 // "host:1,host:2" → servers; INVALID_ARGUMENT naming the bad entry.
 absl::StatusOr<std::vector<std::string>> ParseServerList(std::string_view list);
 

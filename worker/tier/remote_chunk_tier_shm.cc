@@ -61,8 +61,9 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::FetchShm(Server& server, const Has
   v1::ShmGetResponse response;
   // A transfer's deadline: the server may read the chunk from disk first. No sample: the
   // estimator's throughput is that of the gRPC path.
-  const Attempted call = Run(server, TransferDeadline(server, 0), options_.max_retries, "shm_get",
-                             [&](grpc::ClientContext& context) { return server.stub->ShmGet(&context, request, &response); });
+  const Attempted call =
+      Run(server, TransferDeadline(server, 0), options_.max_retries, "shm_get",
+          [&](grpc::ClientContext& context) { return server.stub->ShmGet(&context, request, &response); });
   if (!call.status.ok()) {
     if (call.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       // The server does not know the session (it restarted, or ended it): open another
@@ -88,8 +89,7 @@ FetchedChunk RemoteChunkTier::SameHostFetched(Server& server, ChunkBytes bytes, 
   // more than the rest of the fetch. The MAC, when the fleet signs chunks, is still
   // checked by the pipeline, and the values on the device. The same holds for a chunk in the
   // server's GPU tier, copied there from host RAM or disk after their checks.
-  return FetchedChunk{std::move(bytes), ChunkSource::kRemote, server.address, /*payload_verified=*/true,
-                      setup_seconds};
+  return FetchedChunk{std::move(bytes), ChunkSource::kRemote, server.address, /*payload_verified=*/true, setup_seconds};
 }
 
 std::shared_ptr<ShmClientSession> RemoteChunkTier::LookupLeaseSession(Server& server) {
@@ -216,7 +216,9 @@ class RemoteChunkTier::ShmPublishSlot final : public PublishSlot {
 // A reservation for a chunk the server already stores: the bytes go nowhere.
 class DiscardPublishSlot final : public PublishSlot {
  public:
-  explicit DiscardPublishSlot(uint64_t bytes) : bytes_(bytes, '\0') { pieces_.emplace_back(bytes_.data(), bytes_.size()); }
+  explicit DiscardPublishSlot(uint64_t bytes) : bytes_(bytes, '\0') {
+    pieces_.emplace_back(bytes_.data(), bytes_.size());
+  }
   const MutablePieces& Pieces() override { return pieces_; }
   absl::Status Commit() override { return absl::OkStatus(); }
 
@@ -226,8 +228,8 @@ class DiscardPublishSlot final : public PublishSlot {
 };
 
 absl::StatusOr<std::unique_ptr<PublishSlot>> RemoteChunkTier::BeginPublish(const Hash128& key,
-                                                                          const Hash128& model_fingerprint,
-                                                                          uint64_t stored_bytes, uint64_t lease_id) {
+                                                                           const Hash128& model_fingerprint,
+                                                                           uint64_t stored_bytes, uint64_t lease_id) {
   if (options_.transport == FetchTransport::kGrpc) {
     return ChunkTier::BeginPublish(key, model_fingerprint, stored_bytes, lease_id);
   }
@@ -256,13 +258,14 @@ absl::StatusOr<std::unique_ptr<PublishSlot>> RemoteChunkTier::BeginPublish(const
       MutexLock lock(&server.shm_mu);
       if (server.shm == session) server.shm.reset();
     }
-    const bool fall_back = code == grpc::StatusCode::RESOURCE_EXHAUSTED || code == grpc::StatusCode::FAILED_PRECONDITION;
+    const bool fall_back =
+        code == grpc::StatusCode::RESOURCE_EXHAUSTED || code == grpc::StatusCode::FAILED_PRECONDITION;
     if (forced || !fall_back || !Up(server)) return FromGrpcStatus(call.status);
     return ChunkTier::BeginPublish(key, model_fingerprint, stored_bytes, lease_id);
   }
   if (response.already_stored()) return std::unique_ptr<PublishSlot>(new DiscardPublishSlot(stored_bytes));
-  auto pages = session->mapping().MapWritable(
-      std::span<const uint32_t>(response.pages().data(), response.pages_size()), stored_bytes);
+  auto pages = session->mapping().MapWritable(std::span<const uint32_t>(response.pages().data(), response.pages_size()),
+                                              stored_bytes);
   if (!pages.ok()) {
     session->Abandon(response.reservation_id());
     if (forced) return pages.status();
@@ -280,9 +283,9 @@ absl::Status RemoteChunkTier::CommitShm(Server& server, ShmClientSession& sessio
   v1::ShmCommitResponse response;
   // Checks a whole chunk (checksum; MAC with the key): a transfer's deadline. Not
   // retried: the reservation is taken by the first try.
-  const Attempted call = Run(server, TransferDeadline(server, bytes), 0, "shm_commit", [&](grpc::ClientContext& context) {
-    return server.stub->ShmCommit(&context, request, &response);
-  });
+  const Attempted call =
+      Run(server, TransferDeadline(server, bytes), 0, "shm_commit",
+          [&](grpc::ClientContext& context) { return server.stub->ShmCommit(&context, request, &response); });
   if (call.status.ok()) {
     shm_published_chunks_.fetch_add(1);
     shm_published_bytes_.fetch_add(bytes);

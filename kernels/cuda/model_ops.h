@@ -31,7 +31,8 @@ cudaError_t LaunchGatherRows(const float* src, const int32_t* rows, int n, int d
 
 // With `residual`: x[r] += residual[r] first (written back). Then out[r] = x[r] /
 // rms(x[r]) * weight (rounded to bf16 for a bf16 out). One pass over x for the add and
-// the norm. rms_norm.cu
+// the norm. `weight` may be read before the kernels enqueued before it on `stream` end (a
+// dependent launch): it must not be written by them (it is a model's weights). rms_norm.cu
 cudaError_t LaunchResidualRmsNorm(float* x, const float* residual, const float* weight, int rows, int dim, float eps,
                                   __nv_bfloat16* out, cudaStream_t stream);
 cudaError_t LaunchResidualRmsNorm(float* x, const float* residual, const float* weight, int rows, int dim, float eps,

@@ -4,6 +4,7 @@
 // step's one-row norm costs one trip to memory rather than one per element (10.5 us a call
 // on the H100 before, in bench/cuda_backend_bench --kernel-trace). Other rows take the
 // scalar kernel: the add and the sum of squares in one pass over x, the scaling in a second.
+#include "common/env_switch.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/model_ops.h"
@@ -57,17 +58,28 @@ __device__ __forceinline__ void Store4(__nv_bfloat16* out, float4 v) {
 }
 
 // Preconditions: dim % 4 == 0, dim <= 4 * kVecPerThread * kVecThreads, x, residual, weight
-// and out 16-byte aligned (8-byte for bf16 out).
-template <typename T>
+// and out 16-byte aligned (8-byte for bf16 out). With kWeightsEarly, `weight` is loaded
+// before waiting for the kernel before (a dependent launch starts this one beside that
+// kernel's tail), so it must not be written by the kernels this one follows: model weights.
+template <typename T, bool kWeightsEarly>
 __global__ void __launch_bounds__(kVecThreads)
     ResidualRmsNormVecKernel(float* __restrict__ x, const float* __restrict__ residual,
                              const float* __restrict__ weight, int dim, float eps, T* __restrict__ out) {
   AllowDependentLaunch();
+  const int n4 = dim / 4;
+  const float4* w4 = reinterpret_cast<const float4*>(weight);
+  float4 w[kVecPerThread];
+  if constexpr (kWeightsEarly) {
+#pragma unroll
+    for (int j = 0; j < kVecPerThread; ++j) {
+      const int i = threadIdx.x + j * kVecThreads;
+      w[j] = i < n4 ? w4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
   WaitForPriorGrid();
   const size_t base = static_cast<size_t>(blockIdx.x) * dim;
   float4* xr = reinterpret_cast<float4*>(x + base);
   const float4* rr = residual != nullptr ? reinterpret_cast<const float4*>(residual + base) : nullptr;
-  const int n4 = dim / 4;
   float4 v[kVecPerThread], r[kVecPerThread];
 #pragma unroll
   for (int j = 0; j < kVecPerThread; ++j) {
@@ -86,14 +98,14 @@ __global__ void __launch_bounds__(kVecThreads)
     ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
   }
   const float scale = rsqrtf(BlockSum<kVecThreads>(ss) / dim + eps);
-  const float4* w4 = reinterpret_cast<const float4*>(weight);
 #pragma unroll
   for (int j = 0; j < kVecPerThread; ++j) {
     const int i = threadIdx.x + j * kVecThreads;
     if (i < n4) {
-      const float4 w = w4[i];
-      Store4(out + base + 4 * static_cast<size_t>(i), make_float4(w.x * (v[j].x * scale), w.y * (v[j].y * scale),
-                                                                  w.z * (v[j].z * scale), w.w * (v[j].w * scale)));
+      if constexpr (!kWeightsEarly) w[j] = w4[i];
+      Store4(out + base + 4 * static_cast<size_t>(i),
+             make_float4(w[j].x * (v[j].x * scale), w[j].y * (v[j].y * scale), w[j].z * (v[j].z * scale),
+                         w[j].w * (v[j].w * scale)));
     }
   }
 }
@@ -107,8 +119,15 @@ cudaError_t ResidualRmsNorm(float* x, const float* residual, const float* weight
   if (rows == 0) return cudaSuccess;
   if (dim % 4 == 0 && dim <= 4 * kVecPerThread * kVecThreads && Aligned(x, 16) && Aligned(residual, 16) &&
       Aligned(weight, 16) && Aligned(out, 4 * sizeof(T))) {
-    return LaunchDependent(ResidualRmsNormVecKernel<T>, rows, kVecThreads, 0, stream, x, residual, weight, dim, eps,
-                           out);
+    // The weights' loads overlap the kernel before (LAZYKV_NORM_WEIGHTS_EARLY=0: after the wait,
+    // for comparisons in one binary).
+    static const bool early = EnvSwitchOn("LAZYKV_NORM_WEIGHTS_EARLY");
+    if (early) {
+      return LaunchDependent(ResidualRmsNormVecKernel<T, true>, rows, kVecThreads, 0, stream, x, residual, weight, dim,
+                             eps, out);
+    }
+    return LaunchDependent(ResidualRmsNormVecKernel<T, false>, rows, kVecThreads, 0, stream, x, residual, weight, dim,
+                           eps, out);
   }
   return LaunchDependent(ResidualRmsNormKernel<T>, rows, kThreads, 0, stream, x, residual, weight, dim, eps, out);
 }

@@ -95,7 +95,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "could not start %s (%s)\n", server_binary.c_str(), server.first_line().c_str());
     return 1;
   }
-  auto tier = *RemoteChunkTier::Create(RemoteTierOptions{.servers = {server.address()}, .holder = "bench"});
+  // Lookups lease nothing here: the lookup rate is that of the index, as before lookups leased.
+  auto tier = *RemoteChunkTier::Create(RemoteTierOptions{
+      .servers = {server.address()}, .holder = "bench", .lookup_lease_hold = std::chrono::milliseconds(0)});
   // For Delete between configurations (the worker's client has no use for it).
   auto stub = v1::KvCache::NewStub(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
   const Hash128 fingerprint{1, 2};

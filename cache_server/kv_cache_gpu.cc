@@ -38,12 +38,12 @@ bool KvCacheService::DeleteEverywhere(const Hash128& key) {
 }
 
 absl::Status KvCacheService::LeaseGpuCopy(uint64_t session_id, const std::string& caller, const Hash128& key,
-                                          double share, v1::ShmGetResponse* answer) {
+                                          double share, v1::ShmGetResponse* answer, uint64_t lookup_id) {
   std::shared_ptr<const GpuValue> value = gpu_ != nullptr ? gpu_->Find(key) : nullptr;
   if (value == nullptr) return absl::NotFoundError(absl::StrFormat("chunk %s is not in the GPU tier", key.ToHex()));
   const uint64_t size = value->size();
   const std::span<const uint32_t> value_pages = value->pages();
-  auto lease = shm_->Acquire(session_id, caller, std::shared_ptr<const void>(value), size, share);
+  auto lease = shm_->Acquire(session_id, caller, std::shared_ptr<const void>(value), size, share, lookup_id);
   if (!lease.ok()) {
     if (lease.status().code() == absl::StatusCode::kResourceExhausted && share == 1.0) {
       metrics_.CountRejected("shm_lease_limit");

@@ -130,8 +130,9 @@ grpc::Status KvCacheService::Lookup(grpc::ServerContext* context, const v1::Look
         result->set_tier(v1::TIER_GPU);
         result->set_stored_bytes(on_gpu->size());
         // Without prefer_gpu the worker may fetch the GPU copy over a peer link instead.
-        if (session != 0 && request->prefer_gpu()) {
-          LeaseForLookup(session, caller->name, key, /*prefer_gpu=*/true, store_->Locate(key), result);
+        if (session != 0 && (request->prefer_gpu() || request->gpu_chunks_from_host())) {
+          LeaseForLookup(session, request->lookup_id(), caller->name, key, request->prefer_gpu(), store_->Locate(key),
+                         result);
         }
         continue;
       }
@@ -140,7 +141,9 @@ grpc::Status KvCacheService::Lookup(grpc::ServerContext* context, const v1::Look
       result->set_found(true);
       result->set_tier(ToProtoTier(where->tier));
       result->set_stored_bytes(where->bytes);
-      if (session != 0) LeaseForLookup(session, caller->name, key, /*prefer_gpu=*/false, where, result);
+      if (session != 0) {
+        LeaseForLookup(session, request->lookup_id(), caller->name, key, /*prefer_gpu=*/false, where, result);
+      }
     }
   }
   if (session != 0 && context->IsCancelled()) {

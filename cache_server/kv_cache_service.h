@@ -136,19 +136,20 @@ class KvCacheService final : public v1::KvCache::Service {
   // Leases `key`'s GPU tier copy to the caller's session within `share` of its bounds
   // (ShmLeaseTable::Acquire): lease, tier TIER_GPU, header, size and pages into `answer`
   // (kv_cache_gpu.cc). NOT_FOUND when the GPU tier does not hold it.
+  // A nonzero `lookup_id` files the lease under that lookup (ShmLeaseTable::ReleaseLookup).
   absl::Status LeaseGpuCopy(uint64_t session_id, const std::string& caller, const Hash128& key, double share,
-                            v1::ShmGetResponse* answer);
+                            v1::ShmGetResponse* answer, uint64_t lookup_id = 0);
   // Leases the host RAM copy that `read` (a read of `key`, from host RAM or, promoted by
   // it, from disk) found to the caller's session within `share` of its bounds: lease,
   // tier, size and pages into `answer` (kv_cache_shm.cc). FAILED_PRECONDITION when the
   // chunk is not in host RAM (read from disk with no room to keep it there).
   absl::Status LeaseHostCopy(uint64_t session_id, const std::string& caller, const Hash128& key,
-                             const ChunkReader& read, double share, v1::ShmGetResponse* answer);
+                             const ChunkReader& read, double share, v1::ShmGetResponse* answer, uint64_t lookup_id = 0);
   // A lookup's leases (LookupRequest.shm_session_id): the chunk, when it is in the GPU tier
   // (with `prefer_gpu`) or host RAM (`where`), leased into `result` within half the
   // session's bounds; nothing on any refusal (kv_cache_shm.cc).
-  void LeaseForLookup(uint64_t session_id, const std::string& caller, const Hash128& key, bool prefer_gpu,
-                      const std::optional<ChunkLocation>& where, v1::LookupResult* result);
+  void LeaseForLookup(uint64_t session_id, uint64_t lookup_id, const std::string& caller, const Hash128& key,
+                      bool prefer_gpu, const std::optional<ChunkLocation>& where, v1::LookupResult* result);
   // The GPU tier's glue (kv_cache_gpu.cc). A stored chunk just read from host RAM or disk:
   // promoted (queued), from its host pages (a read from disk put it there) rather than a
   // copy of its bytes.

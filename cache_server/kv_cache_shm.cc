@@ -55,6 +55,7 @@ grpc::Status KvCacheService::ShmSession(
     while (stream->Read(&request)) {
       for (uint64_t lease : request.release()) released += shm_->Release(*session, lease) ? 1 : 0;
       for (uint64_t reservation : request.abandon()) shm_->Abandon(*session, reservation);
+      for (uint64_t lookup : request.release_lookup()) released += shm_->ReleaseLookup(*session, lookup);
     }
   }
   const uint64_t held = shm_->totals().leases;
@@ -67,7 +68,8 @@ grpc::Status KvCacheService::ShmSession(
 }
 
 absl::Status KvCacheService::LeaseHostCopy(uint64_t session_id, const std::string& caller, const Hash128& key,
-                                           const ChunkReader& read, double share, v1::ShmGetResponse* answer) {
+                                           const ChunkReader& read, double share, v1::ShmGetResponse* answer,
+                                           uint64_t lookup_id) {
   std::shared_ptr<const HostValue> value = read.host_value();
   if (value == nullptr) value = store_->HostCopy(key);  // promoted by this read
   if (value == nullptr) {
@@ -77,7 +79,7 @@ absl::Status KvCacheService::LeaseHostCopy(uint64_t session_id, const std::strin
   const uint64_t size = value->size();
   const std::span<const uint32_t> pages = value->pages();
   // `value` is held here too: a session ending at once would otherwise drop it under us.
-  auto lease = shm_->Acquire(session_id, caller, value, size, share);
+  auto lease = shm_->Acquire(session_id, caller, value, size, share, lookup_id);
   if (!lease.ok()) {
     if (lease.status().code() == absl::StatusCode::kResourceExhausted && share == 1.0) {
       metrics_.CountRejected("shm_lease_limit");
@@ -121,24 +123,28 @@ grpc::Status KvCacheService::ShmGet(grpc::ServerContext* context, const v1::ShmG
   return ToGrpcStatus(LeaseHostCopy(request->session_id(), caller->name, key, *read, /*share=*/1.0, response));
 }
 
-void KvCacheService::LeaseForLookup(uint64_t session_id, const std::string& caller, const Hash128& key, bool prefer_gpu,
-                                    const std::optional<ChunkLocation>& where, v1::LookupResult* result) {
+void KvCacheService::LeaseForLookup(uint64_t session_id, uint64_t lookup_id, const std::string& caller,
+                                    const Hash128& key, bool prefer_gpu, const std::optional<ChunkLocation>& where,
+                                    v1::LookupResult* result) {
   // Half of every bound: a worker's fetches (ShmGet) always find room beside what its
   // lookups leased ahead.
   constexpr double kLookupShare = 0.5;
   if (shm_ == nullptr || !store_->arena().shared()) return;
   v1::ShmGetResponse answer;
-  if (prefer_gpu && gpu_ != nullptr && LeaseGpuCopy(session_id, caller, key, kLookupShare, &answer).ok()) {
+  if (prefer_gpu && gpu_ != nullptr && LeaseGpuCopy(session_id, caller, key, kLookupShare, &answer, lookup_id).ok()) {
     *result->mutable_lease() = std::move(answer);
     return;
   }
-  // Host RAM only: a lookup never waits on the disk.
-  if (!where || where->tier != StoreTier::kHost) return;
+  // Host RAM only: a lookup does not wait on the disk (a chunk demoted between this check and
+  // the read is the exception: read back, as ShmGet would).
+  if (!where || where->tier != StoreTier::kHost || store_->HostCopy(key) == nullptr) return;
+  // Read, as ShmGet reads: the request wants the chunk, so the eviction policy counts the
+  // access and the GPU tier may promote it, whether the worker then fetches it or not.
   auto read = store_->Read(key, PayloadCheck::kHeaderOnly);
   if (!read.ok() || read->tier() != StoreTier::kHost) return;
   Promote(key, *read);
   answer.Clear();
-  if (LeaseHostCopy(session_id, caller, key, *read, kLookupShare, &answer).ok()) {
+  if (LeaseHostCopy(session_id, caller, key, *read, kLookupShare, &answer, lookup_id).ok()) {
     *result->mutable_lease() = std::move(answer);
   }
 }

@@ -193,7 +193,8 @@ absl::Status ShmLeaseTable::CheckRoomLocked(const Session& session, uint64_t siz
 }
 
 absl::StatusOr<uint64_t> ShmLeaseTable::Acquire(uint64_t session_id, const std::string& owner,
-                                                std::shared_ptr<const void> value, uint64_t size, double share) {
+                                                std::shared_ptr<const void> value, uint64_t size, double share,
+                                                uint64_t lookup_id) {
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> found = FindLocked(session_id, owner);
   if (!found.ok()) return found.status();
@@ -204,6 +205,17 @@ absl::StatusOr<uint64_t> ShmLeaseTable::Acquire(uint64_t session_id, const std::
   session.leases.emplace(id, Session::Held{std::move(value), size});
   session.bytes += size;
   ++leases_;
+  if (lookup_id != 0) {
+    auto [it, fresh] = session.lookups.try_emplace(lookup_id);
+    it->second.push_back(id);
+    if (fresh) {
+      session.lookup_order.push_back(lookup_id);
+      if (session.lookup_order.size() > kTrackedLookups) {
+        session.lookups.erase(session.lookup_order.front());
+        session.lookup_order.pop_front();
+      }
+    }
+  }
   bytes_ += size;
   UpdateGaugesLocked();
   return id;
@@ -283,6 +295,28 @@ bool ShmLeaseTable::Release(uint64_t session_id, uint64_t lease_id) {
   bytes_ -= size;
   UpdateGaugesLocked();
   return true;
+}
+
+int ShmLeaseTable::ReleaseLookup(uint64_t session_id, uint64_t lookup_id) {
+  std::vector<std::shared_ptr<const void>> released;  // dropped after the lock
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return 0;
+  Session& session = it->second;
+  auto lookup = session.lookups.find(lookup_id);
+  if (lookup == session.lookups.end()) return 0;
+  for (uint64_t lease_id : lookup->second) {
+    auto lease = session.leases.find(lease_id);
+    if (lease == session.leases.end()) continue;  // released one by one already
+    session.bytes -= lease->second.bytes;
+    bytes_ -= lease->second.bytes;
+    --leases_;
+    released.push_back(std::move(lease->second.value));
+    session.leases.erase(lease);
+  }
+  session.lookups.erase(lookup);  // its id stays in lookup_order until it ages out
+  UpdateGaugesLocked();
+  return static_cast<int>(released.size());
 }
 
 // Under the lock: a session's handler closes it (taking the lock) before its stream's

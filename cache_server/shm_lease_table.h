@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -85,10 +86,16 @@ class ShmLeaseTable {
   // the lease must fit within that share of every bound (what is held counts whole): a
   // lookup's speculative leases leave the rest of a session's room to its fetches.
   // REQUIRES: 0 < share <= 1.
+  // A nonzero `lookup_id` files the lease under that lookup too (ReleaseLookup); the session
+  // remembers its last kTrackedLookups lookups.
   absl::StatusOr<uint64_t> Acquire(uint64_t session_id, const std::string& owner, std::shared_ptr<const void> value,
-                                   uint64_t bytes, double share = 1.0);
+                                   uint64_t bytes, double share = 1.0, uint64_t lookup_id = 0);
   // False when the session does not hold the lease (released already, or never).
   bool Release(uint64_t session_id, uint64_t lease_id);
+  // Releases what the session still holds of the leases taken under `lookup_id` (a lookup
+  // whose answer the worker lost); how many.
+  static constexpr size_t kTrackedLookups = 4096;
+  int ReleaseLookup(uint64_t session_id, uint64_t lookup_id);
 
   // Pages reserved for a same-host publication of `key` (under the worker's `lease_id`).
   struct Reservation {
@@ -132,6 +139,9 @@ class ShmLeaseTable {
     };
     absl::flat_hash_map<uint64_t, Held> leases;
     absl::flat_hash_map<uint64_t, Reservation> reservations;
+    // Leases by the lookup that took them, for the last kTrackedLookups lookups (oldest first).
+    absl::flat_hash_map<uint64_t, std::vector<uint64_t>> lookups;
+    std::deque<uint64_t> lookup_order;
     uint64_t bytes = 0;                    // of both
     std::unique_ptr<ProcessWatch> holder;  // the worker's process, when known
     std::chrono::steady_clock::time_point orphaned_at;

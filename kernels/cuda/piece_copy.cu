@@ -5,6 +5,9 @@
 #include "kernels/cuda/finite_bits.cuh"
 #include "kernels/cuda/piece_copy.h"
 
+// The inline launch's parameters (5 KiB) need the 32 KiB parameter space of CUDA 12.1.
+static_assert(CUDART_VERSION >= 12010, "LaunchPieceCopyInline needs CUDA 12.1 or later");
+
 namespace lazykv::cuda {
 namespace {
 

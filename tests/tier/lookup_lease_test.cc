@@ -17,6 +17,7 @@
 #include "tests/cache_server/cache_test_util.h"
 #include "tests/test_util.h"
 #include "worker/tier/remote_chunk_tier.h"
+#include "worker/tier/shm_session.h"
 
 namespace lazykv::testing {
 namespace {
@@ -134,6 +135,32 @@ TEST_F(LookupLeaseTest, FetchesAfterALookupMakeNoCallAndAreByteExact) {
   EXPECT_TRUE(LeasesReach(0)) << "every lease goes back when its bytes go";
 }
 
+TEST_F(LookupLeaseTest, AChunkInTheGpuTierIsLeasedFromHostRamToAWorkerWithoutTheTier) {
+  SCOPED_TRACE(seed_);
+  // The GPU tier emulated in host memory: this worker cannot open it (no CUDA IPC handle) and
+  // has no peer link, so the lookup leases the chunks' host RAM copies.
+  START_OR_SKIP({"--gpu-capacity", "32MiB", "--gpu-emulate"});
+  const std::vector<TestChunk> chunks = PutChunks(3);
+  auto tier = MakeTier();
+  ASSERT_TRUE(Eventually([&] {
+    size_t on_gpu = 0;
+    for (const auto& hit : tier->Lookup(Keys(chunks))) on_gpu += hit && hit->server_tier == "gpu" ? 1 : 0;
+    return on_gpu == chunks.size();
+  })) << "published chunks are promoted while the GPU tier has room";
+  server_->Signal(SIGSTOP);
+  frozen_ = true;
+  for (const TestChunk& chunk : chunks) {
+    auto fetched = tier->Fetch(chunk.key);
+    ASSERT_TRUE(fetched.ok()) << fetched.status();
+    EXPECT_EQ(fetched->stored.ToString(), chunk.stored());
+    EXPECT_FALSE(fetched->stored.on_device());
+  }
+  server_->Signal(SIGCONT);
+  frozen_ = false;
+  EXPECT_EQ(tier->transport_stats().lookup_leases_used, chunks.size());
+  EXPECT_EQ(tier->transport_stats().shm_chunks, chunks.size());
+}
+
 TEST_F(LookupLeaseTest, LeasesNotFetchedGoBack) {
   SCOPED_TRACE(seed_);
   START_OR_SKIP({});
@@ -172,6 +199,45 @@ TEST_F(LookupLeaseTest, LeasesNotFetchedGoBack) {
   tier->Lookup(std::vector<Hash128>{chunks[3].key});
   EXPECT_TRUE(LeasesReach(2)) << "chunk 0's fetch and chunk 3's fresh lookup hold one each";
   EXPECT_EQ(tier->transport_stats().lookup_leases_unused, chunks.size());
+}
+
+TEST_F(LookupLeaseTest, ATierThatGoesReleasesItsLookupLeasesFirst) {
+  SCOPED_TRACE(seed_);
+  START_OR_SKIP({});
+  const std::vector<TestChunk> chunks = PutChunks(4);
+  for (int i = 0; i < 3; ++i) {
+    auto tier = MakeTier();
+    tier->Lookup(Keys(chunks));
+    ASSERT_EQ(Stats(*stub_).shm_leases(), chunks.size());
+    tier.reset();  // its session sends the releases before it closes: nothing is orphaned
+    EXPECT_TRUE(LeasesReach(0)) << "round " << i;
+  }
+}
+
+TEST_F(LookupLeaseTest, ALookupWhoseAnswerIsLostHasItsLeasesReleasedByItsId) {
+  SCOPED_TRACE(seed_);
+  START_OR_SKIP({});
+  const std::vector<TestChunk> chunks = PutChunks(3);
+  auto session = ShmClientSession::Open(grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()),
+                                        "lookup-lease-test", std::chrono::seconds(5) * SlowdownFactor());
+  ASSERT_TRUE(session.ok()) << session.status();
+  // Two lookups leasing under their ids; the worker "lost" the first answer.
+  for (uint64_t lookup_id : {101u, 102u}) {
+    grpc::ClientContext context;
+    v1::LookupRequest request;
+    for (const TestChunk& chunk : chunks) *request.add_keys() = ToProto(chunk.key);
+    request.set_shm_session_id((*session)->id());
+    request.set_lookup_id(lookup_id);
+    v1::LookupResponse response;
+    ASSERT_TRUE(stub_->Lookup(&context, request, &response).ok());
+    for (const v1::LookupResult& r : response.results()) EXPECT_NE(r.lease().lease_id(), 0u);
+  }
+  ASSERT_EQ(Stats(*stub_).shm_leases(), 2 * chunks.size());
+  (*session)->ReleaseLookup(999);  // unknown: nothing
+  (*session)->ReleaseLookup(101);
+  EXPECT_TRUE(LeasesReach(chunks.size())) << "the first lookup's leases, and only those, go";
+  (*session)->ReleaseLookup(102);
+  EXPECT_TRUE(LeasesReach(0));
 }
 
 TEST_F(LookupLeaseTest, AnIdleWorkersLookupLeasesGoBackByThemselves) {

@@ -148,12 +148,14 @@ std::optional<KernelCopyPlan> PlanKernelCopy(const std::vector<std::string_view>
   if (host && device) return std::nullopt;  // a mix
   // Pinned host pieces: only where fragmented (else one DMA copy is faster).
   if (host && !FragmentedEnoughForTheKernel(pieces)) return std::nullopt;
-  // Device pieces: a segment per SM (plus one per piece boundary), few enough to travel in
+  // Device pieces in a few runs: a segment per SM (plus one per piece boundary), few enough to travel in
   // the launch itself (LaunchPieceCopyInline) where a 64 KiB segment's table would be
   // uploaded first; pinned host pieces keep the default (loads from the host wait a PCIe
   // round trip, which the kernel's many segments keep in flight).
   uint64_t segment_bytes = cuda::kCopySegmentBytes;
-  if (device) {
+  // A chunk in many pieces keeps the small segments: with a segment per SM cut at every
+  // piece's end, some CTAs would copy two large segments and the rest wait for them.
+  if (device && translated.size() <= 4) {
     uint64_t total = 0;
     for (std::string_view piece : translated) total += piece.size();
     const uint64_t per_sm = (total + cuda::MultiprocessorCount() - 1) / cuda::MultiprocessorCount();

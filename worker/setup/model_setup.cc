@@ -12,8 +12,8 @@
 #ifdef LAZYKV_WITH_CUDA
 #include "worker/backend/cuda_backend.h"
 #endif
-#include "worker/model/model_loader.h"
 #include "cache_server/pinned_memory.h"
+#include "worker/model/model_loader.h"
 #include "worker/tier/embedded_chunk_tier.h"
 #include "worker/tier/remote_chunk_tier.h"
 
@@ -30,8 +30,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> ChooseTokenizer(const ModelSetupOptio
   for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer.bin"}) {
     if (fs::exists(dir / name, ec)) return LoadTokenizer((dir / name).string());
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "no tokenizer for %s: pass --tokenizer PATH (Hugging Face tokenizer.json, llama2.c tokenizer.bin or SentencePiece .model)", options.model));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("no tokenizer for %s: pass --tokenizer PATH (Hugging Face tokenizer.json, llama2.c tokenizer.bin "
+                      "or SentencePiece .model)",
+                      options.model));
 }
 
 }  // namespace
@@ -47,7 +49,8 @@ absl::StatusOr<SharedDecode> ParseSharedDecode(std::string_view name) {
   if (name == "auto") return SharedDecode::kAuto;
   if (name == "always") return SharedDecode::kAlways;
   if (name == "off") return SharedDecode::kOff;
-  return absl::InvalidArgumentError(absl::StrCat("unknown --shared-decode '", std::string(name), "' (auto, always or off)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --shared-decode '", std::string(name), "' (auto, always or off)"));
 }
 
 absl::StatusOr<ModelDtype> ParseModelDtype(std::string_view name) {
@@ -83,20 +86,25 @@ absl::StatusOr<std::shared_ptr<ChunkTier>> SetUpCacheTier(const CacheTierSetup& 
   if (!setup.servers.empty()) {
     ASSIGN_OR_RETURN(auto servers, ParseServerList(setup.servers));
     if (setup.min_call_deadline_ms <= 0) return absl::InvalidArgumentError("--cache-min-deadline-ms must be positive");
+    if (setup.lookup_lease_ms < 0 || setup.lookup_lease_ms > 600000) {
+      return absl::InvalidArgumentError("--cache-lookup-lease-ms must be within [0, 600000]");
+    }
     for (const std::string& server : servers) {
       if (absl::Status s = CheckClientSecurity(server, setup.security); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("--cache-", s.message()));
       }
     }
     const std::chrono::milliseconds floor(setup.min_call_deadline_ms);
-    ASSIGN_OR_RETURN(tier, RemoteChunkTier::Create(RemoteTierOptions{.servers = servers,
-                                                                     .holder = setup.holder,
-                                                                     .security = setup.security,
-                                                                     .initial_call_deadline = 5 * floor,
-                                                                     .min_call_deadline = floor,
-                                                                     .transport = setup.transport,
-                                                                     .shm_pinner = ShmPinner(),
-                                                                     .gpu_device = setup.gpu_device}));
+    ASSIGN_OR_RETURN(tier, RemoteChunkTier::Create(RemoteTierOptions{
+                               .servers = servers,
+                               .holder = setup.holder,
+                               .security = setup.security,
+                               .initial_call_deadline = 5 * floor,
+                               .min_call_deadline = floor,
+                               .transport = setup.transport,
+                               .shm_pinner = ShmPinner(),
+                               .gpu_device = setup.gpu_device,
+                               .lookup_lease_hold = std::chrono::milliseconds(setup.lookup_lease_ms)}));
   } else {
     cache::TieredStoreOptions store;
     store.host_capacity_bytes = setup.host_bytes;

@@ -22,11 +22,12 @@ struct CacheTierSetup {
   bool enabled = true;
   std::string servers;            // HOST:PORT,...
   int min_call_deadline_ms = 20;  // floor of a cache server call's deadline; 5x before any sample
+  int lookup_lease_ms = 2000;     // RemoteTierOptions::lookup_lease_hold; 0: lookups lease nothing
   std::string dir;                // embedded disk tier; empty: DefaultCacheDir()
   uint64_t host_bytes = 256ull << 20;
   uint64_t disk_bytes = 2ull << 30;
-  std::string holder;              // this process's name in lease logs
-  ClientSecurityOptions security;  // TLS and token towards the cache servers
+  std::string holder;                                // this process's name in lease logs
+  ClientSecurityOptions security;                    // TLS and token towards the cache servers
   FetchTransport transport = FetchTransport::kAuto;  // shm for servers on this host, else gRPC
   // The worker's GPU, for a same-host server's GPU tier (RemoteTierOptions::gpu_device);
   // SetUpEngine sets it on a GPU when chunks are not signed. -1: none.
@@ -48,7 +49,7 @@ absl::StatusOr<Device> ParseDevice(std::string_view name);  // "cpu", "cuda", "a
 // the CPU. kBf16 on the CPU is its GPU-like numerics (CpuNumerics::kBf16LikeCuda); kFp32
 // on the GPU is CudaPrecision::kFp32. The KV dtype, and so the chunk keys, follow it.
 enum class ModelDtype { kAuto, kBf16, kFp32 };
-absl::StatusOr<ModelDtype> ParseModelDtype(std::string_view name);  // "auto", "bf16", "fp32"
+absl::StatusOr<ModelDtype> ParseModelDtype(std::string_view name);      // "auto", "bf16", "fp32"
 absl::StatusOr<SharedDecode> ParseSharedDecode(std::string_view name);  // "auto", "always", "off"
 
 struct ModelSetupOptions {

@@ -26,6 +26,9 @@ constexpr char kUsage[] =
   --cache-min-deadline-ms N  floor of a cache server call's deadline, otherwise set from the
                          server's observed latency (default 20; 5x before the first answer); a
                          server that misses one is skipped until it answers a health check
+  --cache-lookup-lease-ms N  a lookup of a cache server on this host leases what it finds there,
+                         so that the fetch after it reads in place with no call; a lease no fetch
+                         took within N ms is released (default 2000; 0: lookups lease nothing)
   --transport T          auto | grpc | shm | nccl: how chunks come from the cache servers; auto
                          (default) reads a server on this host in place from its shared host RAM
                          (shm) and streams from the others over gRPC; a chunk in a server's GPU
@@ -75,6 +78,7 @@ void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
   parser.AddString("--cache-servers", &s.cache_tier.servers);
   AddClientSecurityFlags(parser, s.cache_tier.security, "cache-");
   parser.AddInt("--cache-min-deadline-ms", &s.cache_tier.min_call_deadline_ms);
+  parser.AddInt("--cache-lookup-lease-ms", &s.cache_tier.lookup_lease_ms);
   parser.Add("--transport", [&s](const std::string& v) -> absl::Status {
     ASSIGN_OR_RETURN(s.cache_tier.transport, ParseFetchTransport(v));
     return absl::OkStatus();

@@ -15,6 +15,7 @@
 #include "common/chunk_wire.h"
 #include "common/grpc_util.h"
 #include "common/rendezvous_hash.h"
+#include "common/splitmix64.h"
 #include "worker/tier/remote_chunk_tier_run.h"
 
 namespace lazykv {
@@ -103,6 +104,13 @@ RemoteChunkTier::~RemoteChunkTier() {
   prober_.join();
 }
 
+uint64_t RemoteChunkTier::NextLookupId() {
+  // Distinct per lookup within this tier's sessions (SplitMix64 is a bijection of its state).
+  uint64_t state = lookups_.fetch_add(1) + 1;
+  const uint64_t id = SplitMix64(state);
+  return id != 0 ? id : 1;
+}
+
 size_t RemoteChunkTier::OwnerOf(const Hash128& key) const { return RendezvousOwner(key, options_.servers); }
 
 std::vector<ServerEstimate> RemoteChunkTier::Estimates() const {
@@ -158,6 +166,12 @@ bool RemoteChunkTier::AnyDown() const {
 void RemoteChunkTier::ProberLoop() {
   MutexLock lock(&prober_mu_);
   const bool lookups_lease = options_.lookup_lease_hold.count() > 0;
+  // Lookup leases past their hold are dropped also while a server is down (the sweep below
+  // runs only while none is).
+  auto sweep = [&] {
+    if (!lookups_lease) return;
+    for (const auto& server : servers_) DropLookupLeases(*server, nullptr);
+  };
   while (true) {
     while (!stopping_ && !AnyDown()) {
       if (!lookups_lease) {
@@ -169,7 +183,7 @@ void RemoteChunkTier::ProberLoop() {
       prober_wake_.WaitUntil(&prober_mu_, Clock::now() + options_.lookup_lease_hold);
       if (stopping_) return;
       lock.Unlock();
-      for (const auto& server : servers_) DropLookupLeases(*server, nullptr);
+      sweep();
       lock.Lock();
     }
     // A server that has just failed is not asked again at once.
@@ -180,6 +194,7 @@ void RemoteChunkTier::ProberLoop() {
     for (const auto& server : servers_) {
       if (!Up(*server)) Probe(*server);
     }
+    sweep();
     lock.Lock();
   }
 }
@@ -229,23 +244,28 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
     std::shared_ptr<ShmClientSession> session = LookupLeaseSession(server);
     if (session != nullptr) {
       request.set_shm_session_id(session->id());
+      request.set_lookup_id(NextLookupId());
       request.set_prefer_gpu(session->gpu() != nullptr);
+      // A GPU-tier chunk this worker cannot open comes over a peer link where it wants one.
+      request.set_gpu_chunks_from_host(session->gpu() == nullptr && !WantsPeerLink(server));
     }
     v1::LookupResponse response;
+    // A lookup that leases is not retried: a retry's leases would share the first try's id,
+    // and the first try's, its answer lost, could not be released alone.
     const Attempted call =
-        Run(server, CallDeadline(server), options_.max_retries, "lookup",
+        Run(server, CallDeadline(server), session != nullptr ? 0 : options_.max_retries, "lookup",
             [&](grpc::ClientContext& context) { return server.stub->Lookup(&context, request, &response); });
     const bool answered = call.status.ok() && response.results_size() == static_cast<int>(by_owner[s].size());
     if (session != nullptr) {
-      for (int j = 0; j < response.results_size(); ++j) {
-        const v1::LookupResult& r = response.results(j);
-        if (r.lease().lease_id() == 0) continue;
-        if (answered) {
-          KeepLookupLease(server, keys[by_owner[s][j]], r.lease(), session);
-        } else {  // a malformed answer: adopted only to be released
-          (void)(r.lease().tier() == v1::TIER_GPU ? session->AdoptGpu(r.lease()) : session->Adopt(r.lease()));
-          lookup_leases_unused_.fetch_add(1);
+      if (answered) {
+        for (int j = 0; j < response.results_size(); ++j) {
+          const v1::LookupResult& r = response.results(j);
+          if (r.lease().lease_id() != 0) KeepLookupLease(server, keys[by_owner[s][j]], r.lease(), session);
         }
+      } else {
+        // No answer, or one that cannot be used: whatever the server leased under this lookup
+        // (it may have, with the answer lost on the way) is released by its id.
+        session->ReleaseLookup(request.lookup_id());
       }
     }
     if (!answered) continue;
@@ -403,6 +423,9 @@ absl::Status RemoteChunkTier::RenewLease(const Hash128& key, uint64_t lease_id, 
 
 void RemoteChunkTier::ReportInvalid(const Hash128& key, std::string_view header, std::string_view reason) {
   Server& server = *servers_[OwnerOf(key)];
+  // Other lookups' leases of this chunk hold the same refused bytes: none is fetched.
+  while (options_.transport != FetchTransport::kGrpc && DropLookupLeases(server, &key)) {
+  }
   if (!Up(server)) return;
   v1::ReportInvalidRequest request;
   *request.mutable_key() = ToProto(key);

@@ -181,7 +181,8 @@ class RemoteChunkTier final : public ChunkTier {
   void KeepLookupLease(Server& server, const Hash128& key, const v1::ShmGetResponse& lease,
                        std::shared_ptr<ShmClientSession> session);
   std::optional<FetchedChunk> TakeLookupLease(Server& server, const Hash128& key);
-  void DropLookupLeases(Server& server, const Hash128* key);
+  // Returns whether any was dropped.
+  bool DropLookupLeases(Server& server, const Hash128* key);
   absl::StatusOr<FetchedChunk> FetchGrpc(Server& server, const Hash128& key);
   // Whether a chunk in the server's GPU tier should come over a peer link (remote_chunk_tier_peer.cc).
   bool WantsPeerLink(Server& server);
@@ -208,6 +209,8 @@ class RemoteChunkTier final : public ChunkTier {
   std::atomic<uint64_t> grpc_chunks_{0}, grpc_bytes_{0}, shm_chunks_{0}, shm_bytes_{0}, shm_fallbacks_{0};
   std::atomic<uint64_t> cuda_ipc_chunks_{0}, cuda_ipc_bytes_{0};
   std::atomic<uint64_t> lookup_leases_used_{0}, lookup_leases_unused_{0};
+  std::atomic<uint64_t> lookups_{0};  // numbers each lookup's id (NextLookupId)
+  uint64_t NextLookupId();
   std::atomic<uint64_t> nccl_chunks_{0}, nccl_bytes_{0};
   std::shared_ptr<StagingPool> peer_staging_;  // receive buffers of peer link fetches
   std::atomic<uint64_t> shm_published_chunks_{0}, shm_published_bytes_{0};

@@ -99,8 +99,10 @@ std::shared_ptr<ShmClientSession> RemoteChunkTier::LookupLeaseSession(Server& se
       options_.transport == FetchTransport::kNccl) {
     return nullptr;
   }
-  std::shared_ptr<ShmClientSession> session = ShmSessionFor(server);
-  return session != nullptr && session->alive() ? session : nullptr;
+  // Only a session open already: opening one (mapping and pinning the arena) is not a
+  // lookup's work; the first fetch or the tier's creation opens it.
+  MutexLock lock(&server.shm_mu);
+  return server.shm != nullptr && server.shm->alive() ? server.shm : nullptr;
 }
 
 void RemoteChunkTier::KeepLookupLease(Server& server, const Hash128& key, const v1::ShmGetResponse& lease,
@@ -118,6 +120,11 @@ void RemoteChunkTier::KeepLookupLease(Server& server, const Hash128& key, const 
 std::optional<FetchedChunk> RemoteChunkTier::TakeLookupLease(Server& server, const Hash128& key) {
   std::optional<Server::LookedUp> taken;
   std::vector<Server::LookedUp> stale;  // released outside the lock
+  std::shared_ptr<ShmClientSession> current;
+  {
+    MutexLock lock(&server.shm_mu);
+    current = server.shm;
+  }
   {
     MutexLock lock(&server.looked_up_mu);
     auto it = server.looked_up.find(key);
@@ -127,8 +134,9 @@ std::optional<FetchedChunk> RemoteChunkTier::TakeLookupLease(Server& server, con
     while (!held.empty() && !taken) {
       Server::LookedUp candidate = std::move(held.back());
       held.pop_back();
-      // An ended session's leases are gone on the server: its pages may be another chunk's.
-      if (candidate.session->alive() && candidate.leased_at >= oldest_kept) {
+      // An ended session's leases are gone on the server: its pages may be another chunk's. A
+      // session this tier replaced (the server no longer knew it) counts as ended.
+      if (candidate.session->alive() && candidate.session == current && candidate.leased_at >= oldest_kept) {
         taken = std::move(candidate);
       } else {
         stale.push_back(std::move(candidate));
@@ -142,13 +150,13 @@ std::optional<FetchedChunk> RemoteChunkTier::TakeLookupLease(Server& server, con
   return SameHostFetched(server, std::move(taken->bytes), taken->on_gpu, /*setup_seconds=*/0);
 }
 
-void RemoteChunkTier::DropLookupLeases(Server& server, const Hash128* key) {
+bool RemoteChunkTier::DropLookupLeases(Server& server, const Hash128* key) {
   std::vector<Server::LookedUp> dropped;  // released outside the lock
   {
     MutexLock lock(&server.looked_up_mu);
     if (key != nullptr) {
       auto it = server.looked_up.find(*key);
-      if (it == server.looked_up.end()) return;
+      if (it == server.looked_up.end()) return false;
       // One lookup's worth: another request may have looked the same chunk up to fetch it.
       dropped.push_back(std::move(it->second.front()));
       it->second.erase(it->second.begin());
@@ -170,6 +178,7 @@ void RemoteChunkTier::DropLookupLeases(Server& server, const Hash128* key) {
     }
   }
   lookup_leases_unused_.fetch_add(dropped.size());
+  return !dropped.empty();
 }
 
 void RemoteChunkTier::NotFetching(const Hash128& key) {

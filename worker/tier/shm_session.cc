@@ -1,9 +1,8 @@
 #include "worker/tier/shm_session.h"
 
-#include <unistd.h>
-
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include "absl/strings/str_format.h"
 #include "common/chunk_codec.h"
@@ -97,13 +96,26 @@ void ShmClientSession::Run(std::string holder) {
   if (!answered) return;
   MutexLock lock(&mu_);
   while (true) {
-    while (!stopping_ && pending_.empty() && abandoned_.empty()) changed_.Wait(&mu_);
-    if (pending_.empty() && abandoned_.empty()) break;  // stopping, nothing left to send
+    while (!stopping_ && pending_.empty() && abandoned_.empty() && lost_lookups_.empty()) changed_.Wait(&mu_);
+    if (pending_.empty() && abandoned_.empty() && lost_lookups_.empty()) {
+      // Stopping, everything sent: close our side so that the server reads the releases
+      // before the stream ends (a cancel could overtake them), and wait for its end.
+      lock.Unlock();
+      stream_->WritesDone();
+      (void)stream_->Finish();
+      finished_ = true;
+      lock.Lock();
+      flushed_ = true;
+      changed_.SignalAll();
+      break;
+    }
     v1::ShmSessionRequest release;
     for (uint64_t id : pending_) release.add_release(id);
     for (uint64_t id : abandoned_) release.add_abandon(id);
+    for (uint64_t id : lost_lookups_) release.add_release_lookup(id);
     pending_.clear();
     abandoned_.clear();
+    lost_lookups_.clear();
     lock.Unlock();
     const bool sent = stream_->Write(release);
     lock.Lock();
@@ -111,6 +123,7 @@ void ShmClientSession::Run(std::string holder) {
       alive_ = false;  // the server is gone: its leases died with the stream
       pending_.clear();
       abandoned_.clear();
+      lost_lookups_.clear();
       while (!stopping_) changed_.Wait(&mu_);
       break;
     }
@@ -121,10 +134,15 @@ ShmClientSession::~ShmClientSession() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
+    changed_.SignalAll();
+    // The releases still queued go first (else the server would hold their leases as an
+    // orphan's while this process lives); a hung server gets 200 ms.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (alive_ && !flushed_ && changed_.WaitUntil(&mu_, until)) {
+    }
   }
-  changed_.SignalAll();
-  // A hung server must not hold this up: cancelling ends the stream on both sides (the
-  // server then drops any lease still held).
+  // Cancelling ends the stream on both sides at once (the server then drops or orphans any
+  // lease still held).
   context_.TryCancel();
   if (thread_.joinable()) thread_.join();
   if (stream_ != nullptr && !finished_) (void)stream_->Finish();  // CANCELLED, at once
@@ -147,8 +165,8 @@ absl::StatusOr<ChunkBytes> ShmClientSession::Adopt(const v1::ShmGetResponse& ans
   }
   // Built in place: a temporary LeasedBytes would release the lease as it goes.
   std::shared_ptr<const LeasedBytes> owner(new LeasedBytes{shared_from_this(), answer.lease_id(), {}});
-  auto pieces = mapping_->Pieces(std::span<const uint32_t>(answer.pages().data(), answer.pages_size()),
-                                 answer.stored_bytes());
+  auto pieces =
+      mapping_->Pieces(std::span<const uint32_t>(answer.pages().data(), answer.pages_size()), answer.stored_bytes());
   if (!pieces.ok()) return pieces.status();  // `owner` releases the lease
   return ChunkBytes(*std::move(pieces), std::move(owner));
 }
@@ -177,6 +195,15 @@ void ShmClientSession::Release(uint64_t lease_id) {
     --held_;
     if (!alive_) return;
     pending_.push_back(lease_id);
+  }
+  changed_.Signal();
+}
+
+void ShmClientSession::ReleaseLookup(uint64_t lookup_id) {
+  {
+    MutexLock lock(&mu_);
+    if (!alive_) return;
+    lost_lookups_.push_back(lookup_id);
   }
   changed_.Signal();
 }

@@ -40,7 +40,9 @@ class ShmClientSession : public std::enable_shared_from_this<ShmClientSession> {
                                                                 std::chrono::microseconds deadline,
                                                                 const HostPinner* pinner = nullptr,
                                                                 int gpu_device = -1);
-  ~ShmClientSession();  // ends the stream: the server drops what is still leased
+  // Sends what is queued and closes the stream (at most ~200 ms; then cancels it): the server
+  // drops what is still leased, or holds it while this process lives (orphaned).
+  ~ShmClientSession();
   ShmClientSession(const ShmClientSession&) = delete;
   ShmClientSession& operator=(const ShmClientSession&) = delete;
 
@@ -64,6 +66,9 @@ class ShmClientSession : public std::enable_shared_from_this<ShmClientSession> {
   void Release(uint64_t lease_id);
   // Queues the drop of a reservation that will not be committed (sent likewise).
   void Abandon(uint64_t reservation_id);
+  // Queues the release of whatever a lookup leased under `lookup_id` (LookupRequest) whose
+  // answer this worker did not get or could not use (sent likewise).
+  void ReleaseLookup(uint64_t lookup_id);
 
  private:
   ShmClientSession() = default;
@@ -81,14 +86,16 @@ class ShmClientSession : public std::enable_shared_from_this<ShmClientSession> {
   std::shared_ptr<const CudaIpcMapping> gpu_;
 
   mutable Mutex mu_;
-  CondVar changed_;  // opened, releases queued, or stopping
+  CondVar changed_;                           // opened, releases queued, or stopping
   bool opened_ ABSL_GUARDED_BY(mu_) = false;  // the answer arrived, or the stream failed
   v1::ShmSessionResponse answer_ ABSL_GUARDED_BY(mu_);
   grpc::Status open_status_ ABSL_GUARDED_BY(mu_);
   bool alive_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<uint64_t> pending_ ABSL_GUARDED_BY(mu_);    // releases not yet sent
-  std::vector<uint64_t> abandoned_ ABSL_GUARDED_BY(mu_);  // abandoned reservations not yet sent
+  std::vector<uint64_t> pending_ ABSL_GUARDED_BY(mu_);       // releases not yet sent
+  std::vector<uint64_t> abandoned_ ABSL_GUARDED_BY(mu_);     // abandoned reservations not yet sent
+  std::vector<uint64_t> lost_lookups_ ABSL_GUARDED_BY(mu_);  // lookups whose leases to release, not yet sent
+  bool flushed_ ABSL_GUARDED_BY(mu_) = false;  // stopping: the thread sent what was queued and closed the stream
   uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };

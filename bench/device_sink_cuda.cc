@@ -63,10 +63,10 @@ class CudaSink final : public DeviceSink {
         !s.ok()) {
       return s;
     }
-    unsigned long long first_bad = 0;
-    cudaMemcpyAsync(&first_bad, first_bad_, sizeof(first_bad), cudaMemcpyDeviceToHost, stream_);
-    if (absl::Status s = Check(cudaStreamSynchronize(stream_), "synchronize"); !s.ok()) return s;
-    if (first_bad != ~0ull) return absl::DataLossError(absl::StrFormat("non-finite value at byte %d", first_bad));
+    // As the backend's staging reads it (through a pinned word).
+    absl::StatusOr<unsigned long long> first_bad = cuda_backend::SynchronizeAndReadAnswer(first_bad_, stream_);
+    if (!first_bad.ok()) return first_bad.status();
+    if (*first_bad != ~0ull) return absl::DataLossError(absl::StrFormat("non-finite value at byte %d", *first_bad));
     return absl::OkStatus();
   }
 

@@ -428,20 +428,42 @@ int Main(int argc, char** argv) {
     auto plan = cuda_backend::PlanKernelCopy(pieces, device2, /*to_contiguous=*/true);
     if (!plan) std::exit(1);
     char what[96];
-    std::snprintf(what, sizeof(what), "D2D PlanKernelCopy + check (%zu segments%s)", plan->segments.size(),
+    std::snprintf(what, sizeof(what), "D2D PlanKernelCopy + check, answer to the stack (%zu segments%s)",
+                  plan->segments.size(),
                   plan->segments.size() <= static_cast<size_t>(cuda::kInlineCopySegments) ? " in the launch" : "");
+    auto run = [&](const cuda_backend::KernelCopyPlan& p, bool check) {
+      CHECK_CUDA(
+          cuda_backend::EnqueueKernelCopy(p, table, cuda::Element::kBf16, check ? first_bad : nullptr, stream).ok()
+              ? cudaSuccess
+              : cudaErrorUnknown);
+      unsigned long long bad = ~0ull;
+      if (check) CHECK_CUDA(cudaMemcpyAsync(&bad, first_bad, sizeof(bad), cudaMemcpyDeviceToHost, stream));
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      if (bad != ~0ull) std::exit(1);
+    };
     measure(
-        what,
+        what, [&] { run(*plan, true); }, d2d_ms, [&] { return same_device(device2); });
+    // The staging's way since: the answer read back through a pinned word.
+    CHECK_CUDA(cudaMemset(device2, 0, bytes));
+    measure(
+        "D2D PlanKernelCopy + check, answer through a pinned word",
         [&] {
           CHECK_CUDA(cuda_backend::EnqueueKernelCopy(*plan, table, cuda::Element::kBf16, first_bad, stream).ok()
                          ? cudaSuccess
                          : cudaErrorUnknown);
-          unsigned long long bad = 0;
-          CHECK_CUDA(cudaMemcpyAsync(&bad, first_bad, sizeof(bad), cudaMemcpyDeviceToHost, stream));
-          CHECK_CUDA(cudaStreamSynchronize(stream));
-          if (bad != ~0ull) std::exit(1);
+          absl::StatusOr<unsigned long long> bad = cuda_backend::SynchronizeAndReadAnswer(first_bad, stream);
+          if (!bad.ok() || *bad != ~0ull) std::exit(1);
         },
         d2d_ms, [&] { return same_device(device2); });
+    CHECK_CUDA(cudaMemset(device2, 0, bytes));
+    measure(
+        "D2D PlanKernelCopy, no check", [&] { run(*plan, false); }, d2d_ms, [&] { return same_device(device2); });
+    cuda_backend::KernelCopyPlan wide = *plan;
+    wide.launch.threads = 1024;
+    CHECK_CUDA(cudaMemset(device2, 0, bytes));
+    measure(
+        "D2D PlanKernelCopy + check, 1024 threads", [&] { run(wide, true); }, d2d_ms,
+        [&] { return same_device(device2); });
   }
 
   // What asking the driver about each piece would cost.

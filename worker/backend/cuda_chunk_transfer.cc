@@ -298,20 +298,19 @@ absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const Chunk
   auto chunk = std::make_unique<CudaStagedChunk>(budget_, stream_, device_bytes, bytes, meta_offset, meta_bytes);
   auto staged = [&]() -> absl::StatusOr<std::unique_ptr<StagedChunk>> {
     auto* answer = reinterpret_cast<unsigned long long*>(static_cast<char*>(device_bytes) + check_offset);
-    unsigned long long first_bad = ~0ull;
     // Scattered pinned pieces (the cache tier's host pages) are read in place by the piece
     // copy kernel, which checks the values on the way; others (pageable, a few long runs,
     // device memory of a CUDA IPC mapping) go by the copy engines and are checked after.
     auto* table = reinterpret_cast<cuda::CopySegment*>(static_cast<char*>(device_bytes) + table_offset);
     RETURN_IF_ERROR(EnqueueGather(payload.pieces(), device_bytes, bytes, element_, check_finite ? answer : nullptr,
                                   table, table_room, stream->get(), "chunk import copy"));
-    if (check_finite) {
-      RETURN_IF_ERROR(
-          Cuda(cudaMemcpyAsync(&first_bad, answer, sizeof(first_bad), cudaMemcpyDeviceToHost, stream->get()),
-               "chunk value check"));
-    }
     // The chunk's bytes must be complete before the compute stream may free or read them.
-    RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream->get()), "chunk import copy"));
+    unsigned long long first_bad = ~0ull;
+    if (check_finite) {
+      ASSIGN_OR_RETURN(first_bad, SynchronizeAndReadAnswer(answer, stream->get()));
+    } else {
+      RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream->get()), "chunk import copy"));
+    }
     if (first_bad != ~0ull) {
       return absl::PermissionDeniedError(
           absl::StrFormat("chunk refused: chunk payload holds a non-finite value at byte %d", first_bad));

@@ -210,6 +210,24 @@ absl::Status EnqueueGather(const std::vector<std::string_view>& pieces, void* de
   return Cuda(cuda::LaunchFindNonFinite(device, bytes, element, first_bad, stream), "value check");
 }
 
+absl::StatusOr<unsigned long long> SynchronizeAndReadAnswer(const unsigned long long* first_bad, cudaStream_t stream) {
+  // One pinned word per thread, for the thread's life (freed at its exit).
+  struct PinnedWord {
+    unsigned long long* word = nullptr;
+    ~PinnedWord() {
+      if (word != nullptr) cudaFreeHost(word);
+    }
+  };
+  thread_local PinnedWord pinned;
+  if (pinned.word == nullptr) {
+    RETURN_IF_ERROR(Cuda(cudaMallocHost(&pinned.word, sizeof(*pinned.word)), "check answer's pinned word"));
+  }
+  RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(pinned.word, first_bad, sizeof(*first_bad), cudaMemcpyDeviceToHost, stream),
+                       "check answer"));
+  RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "check answer"));
+  return *pinned.word;
+}
+
 absl::Status UploadDuringCall(void* device, const void* host, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return absl::OkStatus();
   cudaMemcpyAttributes attributes{};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/cuda/copy_segment.h"
 #include "kernels/cuda/element_type.h"
 #include "kernels/cuda/piece_copy.h"
@@ -68,6 +69,12 @@ absl::Status EnqueueKernelCopy(const KernelCopyPlan& plan, cuda::CopySegment* ta
 absl::Status EnqueueGather(const std::vector<std::string_view>& pieces, void* device, uint64_t bytes,
                            cuda::Element element, unsigned long long* first_bad, cuda::CopySegment* table,
                            size_t table_room, cudaStream_t stream, const char* what);
+
+// Waits for `stream` and returns the value check's answer at `first_bad` (device), read back
+// through this thread's pinned word: a copy into pageable memory is staged by the driver and
+// cost a 64 MiB device-to-device fetch several microseconds more (piece_copy_bench).
+// Thread-safe (the word is the calling thread's; the call returns only once it is read).
+absl::StatusOr<unsigned long long> SynchronizeAndReadAnswer(const unsigned long long* first_bad, cudaStream_t stream);
 
 // A host-to-device copy of pageable `host` enqueued on `stream` that has read the host bytes
 // by the time it returns: the source may be reused at once, and the call does not wait for

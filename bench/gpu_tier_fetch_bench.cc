@@ -202,9 +202,11 @@ int Main(int argc, char** argv) {
                       "--max-chunk-bytes", std::to_string(chunk_bytes + (1 << 20)), "--shm-max-lease-bytes-per-session",
                       // Releases go back on the session's own thread: with 4
                       // fetches in flight, half the chunks' leases were
-                      // sometimes still held (2 of 66 fetches refused).
-                      std::to_string(capacity), "--shm-max-lease-bytes", std::to_string(capacity), "--gpu-capacity",
-                      std::to_string(capacity)});
+                      // sometimes still held (2 of 66 fetches refused), and
+                      // with 8, 12 chunks once (2 of 240). Host and GPU tier
+                      // leases count together: twice the capacity.
+                      std::to_string(2 * capacity), "--shm-max-lease-bytes", std::to_string(2 * capacity),
+                      "--gpu-capacity", std::to_string(capacity)});
   if (!server.started()) {
     std::fprintf(stderr, "could not start %s (%s)\n", server_binary.c_str(), server.first_line().c_str());
     return 1;

@@ -457,6 +457,15 @@ int Main(int argc, char** argv) {
         d2d_ms, [&] { return same_device(device2); });
     CHECK_CUDA(cudaMemset(device2, 0, bytes));
     measure(
+        "D2D GatherCheckedAndWait (the staging's way: the kernel publishes its answer)",
+        [&] {
+          absl::StatusOr<unsigned long long> bad = cuda_backend::GatherCheckedAndWait(
+              pieces, device2, bytes, cuda::Element::kBf16, first_bad, table, 0, stream, "bench");
+          if (!bad.ok() || *bad != ~0ull) std::exit(1);
+        },
+        d2d_ms, [&] { return same_device(device2); });
+    CHECK_CUDA(cudaMemset(device2, 0, bytes));
+    measure(
         "D2D PlanKernelCopy, no check", [&] { run(*plan, false); }, d2d_ms, [&] { return same_device(device2); });
     cuda_backend::KernelCopyPlan wide = *plan;
     wide.launch.threads = 1024;

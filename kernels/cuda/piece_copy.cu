@@ -63,11 +63,28 @@ struct InlineSegments {
 };
 
 // The segments read from the launch's parameters in place (__grid_constant__: no copy per thread).
+// With `ctas_done` non-null the answer is published (PublishedAnswer): each CTA counts itself
+// done after its checks, and the last one moves the answer to `published` and resets both.
 template <typename Bits, bool kCheck>
 __global__ void PieceCopyInlineKernel(const __grid_constant__ InlineSegments segments, int num_segments,
-                                      unsigned long long* first_bad) {
+                                      unsigned long long* first_bad, unsigned int* ctas_done,
+                                      unsigned long long* published) {
   for (int s = blockIdx.x; s < num_segments; s += gridDim.x) {
     CopySegmentBy<Bits, kCheck>(segments.segment[s], first_bad);
+  }
+  if constexpr (kCheck) {
+    if (ctas_done == nullptr) return;
+    __syncthreads();  // every thread's atomicMin is done
+    if (threadIdx.x == 0) {
+      __threadfence();
+      if (atomicAdd(ctas_done, 1u) == gridDim.x - 1) {
+        __threadfence();
+        const unsigned long long answer = atomicExch(first_bad, ~0ull);
+        *ctas_done = 0;
+        *reinterpret_cast<volatile unsigned long long*>(published) = answer;
+        __threadfence_system();
+      }
+    }
   }
 }
 
@@ -87,9 +104,11 @@ void LaunchInline(const InlineSegments& segments, int num_segments, unsigned lon
                   PieceCopyLaunch launch) {
   const int grid = num_segments < launch.max_ctas ? num_segments : launch.max_ctas;
   if (first_bad != nullptr) {
-    PieceCopyInlineKernel<Bits, true><<<grid, launch.threads, 0, stream>>>(segments, num_segments, first_bad);
+    PieceCopyInlineKernel<Bits, true>
+        <<<grid, launch.threads, 0, stream>>>(segments, num_segments, first_bad, nullptr, nullptr);
   } else {
-    PieceCopyInlineKernel<Bits, false><<<grid, launch.threads, 0, stream>>>(segments, num_segments, first_bad);
+    PieceCopyInlineKernel<Bits, false>
+        <<<grid, launch.threads, 0, stream>>>(segments, num_segments, first_bad, nullptr, nullptr);
   }
 }
 
@@ -130,6 +149,25 @@ cudaError_t LaunchPieceCopyInline(const CopySegment* host_segments, int num_segm
     LaunchInline<uint16_t>(segments, num_segments, first_bad, stream, launch);
   } else {
     LaunchInline<uint32_t>(segments, num_segments, first_bad, stream, launch);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPieceCopyInlinePublished(const CopySegment* host_segments, int num_segments, Element element,
+                                           const PublishedAnswer& answer, cudaStream_t stream, PieceCopyLaunch launch) {
+  if (num_segments < 1 || num_segments > kInlineCopySegments || host_segments == nullptr || BadLaunch(launch) ||
+      answer.first_bad == nullptr || answer.ctas_done == nullptr || answer.published == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  InlineSegments segments;
+  for (int i = 0; i < num_segments; ++i) segments.segment[i] = host_segments[i];
+  const int grid = num_segments < launch.max_ctas ? num_segments : launch.max_ctas;
+  if (element == Element::kBf16) {
+    PieceCopyInlineKernel<uint16_t, true><<<grid, launch.threads, 0, stream>>>(segments, num_segments, answer.first_bad,
+                                                                               answer.ctas_done, answer.published);
+  } else {
+    PieceCopyInlineKernel<uint32_t, true><<<grid, launch.threads, 0, stream>>>(segments, num_segments, answer.first_bad,
+                                                                               answer.ctas_done, answer.published);
   }
   return cudaGetLastError();
 }

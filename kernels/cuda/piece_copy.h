@@ -39,4 +39,21 @@ inline constexpr int kInlineCopySegments = 160;
 cudaError_t LaunchPieceCopyInline(const CopySegment* host_segments, int num_segments, Element element,
                                   unsigned long long* first_bad, cudaStream_t stream, PieceCopyLaunch launch = {});
 
+// A value check's answer that the kernel resets and publishes itself, so that no memset
+// before it and no copy after it are enqueued (each a few microseconds of a 70 us fetch):
+// `first_bad` and `ctas_done` (device) hold UINT64_MAX and 0 between launches (set so once
+// at allocation; every launch leaves them so), and the grid's last CTA writes the answer to
+// `published` (pinned host memory mapped for the device), readable once the stream is done.
+struct PublishedAnswer {
+  unsigned long long* first_bad = nullptr;
+  unsigned int* ctas_done = nullptr;
+  unsigned long long* published = nullptr;  // the device's address of the pinned word
+};
+
+// LaunchPieceCopyInline checking `element` values into `answer` (its contract above). Not
+// two at once on one answer. At least one segment.
+cudaError_t LaunchPieceCopyInlinePublished(const CopySegment* host_segments, int num_segments, Element element,
+                                           const PublishedAnswer& answer, cudaStream_t stream,
+                                           PieceCopyLaunch launch = {});
+
 }  // namespace lazykv::cuda

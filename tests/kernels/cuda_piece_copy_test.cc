@@ -236,6 +236,67 @@ TEST(CudaPieceCopyTest, GathersWithTheValueCheckAndScattersExactly) {
   EXPECT_GE(table_trials, 3);
 }
 
+// The staging's gather (GatherCheckedAndWait): device memory in one to four runs goes by the
+// kernel that publishes its own answer; launches back to back on one thread must each find
+// the answer reset (a chunk with a NaN, then a clean one, must not inherit the first's answer)
+// and report the first bad offset exactly, with the bytes exact.
+TEST(CudaPieceCopyTest, TheGatherThatPublishesItsAnswerResetsItEveryLaunch) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  unsigned long long* scratch = nullptr;  // the caller's answer, for a fallback path
+  CUDA_OK(cudaMalloc(&scratch, sizeof(*scratch)));
+  int bad_seen = 0, clean_seen = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const cuda::Element element = rng() % 2 == 0 ? cuda::Element::kBf16 : cuda::Element::kFp32;
+    const size_t esize = cuda::ElementBytes(element);
+    const size_t elements = 1 + rng() % (trial % 3 == 0 ? 4000000 : 100000);
+    std::string payload = RandomPayload(element, elements, rng);  // 0-3 non-finite values planted
+    if (trial % 2 == 1) {  // every value finite, right after a launch that may have found one
+      for (size_t i = 0; i < elements; ++i) {
+        const uint32_t bits = static_cast<uint32_t>(rng()) & (esize == 2 ? 0xBF7Fu : 0xBF7FFFFFu);
+        std::memcpy(payload.data() + i * esize, &bits, esize);
+      }
+    }
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", " << payload.size() << " bytes");
+    // The source in 1-4 runs of device memory, in shuffled order, with gaps between them.
+    const int runs = 1 + static_cast<int>(rng() % 4);
+    const uint64_t run_bytes = (payload.size() / runs + 15) / 16 * 16;
+    char* base = nullptr;
+    CUDA_OK(cudaMalloc(&base, (run_bytes + 4096) * runs));
+    std::vector<int> slot(runs);
+    std::iota(slot.begin(), slot.end(), 0);
+    std::shuffle(slot.begin(), slot.end(), rng);
+    std::vector<std::string_view> pieces;
+    for (int r = 0, at = 0; at < static_cast<int>(payload.size()); ++r) {
+      const uint64_t n = std::min<uint64_t>(run_bytes, payload.size() - at);
+      char* where = base + slot[r] * (run_bytes + 4096);
+      CUDA_OK(cudaMemcpy(where, payload.data() + at, n, cudaMemcpyHostToDevice));
+      pieces.emplace_back(where, n);
+      at += static_cast<int>(n);
+    }
+    char* range = nullptr;
+    CUDA_OK(cudaMalloc(&range, payload.size()));
+    auto bad = cuda_backend::GatherCheckedAndWait(pieces, range, payload.size(), element, scratch, nullptr, 0, stream,
+                                                  "test");
+    ASSERT_TRUE(bad.ok()) << bad.status();
+    EXPECT_EQ(*bad, CpuFirstBad(element, payload));
+    ++(*bad == std::numeric_limits<uint64_t>::max() ? clean_seen : bad_seen);
+    std::string back(payload.size(), '\0');
+    CUDA_OK(cudaMemcpy(back.data(), range, back.size(), cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(back == payload) << "gathered bytes differ";
+    cudaFree(range);
+    cudaFree(base);
+  }
+  EXPECT_GE(bad_seen, 3);
+  EXPECT_GE(clean_seen, 12);
+  cudaFree(scratch);
+  cudaStreamDestroy(stream);
+}
+
 TEST(CudaPieceCopyTest, LeavesWhatTheKernelDoesNotDoBetterToTheCopyEngines) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";
   char* range = nullptr;

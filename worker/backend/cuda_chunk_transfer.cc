@@ -302,13 +302,15 @@ absl::StatusOr<std::unique_ptr<StagedChunk>> CudaBackend::StageChunk(const Chunk
     // copy kernel, which checks the values on the way; others (pageable, a few long runs,
     // device memory of a CUDA IPC mapping) go by the copy engines and are checked after.
     auto* table = reinterpret_cast<cuda::CopySegment*>(static_cast<char*>(device_bytes) + table_offset);
-    RETURN_IF_ERROR(EnqueueGather(payload.pieces(), device_bytes, bytes, element_, check_finite ? answer : nullptr,
-                                  table, table_room, stream->get(), "chunk import copy"));
-    // The chunk's bytes must be complete before the compute stream may free or read them.
+    // The chunk's bytes must be complete before the compute stream may free or read them:
+    // each path waits for the stream.
     unsigned long long first_bad = ~0ull;
     if (check_finite) {
-      ASSIGN_OR_RETURN(first_bad, SynchronizeAndReadAnswer(answer, stream->get()));
+      ASSIGN_OR_RETURN(first_bad, GatherCheckedAndWait(payload.pieces(), device_bytes, bytes, element_, answer, table,
+                                                       table_room, stream->get(), "chunk import copy"));
     } else {
+      RETURN_IF_ERROR(EnqueueGather(payload.pieces(), device_bytes, bytes, element_, nullptr, table, table_room,
+                                    stream->get(), "chunk import copy"));
       RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream->get()), "chunk import copy"));
     }
     if (first_bad != ~0ull) {

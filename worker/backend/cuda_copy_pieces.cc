@@ -1,5 +1,7 @@
 #include "worker/backend/cuda_copy_pieces.h"
 
+#include <array>
+
 #include "common/device_mapped_regions.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/finite_check.h"
@@ -208,6 +210,67 @@ absl::Status EnqueueGather(const std::vector<std::string_view>& pieces, void* de
   RETURN_IF_ERROR(CopyPiecesContiguous(pieces, device, /*to_contiguous=*/true, stream, what));
   if (first_bad == nullptr) return absl::OkStatus();
   return Cuda(cuda::LaunchFindNonFinite(device, bytes, element, first_bad, stream), "value check");
+}
+
+namespace {
+
+// This thread's published answer on one device (cuda::PublishedAnswer), made on first use
+// and kept for the thread's life.
+struct ThreadAnswer {
+  int device = -1;
+  void* device_words = nullptr;        // first_bad (UINT64_MAX), then ctas_done (0)
+  unsigned long long* host = nullptr;  // pinned, mapped
+  cuda::PublishedAnswer answer;
+  ~ThreadAnswer() {
+    if (host != nullptr) cudaFreeHost(host);
+    if (device_words != nullptr) {
+      int current = -1;
+      if (cudaGetDevice(&current) == cudaSuccess && current == device) cudaFree(device_words);
+    }
+  }
+};
+
+absl::StatusOr<ThreadAnswer*> ThisThreadsAnswer() {
+  constexpr int kMaxDevices = 64;
+  thread_local std::array<ThreadAnswer, kMaxDevices> answers;
+  int device = 0;
+  RETURN_IF_ERROR(Cuda(cudaGetDevice(&device), "current device"));
+  if (device < 0 || device >= kMaxDevices) return absl::OutOfRangeError("device index past 64");
+  ThreadAnswer& a = answers[device];
+  if (a.answer.published != nullptr) return &a;
+  a.device = device;
+  RETURN_IF_ERROR(Cuda(cudaMalloc(&a.device_words, 16), "check answer"));
+  RETURN_IF_ERROR(Cuda(cudaMemset(a.device_words, 0xFF, 8), "check answer"));
+  RETURN_IF_ERROR(Cuda(cudaMemset(static_cast<char*>(a.device_words) + 8, 0, 4), "check answer"));
+  RETURN_IF_ERROR(Cuda(cudaHostAlloc(&a.host, sizeof(*a.host), cudaHostAllocMapped), "check answer's pinned word"));
+  unsigned long long* mapped = nullptr;
+  RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&mapped, a.host, 0), "check answer's pinned word"));
+  a.answer = cuda::PublishedAnswer{.first_bad = static_cast<unsigned long long*>(a.device_words),
+                                   .ctas_done = reinterpret_cast<unsigned int*>(static_cast<char*>(a.device_words) + 8),
+                                   .published = mapped};
+  return &a;
+}
+
+}  // namespace
+
+absl::StatusOr<unsigned long long> GatherCheckedAndWait(const std::vector<std::string_view>& pieces, void* device,
+                                                        uint64_t bytes, cuda::Element element,
+                                                        unsigned long long* first_bad, cuda::CopySegment* table,
+                                                        size_t table_room, cudaStream_t stream, const char* what) {
+  std::optional<KernelCopyPlan> plan;
+  if (bytes % cuda::ElementBytes(element) == 0) plan = PlanKernelCopy(pieces, device, /*to_contiguous=*/true);
+  if (plan && !plan->segments.empty() && plan->segments.size() <= static_cast<size_t>(cuda::kInlineCopySegments)) {
+    ASSIGN_OR_RETURN(ThreadAnswer * answer, ThisThreadsAnswer());
+    RETURN_IF_ERROR(
+        Cuda(cuda::LaunchPieceCopyInlinePublished(plan->segments.data(), static_cast<int>(plan->segments.size()),
+                                                  element, answer->answer, stream, plan->launch),
+             what));
+    RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), what));
+    // The grid's last CTA wrote it before the kernel ended.
+    return *reinterpret_cast<volatile unsigned long long*>(answer->host);
+  }
+  RETURN_IF_ERROR(EnqueueGather(pieces, device, bytes, element, first_bad, table, table_room, stream, what));
+  return SynchronizeAndReadAnswer(first_bad, stream);
 }
 
 absl::StatusOr<unsigned long long> SynchronizeAndReadAnswer(const unsigned long long* first_bad, cudaStream_t stream) {

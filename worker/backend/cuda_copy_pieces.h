@@ -70,6 +70,18 @@ absl::Status EnqueueGather(const std::vector<std::string_view>& pieces, void* de
                            cuda::Element element, unsigned long long* first_bad, cuda::CopySegment* table,
                            size_t table_room, cudaStream_t stream, const char* what);
 
+// `pieces` (`bytes` in all) gathered into the device range at `device` on `stream`, their
+// `element` values checked, and `stream` waited for: the offset of the first non-finite value
+// (UINT64_MAX when none). Where the kernel's plan travels in its launch, the kernel publishes
+// its own answer into this thread's pinned word (cuda::PublishedAnswer: no memset before it,
+// no copy after it); else as EnqueueGather with `first_bad` (device, the caller's), then
+// SynchronizeAndReadAnswer. Thread-safe (the published answer's words are the calling thread's,
+// per device).
+absl::StatusOr<unsigned long long> GatherCheckedAndWait(const std::vector<std::string_view>& pieces, void* device,
+                                                        uint64_t bytes, cuda::Element element,
+                                                        unsigned long long* first_bad, cuda::CopySegment* table,
+                                                        size_t table_room, cudaStream_t stream, const char* what);
+
 // Waits for `stream` and returns the value check's answer at `first_bad` (device), read back
 // through this thread's pinned word: a copy into pageable memory is staged by the driver and
 // cost a 64 MiB device-to-device fetch several microseconds more (piece_copy_bench).

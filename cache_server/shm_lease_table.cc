@@ -165,6 +165,7 @@ absl::StatusOr<ShmLeaseTable::Session*> ShmLeaseTable::FindLocked(uint64_t sessi
   auto it = sessions_.find(session_id);
   if (it == sessions_.end() || it->second.owner != owner) {
     return absl::FailedPreconditionError(
+        // Workers match "no shm session" to tell this from a chunk not in host RAM.
         absl::StrFormat("no shm session %016x of this caller (ended, or the server restarted)", session_id));
   }
   return &it->second;
@@ -200,22 +201,19 @@ absl::StatusOr<uint64_t> ShmLeaseTable::Acquire(uint64_t session_id, const std::
   if (!found.ok()) return found.status();
   Session& session = **found;
   if (absl::Status room = CheckRoomLocked(session, size, share); !room.ok()) return room;
+  if (lookup_id != 0) {
+    auto lookup = session.lookups.find(lookup_id);
+    if (lookup != session.lookups.end() && lookup->second.released) {
+      // Its worker gave it up before this lease was taken (a release that overtook it).
+      return absl::FailedPreconditionError("the lookup was released by its worker");
+    }
+  }
   uint64_t id = RandomId();
   while (session.leases.contains(id) || session.reservations.contains(id)) id = RandomId();
   session.leases.emplace(id, Session::Held{std::move(value), size});
   session.bytes += size;
   ++leases_;
-  if (lookup_id != 0) {
-    auto [it, fresh] = session.lookups.try_emplace(lookup_id);
-    it->second.push_back(id);
-    if (fresh) {
-      session.lookup_order.push_back(lookup_id);
-      if (session.lookup_order.size() > kTrackedLookups) {
-        session.lookups.erase(session.lookup_order.front());
-        session.lookup_order.pop_front();
-      }
-    }
-  }
+  if (lookup_id != 0) TrackLookupLocked(session, lookup_id)->leases.push_back(id);
   bytes_ += size;
   UpdateGaugesLocked();
   return id;
@@ -297,15 +295,29 @@ bool ShmLeaseTable::Release(uint64_t session_id, uint64_t lease_id) {
   return true;
 }
 
+ShmLeaseTable::Session::Lookup* ShmLeaseTable::TrackLookupLocked(Session& session, uint64_t lookup_id) {
+  auto [it, fresh] = session.lookups.try_emplace(lookup_id);
+  if (fresh) {
+    session.lookup_order.push_back(lookup_id);
+    if (session.lookup_order.size() > kTrackedLookups) {
+      session.lookups.erase(session.lookup_order.front());
+      session.lookup_order.pop_front();
+    }
+  }
+  return &session.lookups.find(lookup_id)->second;
+}
+
 int ShmLeaseTable::ReleaseLookup(uint64_t session_id, uint64_t lookup_id) {
   std::vector<std::shared_ptr<const void>> released;  // dropped after the lock
   MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) return 0;
+  if (it == sessions_.end() || lookup_id == 0) return 0;
   Session& session = it->second;
-  auto lookup = session.lookups.find(lookup_id);
-  if (lookup == session.lookups.end()) return 0;
-  for (uint64_t lease_id : lookup->second) {
+  // Kept as released (until it ages out), so that a lease the lookup takes after this
+  // release overtook it is refused.
+  Session::Lookup* lookup = TrackLookupLocked(session, lookup_id);
+  lookup->released = true;
+  for (uint64_t lease_id : lookup->leases) {
     auto lease = session.leases.find(lease_id);
     if (lease == session.leases.end()) continue;  // released one by one already
     session.bytes -= lease->second.bytes;
@@ -314,7 +326,7 @@ int ShmLeaseTable::ReleaseLookup(uint64_t session_id, uint64_t lookup_id) {
     released.push_back(std::move(lease->second.value));
     session.leases.erase(lease);
   }
-  session.lookups.erase(lookup);  // its id stays in lookup_order until it ages out
+  lookup->leases.clear();
   UpdateGaugesLocked();
   return static_cast<int>(released.size());
 }

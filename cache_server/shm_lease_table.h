@@ -93,9 +93,9 @@ class ShmLeaseTable {
   // False when the session does not hold the lease (released already, or never).
   bool Release(uint64_t session_id, uint64_t lease_id);
   // Releases what the session still holds of the leases taken under `lookup_id` (a lookup
-  // whose answer the worker lost); how many.
-  static constexpr size_t kTrackedLookups = 4096;
+  // whose answer the worker lost), and refuses any it would take after; how many.
   int ReleaseLookup(uint64_t session_id, uint64_t lookup_id);
+  static constexpr size_t kTrackedLookups = 4096;
 
   // Pages reserved for a same-host publication of `key` (under the worker's `lease_id`).
   struct Reservation {
@@ -140,7 +140,11 @@ class ShmLeaseTable {
     absl::flat_hash_map<uint64_t, Held> leases;
     absl::flat_hash_map<uint64_t, Reservation> reservations;
     // Leases by the lookup that took them, for the last kTrackedLookups lookups (oldest first).
-    absl::flat_hash_map<uint64_t, std::vector<uint64_t>> lookups;
+    struct Lookup {
+      std::vector<uint64_t> leases;
+      bool released = false;  // its worker released it: no more leases under it
+    };
+    absl::flat_hash_map<uint64_t, Lookup> lookups;
     std::deque<uint64_t> lookup_order;
     uint64_t bytes = 0;                    // of both
     std::unique_ptr<ProcessWatch> holder;  // the worker's process, when known
@@ -152,6 +156,8 @@ class ShmLeaseTable {
   // Keeps an ended session's leases and reservations as an orphan (its counts stay); returns
   // the caller's oldest orphan when it had too many (dropped: its counts taken off).
   Session OrphanLocked(Session session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `lookup_id`'s entry in the session, made (and the oldest aged out) when new.
+  static Session::Lookup* TrackLookupLocked(Session& session, uint64_t lookup_id);
   // Takes `session`'s counts off the totals (it is being dropped).
   void UncountLocked(const Session& session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The session of `owner`, or FAILED_PRECONDITION.

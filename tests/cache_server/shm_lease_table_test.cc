@@ -61,6 +61,35 @@ TEST_F(ShmLeaseTableTest, LeaseKeepsPagesUntilReleasedAndOnlyOnce) {
   EXPECT_EQ(metrics_.shm_leased_bytes->Value(), 0);
 }
 
+// A lookup's leases (LookupRequest.lookup_id): released together by the lookup's id, only
+// those still held, only that lookup's; a release that arrives before the lookup's leases
+// refuses them when they come; a lookup's share of the bounds.
+TEST_F(ShmLeaseTableTest, ALookupsLeasesGoTogetherByItsId) {
+  ShmLeaseTable table({.max_leases_per_session = 8}, &metrics_);
+  auto session = table.OpenSession("w1", nullptr);
+  ASSERT_TRUE(session.ok());
+  auto share = [&](uint64_t lookup_id) {
+    std::shared_ptr<const HostValue> value = Value(1);
+    return table.Acquire(*session, "w1", std::shared_ptr<const void>(value), value->size(), 0.5, lookup_id);
+  };
+  auto a1 = share(7), a2 = share(7), b1 = share(8), c1 = share(9);
+  ASSERT_TRUE(a1.ok() && a2.ok() && b1.ok() && c1.ok());
+  EXPECT_EQ(share(10).status().code(), absl::StatusCode::kResourceExhausted) << "half of 8 leases, 4 held";
+  EXPECT_TRUE(table.Release(*session, *a2));  // one of lookup 7's, used and done with
+  EXPECT_EQ(arena_->free_pages(), 61u);
+  EXPECT_EQ(table.ReleaseLookup(*session, 7), 1) << "only what lookup 7 still holds";
+  EXPECT_EQ(table.totals().leases, 2u);
+  EXPECT_EQ(arena_->free_pages(), 62u);
+  EXPECT_EQ(share(7).status().code(), absl::StatusCode::kFailedPrecondition) << "lookup 7 was released";
+  EXPECT_EQ(table.ReleaseLookup(*session, 5), 0) << "a release that overtakes its lookup";
+  EXPECT_EQ(share(5).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table.ReleaseLookup(*session + 1, 8), 0) << "another session's id";
+  EXPECT_EQ(table.ReleaseLookup(*session, 8), 1);
+  EXPECT_EQ(table.ReleaseLookup(*session, 9), 1);
+  EXPECT_EQ(table.totals().leases, 0u);
+  EXPECT_EQ(arena_->free_pages(), 64u);
+}
+
 TEST_F(ShmLeaseTableTest, ClosingASessionDropsItsLeasesNotOthers) {
   ShmLeaseTable table({}, &metrics_);
   auto a = table.OpenSession("w1", nullptr);
@@ -216,7 +245,6 @@ class Child {
   int pid_ = -1;
 };
 
-
 TEST_F(ShmLeaseTableTest, ASessionEndingWhileItsProcessLivesKeepsItsPagesUntilTheProcessExits) {
   ShmLeaseTable table({}, &metrics_);
   Child worker;
@@ -227,8 +255,8 @@ TEST_F(ShmLeaseTableTest, ASessionEndingWhileItsProcessLivesKeepsItsPagesUntilTh
   std::vector<uint32_t> taken;
   ASSERT_TRUE(arena_->TryAllocate(2, &taken));
   auto writer = std::make_unique<ChunkWriter>(std::make_shared<HostValue>(arena_.get(), std::move(taken), 2 * kPage));
-  ASSERT_TRUE(table.Reserve(*session, "w1", {.key = Hash128{1, 2}, .model_fingerprint = {}, .writer = std::move(writer)})
-                  .ok());
+  ASSERT_TRUE(
+      table.Reserve(*session, "w1", {.key = Hash128{1, 2}, .model_fingerprint = {}, .writer = std::move(writer)}).ok());
   EXPECT_EQ(arena_->free_pages(), 59u);
 
   table.CloseSession(*session);  // its stream ended (a keepalive timeout), the process lives

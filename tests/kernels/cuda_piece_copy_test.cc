@@ -19,6 +19,7 @@
 #include "common/chunk_values.h"
 #include "common/device_mapped_regions.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/piece_copy.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -264,7 +265,7 @@ TEST(CudaPieceCopyTest, TheGatherThatPublishesItsAnswerResetsItEveryLaunch) {
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ", " << payload.size() << " bytes");
     // The source in 1-4 runs of device memory, in shuffled order, with gaps between them.
     const int runs = 1 + static_cast<int>(rng() % 4);
-    const uint64_t run_bytes = (payload.size() / runs + 15) / 16 * 16;
+    const uint64_t run_bytes = std::max<uint64_t>(16, (payload.size() / runs + 15) / 16 * 16);
     char* base = nullptr;
     CUDA_OK(cudaMalloc(&base, (run_bytes + 4096) * runs));
     std::vector<int> slot(runs);
@@ -280,10 +281,18 @@ TEST(CudaPieceCopyTest, TheGatherThatPublishesItsAnswerResetsItEveryLaunch) {
     }
     char* range = nullptr;
     CUDA_OK(cudaMalloc(&range, payload.size()));
-    auto bad = cuda_backend::GatherCheckedAndWait(pieces, range, payload.size(), element, scratch, nullptr, 0, stream,
-                                                  "test");
+    // The caller's scratch answer is for the fallback only: untouched when the kernel publishes.
+    const unsigned long long untouched = 0x5A5A5A5A5A5A5A5Aull;
+    CUDA_OK(cudaMemcpy(scratch, &untouched, sizeof(untouched), cudaMemcpyHostToDevice));
+    auto bad =
+        cuda_backend::GatherCheckedAndWait(pieces, range, payload.size(), element, scratch, nullptr, 0, stream, "test");
     ASSERT_TRUE(bad.ok()) << bad.status();
     EXPECT_EQ(*bad, CpuFirstBad(element, payload));
+    unsigned long long after = 0;
+    CUDA_OK(cudaMemcpy(&after, scratch, sizeof(after), cudaMemcpyDeviceToHost));
+    if (cuda::MultiprocessorCount() + 4 <= cuda::kInlineCopySegments) {
+      EXPECT_EQ(after, untouched) << "the fallback ran, not the kernel that publishes its answer";
+    }
     ++(*bad == std::numeric_limits<uint64_t>::max() ? clean_seen : bad_seen);
     std::string back(payload.size(), '\0');
     CUDA_OK(cudaMemcpy(back.data(), range, back.size(), cudaMemcpyDeviceToHost));

@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "absl/strings/str_cat.h"
 #include "common/device_mapped_regions.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/finite_check.h"
@@ -221,16 +222,31 @@ struct ThreadAnswer {
   void* device_words = nullptr;        // first_bad (UINT64_MAX), then ctas_done (0)
   unsigned long long* host = nullptr;  // pinned, mapped
   cuda::PublishedAnswer answer;
-  ~ThreadAnswer() {
+  ~ThreadAnswer() { Free(); }
+  // Gives back what was made (at the thread's exit, or after a failure): a late call at
+  // process exit returns cudaErrorCudartUnloading, harmlessly.
+  void Free() {
     if (host != nullptr) cudaFreeHost(host);
     if (device_words != nullptr) {
       int current = -1;
-      if (cudaGetDevice(&current) == cudaSuccess && current == device) cudaFree(device_words);
+      if (cudaGetDevice(&current) == cudaSuccess) {
+        cudaSetDevice(device);
+        cudaFree(device_words);
+        cudaSetDevice(current);
+      }
     }
+    host = nullptr;
+    device_words = nullptr;
+    answer = {};
   }
 };
 
-absl::StatusOr<ThreadAnswer*> ThisThreadsAnswer() {
+// A value no launch publishes: an offset is below the chunk's size, UINT64_MAX means none.
+constexpr unsigned long long kNotPublished = ~1ull;
+
+// This thread's answer on the current device, made on first use with its words set on
+// `stream` (ordered before the first launch on it, which the caller then waits for).
+absl::StatusOr<ThreadAnswer*> ThisThreadsAnswer(cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
   thread_local std::array<ThreadAnswer, kMaxDevices> answers;
   int device = 0;
@@ -239,15 +255,24 @@ absl::StatusOr<ThreadAnswer*> ThisThreadsAnswer() {
   ThreadAnswer& a = answers[device];
   if (a.answer.published != nullptr) return &a;
   a.device = device;
-  RETURN_IF_ERROR(Cuda(cudaMalloc(&a.device_words, 16), "check answer"));
-  RETURN_IF_ERROR(Cuda(cudaMemset(a.device_words, 0xFF, 8), "check answer"));
-  RETURN_IF_ERROR(Cuda(cudaMemset(static_cast<char*>(a.device_words) + 8, 0, 4), "check answer"));
-  RETURN_IF_ERROR(Cuda(cudaHostAlloc(&a.host, sizeof(*a.host), cudaHostAllocMapped), "check answer's pinned word"));
-  unsigned long long* mapped = nullptr;
-  RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&mapped, a.host, 0), "check answer's pinned word"));
-  a.answer = cuda::PublishedAnswer{.first_bad = static_cast<unsigned long long*>(a.device_words),
-                                   .ctas_done = reinterpret_cast<unsigned int*>(static_cast<char*>(a.device_words) + 8),
-                                   .published = mapped};
+  absl::Status made = [&]() -> absl::Status {
+    RETURN_IF_ERROR(Cuda(cudaMalloc(&a.device_words, 16), "check answer"));
+    RETURN_IF_ERROR(Cuda(cudaMemsetAsync(a.device_words, 0xFF, 8, stream), "check answer"));
+    RETURN_IF_ERROR(Cuda(cudaMemsetAsync(static_cast<char*>(a.device_words) + 8, 0, 4, stream), "check answer"));
+    RETURN_IF_ERROR(Cuda(cudaHostAlloc(&a.host, sizeof(*a.host), cudaHostAllocMapped), "check answer's pinned word"));
+    unsigned long long* mapped = nullptr;
+    RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&mapped, a.host, 0), "check answer's pinned word"));
+    a.answer =
+        cuda::PublishedAnswer{.first_bad = static_cast<unsigned long long*>(a.device_words),
+                              .ctas_done = reinterpret_cast<unsigned int*>(static_cast<char*>(a.device_words) + 8),
+                              .published = mapped};
+    return absl::OkStatus();
+  }();
+  if (!made.ok()) {
+    cudaStreamSynchronize(stream);  // the memsets, if enqueued, before the words go
+    a.Free();
+    return made;
+  }
   return &a;
 }
 
@@ -260,14 +285,20 @@ absl::StatusOr<unsigned long long> GatherCheckedAndWait(const std::vector<std::s
   std::optional<KernelCopyPlan> plan;
   if (bytes % cuda::ElementBytes(element) == 0) plan = PlanKernelCopy(pieces, device, /*to_contiguous=*/true);
   if (plan && !plan->segments.empty() && plan->segments.size() <= static_cast<size_t>(cuda::kInlineCopySegments)) {
-    ASSIGN_OR_RETURN(ThreadAnswer * answer, ThisThreadsAnswer());
+    ASSIGN_OR_RETURN(ThreadAnswer * answer, ThisThreadsAnswer(stream));
+    *reinterpret_cast<volatile unsigned long long*>(answer->host) = kNotPublished;
     RETURN_IF_ERROR(
         Cuda(cuda::LaunchPieceCopyInlinePublished(plan->segments.data(), static_cast<int>(plan->segments.size()),
                                                   element, answer->answer, stream, plan->launch),
              what));
     RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), what));
     // The grid's last CTA wrote it before the kernel ended.
-    return *reinterpret_cast<volatile unsigned long long*>(answer->host);
+    const unsigned long long published = *reinterpret_cast<volatile unsigned long long*>(answer->host);
+    if (published == kNotPublished) {  // the words were out of step: made again next time
+      answer->Free();
+      return absl::InternalError(absl::StrCat(what, ": the value check published no answer"));
+    }
+    return published;
   }
   RETURN_IF_ERROR(EnqueueGather(pieces, device, bytes, element, first_bad, table, table_room, stream, what));
   return SynchronizeAndReadAnswer(first_bad, stream);

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
 #include "worker/tier/remote_chunk_tier.h"
@@ -65,7 +66,10 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::FetchShm(Server& server, const Has
       Run(server, TransferDeadline(server, 0), options_.max_retries, "shm_get",
           [&](grpc::ClientContext& context) { return server.stub->ShmGet(&context, request, &response); });
   if (!call.status.ok()) {
-    if (call.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+    // FAILED_PRECONDITION also answers a chunk that is on disk only (no room in host RAM):
+    // only an unknown session (ShmLeaseTable's "no shm session") ends this one.
+    if (call.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+        absl::StrContains(call.status.error_message(), "no shm session")) {
       // The server does not know the session (it restarted, or ended it): open another
       // next time.
       MutexLock lock(&server.shm_mu);

@@ -124,6 +124,7 @@ void ShmClientSession::Run(std::string holder) {
       pending_.clear();
       abandoned_.clear();
       lost_lookups_.clear();
+      changed_.SignalAll();  // a destructor waiting for the flush need not
       while (!stopping_) changed_.Wait(&mu_);
       break;
     }

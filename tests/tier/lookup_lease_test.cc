@@ -240,6 +240,36 @@ TEST_F(LookupLeaseTest, ALookupWhoseAnswerIsLostHasItsLeasesReleasedByItsId) {
   EXPECT_TRUE(LeasesReach(0));
 }
 
+// The worker's own path: a lookup that times out on a frozen server gets no answer; once the
+// server resumes, whatever it leased for that lookup goes back (the server's cancellation
+// check, or the worker's release by the lookup's id), and the worker finds the chunks again.
+TEST_F(LookupLeaseTest, ALookupThatTimesOutLeavesNoLeaseBehind) {
+  SCOPED_TRACE(seed_);
+  START_OR_SKIP({});
+  const std::vector<TestChunk> chunks = PutChunks(3);
+  RemoteTierOptions options;
+  options.servers = {server_->address()};
+  options.holder = "lookup-lease-test";
+  options.initial_call_deadline = milliseconds(500 * SlowdownFactor());
+  options.min_call_deadline = milliseconds(20);
+  options.probe_interval = milliseconds(20);
+  options.lookup_lease_hold = milliseconds(100);
+  auto tier = RemoteChunkTier::Create(options);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  for (int i = 0; i < 3; ++i) (*tier)->Lookup(Keys(chunks));  // its call deadline learns the loopback's latency
+  ASSERT_TRUE(LeasesReach(0)) << "held past 100 ms: swept";
+  server_->Signal(SIGSTOP);
+  frozen_ = true;
+  for (const auto& hit : (*tier)->Lookup(Keys(chunks))) EXPECT_FALSE(hit.has_value()) << "no answer: misses";
+  server_->Signal(SIGCONT);
+  frozen_ = false;
+  EXPECT_TRUE(LeasesReach(0)) << "the timed-out lookup's leases";
+  EXPECT_TRUE(Eventually([&] {
+    const auto hits = (*tier)->Lookup(Keys(chunks));
+    return std::all_of(hits.begin(), hits.end(), [](const auto& hit) { return hit.has_value(); });
+  })) << "the server comes back up for this worker";
+}
+
 TEST_F(LookupLeaseTest, AnIdleWorkersLookupLeasesGoBackByThemselves) {
   SCOPED_TRACE(seed_);
   START_OR_SKIP({});

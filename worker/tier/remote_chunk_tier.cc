@@ -244,17 +244,22 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
     std::shared_ptr<ShmClientSession> session = LookupLeaseSession(server);
     if (session != nullptr) {
       request.set_shm_session_id(session->id());
-      request.set_lookup_id(NextLookupId());
       request.set_prefer_gpu(session->gpu() != nullptr);
       // A GPU-tier chunk this worker cannot open comes over a peer link where it wants one.
       request.set_gpu_chunks_from_host(session->gpu() == nullptr && !WantsPeerLink(server));
     }
     v1::LookupResponse response;
-    // A lookup that leases is not retried: a retry's leases would share the first try's id,
-    // and the first try's, its answer lost, could not be released alone.
+    // Each try of a leasing lookup has an id of its own, so that the leases of a try whose
+    // answer was lost (it may have leased) are released by it alone.
+    std::vector<uint64_t> tries;
     const Attempted call =
-        Run(server, CallDeadline(server), session != nullptr ? 0 : options_.max_retries, "lookup",
-            [&](grpc::ClientContext& context) { return server.stub->Lookup(&context, request, &response); });
+        Run(server, CallDeadline(server), options_.max_retries, "lookup", [&](grpc::ClientContext& context) {
+          if (session != nullptr) {
+            request.set_lookup_id(NextLookupId());
+            tries.push_back(request.lookup_id());
+          }
+          return server.stub->Lookup(&context, request, &response);
+        });
     const bool answered = call.status.ok() && response.results_size() == static_cast<int>(by_owner[s].size());
     if (session != nullptr) {
       if (answered) {
@@ -262,11 +267,11 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
           const v1::LookupResult& r = response.results(j);
           if (r.lease().lease_id() != 0) KeepLookupLease(server, keys[by_owner[s][j]], r.lease(), session);
         }
-      } else {
-        // No answer, or one that cannot be used: whatever the server leased under this lookup
-        // (it may have, with the answer lost on the way) is released by its id.
-        session->ReleaseLookup(request.lookup_id());
+        tries.pop_back();  // the answered try: its leases are kept
       }
+      // Tries without an answer, or with one that cannot be used: whatever the server leased
+      // under them is released by their ids.
+      for (uint64_t lost : tries) session->ReleaseLookup(lost);
     }
     if (!answered) continue;
     MutexLock lock(&server.mu);

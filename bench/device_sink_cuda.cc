@@ -58,17 +58,19 @@ class CudaSink final : public DeviceSink {
     if (!copy_engines_) {
       if (absl::Status s = GrowTable(cuda_backend::KernelCopySegmentsBound(list)); !s.ok()) return s;
     }
-    // As the backend's staging gathers, checks and waits (the copy engines: no table room).
-    absl::StatusOr<unsigned long long> first_bad = copy_engines_ ? [&]() -> absl::StatusOr<unsigned long long> {
+    // As the backend's staging gathers, checks and waits; or by the copy engines (no table room).
+    absl::StatusOr<unsigned long long> first_bad;
+    if (copy_engines_) {
       if (absl::Status s = cuda_backend::EnqueueGather(list, device_, offset, cuda::Element::kBf16, first_bad_, table_,
                                                        0, stream_, "copy");
           !s.ok()) {
         return s;
       }
-      return cuda_backend::SynchronizeAndReadAnswer(first_bad_, stream_);
-    }()
-        : cuda_backend::GatherCheckedAndWait(list, device_, offset, cuda::Element::kBf16, first_bad_, table_,
-                                             table_segments_, stream_, "copy");
+      first_bad = cuda_backend::SynchronizeAndReadAnswer(first_bad_, stream_);
+    } else {
+      first_bad = cuda_backend::GatherCheckedAndWait(list, device_, offset, cuda::Element::kBf16, first_bad_, table_,
+                                                     table_segments_, stream_, "copy");
+    }
     if (!first_bad.ok()) return first_bad.status();
     if (*first_bad != ~0ull) return absl::DataLossError(absl::StrFormat("non-finite value at byte %d", *first_bad));
     return absl::OkStatus();

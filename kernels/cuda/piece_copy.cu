@@ -100,16 +100,31 @@ void Launch(const CopySegment* segments, int num_segments, unsigned long long* f
 }
 
 template <typename Bits>
-void LaunchInline(const InlineSegments& segments, int num_segments, unsigned long long* first_bad, cudaStream_t stream,
-                  PieceCopyLaunch launch) {
+void LaunchInlineAs(const InlineSegments& segments, int num_segments, unsigned long long* first_bad,
+                    unsigned int* ctas_done, unsigned long long* published, cudaStream_t stream,
+                    PieceCopyLaunch launch) {
   const int grid = num_segments < launch.max_ctas ? num_segments : launch.max_ctas;
   if (first_bad != nullptr) {
     PieceCopyInlineKernel<Bits, true>
-        <<<grid, launch.threads, 0, stream>>>(segments, num_segments, first_bad, nullptr, nullptr);
+        <<<grid, launch.threads, 0, stream>>>(segments, num_segments, first_bad, ctas_done, published);
   } else {
     PieceCopyInlineKernel<Bits, false>
-        <<<grid, launch.threads, 0, stream>>>(segments, num_segments, first_bad, nullptr, nullptr);
+        <<<grid, launch.threads, 0, stream>>>(segments, num_segments, first_bad, ctas_done, published);
   }
+}
+
+// Both inline launches: 1..kInlineCopySegments segments copied into the parameters.
+cudaError_t LaunchInline(const CopySegment* host_segments, int num_segments, Element element,
+                         unsigned long long* first_bad, unsigned int* ctas_done, unsigned long long* published,
+                         cudaStream_t stream, PieceCopyLaunch launch) {
+  InlineSegments segments;
+  for (int i = 0; i < num_segments; ++i) segments.segment[i] = host_segments[i];
+  if (element == Element::kBf16) {
+    LaunchInlineAs<uint16_t>(segments, num_segments, first_bad, ctas_done, published, stream, launch);
+  } else {
+    LaunchInlineAs<uint32_t>(segments, num_segments, first_bad, ctas_done, published, stream, launch);
+  }
+  return cudaGetLastError();
 }
 
 bool BadLaunch(PieceCopyLaunch launch) {
@@ -143,14 +158,7 @@ cudaError_t LaunchPieceCopyInline(const CopySegment* host_segments, int num_segm
     if (cudaError_t e = cudaMemsetAsync(first_bad, 0xFF, sizeof(*first_bad), stream); e != cudaSuccess) return e;
   }
   if (num_segments == 0) return cudaSuccess;
-  InlineSegments segments;
-  for (int i = 0; i < num_segments; ++i) segments.segment[i] = host_segments[i];
-  if (element == Element::kBf16) {
-    LaunchInline<uint16_t>(segments, num_segments, first_bad, stream, launch);
-  } else {
-    LaunchInline<uint32_t>(segments, num_segments, first_bad, stream, launch);
-  }
-  return cudaGetLastError();
+  return LaunchInline(host_segments, num_segments, element, first_bad, nullptr, nullptr, stream, launch);
 }
 
 cudaError_t LaunchPieceCopyInlinePublished(const CopySegment* host_segments, int num_segments, Element element,
@@ -159,17 +167,8 @@ cudaError_t LaunchPieceCopyInlinePublished(const CopySegment* host_segments, int
       answer.first_bad == nullptr || answer.ctas_done == nullptr || answer.published == nullptr) {
     return cudaErrorInvalidValue;
   }
-  InlineSegments segments;
-  for (int i = 0; i < num_segments; ++i) segments.segment[i] = host_segments[i];
-  const int grid = num_segments < launch.max_ctas ? num_segments : launch.max_ctas;
-  if (element == Element::kBf16) {
-    PieceCopyInlineKernel<uint16_t, true><<<grid, launch.threads, 0, stream>>>(segments, num_segments, answer.first_bad,
-                                                                               answer.ctas_done, answer.published);
-  } else {
-    PieceCopyInlineKernel<uint32_t, true><<<grid, launch.threads, 0, stream>>>(segments, num_segments, answer.first_bad,
-                                                                               answer.ctas_done, answer.published);
-  }
-  return cudaGetLastError();
+  return LaunchInline(host_segments, num_segments, element, answer.first_bad, answer.ctas_done, answer.published,
+                      stream, launch);
 }
 
 }  // namespace lazykv::cuda

@@ -200,42 +200,59 @@ absl::Status EnqueueKernelCopy(const KernelCopyPlan& plan, cuda::CopySegment* ta
       "piece copy");
 }
 
-absl::Status EnqueueGather(const std::vector<std::string_view>& pieces, void* device, uint64_t bytes,
-                           cuda::Element element, unsigned long long* first_bad, cuda::CopySegment* table,
-                           size_t table_room, cudaStream_t stream, const char* what) {
-  std::optional<KernelCopyPlan> plan;
-  if (first_bad == nullptr || bytes % cuda::ElementBytes(element) == 0) {
-    plan = PlanKernelCopy(pieces, device, /*to_contiguous=*/true);
-  }
+namespace {
+
+// The kernel's plan for a gather, when it can take it (checked: whole elements only).
+std::optional<KernelCopyPlan> GatherPlan(const std::vector<std::string_view>& pieces, void* device, uint64_t bytes,
+                                         cuda::Element element, bool checked) {
+  if (checked && bytes % cuda::ElementBytes(element) != 0) return std::nullopt;
+  return PlanKernelCopy(pieces, device, /*to_contiguous=*/true);
+}
+
+// EnqueueGather with its plan made already.
+absl::Status EnqueuePlannedGather(const std::optional<KernelCopyPlan>& plan,
+                                  const std::vector<std::string_view>& pieces, void* device, uint64_t bytes,
+                                  cuda::Element element, unsigned long long* first_bad, cuda::CopySegment* table,
+                                  size_t table_room, cudaStream_t stream, const char* what) {
   if (plan && plan->segments.size() <= table_room) return EnqueueKernelCopy(*plan, table, element, first_bad, stream);
   RETURN_IF_ERROR(CopyPiecesContiguous(pieces, device, /*to_contiguous=*/true, stream, what));
   if (first_bad == nullptr) return absl::OkStatus();
   return Cuda(cuda::LaunchFindNonFinite(device, bytes, element, first_bad, stream), "value check");
 }
 
-namespace {
+// This thread's pinned word, mapped for every device (portable), for the thread's life:
+// where check answers come back to the host.
+absl::StatusOr<unsigned long long*> ThisThreadsPinnedWord() {
+  struct PinnedWord {
+    unsigned long long* word = nullptr;
+    ~PinnedWord() {
+      if (word != nullptr) cudaFreeHost(word);  // at process exit: cudaErrorCudartUnloading, harmlessly
+    }
+  };
+  thread_local PinnedWord pinned;
+  if (pinned.word == nullptr) {
+    RETURN_IF_ERROR(Cuda(cudaHostAlloc(&pinned.word, sizeof(*pinned.word), cudaHostAllocPortable | cudaHostAllocMapped),
+                         "check answer's pinned word"));
+  }
+  return pinned.word;
+}
 
-// This thread's published answer on one device (cuda::PublishedAnswer), made on first use
-// and kept for the thread's life.
+// This thread's published answer on one device (cuda::PublishedAnswer): its device words,
+// made on first use and kept for the thread's life, and the thread's pinned word as the
+// device sees it.
 struct ThreadAnswer {
   int device = -1;
-  void* device_words = nullptr;        // first_bad (UINT64_MAX), then ctas_done (0)
-  unsigned long long* host = nullptr;  // pinned, mapped
+  void* device_words = nullptr;  // first_bad (UINT64_MAX), then ctas_done (0)
   cuda::PublishedAnswer answer;
   ~ThreadAnswer() { Free(); }
-  // Gives back what was made (at the thread's exit, or after a failure): a late call at
-  // process exit returns cudaErrorCudartUnloading, harmlessly.
+  // Gives back the device words (at the thread's exit, or after a failure).
   void Free() {
-    if (host != nullptr) cudaFreeHost(host);
-    if (device_words != nullptr) {
-      int current = -1;
-      if (cudaGetDevice(&current) == cudaSuccess) {
-        cudaSetDevice(device);
-        cudaFree(device_words);
-        cudaSetDevice(current);
-      }
+    int current = -1;
+    if (device_words != nullptr && cudaGetDevice(&current) == cudaSuccess) {
+      cudaSetDevice(device);
+      cudaFree(device_words);
+      cudaSetDevice(current);
     }
-    host = nullptr;
     device_words = nullptr;
     answer = {};
   }
@@ -254,14 +271,14 @@ absl::StatusOr<ThreadAnswer*> ThisThreadsAnswer(cudaStream_t stream) {
   if (device < 0 || device >= kMaxDevices) return absl::OutOfRangeError("device index past 64");
   ThreadAnswer& a = answers[device];
   if (a.answer.published != nullptr) return &a;
+  ASSIGN_OR_RETURN(unsigned long long* word, ThisThreadsPinnedWord());
   a.device = device;
   absl::Status made = [&]() -> absl::Status {
     RETURN_IF_ERROR(Cuda(cudaMalloc(&a.device_words, 16), "check answer"));
     RETURN_IF_ERROR(Cuda(cudaMemsetAsync(a.device_words, 0xFF, 8, stream), "check answer"));
     RETURN_IF_ERROR(Cuda(cudaMemsetAsync(static_cast<char*>(a.device_words) + 8, 0, 4, stream), "check answer"));
-    RETURN_IF_ERROR(Cuda(cudaHostAlloc(&a.host, sizeof(*a.host), cudaHostAllocMapped), "check answer's pinned word"));
     unsigned long long* mapped = nullptr;
-    RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&mapped, a.host, 0), "check answer's pinned word"));
+    RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&mapped, word, 0), "check answer's pinned word"));
     a.answer =
         cuda::PublishedAnswer{.first_bad = static_cast<unsigned long long*>(a.device_words),
                               .ctas_done = reinterpret_cast<unsigned int*>(static_cast<char*>(a.device_words) + 8),
@@ -278,48 +295,46 @@ absl::StatusOr<ThreadAnswer*> ThisThreadsAnswer(cudaStream_t stream) {
 
 }  // namespace
 
+absl::Status EnqueueGather(const std::vector<std::string_view>& pieces, void* device, uint64_t bytes,
+                           cuda::Element element, unsigned long long* first_bad, cuda::CopySegment* table,
+                           size_t table_room, cudaStream_t stream, const char* what) {
+  return EnqueuePlannedGather(GatherPlan(pieces, device, bytes, element, /*checked=*/first_bad != nullptr), pieces,
+                              device, bytes, element, first_bad, table, table_room, stream, what);
+}
+
 absl::StatusOr<unsigned long long> GatherCheckedAndWait(const std::vector<std::string_view>& pieces, void* device,
                                                         uint64_t bytes, cuda::Element element,
                                                         unsigned long long* first_bad, cuda::CopySegment* table,
                                                         size_t table_room, cudaStream_t stream, const char* what) {
-  std::optional<KernelCopyPlan> plan;
-  if (bytes % cuda::ElementBytes(element) == 0) plan = PlanKernelCopy(pieces, device, /*to_contiguous=*/true);
-  if (plan && !plan->segments.empty() && plan->segments.size() <= static_cast<size_t>(cuda::kInlineCopySegments)) {
-    ASSIGN_OR_RETURN(ThreadAnswer * answer, ThisThreadsAnswer(stream));
-    *reinterpret_cast<volatile unsigned long long*>(answer->host) = kNotPublished;
+  const std::optional<KernelCopyPlan> plan = GatherPlan(pieces, device, bytes, element, /*checked=*/true);
+  if (!plan || plan->segments.empty() || plan->segments.size() > static_cast<size_t>(cuda::kInlineCopySegments)) {
     RETURN_IF_ERROR(
-        Cuda(cuda::LaunchPieceCopyInlinePublished(plan->segments.data(), static_cast<int>(plan->segments.size()),
-                                                  element, answer->answer, stream, plan->launch),
-             what));
-    RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), what));
-    // The grid's last CTA wrote it before the kernel ended.
-    const unsigned long long published = *reinterpret_cast<volatile unsigned long long*>(answer->host);
-    if (published == kNotPublished) {  // the words were out of step: made again next time
-      answer->Free();
-      return absl::InternalError(absl::StrCat(what, ": the value check published no answer"));
-    }
-    return published;
+        EnqueuePlannedGather(plan, pieces, device, bytes, element, first_bad, table, table_room, stream, what));
+    return SynchronizeAndReadAnswer(first_bad, stream);
   }
-  RETURN_IF_ERROR(EnqueueGather(pieces, device, bytes, element, first_bad, table, table_room, stream, what));
-  return SynchronizeAndReadAnswer(first_bad, stream);
+  ASSIGN_OR_RETURN(ThreadAnswer * answer, ThisThreadsAnswer(stream));
+  ASSIGN_OR_RETURN(unsigned long long* word, ThisThreadsPinnedWord());
+  *reinterpret_cast<volatile unsigned long long*>(word) = kNotPublished;
+  RETURN_IF_ERROR(
+      Cuda(cuda::LaunchPieceCopyInlinePublished(plan->segments.data(), static_cast<int>(plan->segments.size()), element,
+                                                answer->answer, stream, plan->launch),
+           what));
+  RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), what));
+  // The grid's last CTA wrote it before the kernel ended.
+  const unsigned long long published = *reinterpret_cast<volatile unsigned long long*>(word);
+  if (published == kNotPublished) {  // the words were out of step: made again next time
+    answer->Free();
+    return absl::InternalError(absl::StrCat(what, ": the value check published no answer"));
+  }
+  return published;
 }
 
 absl::StatusOr<unsigned long long> SynchronizeAndReadAnswer(const unsigned long long* first_bad, cudaStream_t stream) {
-  // One pinned word per thread, for the thread's life (freed at its exit).
-  struct PinnedWord {
-    unsigned long long* word = nullptr;
-    ~PinnedWord() {
-      if (word != nullptr) cudaFreeHost(word);
-    }
-  };
-  thread_local PinnedWord pinned;
-  if (pinned.word == nullptr) {
-    RETURN_IF_ERROR(Cuda(cudaMallocHost(&pinned.word, sizeof(*pinned.word)), "check answer's pinned word"));
-  }
-  RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(pinned.word, first_bad, sizeof(*first_bad), cudaMemcpyDeviceToHost, stream),
-                       "check answer"));
+  ASSIGN_OR_RETURN(unsigned long long* word, ThisThreadsPinnedWord());
+  RETURN_IF_ERROR(
+      Cuda(cudaMemcpyAsync(word, first_bad, sizeof(*first_bad), cudaMemcpyDeviceToHost, stream), "check answer"));
   RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "check answer"));
-  return *pinned.word;
+  return *word;
 }
 
 absl::Status UploadDuringCall(void* device, const void* host, size_t bytes, cudaStream_t stream) {

@@ -170,7 +170,7 @@ void RemoteChunkTier::ProberLoop() {
   // runs only while none is).
   auto sweep = [&] {
     if (!lookups_lease) return;
-    for (const auto& server : servers_) DropLookupLeases(*server, nullptr);
+    for (const auto& server : servers_) DropUnusableLookupLeases(*server);
   };
   while (true) {
     while (!stopping_ && !AnyDown()) {
@@ -238,7 +238,7 @@ std::vector<std::optional<TierHit>> RemoteChunkTier::Lookup(std::span<const Hash
   for (size_t s = 0; s < servers_.size(); ++s) {
     Server& server = *servers_[s];
     if (by_owner[s].empty() || !Up(server)) continue;
-    DropLookupLeases(server, nullptr);  // those held past their time
+    DropUnusableLookupLeases(server);  // those held past their time
     v1::LookupRequest request;
     for (size_t i : by_owner[s]) *request.add_keys() = ToProto(keys[i]);
     std::shared_ptr<ShmClientSession> session = LookupLeaseSession(server);
@@ -429,8 +429,7 @@ absl::Status RemoteChunkTier::RenewLease(const Hash128& key, uint64_t lease_id, 
 void RemoteChunkTier::ReportInvalid(const Hash128& key, std::string_view header, std::string_view reason) {
   Server& server = *servers_[OwnerOf(key)];
   // Other lookups' leases of this chunk hold the same refused bytes: none is fetched.
-  while (options_.transport != FetchTransport::kGrpc && DropLookupLeases(server, &key)) {
-  }
+  if (options_.transport != FetchTransport::kGrpc) DropLookupLeases(server, key, /*all=*/true);
   if (!Up(server)) return;
   v1::ReportInvalidRequest request;
   *request.mutable_key() = ToProto(key);

@@ -141,8 +141,7 @@ class RemoteChunkTier final : public ChunkTier {
     // Chunks a lookup leased ahead for their fetches (remote_chunk_tier_shm.cc), adopted:
     // pieces of the session's mappings that release their lease when dropped.
     struct LookedUp {
-      ChunkBytes bytes;
-      bool on_gpu = false;
+      ChunkBytes bytes;  // on the device from the GPU tier, else in the session's host mapping
       std::shared_ptr<ShmClientSession> session;
       std::chrono::steady_clock::time_point leased_at;
     };
@@ -168,21 +167,25 @@ class RemoteChunkTier final : public ChunkTier {
   // The server's same-host session, opened now if none is and an attempt is due; null
   // when there is none.
   std::shared_ptr<ShmClientSession> ShmSessionFor(Server& server) ABSL_LOCKS_EXCLUDED(server.shm_mu);
+  // The server's same-host session as it is (null: none), never opened here.
+  static std::shared_ptr<ShmClientSession> CurrentShmSession(Server& server) ABSL_LOCKS_EXCLUDED(server.shm_mu);
   // A fetch over the same-host session: NOT_FOUND (a miss), or any other error (then gRPC
   // in auto mode).
   absl::StatusOr<FetchedChunk> FetchShm(Server& server, const Hash128& key);
   // A lookup's leases (remote_chunk_tier_shm.cc): the session to lease under, when the
   // server is on this host and lookups lease (null otherwise); the answer's lease adopted
-  // and kept for `key`'s fetch; a kept one taken (nullopt: none, or its session ended);
-  // kept ones dropped (their leases released): `key`'s, or all held past their time.
+  // and kept for `key`'s fetch; a kept one taken (nullopt: none usable); kept ones dropped
+  // (their leases released): one or all of `key`'s, or every one no longer usable (held past
+  // their time, or of a session that ended or was replaced).
   std::shared_ptr<ShmClientSession> LookupLeaseSession(Server& server);
-  // A same-host fetch's answer: counted by transport, its payload taken as verified.
-  FetchedChunk SameHostFetched(Server& server, ChunkBytes bytes, bool on_gpu, double setup_seconds);
+  // A same-host fetch's answer: counted by transport (cuda_ipc when on the device), its
+  // payload taken as verified.
+  FetchedChunk SameHostFetched(Server& server, ChunkBytes bytes, double setup_seconds);
   void KeepLookupLease(Server& server, const Hash128& key, const v1::ShmGetResponse& lease,
                        std::shared_ptr<ShmClientSession> session);
   std::optional<FetchedChunk> TakeLookupLease(Server& server, const Hash128& key);
-  // Returns whether any was dropped.
-  bool DropLookupLeases(Server& server, const Hash128* key);
+  void DropLookupLeases(Server& server, const Hash128& key, bool all);
+  void DropUnusableLookupLeases(Server& server);
   absl::StatusOr<FetchedChunk> FetchGrpc(Server& server, const Hash128& key);
   // Whether a chunk in the server's GPU tier should come over a peer link (remote_chunk_tier_peer.cc).
   bool WantsPeerLink(Server& server);

@@ -4,9 +4,13 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
+#include "common/status_macros.h"
 #include "worker/tier/remote_chunk_tier.h"
 #include "worker/tier/remote_chunk_tier_run.h"
 
@@ -14,6 +18,11 @@ namespace lazykv {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A same-host answer's chunk: device pointers into the GPU tier, or the host mapping's pages.
+absl::StatusOr<ChunkBytes> Adopt(ShmClientSession& session, const v1::ShmGetResponse& answer) {
+  return answer.tier() == v1::TIER_GPU ? session.AdoptGpu(answer) : session.Adopt(answer);
+}
 
 }  // namespace
 
@@ -77,13 +86,12 @@ absl::StatusOr<FetchedChunk> RemoteChunkTier::FetchShm(Server& server, const Has
     }
     return FromGrpcStatus(call.status);
   }
-  const bool on_gpu = response.tier() == v1::TIER_GPU;
-  auto bytes = on_gpu ? session->AdoptGpu(response) : session->Adopt(response);
-  if (!bytes.ok()) return bytes.status();
-  return SameHostFetched(server, *std::move(bytes), on_gpu, setup_seconds);
+  ASSIGN_OR_RETURN(ChunkBytes bytes, Adopt(*session, response));
+  return SameHostFetched(server, std::move(bytes), setup_seconds);
 }
 
-FetchedChunk RemoteChunkTier::SameHostFetched(Server& server, ChunkBytes bytes, bool on_gpu, double setup_seconds) {
+FetchedChunk RemoteChunkTier::SameHostFetched(Server& server, ChunkBytes bytes, double setup_seconds) {
+  const bool on_gpu = bytes.on_device();
   (on_gpu ? cuda_ipc_chunks_ : shm_chunks_).fetch_add(1);
   (on_gpu ? cuda_ipc_bytes_ : shm_bytes_).fetch_add(bytes.size());
   // Verified: the server checked the payload's checksum when it admitted the chunk to its
@@ -105,30 +113,42 @@ std::shared_ptr<ShmClientSession> RemoteChunkTier::LookupLeaseSession(Server& se
   }
   // Only a session open already: opening one (mapping and pinning the arena) is not a
   // lookup's work; the first fetch or the tier's creation opens it.
+  std::shared_ptr<ShmClientSession> session = CurrentShmSession(server);
+  return session != nullptr && session->alive() ? session : nullptr;
+}
+
+std::shared_ptr<ShmClientSession> RemoteChunkTier::CurrentShmSession(Server& server) {
   MutexLock lock(&server.shm_mu);
-  return server.shm != nullptr && server.shm->alive() ? server.shm : nullptr;
+  return server.shm;
 }
 
 void RemoteChunkTier::KeepLookupLease(Server& server, const Hash128& key, const v1::ShmGetResponse& lease,
                                       std::shared_ptr<ShmClientSession> session) {
-  const bool on_gpu = lease.tier() == v1::TIER_GPU;
-  absl::StatusOr<ChunkBytes> bytes = on_gpu ? session->AdoptGpu(lease) : session->Adopt(lease);
+  absl::StatusOr<ChunkBytes> bytes = Adopt(*session, lease);
   if (!bytes.ok()) {  // the lease went with the refused bytes; the fetch asks again
     lookup_leases_unused_.fetch_add(1);
     return;
   }
   MutexLock lock(&server.looked_up_mu);
-  server.looked_up[key].push_back(Server::LookedUp{*std::move(bytes), on_gpu, std::move(session), Clock::now()});
+  server.looked_up[key].push_back(Server::LookedUp{*std::move(bytes), std::move(session), Clock::now()});
 }
+
+namespace {
+
+// Whether a kept lookup lease may still be read: not held past its time, and of the live
+// session the tier uses now (an ended session's leases are gone on the server and its pages
+// may be another chunk's; a session the tier replaced, the server no longer knew).
+bool Usable(const std::shared_ptr<ShmClientSession>& session, Clock::time_point leased_at,
+            const std::shared_ptr<ShmClientSession>& current, Clock::time_point oldest_kept) {
+  return session == current && session->alive() && leased_at >= oldest_kept;
+}
+
+}  // namespace
 
 std::optional<FetchedChunk> RemoteChunkTier::TakeLookupLease(Server& server, const Hash128& key) {
   std::optional<Server::LookedUp> taken;
   std::vector<Server::LookedUp> stale;  // released outside the lock
-  std::shared_ptr<ShmClientSession> current;
-  {
-    MutexLock lock(&server.shm_mu);
-    current = server.shm;
-  }
+  const std::shared_ptr<ShmClientSession> current = CurrentShmSession(server);
   {
     MutexLock lock(&server.looked_up_mu);
     auto it = server.looked_up.find(key);
@@ -138,9 +158,7 @@ std::optional<FetchedChunk> RemoteChunkTier::TakeLookupLease(Server& server, con
     while (!held.empty() && !taken) {
       Server::LookedUp candidate = std::move(held.back());
       held.pop_back();
-      // An ended session's leases are gone on the server: its pages may be another chunk's. A
-      // session this tier replaced (the server no longer knew it) counts as ended.
-      if (candidate.session->alive() && candidate.session == current && candidate.leased_at >= oldest_kept) {
+      if (Usable(candidate.session, candidate.leased_at, current, oldest_kept)) {
         taken = std::move(candidate);
       } else {
         stale.push_back(std::move(candidate));
@@ -151,43 +169,47 @@ std::optional<FetchedChunk> RemoteChunkTier::TakeLookupLease(Server& server, con
   lookup_leases_unused_.fetch_add(stale.size());
   if (!taken) return std::nullopt;
   lookup_leases_used_.fetch_add(1);
-  return SameHostFetched(server, std::move(taken->bytes), taken->on_gpu, /*setup_seconds=*/0);
+  return SameHostFetched(server, std::move(taken->bytes), /*setup_seconds=*/0);
 }
 
-bool RemoteChunkTier::DropLookupLeases(Server& server, const Hash128* key) {
+void RemoteChunkTier::DropLookupLeases(Server& server, const Hash128& key, bool all) {
   std::vector<Server::LookedUp> dropped;  // released outside the lock
   {
     MutexLock lock(&server.looked_up_mu);
-    if (key != nullptr) {
-      auto it = server.looked_up.find(*key);
-      if (it == server.looked_up.end()) return false;
-      // One lookup's worth: another request may have looked the same chunk up to fetch it.
-      dropped.push_back(std::move(it->second.front()));
-      it->second.erase(it->second.begin());
-      if (it->second.empty()) server.looked_up.erase(it);
-    } else {
-      const auto oldest_kept = Clock::now() - options_.lookup_lease_hold;
-      for (auto it = server.looked_up.begin(); it != server.looked_up.end();) {
-        std::vector<Server::LookedUp>& held = it->second;
-        for (size_t i = 0; i < held.size();) {
-          if (held[i].leased_at < oldest_kept || !held[i].session->alive()) {
-            dropped.push_back(std::move(held[i]));
-            held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
-          } else {
-            ++i;
-          }
-        }
-        it = held.empty() ? server.looked_up.erase(it) : std::next(it);
-      }
+    auto it = server.looked_up.find(key);
+    if (it == server.looked_up.end()) return;
+    std::vector<Server::LookedUp>& held = it->second;
+    // One lookup's worth unless `all`: another request may have looked the same chunk up.
+    const size_t n = all ? held.size() : 1;
+    std::move(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n), std::back_inserter(dropped));
+    held.erase(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n));
+    if (held.empty()) server.looked_up.erase(it);
+  }
+  lookup_leases_unused_.fetch_add(dropped.size());
+}
+
+void RemoteChunkTier::DropUnusableLookupLeases(Server& server) {
+  std::vector<Server::LookedUp> dropped;  // released outside the lock
+  const std::shared_ptr<ShmClientSession> current = CurrentShmSession(server);
+  {
+    MutexLock lock(&server.looked_up_mu);
+    const auto oldest_kept = Clock::now() - options_.lookup_lease_hold;
+    for (auto it = server.looked_up.begin(); it != server.looked_up.end();) {
+      std::vector<Server::LookedUp>& held = it->second;
+      auto usable = std::stable_partition(held.begin(), held.end(), [&](const Server::LookedUp& l) {
+        return Usable(l.session, l.leased_at, current, oldest_kept);
+      });
+      std::move(usable, held.end(), std::back_inserter(dropped));
+      held.erase(usable, held.end());
+      it = held.empty() ? server.looked_up.erase(it) : std::next(it);
     }
   }
   lookup_leases_unused_.fetch_add(dropped.size());
-  return !dropped.empty();
 }
 
 void RemoteChunkTier::NotFetching(const Hash128& key) {
   if (options_.transport == FetchTransport::kGrpc) return;
-  DropLookupLeases(*servers_[OwnerOf(key)], &key);
+  DropLookupLeases(*servers_[OwnerOf(key)], key, /*all=*/false);
 }
 
 // Pages of a same-host server's arena reserved for one chunk, mapped writable until Commit.

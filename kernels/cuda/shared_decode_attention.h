@@ -70,9 +70,12 @@ struct SharedDecodeParams {
   cudaEvent_t join = nullptr;
 };
 
-// The shared kernel's variants: 0 the default; names for the benchmark's table.
-constexpr int kSharedKernelVariants = 3;
+// The shared kernel's variants: 0 the default; names for the benchmark's table; the largest
+// error against the per-sequence kernel, relative to the largest output, that a variant's
+// arithmetic allows (1e-4 where P V keeps P to about 16 bits, more where P is one bf16 value).
+constexpr int kSharedKernelVariants = 4;
 const char* SharedKernelVariantName(int variant);
+double SharedKernelVariantTolerance(int variant);
 
 // Planner options that fit the kernel for this head grouping: members per item up to
 // kSharedMaxRows / group (and at most 16), entries per item about 512 tokens' worth (at most

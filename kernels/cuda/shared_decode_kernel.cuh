@@ -15,7 +15,8 @@
 //   of its mma A fragments, in registers (no shared memory, no barrier).
 // - Per tile a warp computes S = Q K^T with mma.sync m16n8k16 (bf16 in, fp32 accumulate; hi and
 //   lo each against the same K fragment), masks tokens past the item, updates its rows' online
-//   softmax (exp2), and adds P V, P again as bf16 hi + lo, V fragments by ldmatrix.trans.
+//   softmax (exp2), and adds P V, P again as bf16 hi + lo (or, by the PV parameter, one bf16
+//   product), V fragments by ldmatrix.trans.
 // - At the end each valid row writes its partial state (m, l, unnormalized acc: the layout of
 //   split_combine.h) to slot (pair, member's part) of the shared workspace.
 // Shared-memory rows are padded by 16 bytes, so that the 8 rows an ldmatrix phase reads fall
@@ -80,6 +81,12 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
 
 __device__ __forceinline__ uint32_t AsU32(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
+// How P V is computed (the kernel's PV parameter): P as bf16 hi + lo against V (two products,
+// P to about 16 significant bits), or P as one bf16 (8 bits: FlashAttention's way, half the
+// products). P and V as fp16 (P to 11 bits, V converted in registers) was measured too and
+// lost to both (bench/results/shared_decode_2026-11-27.md).
+enum PvPrecision : int { kPvHiLo = 0, kPvBf16 = 1 };
+
 // Two floats as bf16 hi + lo pairs (x ~= hi + lo to about 16 significant bits).
 __device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t* hi, uint32_t* lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
@@ -94,7 +101,7 @@ __device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t* hi, uint
 // length instead of one); TSPLIT, when the rows fill at most two warps, the idle warps take half
 // of each tile's tokens (warp w: rows of block w % blocks, tokens of half w / blocks, its own
 // online softmax), the two halves merged through shared memory at the end.
-template <int HD, int STAGES, int MIN_CTAS, bool SPLIT_S, bool TSPLIT>
+template <int HD, int STAGES, int MIN_CTAS, bool SPLIT_S, bool TSPLIT, int PV = kPvHiLo>
 __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(SharedDecodeParams p, int group) {
   using Shape = SharedShape<HD, STAGES>;
   constexpr int kStride = Shape::kStride, kTileElems = Shape::kTileElems;
@@ -356,20 +363,33 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
       // O += P V, 16 tokens per k-step.
 #pragma unroll
       for (int kk = 0; kk < NT / 2; ++kk) {
-        uint32_t ph[4], pl[4];
-        SplitPair(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
-        SplitPair(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
-        SplitPair(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
-        SplitPair(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+        uint32_t ph[4];
+        [[maybe_unused]] uint32_t pl[4];  // kPvHiLo only
+        if constexpr (PV == kPvHiLo) {
+          SplitPair(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
+          SplitPair(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
+          SplitPair(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
+          SplitPair(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+        } else {
+          ph[0] = AsU32(__floats2bfloat162_rn(s[2 * kk][0], s[2 * kk][1]));
+          ph[1] = AsU32(__floats2bfloat162_rn(s[2 * kk][2], s[2 * kk][3]));
+          ph[2] = AsU32(__floats2bfloat162_rn(s[2 * kk + 1][0], s[2 * kk + 1][1]));
+          ph[3] = AsU32(__floats2bfloat162_rn(s[2 * kk + 1][2], s[2 * kk + 1][3]));
+        }
 #pragma unroll
         for (int np = 0; np < HD / 16; ++np) {
           uint32_t vb[4];
           Ldmatrix4Trans(vb,
                          sv + (tok0 + 16 * kk + lane % 8 + ((lane / 8) % 2) * 8) * kStride + np * 16 + (lane / 16) * 8);
-          Mma(o[2 * np], ph, vb[0], vb[1]);
-          Mma(o[2 * np], pl, vb[0], vb[1]);
-          Mma(o[2 * np + 1], ph, vb[2], vb[3]);
-          Mma(o[2 * np + 1], pl, vb[2], vb[3]);
+          if constexpr (PV == kPvHiLo) {
+            Mma(o[2 * np], ph, vb[0], vb[1]);
+            Mma(o[2 * np], pl, vb[0], vb[1]);
+            Mma(o[2 * np + 1], ph, vb[2], vb[3]);
+            Mma(o[2 * np + 1], pl, vb[2], vb[3]);
+          } else {
+            Mma(o[2 * np], ph, vb[0], vb[1]);
+            Mma(o[2 * np + 1], ph, vb[2], vb[3]);
+          }
         }
       }
     };

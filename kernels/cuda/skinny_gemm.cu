@@ -4,24 +4,35 @@
 // row of W per warp, X's loads outnumbered W's at 8 rows of X). The dot products are reduced
 // across the warp with shuffles, and one lane writes each element of the output.
 //
-// Two fusions for a decode step, each bit for bit what the unfused kernels give: X in fp32,
-// rounded to bf16 as it is loaded (the attention output, which LaunchToBf16 would round the
-// same way), and SwiGLU applied to the gate and up products of W = [gate; up], written in
-// bf16 (what LaunchSwiGlu computes from them, with the same expression).
+// Fusions for a decode step. Bit for bit what the unfused kernels give: X in fp32, rounded to
+// bf16 as it is loaded (the attention output, which LaunchToBf16 would round the same way),
+// and SwiGLU applied to the gate and up products of W = [gate; up], written in bf16 (what
+// LaunchSwiGlu computes from them, with the same expression). Not bit for bit: the RMSNorm of
+// fp32 X (the residual stream) in the loads: each lane rounds gain * x to bf16 and adds up x^2
+// as it goes, the warp reduces the squares with the products, and the epilogue scales each
+// product by its row's rsqrt(mean(x^2) + eps). Every warp reads all of X anyway, so the norm
+// costs no extra pass, and the norm kernel between two GEMMs (and its launch) leaves the step.
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/skinny_loads.cuh"
 
 namespace lazykv::cuda {
 namespace {
 
+using skinny::Epilogue;
+using skinny::LoadNormedX;
+using skinny::LoadStreaming;
+using skinny::LoadX;
+using skinny::Norm;
+using skinny::XLoad;
+
 constexpr int kWarpsPerBlock = 4;
 constexpr int kUnroll = 2;  // steps of kWRows loads each in flight per lane
 constexpr int kWRows = 4;   // rows of W per warp
-
-enum class Epilogue { kStore, kSwiGlu };
 
 __device__ inline void Accumulate(const uint4& wv, const uint4& xv, float& acc) {
   const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
@@ -35,38 +46,16 @@ __device__ inline void Accumulate(const uint4& wv, const uint4& xv, float& acc) 
   }
 }
 
-// W's rows are streamed once: loaded past L1 (no reuse).
-__device__ inline uint4 LoadStreaming(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// The 8 values of X at vector `v` of its row `r`, as bf16.
-__device__ inline uint4 LoadX(const __nv_bfloat16* x, int vectors, int r, int v) {
-  return __ldg(reinterpret_cast<const uint4*>(x) + static_cast<size_t>(r) * vectors + v);
-}
-__device__ inline uint4 LoadX(const float* x, int vectors, int r, int v) {
-  const float4* p = reinterpret_cast<const float4*>(x) + (static_cast<size_t>(r) * vectors + v) * 2;
-  const float4 a = __ldg(p), b = __ldg(p + 1);
-  uint4 out;
-  __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
-  o[0] = __floats2bfloat162_rn(a.x, a.y);
-  o[1] = __floats2bfloat162_rn(a.z, a.w);
-  o[2] = __floats2bfloat162_rn(b.x, b.y);
-  o[3] = __floats2bfloat162_rn(b.z, b.w);
-  return out;
-}
-
 // kStore: a group is 4 consecutive rows of W (outputs first..first+3 of `out`). kSwiGlu: W is
 // [gate; up] with `out` rows each, and a group is gate rows c, c+1 and up rows c, c+1
 // (outputs c and c+1 of h).
-template <int kRows, typename XT, Epilogue kEpilogue>
+// kNormed: XT is float, and `gain` and `eps` are the RMSNorm's.
+template <int kRows, typename XT, Epilogue kEpilogue, XLoad kX>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     SkinnyGemmKernel(const XT* __restrict__ x, int in, const __nv_bfloat16* __restrict__ w, int out,
-                     float* __restrict__ y, float beta, __nv_bfloat16* __restrict__ h) {
+                     float* __restrict__ y, float beta, __nv_bfloat16* __restrict__ h, const float* __restrict__ gain,
+                     float eps) {
+  static_assert(kX == XLoad::kAsIs || std::is_same_v<XT, float>, "the norm reads fp32 X");
   constexpr int kCols = kEpilogue == Epilogue::kStore ? kWRows : kWRows / 2;  // outputs per group
   // No AllowDependentLaunch: a successor's CTAs waiting beside this memory-bound kernel cost
   // it ~10% (they poll); they are launched when it ends.
@@ -84,10 +73,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       wv[j] = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(row) * vectors;
     }
     float acc[kWRows][kRows];
+    float squares[kRows];  // kNormed: this lane's part of each row's sum of x^2
 #pragma unroll
-    for (int j = 0; j < kWRows; ++j) {
+    for (int r = 0; r < kRows; ++r) {
+      squares[r] = 0.0f;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
+      for (int j = 0; j < kWRows; ++j) acc[j][r] = 0.0f;
     }
     for (int v = lane; v < vectors; v += 32 * kUnroll) {
       uint4 wr[kUnroll][kWRows];
@@ -101,9 +92,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         if (v + 32 * u < vectors) {
+          [[maybe_unused]] float4 g[2];
+          if constexpr (kX == XLoad::kNormed) {
+            g[0] = __ldg(reinterpret_cast<const float4*>(gain) + 2 * (v + 32 * u));
+            g[1] = __ldg(reinterpret_cast<const float4*>(gain) + 2 * (v + 32 * u) + 1);
+          }
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            const uint4 xr = LoadX(x, vectors, r, v + 32 * u);
+            uint4 xr;
+            if constexpr (kX == XLoad::kNormed) {
+              xr = LoadNormedX(x, g, vectors, r, v + 32 * u, &squares[r]);
+            } else {
+              xr = LoadX(x, vectors, r, v + 32 * u);
+            }
 #pragma unroll
             for (int j = 0; j < kWRows; ++j) Accumulate(wr[u][j], xr, acc[j][r]);
           }
@@ -116,6 +117,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       for (int r = 0; r < kRows; ++r) {
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) acc[j][r] += __shfl_xor_sync(0xFFFFFFFFu, acc[j][r], offset);
+      }
+    }
+    if constexpr (kX == XLoad::kNormed) {  // the norm's scale, as the norm kernel computes it
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) squares[r] += __shfl_xor_sync(0xFFFFFFFFu, squares[r], offset);
+        const float scale = rsqrtf(squares[r] / in + eps);
+#pragma unroll
+        for (int j = 0; j < kWRows; ++j) acc[j][r] *= scale;
       }
     }
 #pragma unroll
@@ -136,39 +147,39 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-template <int kRows, typename XT, Epilogue kEpilogue>
+template <int kRows, typename XT, Epilogue kEpilogue, XLoad kX>
 cudaError_t Launch(const XT* x, int in, const __nv_bfloat16* w, int out, float* y, float beta, __nv_bfloat16* h,
-                   cudaStream_t stream) {
+                   Norm norm, cudaStream_t stream) {
   const int sms = MultiprocessorCount();  // cached per device: some hundred launches a step
   constexpr int kCols = kEpilogue == Epilogue::kStore ? kWRows : kWRows / 2;
   // Small blocks, so that a 4096-row W still spreads over every SM; at most 16 per SM
   // (enough loads in flight), and no more than W's rows need.
   const int wanted = (out + kWarpsPerBlock * kCols - 1) / (kWarpsPerBlock * kCols);
   const int grid = wanted < sms * 16 ? wanted : sms * 16;
-  return LaunchDependent(SkinnyGemmKernel<kRows, XT, kEpilogue>, grid, kWarpsPerBlock * 32, 0, stream, x, in, w, out, y,
-                         beta, h);
+  return LaunchDependent(SkinnyGemmKernel<kRows, XT, kEpilogue, kX>, grid, kWarpsPerBlock * 32, 0, stream, x, in, w,
+                         out, y, beta, h, norm.gain, norm.eps);
 }
 
-template <typename XT, Epilogue kEpilogue>
+template <typename XT, Epilogue kEpilogue, XLoad kX = XLoad::kAsIs>
 cudaError_t Dispatch(int rows, const XT* x, int in, const __nv_bfloat16* w, int out, float* y, float beta,
-                     __nv_bfloat16* h, cudaStream_t stream) {
+                     __nv_bfloat16* h, cudaStream_t stream, Norm norm = {}) {
   switch (rows) {
     case 1:
-      return Launch<1, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      return Launch<1, XT, kEpilogue, kX>(x, in, w, out, y, beta, h, norm, stream);
     case 2:
-      return Launch<2, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      return Launch<2, XT, kEpilogue, kX>(x, in, w, out, y, beta, h, norm, stream);
     case 3:
-      return Launch<3, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      return Launch<3, XT, kEpilogue, kX>(x, in, w, out, y, beta, h, norm, stream);
     case 4:
-      return Launch<4, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      return Launch<4, XT, kEpilogue, kX>(x, in, w, out, y, beta, h, norm, stream);
     case 5:
-      return Launch<5, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      return Launch<5, XT, kEpilogue, kX>(x, in, w, out, y, beta, h, norm, stream);
     case 6:
-      return Launch<6, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      return Launch<6, XT, kEpilogue, kX>(x, in, w, out, y, beta, h, norm, stream);
     case 7:
-      return Launch<7, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      return Launch<7, XT, kEpilogue, kX>(x, in, w, out, y, beta, h, norm, stream);
     default:
-      return Launch<8, XT, kEpilogue>(x, in, w, out, y, beta, h, stream);
+      return Launch<8, XT, kEpilogue, kX>(x, in, w, out, y, beta, h, norm, stream);
   }
 }
 
@@ -187,15 +198,32 @@ cudaError_t LaunchSkinnyGemm(const __nv_bfloat16* x, int rows, int in, const __n
 }
 
 cudaError_t LaunchSkinnyGemmRoundingX(const float* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
-                                      cudaStream_t stream) {
+                                      float beta, cudaStream_t stream) {
   if (!SkinnyGemmApplies(x, rows, in, w) || out <= 0 || y == nullptr) return cudaErrorInvalidValue;
-  return Dispatch<float, Epilogue::kStore>(rows, x, in, w, out, y, 0.0f, nullptr, stream);
+  return Dispatch<float, Epilogue::kStore>(rows, x, in, w, out, y, beta, nullptr, stream);
+}
+
+cudaError_t LaunchSkinnyGemmNormingX(const float* x, const float* gain, float eps, int rows, int in,
+                                     const __nv_bfloat16* w, int out, float* y, cudaStream_t stream) {
+  if (!SkinnyGemmApplies(x, rows, in, w) || !Aligned16(gain) || out <= 0 || y == nullptr) return cudaErrorInvalidValue;
+  return Dispatch<float, Epilogue::kStore, XLoad::kNormed>(rows, x, in, w, out, y, 0.0f, nullptr, stream,
+                                                           Norm{gain, eps});
 }
 
 cudaError_t LaunchSkinnyGateUpSwiGlu(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w_gate_up,
                                      int hidden, __nv_bfloat16* h, cudaStream_t stream) {
   if (!SkinnyGemmApplies(x, rows, in, w_gate_up) || hidden <= 0 || h == nullptr) return cudaErrorInvalidValue;
   return Dispatch<__nv_bfloat16, Epilogue::kSwiGlu>(rows, x, in, w_gate_up, hidden, nullptr, 0.0f, h, stream);
+}
+
+cudaError_t LaunchSkinnyGateUpSwiGluNormingX(const float* x, const float* gain, float eps, int rows, int in,
+                                             const __nv_bfloat16* w_gate_up, int hidden, __nv_bfloat16* h,
+                                             cudaStream_t stream) {
+  if (!SkinnyGemmApplies(x, rows, in, w_gate_up) || !Aligned16(gain) || hidden <= 0 || h == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  return Dispatch<float, Epilogue::kSwiGlu, XLoad::kNormed>(rows, x, in, w_gate_up, hidden, nullptr, 0.0f, h, stream,
+                                                            Norm{gain, eps});
 }
 
 }  // namespace lazykv::cuda

@@ -9,8 +9,9 @@
 // against the per-sequence kernel 1e-4: both read the same bf16 K/V and accumulate in fp32; the
 // shared kernel feeds the tensor cores the rotated query and the probabilities as bf16 hi + lo
 // pairs (about 2^-16 relative each), so the expected difference is ~1e-5, while dropping the lo
-// halves (a single bf16 rounding) would show ~1e-3. Against the CPU twin 2e-3, the per-sequence
-// kernel's own test tolerance.
+// halves (a single bf16 rounding) would show ~1e-3. The variant that rounds P once to bf16 is
+// held to what that rounding allows (SharedKernelVariantTolerance: 8e-3). Against the CPU twin 2e-3 (the per-sequence
+// kernel's own test tolerance) plus the variant's.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -172,9 +173,10 @@ TEST_P(SharedDecodeGpuTest, MatchesPerSequenceKernelAndCpu) {
         worst_cpu = std::max(worst_cpu, vs_cpu);
         worst_base_cpu =
             std::max(worst_base_cpu, RelativeError(problem.Rows(per_seq, seq), problem.Rows(expected, seq)));
-        EXPECT_LT(vs_kernel, 1e-4) << "sequence " << seq << " of " << problem.num_seqs()
-                                   << " vs the per-sequence kernel";
-        EXPECT_LT(vs_cpu, 2e-3) << "sequence " << seq << " vs the CPU twin";
+        EXPECT_LT(vs_kernel, cuda::SharedKernelVariantTolerance(variant))
+            << "sequence " << seq << " of " << problem.num_seqs() << " vs the per-sequence kernel";
+        EXPECT_LT(vs_cpu, 2e-3 + cuda::SharedKernelVariantTolerance(variant))
+            << "sequence " << seq << " vs the CPU twin";
       }
       // The residual kernel beside the shared one, on a second stream: the same partials in
       // the same places, so the same output bit for bit.

@@ -2,8 +2,9 @@
 // product of the same bf16 values, per element within fp32 accumulation's error, on random
 // shapes for every row count it takes (K from one vector to Llama-3-8B's 14336, out not a
 // multiple of anything); against cuBLASLt through Gemm (skinny kernel off); beta = 1; and the
-// products it must leave to cuBLASLt (misaligned, K not a multiple of 8, too many rows); and
-// its two fusions bit for bit against the unfused kernels (and SwiGLU against a plain one).
+// products it must leave to cuBLASLt (misaligned, K not a multiple of 8, too many rows); its
+// two exact fusions bit for bit against the unfused kernels (and SwiGLU against a plain one);
+// and the RMSNorm in its loads against a plain norm.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -191,11 +192,18 @@ TEST(CudaSkinnyGemmTest, FusedKernelsEqualTheUnfusedOnes) {
     CUDA_OK(cudaMemset(y_fused + static_cast<size_t>(rows) * out, 0xFF, kGuard * sizeof(float)));
     ASSERT_EQ(cuda::LaunchToBf16(x32d, x32.size(), x_rounded, nullptr), cudaSuccess);
     ASSERT_EQ(cuda::LaunchSkinnyGemm(x_rounded, rows, in, wd, out, y_unfused, 0.0f, nullptr), cudaSuccess);
-    ASSERT_EQ(cuda::LaunchSkinnyGemmRoundingX(x32d, rows, in, wd, out, y_fused, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchSkinnyGemmRoundingX(x32d, rows, in, wd, out, y_fused, 0.0f, nullptr), cudaSuccess);
     const std::vector<float> a = ToHost(y_unfused, static_cast<size_t>(rows) * out);
     const std::vector<float> b = ToHost(y_fused, a.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rounding in the loads";
     ExpectGuardIntact(y_fused + a.size());
+    // beta = 1 adds to y: the same fp32 sums as the unfused GEMM with beta = 1.
+    ASSERT_EQ(cuda::LaunchSkinnyGemm(x_rounded, rows, in, wd, out, y_unfused, 1.0f, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchSkinnyGemmRoundingX(x32d, rows, in, wd, out, y_fused, 1.0f, nullptr), cudaSuccess);
+    const std::vector<float> a2 = ToHost(y_unfused, a.size());
+    const std::vector<float> b2 = ToHost(y_fused, a.size());
+    EXPECT_EQ(std::memcmp(a2.data(), b2.data(), a2.size() * sizeof(float)), 0) << "rounding in the loads, beta 1";
+    EXPECT_NE(std::memcmp(a.data(), a2.data(), a.size() * sizeof(float)), 0) << "beta 1 added nothing";
 
     // SwiGLU in the epilogue.
     float* gu = arena.Alloc<float>(static_cast<size_t>(rows) * 2 * out);
@@ -228,6 +236,120 @@ TEST(CudaSkinnyGemmTest, FusedKernelsEqualTheUnfusedOnes) {
     }
     EXPECT_EQ(bad, 0);
   }
+}
+
+// The RMSNorm in the loads (LaunchSkinnyGemmNormingX, LaunchSkinnyGateUpSwiGluNormingX)
+// against a plain one written here: per row s = 1 / sqrt(mean(x^2) + eps) in double, then
+// s * sum_k bf16(g_k x_k) w_k in double. The kernel differs from it only by fp32 sums (the
+// products' and the squares'), so within 5e-6 of the products' magnitudes as above; a norm
+// left out, a wrong mean (over the lanes' part, or K - 8) or a gain not applied moves
+// elements by far more. Also within bf16's rounding of the unfused path (norm kernel, GEMM),
+// which rounds g x s instead of g x.
+TEST(CudaSkinnyGemmTest, NormInTheLoadsMatchesAPlainNorm) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.25f, 2.0f);
+  const int ins[] = {8, 200, 1024, 4096};
+  for (int trial = 0; trial < 16; ++trial) {
+    const int rows = 1 + trial % cuda::kSkinnyGemmMaxRows;
+    const int in = ins[rng() % 4];
+    const int out = 1 + static_cast<int>(rng() % 700);
+    const float eps = trial % 2 == 0 ? 1e-5f : 1e-6f;
+    SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out);
+    DeviceArena arena;
+    // Rows of different scales, so that a scale taken from the wrong row shows.
+    std::vector<float> x(static_cast<size_t>(rows) * in), gain(in);
+    for (int r = 0; r < rows; ++r) {
+      const float row_scale = std::ldexp(1.0f, r % 5 - 2);
+      for (int k = 0; k < in; ++k) x[static_cast<size_t>(r) * in + k] = row_scale * normal(rng);
+    }
+    for (float& g : gain) g = uniform(rng);
+    std::vector<__nv_bfloat16> wb, gub;
+    std::vector<float> wf, guf;
+    RandomBf16(rng, static_cast<size_t>(out) * in, wb, wf);
+    RandomBf16(rng, static_cast<size_t>(2 * out) * in, gub, guf);
+    // The reference's inputs: bf16(g x) per element, and each row's scale.
+    std::vector<float> gx(x.size());
+    std::vector<double> row_scale(rows);
+    for (int r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int k = 0; k < in; ++k) {
+        const float v = x[static_cast<size_t>(r) * in + k];
+        ss += static_cast<double>(v) * v;
+        gx[static_cast<size_t>(r) * in + k] = __bfloat162float(__float2bfloat16(gain[k] * v));
+      }
+      row_scale[r] = 1.0 / std::sqrt(ss / in + eps);
+    }
+    const float* xd = arena.Copy(x);
+    const float* gd = arena.Copy(gain);
+
+    std::vector<double> want, scale;
+    Reference(gx, rows, in, wf, out, &want, &scale);
+    for (int r = 0; r < rows; ++r) {
+      for (int o = 0; o < out; ++o) {
+        want[static_cast<size_t>(r) * out + o] *= row_scale[r];
+        scale[static_cast<size_t>(r) * out + o] *= row_scale[r];
+      }
+    }
+    float* y = arena.Alloc<float>(want.size() + kGuard);
+    CUDA_OK(cudaMemset(y + want.size(), 0xFF, kGuard * sizeof(float)));
+    ASSERT_EQ(cuda::LaunchSkinnyGemmNormingX(xd, gd, eps, rows, in, arena.Copy(wb), out, y, nullptr), cudaSuccess);
+    const std::vector<float> got = ToHost(y, want.size());
+    ExpectClose(got, want, scale);
+    ExpectGuardIntact(y + want.size());
+
+    // The unfused path: the norm kernel, then the GEMM of its bf16 output.
+    __nv_bfloat16* normed = arena.Alloc<__nv_bfloat16>(x.size());
+    float* x_copy = arena.Copy(x);
+    float* y_unfused = arena.Alloc<float>(want.size());
+    ASSERT_EQ(cuda::LaunchResidualRmsNorm(x_copy, nullptr, gd, rows, in, eps, normed, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchSkinnyGemm(normed, rows, in, arena.Copy(wb), out, y_unfused, 0.0f, nullptr), cudaSuccess);
+    const std::vector<float> unfused = ToHost(y_unfused, want.size());
+    int far = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      // Each product differs by bf16's rounding of one factor (2^-8 relative at most).
+      if (!(std::fabs(got[i] - unfused[i]) <= 8e-3 * scale[i] + 1e-6) && ++far <= 5) {
+        ADD_FAILURE() << "element " << i << ": " << got[i] << " against the unfused " << unfused[i];
+      }
+    }
+    EXPECT_EQ(far, 0);
+
+    // The gate/up GEMM with SwiGLU: the same norm, the scale applied before SwiGLU.
+    std::vector<double> prod, prod_scale;
+    Reference(gx, rows, in, guf, 2 * out, &prod, &prod_scale);
+    __nv_bfloat16* h = arena.Alloc<__nv_bfloat16>(static_cast<size_t>(rows) * out + 2 * kGuard);
+    CUDA_OK(cudaMemset(h + static_cast<size_t>(rows) * out, 0xFF, kGuard * sizeof(uint32_t)));
+    ASSERT_EQ(cuda::LaunchSkinnyGateUpSwiGluNormingX(xd, gd, eps, rows, in, arena.Copy(gub), out, h, nullptr),
+              cudaSuccess);
+    const std::vector<__nv_bfloat16> hh = ToHost(h, static_cast<size_t>(rows) * out);
+    ExpectGuardIntact(h + hh.size());
+    int bad = 0;
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < out; ++i) {
+        const size_t gi = static_cast<size_t>(r) * 2 * out + i, ui = gi + out;
+        const double g = prod[gi] * row_scale[r], u = prod[ui] * row_scale[r];
+        const double want_h = g / (1.0 + std::exp(-g)) * u;
+        const double got_h = __bfloat162float(hh[static_cast<size_t>(r) * out + i]);
+        const double tolerance = 8e-3 * std::fabs(want_h) + 1e-4 * row_scale[r] * (prod_scale[gi] + prod_scale[ui]);
+        if (!(std::fabs(got_h - want_h) <= tolerance) && ++bad <= 5) {
+          ADD_FAILURE() << "h[" << r << "][" << i << "] " << got_h << " against " << want_h;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  // Refused: a gain that is not 16-byte aligned.
+  DeviceArena arena;
+  std::vector<float> x(64, 1.0f);
+  std::vector<__nv_bfloat16> wb;
+  std::vector<float> wf;
+  RandomBf16(rng, 8 * 64, wb, wf);
+  float* xd = arena.Copy(x);
+  EXPECT_EQ(cuda::LaunchSkinnyGemmNormingX(xd, xd + 1, 1e-5f, 1, 64, arena.Copy(wb), 8, arena.Alloc<float>(8), nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -288,23 +288,46 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
   cuda::PrefillAttentionParams& ap = plan.attention;
   cuda::KvWriteParams& kw = plan.kv_write;
   // A step of a few rows in bf16 runs the skinny GEMM's fused kernels (skinny_gemm.h; unless
-  // the GEMM's options turn the skinny kernel off): the
-  // attention output rounded to bf16 in the output GEMM's loads, SwiGLU in the gate/up
-  // GEMM's epilogue; bit for bit the unfused kernels' results, 64 launches fewer a step.
+  // the GEMM's options turn the skinny kernel off): the attention output rounded to bf16 in
+  // the output GEMM's loads, SwiGLU in the gate/up GEMM's epilogue (both bit for bit the
+  // unfused kernels' results), and the two norms of a layer in the loads of the GEMMs after
+  // them (LAZYKV_NORM_IN_GEMM=0 keeps the norm kernels, for comparisons in one binary).
   bool small_step = false;
   if constexpr (std::is_same_v<T, bf16>) {
     small_step = gemm_->options().skinny_kernel && rows <= cuda::kSkinnyGemmFasterRows;
   }
+  static const bool norm_in_gemm = EnvSwitchOn("LAZYKV_NORM_IN_GEMM");
+  // The residual stream is x. A sublayer's output either waits in y for the next norm kernel
+  // to add it (y_pending), or, where the GEMM after that norm norms x itself, is added to x
+  // by the sublayer's last GEMM (beta 1: the same fp32 sum as the norm kernel's).
+  bool y_pending = false;
   for (int l = 0; l < c_.n_layers; ++l) {
     const DeviceLayer& lw = w_->layer(l);
     const bool fused_output =
         small_step && cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, static_cast<const bf16*>(lw.wo));
     const bool fused_swiglu =
         small_step && cuda::SkinnyGemmApplies(xb, rows, dim, static_cast<const bf16*>(lw.w_gate_up));
-    RETURN_IF_ERROR(
-        Cuda(cuda::LaunchResidualRmsNorm(x, l == 0 ? nullptr : y, lw.attn_norm, rows, dim, c_.norm_eps, xb, stream_),
-             "attention norm"));
-    RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.wqkv), q_dim + 2 * kv_dim, qkv_.as<float>()));
+    const bool norms_in_gemm = norm_in_gemm && fused_output && fused_swiglu &&
+                               cuda::SkinnyGemmApplies(x, rows, dim, static_cast<const bf16*>(lw.wqkv)) &&
+                               cuda::SkinnyGemmApplies(x, rows, dim, static_cast<const bf16*>(lw.w_gate_up));
+    float* sublayer_out = norms_in_gemm ? x : y;
+    const float sublayer_beta = norms_in_gemm ? 1.0f : 0.0f;
+    if (norms_in_gemm) {
+      if (y_pending) {  // the layer before ran unfused: the norm kernel adds its output to x
+        RETURN_IF_ERROR(
+            Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.attn_norm, rows, dim, c_.norm_eps, xb, stream_), "residual"));
+      }
+      if constexpr (std::is_same_v<T, bf16>) {
+        RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGemmNormingX(x, lw.attn_norm, c_.norm_eps, rows, dim, matrix(lw.wqkv),
+                                                            q_dim + 2 * kv_dim, qkv_.as<float>(), stream_),
+                             "attention norm and QKV GEMM"));
+      }
+    } else {
+      RETURN_IF_ERROR(Cuda(
+          cuda::LaunchResidualRmsNorm(x, y_pending ? y : nullptr, lw.attn_norm, rows, dim, c_.norm_eps, xb, stream_),
+          "attention norm"));
+      RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.wqkv), q_dim + 2 * kv_dim, qkv_.as<float>()));
+    }
     kw.kv.k_pool = ap.kv.k_pool = KPool(l);
     kw.kv.v_pool = ap.kv.v_pool = VPool(l);
     if (!plan.decode_writes_kv) RETURN_IF_ERROR(Cuda(cuda::LaunchKvWrite(kw, stream_), "KV write"));
@@ -312,37 +335,48 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
     if constexpr (std::is_same_v<T, float>) {
       RETURN_IF_ERROR(gemm_->Run(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim, y));
     } else if (fused_output) {  // the bf16 rounding in the GEMM's loads
-      RETURN_IF_ERROR(
-          Cuda(cuda::LaunchSkinnyGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim, y, stream_),
-               "attention output GEMM"));
+      RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim,
+                                                           sublayer_out, sublayer_beta, stream_),
+                           "attention output GEMM"));
     } else {
       RETURN_IF_ERROR(
           Cuda(cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(rows) * q_dim, attn_in_.as<T>(), stream_),
                "attention output"));
       RETURN_IF_ERROR(gemm_->Run(attn_in_.as<T>(), rows, q_dim, matrix(lw.wo), dim, y));
     }
-    RETURN_IF_ERROR(
-        Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.ffn_norm, rows, dim, c_.norm_eps, xb, stream_), "ffn norm"));
     if constexpr (std::is_same_v<T, bf16>) {
-      if (fused_swiglu) {  // SwiGLU in the GEMM's epilogue
+      if (norms_in_gemm) {
+        RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGateUpSwiGluNormingX(x, lw.ffn_norm, c_.norm_eps, rows, dim,
+                                                                    matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
+                             "ffn norm, gate/up GEMM and SwiGLU"));
+      } else {
         RETURN_IF_ERROR(
-            Cuda(cuda::LaunchSkinnyGateUpSwiGlu(xb, rows, dim, matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
-                 "gate/up GEMM and SwiGLU"));
+            Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.ffn_norm, rows, dim, c_.norm_eps, xb, stream_), "ffn norm"));
+        if (fused_swiglu) {  // SwiGLU in the GEMM's epilogue
+          RETURN_IF_ERROR(
+              Cuda(cuda::LaunchSkinnyGateUpSwiGlu(xb, rows, dim, matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
+                   "gate/up GEMM and SwiGLU"));
+        }
       }
+    } else {
+      RETURN_IF_ERROR(
+          Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.ffn_norm, rows, dim, c_.norm_eps, xb, stream_), "ffn norm"));
     }
     if (!fused_swiglu) {
       RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.w_gate_up), 2 * hidden, gu_.as<float>()));
       RETURN_IF_ERROR(Cuda(cuda::LaunchSwiGlu(gu_.as<float>(), rows, hidden, h_.as<T>(), stream_), "SwiGLU"));
     }
-    RETURN_IF_ERROR(gemm_->Run(h_.as<T>(), rows, hidden, matrix(lw.w_down), dim, y));
+    RETURN_IF_ERROR(gemm_->Run(h_.as<T>(), rows, hidden, matrix(lw.w_down), dim, sublayer_out, sublayer_beta));
+    y_pending = !norms_in_gemm;
   }
 
   if (plan.n_out == 0) return absl::OkStatus();
   // The output layer: the final norm, then the wanted rows gathered into one matrix (unless
   // they are every row already) for one classifier GEMM.
   const int n_out = plan.n_out;
-  RETURN_IF_ERROR(
-      Cuda(cuda::LaunchResidualRmsNorm(x, y, w_->final_norm(), rows, dim, c_.norm_eps, xb, stream_), "final norm"));
+  RETURN_IF_ERROR(Cuda(
+      cuda::LaunchResidualRmsNorm(x, y_pending ? y : nullptr, w_->final_norm(), rows, dim, c_.norm_eps, xb, stream_),
+      "final norm"));
   const T* classifier_in = xb;
   if (n_out != rows) {
     RETURN_IF_ERROR(out_rows_.Reserve(static_cast<size_t>(n_out) * dim * sizeof(T)));

@@ -47,17 +47,30 @@ absl::Status CudaBackend::WarmUpGemms(int max_rows, int max_logit_rows) {
     RETURN_IF_ERROR(
         Cuda(cudaMemsetAsync(attn_.as<float>(), 0, static_cast<size_t>(max_rows) * q_dim * sizeof(float), stream_),
              "warm-up inputs"));
+    RETURN_IF_ERROR(
+        Cuda(cudaMemsetAsync(x_.as<float>(), 0, static_cast<size_t>(max_rows) * dim * sizeof(float), stream_),
+             "warm-up inputs"));
     for (int rows = 1; gemm_->options().skinny_kernel && rows <= std::min(max_rows, cuda::kSkinnyGemmFasterRows);
          ++rows) {
       if (cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, matrix(lw.wo))) {
         RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim,
-                                                             y_.as<float>(), stream_),
+                                                             y_.as<float>(), 0.0f, stream_),
                              "warm-up"));
       }
       if (cuda::SkinnyGemmApplies(xb_.as<T>(), rows, dim, matrix(lw.w_gate_up))) {
         RETURN_IF_ERROR(Cuda(
             cuda::LaunchSkinnyGateUpSwiGlu(xb_.as<T>(), rows, dim, matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
             "warm-up"));
+      }
+      if (cuda::SkinnyGemmApplies(x_.as<float>(), rows, dim, matrix(lw.wqkv)) &&
+          cuda::SkinnyGemmApplies(x_.as<float>(), rows, dim, matrix(lw.w_gate_up))) {
+        RETURN_IF_ERROR(
+            Cuda(cuda::LaunchSkinnyGemmNormingX(x_.as<float>(), lw.attn_norm, c_.norm_eps, rows, dim, matrix(lw.wqkv),
+                                                q_dim + 2 * kv_dim, qkv_.as<float>(), stream_),
+                 "warm-up"));
+        RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGateUpSwiGluNormingX(x_.as<float>(), lw.ffn_norm, c_.norm_eps, rows, dim,
+                                                                    matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
+                             "warm-up"));
       }
     }
   }

@@ -176,6 +176,24 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
     const double floor_ms = kv_gb / hbm_gbs * 1e3;
     std::printf("%5d %6d %6d %6.3f %11.4f %13.4f %7.2fx %9.4f %9.2fx %9.0f\n", batch, pack, splits, kv_gb, packed_ms,
                 unpacked_ms, unpacked_ms / packed_ms, floor_ms, packed_ms / floor_ms, hbm_gbs);
+    if (batch <= 8) {  // the split count at small batches (latency-bound): the chosen one against others
+      // (up to kMaxSplits; 32 and 64, with the cap raised for a run, were 1.5x and 2.6x slower at batch 1)
+      std::printf("      packed, splits forced:");
+      for (int forced : {2, 4, 8, 16}) {
+        cuda::PrefillAttentionParams f = p;
+        f.num_splits = forced;
+        const int used = cuda::ChoosePrefillSplits(f);
+        void* ws_forced = nullptr;
+        const size_t bytes = cuda::PrefillWorkspaceBytes(f, used);
+        if (bytes > 0) CHECK_CUDA(cudaMalloc(&ws_forced, bytes));
+        f.workspace = static_cast<float*>(ws_forced);
+        const float ms = MedianMs([&] { cuda::LaunchLazyPrefillAttention(f, nullptr); });
+        CHECK_CUDA(cudaGetLastError());
+        std::printf(" %d: %.4f ms", used, ms);
+        if (ws_forced != nullptr) CHECK_CUDA(cudaFree(ws_forced));
+      }
+      std::printf("\n");
+    }
     FreeQueries(p);
     FreePagedBatch(b);
   }

@@ -191,6 +191,10 @@ bool SkinnyGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* w) 
   return rows >= 1 && rows <= kSkinnyGemmMaxRows && in > 0 && in % 8 == 0 && Aligned16(x) && Aligned16(w);
 }
 
+bool SkinnyNormApplies(const float* x, const float* gain, int rows, int in, const __nv_bfloat16* w) {
+  return SkinnyGemmApplies(x, rows, in, w) && Aligned16(gain);
+}
+
 cudaError_t LaunchSkinnyGemm(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                              float beta, cudaStream_t stream) {
   if (!SkinnyGemmApplies(x, rows, in, w) || out <= 0 || y == nullptr) return cudaErrorInvalidValue;
@@ -205,7 +209,7 @@ cudaError_t LaunchSkinnyGemmRoundingX(const float* x, int rows, int in, const __
 
 cudaError_t LaunchSkinnyGemmNormingX(const float* x, const float* gain, float eps, int rows, int in,
                                      const __nv_bfloat16* w, int out, float* y, cudaStream_t stream) {
-  if (!SkinnyGemmApplies(x, rows, in, w) || !Aligned16(gain) || out <= 0 || y == nullptr) return cudaErrorInvalidValue;
+  if (!SkinnyNormApplies(x, gain, rows, in, w) || out <= 0 || y == nullptr) return cudaErrorInvalidValue;
   return Dispatch<float, Epilogue::kStore, XLoad::kNormed>(rows, x, in, w, out, y, 0.0f, nullptr, stream,
                                                            Norm{gain, eps});
 }
@@ -219,7 +223,7 @@ cudaError_t LaunchSkinnyGateUpSwiGlu(const __nv_bfloat16* x, int rows, int in, c
 cudaError_t LaunchSkinnyGateUpSwiGluNormingX(const float* x, const float* gain, float eps, int rows, int in,
                                              const __nv_bfloat16* w_gate_up, int hidden, __nv_bfloat16* h,
                                              cudaStream_t stream) {
-  if (!SkinnyGemmApplies(x, rows, in, w_gate_up) || !Aligned16(gain) || hidden <= 0 || h == nullptr) {
+  if (!SkinnyNormApplies(x, gain, rows, in, w_gate_up) || hidden <= 0 || h == nullptr) {
     return cudaErrorInvalidValue;
   }
   return Dispatch<float, Epilogue::kSwiGlu, XLoad::kNormed>(rows, x, in, w_gate_up, hidden, nullptr, 0.0f, h, stream,

@@ -24,6 +24,10 @@ inline constexpr int kSkinnyGemmFasterRows = 4;
 // 8, and x and w 16-byte aligned.
 bool SkinnyGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* w);
 
+// Whether the normed kernels (LaunchSkinnyGemmNormingX, LaunchSkinnyGateUpSwiGluNormingX) take
+// this product: SkinnyGemmApplies(x, rows, in, w) and `gain` 16-byte aligned.
+bool SkinnyNormApplies(const float* x, const float* gain, int rows, int in, const __nv_bfloat16* w);
+
 // y = x w^T (beta 0) or y += x w^T (beta 1), on `stream`. REQUIRES SkinnyGemmApplies.
 cudaError_t LaunchSkinnyGemm(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                              float beta, cudaStream_t stream);
@@ -38,7 +42,7 @@ cudaError_t LaunchSkinnyGemmRoundingX(const float* x, int rows, int in, const __
 // s = rsqrt(mean(x^2) + eps) and y = s * (bf16(gain * x) w^T), the sum of squares taken
 // in the GEMM's own loads of x. Not bit for bit LaunchResidualRmsNorm then LaunchSkinnyGemm
 // (which rounds gain * x * s to bf16): the same to within bf16's rounding of x's elements.
-// REQUIRES SkinnyGemmApplies(x, rows, in, w) and gain 16-byte aligned.
+// REQUIRES SkinnyNormApplies(x, gain, rows, in, w).
 cudaError_t LaunchSkinnyGemmNormingX(const float* x, const float* gain, float eps, int rows, int in,
                                      const __nv_bfloat16* w, int out, float* y, cudaStream_t stream);
 
@@ -50,7 +54,7 @@ cudaError_t LaunchSkinnyGateUpSwiGlu(const __nv_bfloat16* x, int rows, int in, c
 
 // LaunchSkinnyGateUpSwiGlu of RMSNorm(x), normed as LaunchSkinnyGemmNormingX norms it (the
 // scale applied to the gate and up products before SwiGLU). REQUIRES
-// SkinnyGemmApplies(x, rows, in, w_gate_up) and gain 16-byte aligned.
+// SkinnyNormApplies(x, gain, rows, in, w_gate_up).
 cudaError_t LaunchSkinnyGateUpSwiGluNormingX(const float* x, const float* gain, float eps, int rows, int in,
                                              const __nv_bfloat16* w_gate_up, int hidden, __nv_bfloat16* h,
                                              cudaStream_t stream);

@@ -2,13 +2,15 @@
 // greedy stories260K output against the CPU in GPU-like numerics (RAG requests in lazy
 // mode), lazy against block on the GPU, logits of random synthetic models (weights drawn
 // on the GPU) within bf16 tolerance of the CPU's, and a chunk's export and import against the
-// CPU's KV (the split transfer: cuda_chunk_transfer_test.cc). Skips without a GPU (and the stories tests without ../shared/models). Exact
-// greedy equality with the fp32 CPU is the fp32 mode's test (cuda_fp32_backend_test.cc):
-// in bf16 it cannot hold at near-ties, as follows.
+// CPU's KV (the split transfer: cuda_chunk_transfer_test.cc). Skips without a GPU (and the stories tests without
+// ../shared/models). Exact greedy equality with the fp32 CPU is the fp32 mode's test (cuda_fp32_backend_test.cc): in
+// bf16 it cannot hold at near-ties, as follows.
 //
 // Precision: the GPU runs bf16 weights, bf16 GEMM inputs and a bf16 KV pool with fp32
 // accumulation. The greedy reference is the CPU backend in its GPU-like numerics
-// (CpuNumerics::kBf16LikeCuda: bf16 at exactly the GPU's rounding points); agreement with
+// (CpuNumerics::kBf16LikeCuda: bf16 at exactly the GPU's rounding points, but for the norms
+// that small decode steps take inside their GEMMs, which round gain * x before the norm's
+// scale: one more difference of a bf16 step's order, as below); agreement with
 // the fp32 CPU and with the fp32 CPU on bf16 weights is printed alongside. What is left
 // between GPU and reference is fp32 arithmetic order (and the GPU's fast-math sin, exp,
 // rsqrt), ~1e-7 relative before rounding; but where that moves a value across a bf16

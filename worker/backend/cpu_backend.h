@@ -15,7 +15,9 @@ enum class CpuNumerics {
   // fp32 weights, activations and KV; kv_dtype "fp32".
   kFp32,
   // Rounds to bf16 (round to nearest even) exactly where the CUDA backend stores bf16, and
-  // nowhere else:
+  // nowhere else (but for the CUDA backend's small bf16 steps, whose QKV and gate/up GEMMs norm
+  // in their loads and round gain * x before the norm's scale; LAZYKV_NORM_IN_GEMM=0 there
+  // restores the points below):
   //  - every weight matrix (embedding, classifier, wq, wk, wv, wo, w_gate, w_up, w_down);
   //    the norm weights stay fp32;
   //  - the RMSNorm outputs that feed a GEMM (attention norm, FFN norm, final norm);

@@ -296,10 +296,24 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
   if constexpr (std::is_same_v<T, bf16>) {
     small_step = gemm_->options().skinny_kernel && rows <= cuda::kSkinnyGemmFasterRows;
   }
-  static const bool norm_in_gemm = EnvSwitchOn("LAZYKV_NORM_IN_GEMM");
   // The residual stream is x. A sublayer's output either waits in y for the next norm kernel
-  // to add it (y_pending), or, where the GEMM after that norm norms x itself, is added to x
-  // by the sublayer's last GEMM (beta 1: the same fp32 sum as the norm kernel's).
+  // to add it (y_pending), or, where the GEMMs after the norms norm x themselves, is added to x
+  // by the sublayer's last GEMM (beta 1 in the skinny kernel: the same fp32 sum as the norm
+  // kernel's). Decided once for the pass: every layer's GEMMs must take it.
+  static const bool norm_in_gemm = EnvSwitchOn("LAZYKV_NORM_IN_GEMM");
+  bool norms_in_gemm = false;
+  if constexpr (std::is_same_v<T, bf16>) {
+    norms_in_gemm = small_step && norm_in_gemm;
+    for (int l = 0; norms_in_gemm && l < c_.n_layers; ++l) {
+      const DeviceLayer& lw = w_->layer(l);
+      norms_in_gemm = cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, matrix(lw.wo)) &&
+                      cuda::SkinnyGemmApplies(h_.as<T>(), rows, hidden, matrix(lw.w_down)) &&
+                      cuda::SkinnyNormApplies(x, lw.attn_norm, rows, dim, matrix(lw.wqkv)) &&
+                      cuda::SkinnyNormApplies(x, lw.ffn_norm, rows, dim, matrix(lw.w_gate_up));
+    }
+  }
+  float* sublayer_out = norms_in_gemm ? x : y;
+  const float sublayer_beta = norms_in_gemm ? 1.0f : 0.0f;
   bool y_pending = false;
   for (int l = 0; l < c_.n_layers; ++l) {
     const DeviceLayer& lw = w_->layer(l);
@@ -307,22 +321,14 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
         small_step && cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, static_cast<const bf16*>(lw.wo));
     const bool fused_swiglu =
         small_step && cuda::SkinnyGemmApplies(xb, rows, dim, static_cast<const bf16*>(lw.w_gate_up));
-    const bool norms_in_gemm = norm_in_gemm && fused_output && fused_swiglu &&
-                               cuda::SkinnyGemmApplies(x, rows, dim, static_cast<const bf16*>(lw.wqkv)) &&
-                               cuda::SkinnyGemmApplies(x, rows, dim, static_cast<const bf16*>(lw.w_gate_up));
-    float* sublayer_out = norms_in_gemm ? x : y;
-    const float sublayer_beta = norms_in_gemm ? 1.0f : 0.0f;
-    if (norms_in_gemm) {
-      if (y_pending) {  // the layer before ran unfused: the norm kernel adds its output to x
-        RETURN_IF_ERROR(
-            Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.attn_norm, rows, dim, c_.norm_eps, xb, stream_), "residual"));
-      }
-      if constexpr (std::is_same_v<T, bf16>) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (norms_in_gemm) {
         RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGemmNormingX(x, lw.attn_norm, c_.norm_eps, rows, dim, matrix(lw.wqkv),
                                                             q_dim + 2 * kv_dim, qkv_.as<float>(), stream_),
                              "attention norm and QKV GEMM"));
       }
-    } else {
+    }
+    if (!norms_in_gemm) {
       RETURN_IF_ERROR(Cuda(
           cuda::LaunchResidualRmsNorm(x, y_pending ? y : nullptr, lw.attn_norm, rows, dim, c_.norm_eps, xb, stream_),
           "attention norm"));
@@ -362,12 +368,12 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
       RETURN_IF_ERROR(
           Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.ffn_norm, rows, dim, c_.norm_eps, xb, stream_), "ffn norm"));
     }
-    if (!fused_swiglu) {
+    if (!fused_swiglu && !norms_in_gemm) {
       RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.w_gate_up), 2 * hidden, gu_.as<float>()));
       RETURN_IF_ERROR(Cuda(cuda::LaunchSwiGlu(gu_.as<float>(), rows, hidden, h_.as<T>(), stream_), "SwiGLU"));
     }
     RETURN_IF_ERROR(gemm_->Run(h_.as<T>(), rows, hidden, matrix(lw.w_down), dim, sublayer_out, sublayer_beta));
-    y_pending = !norms_in_gemm;
+    y_pending = !norms_in_gemm;  // the next norm kernel (if any) adds y
   }
 
   if (plan.n_out == 0) return absl::OkStatus();

@@ -47,8 +47,10 @@ absl::Status CudaBackend::WarmUpGemms(int max_rows, int max_logit_rows) {
     RETURN_IF_ERROR(
         Cuda(cudaMemsetAsync(attn_.as<float>(), 0, static_cast<size_t>(max_rows) * q_dim * sizeof(float), stream_),
              "warm-up inputs"));
+    // The residual rows the normed GEMMs read: bytes 0x3c make every float 0.0115, so that a
+    // norm's mean square is not 0 (with eps 0 its scale would be infinite, and 0 times that NaN).
     RETURN_IF_ERROR(
-        Cuda(cudaMemsetAsync(x_.as<float>(), 0, static_cast<size_t>(max_rows) * dim * sizeof(float), stream_),
+        Cuda(cudaMemsetAsync(x_.as<float>(), 0x3c, static_cast<size_t>(max_rows) * dim * sizeof(float), stream_),
              "warm-up inputs"));
     for (int rows = 1; gemm_->options().skinny_kernel && rows <= std::min(max_rows, cuda::kSkinnyGemmFasterRows);
          ++rows) {
@@ -62,8 +64,8 @@ absl::Status CudaBackend::WarmUpGemms(int max_rows, int max_logit_rows) {
             cuda::LaunchSkinnyGateUpSwiGlu(xb_.as<T>(), rows, dim, matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
             "warm-up"));
       }
-      if (cuda::SkinnyGemmApplies(x_.as<float>(), rows, dim, matrix(lw.wqkv)) &&
-          cuda::SkinnyGemmApplies(x_.as<float>(), rows, dim, matrix(lw.w_gate_up))) {
+      if (cuda::SkinnyNormApplies(x_.as<float>(), lw.attn_norm, rows, dim, matrix(lw.wqkv)) &&
+          cuda::SkinnyNormApplies(x_.as<float>(), lw.ffn_norm, rows, dim, matrix(lw.w_gate_up))) {
         RETURN_IF_ERROR(
             Cuda(cuda::LaunchSkinnyGemmNormingX(x_.as<float>(), lw.attn_norm, c_.norm_eps, rows, dim, matrix(lw.wqkv),
                                                 q_dim + 2 * kv_dim, qkv_.as<float>(), stream_),

@@ -230,9 +230,11 @@ void RunConfig(const Config& c, const double* inv_freq, std::mt19937& rng) {
               shared_bytes / 1e6, shared_bytes / shared_ms / 1e6, shared_bytes / shared_graph / 1e6);
   std::printf("speedup: %.2fx (event), %.2fx (graph); max |shared - per-sequence| / max |per-sequence| = %.2e\n",
               per_seq_ms / shared_ms, per_seq_graph / shared_graph, rel_diff);
-  {  // The residual kernel beside the shared one: a second stream, forked and joined (the backend's way).
-    cudaStream_t side = nullptr;
-    cudaEvent_t fork = nullptr, join = nullptr;
+  // The residual kernel beside the shared one: a second stream, forked and joined (the backend's
+  // way); the sweep below times each row that way too.
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  {
     CHECK_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     CHECK_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
@@ -254,15 +256,12 @@ void RunConfig(const Config& c, const double* inv_freq, std::mt19937& rng) {
                 shared_bytes / 1e6, shared_bytes / beside_ms / 1e6, shared_bytes / beside_graph / 1e6);
     std::printf("residual kernel beside the shared one: speedup %.2fx (event), %.2fx (graph); max rel diff %.2e\n",
                 per_seq_again_ms / beside_ms, per_seq_graph / beside_graph, beside_diff);
-    cudaEventDestroy(fork);
-    cudaEventDestroy(join);
-    cudaStreamDestroy(side);
   }
   std::fflush(stdout);
 
   if (c.sweep) {  // planner options (entries, members per item, solo), residual splits, kernel variants
-    std::printf("%-62s %6s %10s %10s %12s %10s\n", "entries,members,solo,res splits,kernel variant", "items",
-                "graph_us", "speedup", "KV_MB/step", "rel_diff");
+    std::printf("%-62s %6s %10s %10s %12s %10s %12s %10s\n", "entries,members,solo,res splits,kernel variant", "items",
+                "graph_us", "speedup", "KV_MB/step", "rel_diff", "beside_us", "speedup");
     std::vector<std::array<int, 5>> variants;  // entries, members, residual splits, kernel variant, solo
     for (int solo = 0; solo < 2; ++solo) {
       for (int entries : {16, 32}) {
@@ -286,18 +285,26 @@ void RunConfig(const Config& c, const double* inv_freq, std::mt19937& rng) {
       CHECK_CUDA(cudaDeviceSynchronize());
       const double diff = MaxRelDiff(base.out, shared_out, q.size());
       const float ms = GraphMedianMs([&](cudaStream_t st) { cuda::LaunchSharedDecodeAttention(vp, st); }, 30);
+      cuda::SharedDecodeParams vb = vp;
+      vb.residual_stream = side;
+      vb.fork = fork;
+      vb.join = join;
+      const float beside_ms = GraphMedianMs([&](cudaStream_t st) { cuda::LaunchSharedDecodeAttention(vb, st); }, 30);
       int64_t vres_tokens = 0;
       for (int32_t t : vplan.res_block_tokens) vres_tokens += t;
       const double bytes = (vplan.item_tokens + vres_tokens) * kTokenBytes;
       char name[96];
       std::snprintf(name, sizeof(name), "%d,%d,%s,%d(=%d),%d (%s)", var[0], var[1], var[4] ? "solo" : "-", var[2],
                     cuda::SharedResidualSplits(vp), var[3], cuda::SharedKernelVariantName(var[3]));
-      std::printf("%-62s %6zu %10.1f %9.2fx %12.1f %10.2e\n", name, vplan.items.size(), ms * 1e3, per_seq_graph / ms,
-                  bytes / 1e6, diff);
+      std::printf("%-62s %6zu %10.1f %9.2fx %12.1f %10.2e %12.1f %9.2fx\n", name, vplan.items.size(), ms * 1e3,
+                  per_seq_graph / ms, bytes / 1e6, diff, beside_ms * 1e3, per_seq_graph / beside_ms);
       Free(vp);
     }
     std::fflush(stdout);
   }
+  cudaEventDestroy(fork);
+  cudaEventDestroy(join);
+  cudaStreamDestroy(side);
 
   for (const void* ptr : {(const void*)base.q, (const void*)base.kv.block_ids, (const void*)base.kv.block_tokens,
                           (const void*)base.kv.block_deltas, (const void*)base.kv.block_starts,

@@ -3,6 +3,10 @@
 # RAG trace (8 documents of 512 tokens, 64 tokens out) one request at a time through
 # lazykv-worker (lazykv-bench compare, lazy), and in the same call the in-process decode step
 # (cuda_backend_bench's decode ceilings), so the served ITL p50 can be held to the step.
+# CPU_DMA_LATENCY_US=N holds /dev/cpu_dma_latency at N microseconds during the run (the
+# kernel then keeps idle cores out of deeper sleep states), to see how much of the served
+# path's transit is thread wake-up. bench/served_transit.py (in the bundle's data/) splits
+# each request's TTFT into the worker's own and the transit.
 # usage: bench/run_served_itl_gpu.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
@@ -12,6 +16,13 @@ source "$bundle/env.sh"
 bin=$(dirname "$(command -v lazykv-worker)")
 cd /tmp
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+holder=
+if [[ -n ${CPU_DMA_LATENCY_US:-} ]]; then
+  python3 -c "import struct, time; f = open('/dev/cpu_dma_latency', 'wb', 0); f.write(struct.pack('i', $CPU_DMA_LATENCY_US)); time.sleep(900)" &
+  holder=$!
+  sleep 1
+  echo "cpu_dma_latency held at ${CPU_DMA_LATENCY_US} us (pid $holder)"
+fi
 trace=$out/trace_c1.jsonl
 lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests 24 --doc-lengths fixed:512 \
   --question-tokens 16 --max-tokens 64 --vocab 128000 --concurrency 1 --seed 1 --out "$trace"
@@ -21,10 +32,14 @@ timeout 300 lazykv-bench compare --worker "$bin/lazykv-worker" --trace "$trace" 
 echo "served rc=$?"
 grep -A4 "^mode" "$out/served_c1.txt"
 grep -h "backend:" "$out/served_c1"/worker-*.log
-timeout 300 cuda_backend_bench > "$out/cuda_backend_bench.txt" 2>&1
-echo "in-process rc=$?"
-grep -E "decode step|backend:|GEMMs at 1 row" "$out/cuda_backend_bench.txt"
+[[ -f $bundle/data/served_transit.py ]] && python3 "$bundle/data/served_transit.py" "$out/served_c1/compare.json"
+if [[ ${INPROCESS:-1} == 1 ]]; then  # INPROCESS=0 leaves the in-process step out
+  timeout 300 cuda_backend_bench > "$out/cuda_backend_bench.txt" 2>&1
+  echo "in-process rc=$?"
+  grep -E "decode step|backend:|GEMMs at 1 row" "$out/cuda_backend_bench.txt"
+fi
 # What comes back from the machine is bounded: the trace and the per-request records (large,
 # and made again from the same seed) are left out, the summaries and the worker's log kept.
 rm -f "$trace"
+[[ -n $holder ]] && kill "$holder"
 find "$out" -type f -size +512k -print -delete

@@ -21,6 +21,10 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+// steady_clock is CLOCK_MONOTONIC on Linux: comparable with a worker's on the same host.
+int64_t MonotonicNanos(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 // "[#####-----] 12/200" redrawn in place on stderr. Thread-safe: every client ticks it.
 class ProgressBar {
@@ -162,7 +166,9 @@ class Replayer {
     if (options_.deadline_ms > 0) {
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options_.deadline_ms));
     }
-    result.sent_s = Seconds(Clock::now() - start_);
+    const Clock::time_point sent = Clock::now();
+    result.sent_s = Seconds(sent - start_);
+    result.sent_monotonic_ns = MonotonicNanos(sent);
     std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub_->Generate(&context, request);
     v1::GenerateResponse response;
     Clock::time_point last;
@@ -172,6 +178,7 @@ class Replayer {
       if (response.has_delta() && response.delta().token_ids_size() > 0) {
         if (result.tokens_received == 0) {
           result.ttft_ms = Millis(now - intended);
+          result.first_read_monotonic_ns = MonotonicNanos(now);
         } else {
           result.itl_ms.push_back(Millis(now - last));
         }
@@ -221,6 +228,8 @@ class Replayer {
     result.server_queue_ms = done.timings().queue_ms();
     result.server_ttft_ms = done.timings().ttft_ms();
     result.server_total_ms = done.timings().total_ms();
+    result.server_arrival_monotonic_ns = done.timings().arrival_monotonic_ns();
+    result.server_first_write_monotonic_ns = done.timings().first_write_monotonic_ns();
   }
 
   const RagTrace& trace_;

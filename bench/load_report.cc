@@ -51,7 +51,13 @@ json ToJson(const RequestResult& r) {
   j["finish_reason"] = r.finish_reason;
   j["mode"] = r.mode;
   j["usage"] = ToJson(r.usage);
-  j["server"] = {{"queue_ms", r.server_queue_ms}, {"ttft_ms", r.server_ttft_ms}, {"total_ms", r.server_total_ms}};
+  j["server"] = {{"queue_ms", r.server_queue_ms},
+                 {"ttft_ms", r.server_ttft_ms},
+                 {"total_ms", r.server_total_ms},
+                 {"arrival_monotonic_ns", r.server_arrival_monotonic_ns},
+                 {"first_write_monotonic_ns", r.server_first_write_monotonic_ns}};
+  j["sent_monotonic_ns"] = r.sent_monotonic_ns;
+  j["first_read_monotonic_ns"] = r.first_read_monotonic_ns;
   return j;
 }
 

@@ -4,7 +4,10 @@
 Reads a `lazykv-bench compare` output (compare.json) and prints, per mode, the median and
 quartiles of the client's TTFT, the worker's own TTFT (GenerateDone.timings: from the handler's
 first line to the first token) and their difference: the call's transit to the handler and
-the first token's way back. Standard library only.
+the first token's way back. Where both sides reported the host's monotonic clock (a client on
+the worker's host), the transit is split into: inbound (the client's send to the handler's first
+line), to the write (the first token, stamped by the engine, to its Write returning in the
+handler) and outbound (that to the client's first read). Standard library only.
 usage: served_transit.py COMPARE_JSON [MIN_CACHED_DOCS]
 """
 import json
@@ -33,10 +36,20 @@ def main():
         worker = [r["server"]["ttft_ms"] for r in rows]
         transit = [c - w for c, w in zip(client, worker)]
         itl = [x for r in rows for x in r.get("itl_ms", [])]
+        split = [r for r in rows if r.get("sent_monotonic_ns") and r["server"].get("arrival_monotonic_ns") and
+                 r["server"].get("first_write_monotonic_ns") and r.get("first_read_monotonic_ns")]
         fmt = lambda q: "/".join(f"{v:.3f}" for v in q)
         print(f"{mode['mode']}: {len(rows)} requests (>= {min_cached} cached documents); quartiles/median/quartile ms: "
               f"client TTFT {fmt(quartiles(client))}, worker TTFT {fmt(quartiles(worker))}, "
               f"transit {fmt(quartiles(transit))}" + (f", ITL {fmt(quartiles(itl))}" if itl else ""))
+        if split:
+            ms = lambda a, b: (a - b) / 1e6
+            inbound = [ms(r["server"]["arrival_monotonic_ns"], r["sent_monotonic_ns"]) for r in split]
+            to_write = [ms(r["server"]["first_write_monotonic_ns"], r["server"]["arrival_monotonic_ns"]) -
+                        r["server"]["ttft_ms"] for r in split]
+            outbound = [ms(r["first_read_monotonic_ns"], r["server"]["first_write_monotonic_ns"]) for r in split]
+            print(f"  transit split ({len(split)} requests): inbound {fmt(quartiles(inbound))}, first token to its "
+                  f"Write returning {fmt(quartiles(to_write))}, Write to the client's read {fmt(quartiles(outbound))}")
 
 
 if __name__ == "__main__":

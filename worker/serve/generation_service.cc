@@ -14,6 +14,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// steady_clock is CLOCK_MONOTONIC on Linux: one clock for every process of a host.
+int64_t MonotonicNanos(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 double MillisSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
@@ -187,15 +192,18 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
   // string are not), whichever way the call ends: the pump counts them.
   ReplyPump pump(loop_, loop_->Submit(*std::move(request)), std::move(text));
   auto call_ended = [context] { return WhyCallEnded(*context); };
+  Clock::time_point first_write{};  // when the first token's Write returned
   ReplyPump::Hooks hooks{
       .token =
-          [writer](const SampledToken& token, const std::string& piece) {
+          [writer, &first_write](const SampledToken& token, const std::string& piece) {
             v1::GenerateResponse response;
             v1::TokenDelta* delta = response.mutable_delta();
             delta->add_token_ids(token.id);
             delta->add_logprobs(token.logprob);
             delta->set_text(piece);
-            return writer->Write(response);
+            const bool written = writer->Write(response);
+            if (first_write == Clock::time_point{}) first_write = Clock::now();
+            return written;
           },
       .rest =
           [writer](const std::string& rest) {
@@ -211,6 +219,9 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
   v1::GenerateResponse response;
   FillDone(**result, call->request_id(), pump.streamed(), pump.stopped(), MillisSince(arrival),
            response.mutable_done());
+  v1::Timings* timings = response.mutable_done()->mutable_timings();
+  timings->set_arrival_monotonic_ns(MonotonicNanos(arrival));
+  if (first_write != Clock::time_point{}) timings->set_first_write_monotonic_ns(MonotonicNanos(first_write));
   writer->Write(response);
   return grpc::Status::OK;
 }

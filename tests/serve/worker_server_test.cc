@@ -22,6 +22,12 @@
 namespace lazykv::testing {
 namespace {
 
+// The host's monotonic clock, as the worker stamps its timings (steady_clock on Linux).
+int64_t MonotonicNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // `grace_ms`: the worker's --shutdown-grace-ms before scaling by SlowdownFactor().
 std::unique_ptr<ServerProcess> StartWorker(const std::string& dir, std::vector<std::string> flags,
                                            int grace_ms = 2000) {
@@ -168,7 +174,9 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
       v1::GenerateRequest request = TextRequest(docs, "Once upon a time", 30);
       request.set_request_id(absl::StrCat("r", i, mode));
       request.set_mode(mode);
+      const int64_t sent_ns = MonotonicNanos();
       const Reply reply = Call(*stub, request);
+      const int64_t received_ns = MonotonicNanos();
       ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
       streamed_total += static_cast<int>(reply.tokens.size());
       // Deltas (one token each), then exactly one final message, last.
@@ -190,6 +198,13 @@ TEST(WorkerServerTest, StreamsInOrderAndMatchesTheInProcessEngine) {
       EXPECT_EQ(u.completion_tokens(), static_cast<int>(reply.tokens.size()));
       EXPECT_LE(done.timings().ttft_ms(), done.timings().total_ms());
       EXPECT_GE(done.timings().queue_ms(), 0);
+      // The host's monotonic clock at the handler's first line and the first token's Write: in
+      // order, within the call as the client saw it, the first token stamped between them.
+      const int64_t arrival_ns = done.timings().arrival_monotonic_ns(),
+                    first_write_ns = done.timings().first_write_monotonic_ns();
+      EXPECT_LT(sent_ns, arrival_ns);
+      EXPECT_LE(arrival_ns + static_cast<int64_t>(done.timings().ttft_ms() * 1e6), first_write_ns);
+      EXPECT_LT(first_write_ns, received_ns);
       if (i > 0) {
         // Every document was seen before: all reused; lazy moves no KV, block copies.
         EXPECT_EQ(u.document_cached_tokens(), u.document_tokens());

@@ -17,11 +17,18 @@ bin=$(dirname "$(command -v lazykv-worker)")
 cd /tmp
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 holder=
+trap '[[ -n $holder ]] && kill "$holder" 2> /dev/null' EXIT
 if [[ -n ${CPU_DMA_LATENCY_US:-} ]]; then
-  python3 -c "import struct, time; f = open('/dev/cpu_dma_latency', 'wb', 0); f.write(struct.pack('i', $CPU_DMA_LATENCY_US)); time.sleep(900)" &
+  [[ $CPU_DMA_LATENCY_US =~ ^[0-9]+$ ]] || { echo "CPU_DMA_LATENCY_US: a number of microseconds" >&2; exit 2; }
+  python3 -c "import signal, struct; f = open('/dev/cpu_dma_latency', 'wb', 0); f.write(struct.pack('i', $CPU_DMA_LATENCY_US)); signal.pause()" &
   holder=$!
   sleep 1
-  echo "cpu_dma_latency held at ${CPU_DMA_LATENCY_US} us (pid $holder)"
+  if kill -0 "$holder" 2> /dev/null; then
+    echo "cpu_dma_latency held at ${CPU_DMA_LATENCY_US} us (pid $holder)"
+  else
+    echo "cpu_dma_latency could not be held: the run goes on without it" >&2
+    holder=
+  fi
 fi
 trace=$out/trace_c1.jsonl
 lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests 24 --doc-lengths fixed:512 \
@@ -41,5 +48,4 @@ fi
 # What comes back from the machine is bounded: the trace and the per-request records (large,
 # and made again from the same seed) are left out, the summaries and the worker's log kept.
 rm -f "$trace"
-[[ -n $holder ]] && kill "$holder"
 find "$out" -type f -size +512k -print -delete

@@ -4,10 +4,13 @@
 Reads a `lazykv-bench compare` output (compare.json) and prints, per mode, the median and
 quartiles of the client's TTFT, the worker's own TTFT (GenerateDone.timings: from the handler's
 first line to the first token) and their difference: the call's transit to the handler and
-the first token's way back. Where both sides reported the host's monotonic clock (a client on
-the worker's host), the transit is split into: inbound (the client's send to the handler's first
-line), to the write (the first token, stamped by the engine, to its Write returning in the
-handler) and outbound (that to the client's first read). Standard library only.
+the first token's way back (and the client's own delay from the request's scheduled start to
+its send). Where both sides reported the host's monotonic clock and the worker was the one
+`compare` started (so on this host), the transit is split into: the client's delay, inbound (the
+send to the handler's first line), to the write (the first token, stamped by the engine when it
+is sampled, to its Write returning in the handler: the rest of that engine step, the loop's
+hand-off to the handler and gRPC's write) and outbound (that to the client's first read).
+Standard library only.
 usage: served_transit.py COMPARE_JSON [MIN_CACHED_DOCS]
 """
 import json
@@ -36,8 +39,10 @@ def main():
         worker = [r["server"]["ttft_ms"] for r in rows]
         transit = [c - w for c, w in zip(client, worker)]
         itl = [x for r in rows for x in r.get("itl_ms", [])]
-        split = [r for r in rows if r.get("sent_monotonic_ns") and r["server"].get("arrival_monotonic_ns") and
-                 r["server"].get("first_write_monotonic_ns") and r.get("first_read_monotonic_ns")]
+        same_host = not data.get("target")  # a --target worker may be on another host: other clock
+        split = [r for r in rows if same_host and r.get("sent_monotonic_ns") and
+                 r["server"].get("arrival_monotonic_ns") and r["server"].get("first_write_monotonic_ns") and
+                 r.get("first_read_monotonic_ns")]
         fmt = lambda q: "/".join(f"{v:.3f}" for v in q)
         print(f"{mode['mode']}: {len(rows)} requests (>= {min_cached} cached documents); quartiles/median/quartile ms: "
               f"client TTFT {fmt(quartiles(client))}, worker TTFT {fmt(quartiles(worker))}, "
@@ -48,8 +53,10 @@ def main():
             to_write = [ms(r["server"]["first_write_monotonic_ns"], r["server"]["arrival_monotonic_ns"]) -
                         r["server"]["ttft_ms"] for r in split]
             outbound = [ms(r["first_read_monotonic_ns"], r["server"]["first_write_monotonic_ns"]) for r in split]
-            print(f"  transit split ({len(split)} requests): inbound {fmt(quartiles(inbound))}, first token to its "
-                  f"Write returning {fmt(quartiles(to_write))}, Write to the client's read {fmt(quartiles(outbound))}")
+            delay = [(r["sent_s"] - r["scheduled_s"]) * 1e3 for r in split]
+            print(f"  transit split ({len(split)} requests): client's delay to the send {fmt(quartiles(delay))}, "
+                  f"inbound {fmt(quartiles(inbound))}, first token to its Write returning {fmt(quartiles(to_write))}, "
+                  f"Write to the client's read {fmt(quartiles(outbound))}")
 
 
 if __name__ == "__main__":

@@ -202,7 +202,7 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
             delta->add_logprobs(token.logprob);
             delta->set_text(piece);
             const bool written = writer->Write(response);
-            if (first_write == Clock::time_point{}) first_write = Clock::now();
+            if (written && first_write == Clock::time_point{}) first_write = Clock::now();
             return written;
           },
       .rest =

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -112,6 +113,37 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
       skinny_ms[i] = std::min(skinny_ms[i], step_gemms_ms(**skinny, i + 1));
     }
   }
+  // The same launches as one CUDA graph (captured with their dependent-launch edges) against
+  // launched one by one, on one stream, alternated: what graphs would take off a decode step's
+  // GEMMs (issue 25's decode-step item).
+  float graph_ms = 0, launched_ms = 0;
+  {
+    cudaStream_t gs;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+    auto g = cuda::Gemm::Create(gs);
+    if (!g.ok()) std::exit(1);
+    auto run_step = [&] {
+      for (int l = 0; l < c.n_layers; ++l) {
+        for (size_t i = 0; i < 4; ++i) {
+          if (!(*g)->Run(x, 1, static_cast<int>(mats[i].in), w[i], static_cast<int>(mats[i].out), y).ok()) std::exit(1);
+        }
+      }
+      if (!(*g)->Run(x, 1, static_cast<int>(dim), cls, static_cast<int>(vocab), y).ok()) std::exit(1);
+    };
+    run_step();
+    CHECK_CUDA(cudaStreamSynchronize(gs));
+    cudaGraph_t graph;
+    CHECK_CUDA(cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal));
+    run_step();
+    CHECK_CUDA(cudaStreamEndCapture(gs, &graph));
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    std::tie(graph_ms, launched_ms) =
+        bench::AlternatedMedianMs([&] { CHECK_CUDA(cudaGraphLaunch(exec, gs)); }, run_step, 20, gs);
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    CHECK_CUDA(cudaStreamDestroy(gs));
+  }
   const float gemm_ms = backend_skinny_gemm ? skinny_ms[0] : lt_ms[0];
   const double weight_bytes = static_cast<double>(layer_bytes) * c.n_layers + vocab * dim * 2.0;
   for (auto* p : w) cudaFree(p);
@@ -174,6 +206,10 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
     });
   }
   std::printf("backend: %s\n", backend.ProfileSummary().c_str());
+  std::printf(
+      "a step's GEMMs at 1 row as one CUDA graph: %.3f ms against %.3f ms launched one by one on the same stream "
+      "(%.3fx)\n",
+      graph_ms, launched_ms, launched_ms / graph_ms);
   for (int i = 0; i < kRowCounts; ++i) {
     std::printf(
         "a step's GEMMs at %d row(s): skinny kernel %.3f ms (%.0f GB/s of weights), cuBLASLt %.3f ms (%.0f GB/s): "

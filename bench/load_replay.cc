@@ -229,6 +229,7 @@ class Replayer {
     result.server_ttft_ms = done.timings().ttft_ms();
     result.server_total_ms = done.timings().total_ms();
     result.server_arrival_monotonic_ns = done.timings().arrival_monotonic_ns();
+    result.server_first_in_handler_monotonic_ns = done.timings().first_token_in_handler_monotonic_ns();
     result.server_first_write_monotonic_ns = done.timings().first_write_monotonic_ns();
   }
 

@@ -55,6 +55,7 @@ json ToJson(const RequestResult& r) {
                  {"ttft_ms", r.server_ttft_ms},
                  {"total_ms", r.server_total_ms},
                  {"arrival_monotonic_ns", r.server_arrival_monotonic_ns},
+                 {"first_token_in_handler_monotonic_ns", r.server_first_in_handler_monotonic_ns},
                  {"first_write_monotonic_ns", r.server_first_write_monotonic_ns}};
   j["sent_monotonic_ns"] = r.sent_monotonic_ns;
   j["first_read_monotonic_ns"] = r.first_read_monotonic_ns;

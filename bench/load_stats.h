@@ -53,10 +53,11 @@ struct RequestResult {
   UsageCounts usage;
   double server_queue_ms = 0, server_ttft_ms = 0, server_total_ms = 0;
   // The host's monotonic clock (ns) at the call's send and first token's read here, and the
-  // server's at the handler's first line and first token's Write (Timings): the transit's
+  // server's at the handler's first line, its first token and that token's Write (Timings): the transit's
   // split when client and server share a host (bench/served_transit.py); 0 when unknown.
   int64_t sent_monotonic_ns = 0, first_read_monotonic_ns = 0;
-  int64_t server_arrival_monotonic_ns = 0, server_first_write_monotonic_ns = 0;
+  int64_t server_arrival_monotonic_ns = 0, server_first_in_handler_monotonic_ns = 0,
+          server_first_write_monotonic_ns = 0;
 
   bool ok() const { return status == "OK"; }
 };

@@ -8,8 +8,9 @@ the first token's way back (and the client's own delay from the request's schedu
 its send). Where both sides reported the host's monotonic clock and the worker was the one
 `compare` started (so on this host), the transit is split into: the client's delay, inbound (the
 send to the handler's first line), to the write (the first token, stamped by the engine when it
-is sampled, to its Write returning in the handler: the rest of that engine step, the loop's
-hand-off to the handler and gRPC's write) and outbound (that to the client's first read).
+is sampled, to its Write returning in the handler: the rest of that engine step and the
+loop's hand-off to the handler, then the handler's detokenizing and gRPC's write, split where
+the worker reports the handler's stamp) and outbound (that to the client's first read).
 Standard library only.
 usage: served_transit.py COMPARE_JSON [MIN_CACHED_DOCS]
 """
@@ -52,11 +53,18 @@ def main():
             inbound = [ms(r["server"]["arrival_monotonic_ns"], r["sent_monotonic_ns"]) for r in split]
             to_write = [ms(r["server"]["first_write_monotonic_ns"], r["server"]["arrival_monotonic_ns"]) -
                         r["server"]["ttft_ms"] for r in split]
+            in_handler = [r["server"].get("first_token_in_handler_monotonic_ns", 0) for r in split]
+            to_handler = [ms(h, r["server"]["arrival_monotonic_ns"]) - r["server"]["ttft_ms"]
+                          for h, r in zip(in_handler, split) if h]
+            handler_write = [ms(r["server"]["first_write_monotonic_ns"], h) for h, r in zip(in_handler, split) if h]
             outbound = [ms(r["first_read_monotonic_ns"], r["server"]["first_write_monotonic_ns"]) for r in split]
             delay = [(r["sent_s"] - r["scheduled_s"]) * 1e3 for r in split]
             print(f"  transit split ({len(split)} requests): client's delay to the send {fmt(quartiles(delay))}, "
                   f"inbound {fmt(quartiles(inbound))}, first token to its Write returning {fmt(quartiles(to_write))}, "
                   f"Write to the client's read {fmt(quartiles(outbound))}")
+            if to_handler:
+                print(f"  the first token to its Write, split: to the handler {fmt(quartiles(to_handler))}, "
+                      f"the handler to its Write returning {fmt(quartiles(handler_write))}")
 
 
 if __name__ == "__main__":

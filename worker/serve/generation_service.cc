@@ -192,10 +192,12 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
   // string are not), whichever way the call ends: the pump counts them.
   ReplyPump pump(loop_, loop_->Submit(*std::move(request)), std::move(text));
   auto call_ended = [context] { return WhyCallEnded(*context); };
-  Clock::time_point first_write{};  // when the first token's Write returned
+  Clock::time_point first_in_handler{};  // when the handler got the first token
+  Clock::time_point first_write{};       // when its Write returned
   ReplyPump::Hooks hooks{
       .token =
-          [writer, &first_write](const SampledToken& token, const std::string& piece) {
+          [writer, &first_in_handler, &first_write](const SampledToken& token, const std::string& piece) {
+            if (first_in_handler == Clock::time_point{}) first_in_handler = Clock::now();
             v1::GenerateResponse response;
             v1::TokenDelta* delta = response.mutable_delta();
             delta->add_token_ids(token.id);
@@ -221,7 +223,10 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context, const v1:
            response.mutable_done());
   v1::Timings* timings = response.mutable_done()->mutable_timings();
   timings->set_arrival_monotonic_ns(MonotonicNanos(arrival));
-  if (first_write != Clock::time_point{}) timings->set_first_write_monotonic_ns(MonotonicNanos(first_write));
+  if (first_write != Clock::time_point{}) {
+    timings->set_first_token_in_handler_monotonic_ns(MonotonicNanos(first_in_handler));
+    timings->set_first_write_monotonic_ns(MonotonicNanos(first_write));
+  }
   writer->Write(response);
   return grpc::Status::OK;
 }

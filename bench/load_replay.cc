@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
+#include "common/monotonic_clock.h"
 #include "common/mutex.h"
 #include "proto/generate.grpc.pb.h"
 #include "spdlog/spdlog.h"
@@ -21,10 +22,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-// steady_clock is CLOCK_MONOTONIC on Linux: comparable with a worker's on the same host.
-int64_t MonotonicNanos(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 
 // "[#####-----] 12/200" redrawn in place on stderr. Thread-safe: every client ticks it.
 class ProgressBar {

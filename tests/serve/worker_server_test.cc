@@ -13,6 +13,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/monotonic_clock.h"
 #include "gtest/gtest.h"
 #include "proto/generate.grpc.pb.h"
 #include "tests/cache_server/cache_test_util.h"
@@ -21,12 +22,6 @@
 
 namespace lazykv::testing {
 namespace {
-
-// The host's monotonic clock, as the worker stamps its timings (steady_clock on Linux).
-int64_t MonotonicNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // `grace_ms`: the worker's --shutdown-grace-ms before scaling by SlowdownFactor().
 std::unique_ptr<ServerProcess> StartWorker(const std::string& dir, std::vector<std::string> flags,

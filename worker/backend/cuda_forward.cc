@@ -320,15 +320,14 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
     const bool fused_output =
         small_step && cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, static_cast<const bf16*>(lw.wo));
     const bool fused_swiglu =
-        small_step && cuda::SkinnyGemmApplies(xb, rows, dim, static_cast<const bf16*>(lw.w_gate_up));
-    if constexpr (std::is_same_v<T, bf16>) {
-      if (norms_in_gemm) {
+        !norms_in_gemm && small_step && cuda::SkinnyGemmApplies(xb, rows, dim, static_cast<const bf16*>(lw.w_gate_up));
+    if (norms_in_gemm) {
+      if constexpr (std::is_same_v<T, bf16>) {
         RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGemmNormingX(x, lw.attn_norm, c_.norm_eps, rows, dim, matrix(lw.wqkv),
                                                             q_dim + 2 * kv_dim, qkv_.as<float>(), stream_),
                              "attention norm and QKV GEMM"));
       }
-    }
-    if (!norms_in_gemm) {
+    } else {
       RETURN_IF_ERROR(Cuda(
           cuda::LaunchResidualRmsNorm(x, y_pending ? y : nullptr, lw.attn_norm, rows, dim, c_.norm_eps, xb, stream_),
           "attention norm"));
@@ -350,27 +349,25 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
                "attention output"));
       RETURN_IF_ERROR(gemm_->Run(attn_in_.as<T>(), rows, q_dim, matrix(lw.wo), dim, y));
     }
-    if constexpr (std::is_same_v<T, bf16>) {
-      if (norms_in_gemm) {
+    if (norms_in_gemm) {
+      if constexpr (std::is_same_v<T, bf16>) {
         RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGateUpSwiGluNormingX(x, lw.ffn_norm, c_.norm_eps, rows, dim,
                                                                     matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
                              "ffn norm, gate/up GEMM and SwiGLU"));
-      } else {
-        RETURN_IF_ERROR(
-            Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.ffn_norm, rows, dim, c_.norm_eps, xb, stream_), "ffn norm"));
-        if (fused_swiglu) {  // SwiGLU in the GEMM's epilogue
-          RETURN_IF_ERROR(
-              Cuda(cuda::LaunchSkinnyGateUpSwiGlu(xb, rows, dim, matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
-                   "gate/up GEMM and SwiGLU"));
-        }
       }
     } else {
       RETURN_IF_ERROR(
           Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.ffn_norm, rows, dim, c_.norm_eps, xb, stream_), "ffn norm"));
-    }
-    if (!fused_swiglu && !norms_in_gemm) {
-      RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.w_gate_up), 2 * hidden, gu_.as<float>()));
-      RETURN_IF_ERROR(Cuda(cuda::LaunchSwiGlu(gu_.as<float>(), rows, hidden, h_.as<T>(), stream_), "SwiGLU"));
+      if (fused_swiglu) {  // SwiGLU in the GEMM's epilogue
+        if constexpr (std::is_same_v<T, bf16>) {
+          RETURN_IF_ERROR(
+              Cuda(cuda::LaunchSkinnyGateUpSwiGlu(xb, rows, dim, matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
+                   "gate/up GEMM and SwiGLU"));
+        }
+      } else {
+        RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.w_gate_up), 2 * hidden, gu_.as<float>()));
+        RETURN_IF_ERROR(Cuda(cuda::LaunchSwiGlu(gu_.as<float>(), rows, hidden, h_.as<T>(), stream_), "SwiGLU"));
+      }
     }
     RETURN_IF_ERROR(gemm_->Run(h_.as<T>(), rows, hidden, matrix(lw.w_down), dim, sublayer_out, sublayer_beta));
     y_pending = !norms_in_gemm;  // the next norm kernel (if any) adds y

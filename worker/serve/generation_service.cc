@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_util.h"
+#include "common/monotonic_clock.h"
 #include "spdlog/spdlog.h"
 #include "worker/serve/reply_pump.h"
 #include "worker/tokenizer/text_stream.h"
@@ -13,11 +14,6 @@ namespace lazykv {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// steady_clock is CLOCK_MONOTONIC on Linux: one clock for every process of a host.
-int64_t MonotonicNanos(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 
 double MillisSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();

@@ -71,8 +71,9 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaFree(src));
     CHECK_CUDA(cudaFree(dst));
     std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_gbs);
-    std::printf("%5s %7s %7s %10s %10s %9s %12s %12s %9s\n", "batch", "context", "splits", "lazy_us", "no_rot_us",
-                "lazy_GB/s", "vs_copy", "rotation_cost", "graph_us");
+    // merged: the last split merges (DecodeAttentionParams::split_counters), no combine kernel.
+    std::printf("%5s %7s %7s %10s %10s %9s %12s %12s %9s %10s %16s\n", "batch", "context", "splits", "lazy_us",
+                "no_rot_us", "lazy_GB/s", "vs_copy", "rotation_cost", "graph_us", "merged_us", "merged_graph_us");
   }
 
   std::vector<std::string> sweep_rows;
@@ -155,12 +156,21 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cuda::LaunchLazyDecodeAttention(p, nullptr));
       const float lazy_ms = MedianMs([&] { cuda::LaunchLazyDecodeAttention(p, nullptr); });
       const float graph_ms = GraphMedianMs([&](cudaStream_t s) { cuda::LaunchLazyDecodeAttention(p, s); });
+      cuda::DecodeAttentionParams merged = p;
+      const size_t slots = static_cast<size_t>(batch) * kKvHeads;
+      CHECK_CUDA(cudaMalloc(&merged.split_counters, slots * sizeof(int32_t)));
+      CHECK_CUDA(cudaMemset(merged.split_counters, 0, slots * sizeof(int32_t)));
+      CHECK_CUDA(cuda::LaunchLazyDecodeAttention(merged, nullptr));
+      const float merged_ms = MedianMs([&] { cuda::LaunchLazyDecodeAttention(merged, nullptr); });
+      const float merged_graph_ms = GraphMedianMs([&](cudaStream_t s) { cuda::LaunchLazyDecodeAttention(merged, s); });
+      CHECK_CUDA(cudaFree(merged.split_counters));
       p.kv.block_deltas = d_zero;
       const float plain_ms = MedianMs([&] { cuda::LaunchLazyDecodeAttention(p, nullptr); });
       CHECK_CUDA(cudaGetLastError());
       const double gbs = kv_bytes / lazy_ms / 1e6;
-      std::printf("%5d %7d %7d %10.1f %10.1f %9.0f %11.0f%% %11.1f%% %9.1f\n", batch, context, splits, lazy_ms * 1e3,
-                  plain_ms * 1e3, gbs, 100.0 * gbs / copy_gbs, 100.0 * (lazy_ms / plain_ms - 1.0), graph_ms * 1e3);
+      std::printf("%5d %7d %7d %10.1f %10.1f %9.0f %11.0f%% %11.1f%% %9.1f %10.1f %16.1f\n", batch, context, splits,
+                  lazy_ms * 1e3, plain_ms * 1e3, gbs, 100.0 * gbs / copy_gbs, 100.0 * (lazy_ms / plain_ms - 1.0),
+                  graph_ms * 1e3, merged_ms * 1e3, merged_graph_ms * 1e3);
       std::fflush(stdout);
       if (sweep) {
         for (int c = 0; c < cuda::detail::NumDecodeConfigs(); ++c) {

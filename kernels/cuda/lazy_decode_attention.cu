@@ -9,6 +9,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_decode_attention_config.h"
+#include "kernels/cuda/last_split_merge.cuh"
 #include "kernels/cuda/lazy_decode_kernels.cuh"
 #include "kernels/cuda/split_combine.h"
 
@@ -56,11 +57,13 @@ struct DecodeKernel {
 struct KernelEntry {
   int (*occupancy)();
   cudaError_t (*launch)(const DecodeAttentionParams&, int, int, cudaStream_t);
+  size_t smem_bytes;  // the kernel's dynamic shared memory, all of it free for the last split's merge
 };
 
 template <int HD, int GP, int WARPS, int STAGES>
 KernelEntry Entry() {
-  return {&DecodeKernel<HD, GP, WARPS, STAGES>::Occupancy, &DecodeKernel<HD, GP, WARPS, STAGES>::Launch};
+  return {&DecodeKernel<HD, GP, WARPS, STAGES>::Occupancy, &DecodeKernel<HD, GP, WARPS, STAGES>::Launch,
+          DecodeShape<HD, GP, WARPS, STAGES>::kSmemBytes};
 }
 
 template <int HD, int WARPS, int STAGES>
@@ -176,8 +179,16 @@ cudaError_t LaunchLazyDecodeAttentionWith(DecodeAttentionParams p, DecodeKernelC
   const KernelEntry kernel = SelectKernel(p, config);
   const int splits = PickSplits(p, kernel.occupancy());
   const int entries_per_split = std::max(1, (p.max_entries_per_seq + splits - 1) / splits);
+  // The last split merges where counters are given and its scratch fits the kernel's shared
+  // memory; else the combine kernel runs after the launch.
+  const int group = p.n_heads / p.kv.n_kv_heads;
+  if (splits == 1 || LastSplitMergeScratchFloats(group, splits) * sizeof(float) > kernel.smem_bytes) {
+    p.split_counters = nullptr;
+  }
   if (const cudaError_t err = kernel.launch(p, splits, entries_per_split, stream); err != cudaSuccess) return err;
-  if (splits > 1) return LaunchSplitCombine(CombineParams(p, splits), SplitCombineShape::kCtaPerPair, stream);
+  if (splits > 1 && p.split_counters == nullptr) {
+    return LaunchSplitCombine(CombineParams(p, splits), SplitCombineShape::kCtaPerPair, stream);
+  }
   return cudaSuccess;
 }
 

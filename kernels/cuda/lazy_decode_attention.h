@@ -27,6 +27,11 @@ struct DecodeAttentionParams {
   int n_heads = 0;
   int max_entries_per_seq = 0;
   int num_splits = 0;  // 0: chosen from the GPU's SM count
+  // Optional: [num_seqs * kv.n_kv_heads] counters, all zero, that let the last split of each
+  // (sequence, KV head) merge the splits itself (last_split_merge.cuh) instead of a combine
+  // kernel after the launch. The kernel leaves them zero. REQUIRES launches that share
+  // counters to run one after another (stream order). Null: the combine kernel.
+  int32_t* split_counters = nullptr;
   // Optional (qkv null: a KV write ran before, and q holds the raw queries): the step's new
   // tokens, one per sequence, which the kernel writes into the pools itself (the KV write
   // fused, bit for bit LaunchKvWrite's keys and values), reading the raw query from the same

@@ -8,6 +8,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/last_split_merge.cuh"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_decode_attention_config.h"
 #include "kernels/cuda/rope_device.cuh"
@@ -31,7 +32,9 @@ namespace {
 // - The query is re-rotated by (position - delta) when a warp meets a new delta, which in a
 //   contiguous range happens about once per document.
 // - Warps merge through shared memory at the end (softmax_merge.cuh); with one split the CTA
-//   writes the output, otherwise its partial state (split_combine.h's layout) for the combine.
+//   writes the output, otherwise its partial state (split_combine.h's layout) for the combine,
+//   or, given split counters, the last split of the (sequence, KV head) merges them
+//   (last_split_merge.cuh).
 constexpr int kMaxGroup = 8;  // query heads per KV head handled by one CTA
 constexpr int kTile = 16;     // tokens per warp step (at most one entry's)
 constexpr float kLog2e = 1.4426950408889634f;
@@ -507,6 +510,11 @@ __global__ void __launch_bounds__(WARPS * 32)
         part.l[i] = merged.l;
       }
     }
+  }
+  if (splits > 1 && p.split_counters != nullptr) {  // the launcher checked the scratch fits
+    MergeSplitsIfLast<WARPS * 32>(p.workspace, static_cast<size_t>(p.num_seqs) * p.n_heads, splits,
+                                  static_cast<size_t>(seq) * p.n_heads + kvh * group, group, HD, p.out,
+                                  p.split_counters + seq * p.kv.n_kv_heads + kvh, reinterpret_cast<float*>(smem));
   }
 }
 

@@ -70,6 +70,31 @@ TEST_P(DecodeAttentionGpuTest, MatchesCpuReference) {
   }
   std::printf("decode: worst relative error %.2e over %d sequences, %d splits\n", worst, s.num_seqs, splits);
 
+  // The last split merging (DecodeAttentionParams::split_counters) instead of the combine
+  // kernel: within fp32 rounding of the combine's output, counters left zero, and a second
+  // launch on the same counters as right as the first.
+  {
+    const size_t slots = static_cast<size_t>(s.num_seqs) * s.n_kv_heads;
+    cuda::DecodeAttentionParams merged = p;
+    merged.split_counters = arena.Alloc<int32_t>(slots);
+    CUDA_OK(cudaMemset(merged.split_counters, 0, slots * sizeof(int32_t)));
+    for (int launch = 0; launch < 2; ++launch) {
+      CUDA_OK(cudaMemset(p.out, 0xff, expected.size() * sizeof(float)));
+      CUDA_OK(cudaMemset(p.workspace, 0xff, cuda::DecodeWorkspaceBytes(p, splits)));  // no stale partials
+      CUDA_OK(cuda::LaunchLazyDecodeAttention(merged, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      const auto out = ToHost(p.out, expected.size());
+      EXPECT_LT(RelativeError(out, got), 1e-5) << "launch " << launch << ", splits " << splits;
+      for (int seq = 0; seq < s.num_seqs; ++seq) {
+        EXPECT_LT(RelativeError(problem.Rows(out, seq), problem.Rows(expected, seq)), 2e-3)
+            << "launch " << launch << ", sequence " << seq << ", splits " << splits;
+      }
+      const auto counters = ToHost(merged.split_counters, slots);
+      EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), static_cast<long>(slots))
+          << "counters not left zero, launch " << launch;
+    }
+  }
+
   // The KV write fused into the kernel (DecodeAttentionParams::new_tokens): each sequence's
   // last token, its query's, gets a fresh key and value from random QKV rows. The kernel
   // writing them itself must leave the pools and give the output, bit for bit, of the KV
@@ -170,7 +195,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{128, 8, 4, 7, 3, 10, 50, RopeStyle::kInterleaved, 131072},      // group of 2, odd blocks
                       Shape{128, 16, 16, 16, 2, 3, 100, RopeStyle::kInterleaved, 1000, 3},  // MHA, 3 splits
                       Shape{64, 16, 2, 32, 3, 6, 90, RopeStyle::kRotateHalf, 50000, 5},     // hd 64 group of 8
-                      Shape{128, 32, 8, 16, 40, 4, 512, RopeStyle::kRotateHalf, 131072}),   // batch 40
+                      Shape{128, 32, 8, 16, 40, 4, 512, RopeStyle::kRotateHalf, 131072},    // batch 40
+                      Shape{128, 32, 8, 16, 1, 16, 512, RopeStyle::kRotateHalf, 131072, 100},  // many splits
+                      Shape{128, 3, 1, 16, 1, 6, 200, RopeStyle::kRotateHalf, 5000, 5}),      // odd partial count
     [](const ::testing::TestParamInfo<Shape>& info) {
       const Shape& s = info.param;
       return "hd" + std::to_string(s.head_dim) + "_group" + std::to_string(s.n_heads / s.n_kv_heads) + "_block" +

@@ -224,6 +224,9 @@ class CudaBackend : public Backend {
   // block table). Layer 0's pools are also the base of all layers (the chunk transfer's).
   cuda::PagedKv LayerKv(int layer) const;
   absl::Status ReserveActivations(int rows);
+  // The decode kernel's split counters (DecodeAttentionParams::split_counters) for `slots`
+  // (sequence, KV head) pairs, zeroed when they grow (stream-ordered on stream_).
+  absl::Status ReserveSplitCounters(int slots);
   // Whether the tensor-core decode kernels (bf16, head dim 64 or 128) and prefill kernel
   // (also a power-of-two block of at least 16) run this model.
   bool DecodeKernelApplies() const;
@@ -279,9 +282,11 @@ class CudaBackend : public Backend {
   void* v_pool_ = nullptr;
   double* inv_freq_ = nullptr;
   int activation_rows_ = 0;
+  int split_counter_slots_ = 0;  // zeroed slots of split_counters_
   std::optional<size_t> gemm_plans_after_warm_up_;  // unset: no WarmUp yet
   // Activations: x_, y_, qkv_, q_, attn_, gu_ fp32; xb_, attn_in_, h_ (GEMM inputs) of element_.
   DeviceBuffer x_, y_, xb_, qkv_, q_, attn_, attn_in_, gu_, h_, attn_ws_, meta_;
+  DeviceBuffer split_counters_;  // int32, all zero between decode launches
   DeviceBuffer out_rows_, logits_;  // the output layer's gathered rows (element_) and its logits
   DeviceBuffer sample_rows_, sample_out_, sample_ws_, sample_slices_;
   PinnedBuffer meta_host_, logits_host_, sample_rows_host_, sample_out_host_;

@@ -28,7 +28,23 @@ bool ResidualBesideEnabled() {
   return enabled;
 }
 
+// LAZYKV_LAST_SPLIT_MERGE=0: the decode kernel's splits merged by the combine kernel (not
+// by the last split), for comparisons.
+bool LastSplitMergeEnabled() {
+  static const bool enabled = EnvSwitchOn("LAZYKV_LAST_SPLIT_MERGE");
+  return enabled;
+}
+
 }  // namespace
+
+absl::Status CudaBackend::ReserveSplitCounters(int slots) {
+  if (slots <= split_counter_slots_) return absl::OkStatus();
+  const size_t bytes = static_cast<size_t>(slots) * sizeof(int32_t);
+  RETURN_IF_ERROR(split_counters_.Reserve(bytes));  // a new allocation: the old one's zeros are gone
+  RETURN_IF_ERROR(Cuda(cudaMemsetAsync(split_counters_.as<int32_t>(), 0, bytes, stream_), "split counters"));
+  split_counter_slots_ = slots;
+  return absl::OkStatus();
+}
 
 absl::Status CudaBackend::ReserveActivations(int rows) {
   if (rows <= activation_rows_) return absl::OkStatus();
@@ -79,6 +95,10 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
       RETURN_IF_ERROR(
           attn_ws_.Reserve(std::max<size_t>(16, cuda::DecodeWorkspaceBytes(d, cuda::ChooseDecodeSplits(d)))));
       d.workspace = attn_ws_.as<float>();
+      if (LastSplitMergeEnabled()) {  // no combine kernel after it
+        RETURN_IF_ERROR(ReserveSplitCounters(d.num_seqs * d.kv.n_kv_heads));
+        d.split_counters = split_counters_.as<int32_t>();
+      }
       if (plan.decode_writes_kv) {  // the kernel writes the new keys and values (no KV write ran)
         const cuda::KvWriteParams& kw = plan.kv_write;
         d.new_tokens = {.qkv = kw.qkv,

@@ -89,6 +89,7 @@ absl::Status CudaBackend::WarmUp(int max_rows, int max_logit_rows) {
   const auto start = std::chrono::steady_clock::now();
   const size_t plans_before = gemm_->plans();
   RETURN_IF_ERROR(ReserveActivations(max_rows));
+  RETURN_IF_ERROR(ReserveSplitCounters(max_rows * c_.n_kv_heads));  // a decode step of max_rows sequences
   // The classifier reads at most max_rows rows (the final norm's output), gathered into
   // out_rows_ when they are not all of them.
   max_logit_rows = std::min(max_logit_rows, max_rows);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/env_switch.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -103,20 +104,29 @@ __device__ inline void Accumulate(const uint4& wv, const uint4& xv, float& acc) 
 // [gate; up] with `out` rows each, and a group is gate rows c, c+1 and up rows c, c+1
 // (outputs c and c+1 of h).
 // kNormed: XT is float, and `gain` and `eps` are the RMSNorm's.
-template <int kRows, typename XT, Epilogue kEpilogue, XLoad kX>
+// kKSplit 1: each warp takes whole groups. kKSplit kWarpsPerBlock: the CTA's warps take one
+// group together, every fourth step of K each, and warp 0 adds their sums in warp order (more
+// loads in flight where W has few rows: SkinnyKSplit).
+template <int kRows, typename XT, Epilogue kEpilogue, XLoad kX, int kKSplit>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     SkinnyGemmKernel(const XT* __restrict__ x, int in, const __nv_bfloat16* __restrict__ w, int out,
                      float* __restrict__ y, float beta, __nv_bfloat16* __restrict__ h, const float* __restrict__ gain,
                      float eps) {
   static_assert(kX == XLoad::kAsIs || std::is_same_v<XT, float>, "the norm reads fp32 X");
+  static_assert(kKSplit == 1 || kKSplit == kWarpsPerBlock, "whole groups a warp, or a group a CTA");
   constexpr int kCols = kEpilogue == Epilogue::kStore ? kWRows : kWRows / 2;  // outputs per group
+  constexpr int kGroupsPerBlock = kWarpsPerBlock / kKSplit;
   // No AllowDependentLaunch: a successor's CTAs waiting beside this memory-bound kernel cost
   // it ~10% (they poll); they are launched when it ends.
   WaitForPriorGrid();
-  const int lane = threadIdx.x % 32;
-  const int warps = gridDim.x * kWarpsPerBlock;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int part = warp % kKSplit;  // which part of K this warp takes
+  const int group_stride = gridDim.x * kGroupsPerBlock;
   const int vectors = in / 8;  // 16-byte vectors per row
-  for (int first = (blockIdx.x * kWarpsPerBlock + threadIdx.x / 32) * kCols; first < out; first += warps * kCols) {
+  // This warp's vectors of each row: steps of 32 * kUnroll, every kKSplit-th from its part's
+  // (the CTA's warps read neighbouring kilobytes of a row together).
+  for (int first = (blockIdx.x * kGroupsPerBlock + warp / kKSplit) * kCols; first < out;
+       first += group_stride * kCols) {
     // Outputs past `out` repeat the last one (loaded, never written).
     const uint4* wv[kWRows];
 #pragma unroll
@@ -133,7 +143,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
       for (int j = 0; j < kWRows; ++j) acc[j][r] = 0.0f;
     }
-    for (int v = lane; v < vectors; v += 32 * kUnroll) {
+    for (int v = part * 32 * kUnroll + lane; v < vectors; v += 32 * kUnroll * kKSplit) {
       uint4 wr[kUnroll][kWRows];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -172,11 +182,43 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         for (int offset = 16; offset > 0; offset /= 2) acc[j][r] += __shfl_xor_sync(0xFFFFFFFFu, acc[j][r], offset);
       }
     }
-    if constexpr (kX == XLoad::kNormed) {  // the norm's scale, as the norm kernel computes it
+    if constexpr (kX == XLoad::kNormed) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) squares[r] += __shfl_xor_sync(0xFFFFFFFFu, squares[r], offset);
+      }
+    }
+    if constexpr (kKSplit > 1) {  // the parts' sums, added by warp 0 in warp order
+      __shared__ float part_acc[kKSplit][kWRows][kRows];
+      __shared__ float part_squares[kKSplit][kRows];
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          part_squares[part][r] = squares[r];
+#pragma unroll
+          for (int j = 0; j < kWRows; ++j) part_acc[part][j][r] = acc[j][r];
+        }
+      }
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        squares[r] = part_squares[0][r];
+#pragma unroll
+        for (int q = 1; q < kKSplit; ++q) squares[r] += part_squares[q][r];
+#pragma unroll
+        for (int j = 0; j < kWRows; ++j) {
+          acc[j][r] = part_acc[0][j][r];
+#pragma unroll
+          for (int q = 1; q < kKSplit; ++q) acc[j][r] += part_acc[q][j][r];
+        }
+      }
+      __syncthreads();  // part_acc is written again by the next group
+    }
+    if (part != 0) continue;               // warp 0 of the group writes
+    if constexpr (kX == XLoad::kNormed) {  // the norm's scale, as the norm kernel computes it
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
         const float scale = rsqrtf(squares[r] / in + eps);
 #pragma unroll
         for (int j = 0; j < kWRows; ++j) acc[j][r] *= scale;
@@ -200,16 +242,31 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
+// Whether a product of `out` outputs (kCols a group) splits K over a CTA's warps: where W has
+// fewer groups than 16 warps an SM (Llama-3-8B's QKV, output and down projections: 1024-1536
+// groups), one warp a group leaves too few loads in flight to stream W at the memory's rate.
+// Decided by the shape alone, so that a fused kernel and the unfused one it replaces sum in the
+// same order. LAZYKV_SKINNY_K_SPLIT=0: never, for comparisons.
+bool SkinnyKSplit(int out, int cols) {
+  static const bool enabled = EnvSwitchOn("LAZYKV_SKINNY_K_SPLIT");
+  return enabled && (out + cols - 1) / cols < 16 * MultiprocessorCount();
+}
+
 template <int kRows, typename XT, Epilogue kEpilogue, XLoad kX>
 cudaError_t Launch(const XT* x, int in, const __nv_bfloat16* w, int out, float* y, float beta, __nv_bfloat16* h,
                    Norm norm, cudaStream_t stream) {
   const int sms = MultiprocessorCount();  // cached per device: some hundred launches a step
   constexpr int kCols = kEpilogue == Epilogue::kStore ? kWRows : kWRows / 2;
+  const int groups = (out + kCols - 1) / kCols;
+  if (SkinnyKSplit(out, kCols)) {  // a CTA a group
+    return LaunchDependent(SkinnyGemmKernel<kRows, XT, kEpilogue, kX, kWarpsPerBlock>, groups, kWarpsPerBlock * 32, 0,
+                           stream, x, in, w, out, y, beta, h, norm.gain, norm.eps);
+  }
   // Small blocks, so that a 4096-row W still spreads over every SM; at most 16 per SM
   // (enough loads in flight), and no more than W's rows need.
-  const int wanted = (out + kWarpsPerBlock * kCols - 1) / (kWarpsPerBlock * kCols);
+  const int wanted = (groups + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const int grid = wanted < sms * 16 ? wanted : sms * 16;
-  return LaunchDependent(SkinnyGemmKernel<kRows, XT, kEpilogue, kX>, grid, kWarpsPerBlock * 32, 0, stream, x, in, w,
+  return LaunchDependent(SkinnyGemmKernel<kRows, XT, kEpilogue, kX, 1>, grid, kWarpsPerBlock * 32, 0, stream, x, in, w,
                          out, y, beta, h, norm.gain, norm.eps);
 }
 

@@ -80,8 +80,13 @@ TEST(CudaSkinnyGemmTest, MatchesAPlainProductOnRandomShapes) {
   const int ins[] = {8, 64, 136, 1000, 4096, 14336};
   for (int trial = 0; trial < 24; ++trial) {
     const int rows = 1 + trial % cuda::kSkinnyGemmMaxRows;
-    const int in = ins[rng() % 6];
-    const int out = 1 + static_cast<int>(rng() % (in >= 4096 ? 700 : 3000));
+    // Every fourth shape has W rows enough for one warp a group (kernels/cuda/skinny_gemm.cu's
+    // SkinnyKSplit: at least 16 groups of 4 an SM, 8448 rows on 132 SMs); the others split K
+    // over a CTA's warps.
+    const bool wide = trial % 4 == 3;
+    const int in = ins[rng() % (wide ? 4 : 6)];
+    const int out =
+        wide ? 8448 + static_cast<int>(rng() % 4000) : 1 + static_cast<int>(rng() % (in >= 4096 ? 700 : 3000));
     SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out);
     std::vector<__nv_bfloat16> xb, wb;
     std::vector<float> x, w;
@@ -168,8 +173,12 @@ TEST(CudaSkinnyGemmTest, FusedKernelsEqualTheUnfusedOnes) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int trial = 0; trial < 16; ++trial) {
     const int rows = 1 + trial % cuda::kSkinnyGemmMaxRows;
-    const int in = 8 * (1 + static_cast<int>(rng() % 600));
-    const int out = 1 + static_cast<int>(rng() % 900);  // also the SwiGLU's hidden: odd ones too
+    // Every fourth trial wide enough for one warp a group (of 4 outputs, of 2 for SwiGLU) in
+    // both kernels: the other path of the K split (SkinnyKSplit).
+    const bool wide = trial % 4 == 3;
+    const int in = 8 * (1 + static_cast<int>(rng() % (wide ? 64 : 600)));
+    const int out = wide ? 8448 + static_cast<int>(rng() % 1000)
+                         : 1 + static_cast<int>(rng() % 900);  // also the SwiGLU's hidden: odd ones too
     SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out);
     DeviceArena arena;
     // fp32 X with values bf16 cannot hold exactly.

@@ -3,6 +3,7 @@
 // classifier GEMM (the 1 GiB classifier of an 8B model streamed once per step, not once
 // per sequence). The layers are one template over the element type of the weights, GEMM
 // inputs and pool (bf16, or fp32 in the backend's fp32 mode).
+#include <cstdlib>
 #include <type_traits>
 
 #include "common/env_switch.h"
@@ -33,6 +34,16 @@ bool ResidualBesideEnabled() {
 bool LastSplitMergeEnabled() {
   static const bool enabled = EnvSwitchOn("LAZYKV_LAST_SPLIT_MERGE");
   return enabled;
+}
+
+// LAZYKV_DECODE_SPLITS=N: the decode kernel's split count forced (not chosen from the SM
+// count and the context), for measurements of the step at other counts.
+int ForcedDecodeSplits() {
+  static const int splits = [] {
+    const char* value = std::getenv("LAZYKV_DECODE_SPLITS");
+    return value == nullptr ? 0 : std::max(0, std::atoi(value));
+  }();
+  return splits;
 }
 
 }  // namespace
@@ -80,6 +91,7 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
   if (plan.decode_seqs > 0) {
     cuda::DecodeAttentionParams d = cuda::DecodeParamsFrom(p, plan.last_pos, plan.decode_max_entries);
     d.num_seqs = plan.decode_seqs;
+    d.num_splits = ForcedDecodeSplits();
     if (plan.shared_decode) {  // this layer's pools, the step's plan
       cuda::SharedDecodeParams& s = plan.shared;
       s.base = d;

@@ -31,6 +31,7 @@
 #include "common/flag_parser.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/skinny_gemm.h"
 #include "worker/backend/cuda_backend.h"
 #include "worker/engine/engine.h"
 #include "worker/model/synthetic_model.h"
@@ -99,18 +100,37 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
         },
         20);
   };
+  // The skinny kernel itself (also past the rows Gemm gives it), for the row counts where
+  // Gemm takes cuBLASLt.
+  auto step_kernel_ms = [&](int rows) {
+    return bench::MedianMs(
+        [&] {
+          for (int l = 0; l < c.n_layers; ++l) {
+            for (size_t i = 0; i < 4; ++i) {
+              if (cuda::LaunchSkinnyGemm(x, rows, static_cast<int>(mats[i].in), w[i], static_cast<int>(mats[i].out), y,
+                                         0.0f, nullptr) != cudaSuccess)
+                std::exit(1);
+            }
+          }
+          if (cuda::LaunchSkinnyGemm(x, rows, static_cast<int>(dim), cls, static_cast<int>(vocab), y, 0.0f, nullptr) !=
+              cudaSuccess)
+            std::exit(1);
+        },
+        20);
+  };
   auto skinny = cuda::Gemm::Create(nullptr);
   auto lt = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = false});
   if (!skinny.ok() || !lt.ok()) std::exit(1);
   // Alternated, so drift falls on both; the skinny kernel at 1 to 8 rows (decode batches),
   // against cuBLASLt's tensor-core tiles.
   constexpr int kRowCounts = 8;
-  float lt_ms[kRowCounts], skinny_ms[kRowCounts];
-  for (int i = 0; i < kRowCounts; ++i) lt_ms[i] = skinny_ms[i] = 1e9f;
+  float lt_ms[kRowCounts], skinny_ms[kRowCounts], kernel_ms[kRowCounts];
+  for (int i = 0; i < kRowCounts; ++i) lt_ms[i] = skinny_ms[i] = kernel_ms[i] = 1e9f;
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < kRowCounts; ++i) {
       lt_ms[i] = std::min(lt_ms[i], step_gemms_ms(**lt, i + 1));
       skinny_ms[i] = std::min(skinny_ms[i], step_gemms_ms(**skinny, i + 1));
+      if (i + 1 > cuda::kSkinnyGemmFasterRows) kernel_ms[i] = std::min(kernel_ms[i], step_kernel_ms(i + 1));
     }
   }
   // The same launches as one CUDA graph (captured with their dependent-launch edges) against
@@ -216,6 +236,10 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
         "%.3fx\n",
         i + 1, skinny_ms[i], weight_bytes / 1e9 / (skinny_ms[i] / 1e3), lt_ms[i], weight_bytes / 1e9 / (lt_ms[i] / 1e3),
         lt_ms[i] / skinny_ms[i]);
+    if (i + 1 > cuda::kSkinnyGemmFasterRows) {
+      std::printf("  the skinny kernel itself at %d rows: %.3f ms (%.0f GB/s), %.3fx cuBLASLt\n", i + 1, kernel_ms[i],
+                  weight_bytes / 1e9 / (kernel_ms[i] / 1e3), lt_ms[i] / kernel_ms[i]);
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/lazy_prefill_kernels.cuh"
@@ -82,6 +83,16 @@ SplitCombineParams CombineParams(const PrefillAttentionParams& p, int splits) {
   return c;
 }
 
+// LAZYKV_PREFILL_DEPENDENT_LAUNCH=0: the prefill kernels launched as ordinary launches (the
+// rest of the step's dependent launches unchanged), for comparisons.
+template <typename Kernel, typename... Args>
+cudaError_t LaunchPrefill(Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream, const Args&... args) {
+  static const bool dependent = EnvSwitchOn("LAZYKV_PREFILL_DEPENDENT_LAUNCH");
+  if (dependent) return LaunchDependent(kernel, grid, threads, smem, stream, args...);
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 struct KernelArgs {
   int log2bs;
   float scale_log2;
@@ -97,13 +108,20 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     constexpr int kSmem = SpecSmemLayout<HD>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
     if (err != cudaSuccess) return err;
-    kernel<<<grid, kSpecThreads, kSmem, stream>>>(p, a.log2bs, a.scale_log2, a.splits, a.log2_pack);
+    if (const cudaError_t e =
+            LaunchPrefill(kernel, grid, kSpecThreads, kSmem, stream, p, a.log2bs, a.scale_log2, a.splits, a.log2_pack);
+        e != cudaSuccess) {
+      return e;
+    }
   } else {
     const auto kernel = LazyPrefillKernel<HD, kSchedule>;
     constexpr int kSmem = SmemLayout<HD>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
     if (err != cudaSuccess) return err;
-    kernel<<<grid, kThreads, kSmem, stream>>>(p, a.log2bs, a.scale_log2, a.splits);
+    if (const cudaError_t e = LaunchPrefill(kernel, grid, kThreads, kSmem, stream, p, a.log2bs, a.scale_log2, a.splits);
+        e != cudaSuccess) {
+      return e;
+    }
   }
   if (a.splits > 1) return LaunchSplitCombine(CombineParams(p, a.splits), SplitCombineShape::kWarpPerPair, stream);
   return cudaSuccess;

@@ -12,6 +12,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/lazy_prefill_cta.cuh"
 #include "kernels/cuda/lazy_prefill_math.cuh"
@@ -38,6 +39,8 @@ __device__ __forceinline__ void WarpgroupsArrive() { asm volatile("bar.arrive 1,
 template <int HD, int kSchedule>
 __global__ void __launch_bounds__(kThreads, 1)
     LazyPrefillKernel(const PrefillAttentionParams p, int log2bs, float scale_log2, int splits) {
+  AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
+  WaitForPriorGrid();      // before anything an earlier kernel wrote (the queries, the new keys) is read
   using L = SmemLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);

@@ -3,12 +3,12 @@
 // no paging, no lazy RoPE).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <random>
-#include <chrono>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -63,7 +63,8 @@ std::vector<std::vector<float>> NaiveForwardMasked(const ModelWeights& w, const 
                                                    const std::function<bool(size_t, size_t)>& visible,
                                                    const std::vector<bool>& want_logits);
 
-// max |a - b| / max |b|: error relative to the reference's scale.
+// max |a - b| / max |b|: error relative to the reference's scale; infinity where the sizes
+// differ or an element is NaN or infinite on one side only (NaN on both sides too).
 double RelativeError(const std::vector<float>& a, const std::vector<float>& reference);
 
 std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int length, int vocab_size);

@@ -105,8 +105,8 @@ __device__ inline void Accumulate(const uint4& wv, const uint4& xv, float& acc) 
 // (outputs c and c+1 of h).
 // kNormed: XT is float, and `gain` and `eps` are the RMSNorm's.
 // kKSplit 1: each warp takes whole groups. kKSplit kWarpsPerBlock: the CTA's warps take one
-// group together, every fourth step of K each, and warp 0 adds their sums in warp order (more
-// loads in flight where W has few rows: SkinnyKSplit).
+// group together, every fourth step of K each, add the parts' sums in warp order, and warp 0
+// writes (more loads in flight where W has few rows: SkinnyKSplit).
 template <int kRows, typename XT, Epilogue kEpilogue, XLoad kX, int kKSplit>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     SkinnyGemmKernel(const XT* __restrict__ x, int in, const __nv_bfloat16* __restrict__ w, int out,

@@ -93,6 +93,16 @@ TEST_P(DecodeAttentionGpuTest, MatchesCpuReference) {
       EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), static_cast<long>(slots))
           << "counters not left zero, launch " << launch;
     }
+    // Two launches back to back on one stream (as a step's layers run them, the second
+    // launched while the first runs), the second into its own poisoned output: a counter the
+    // first left non-zero would keep the second from merging.
+    cuda::DecodeAttentionParams second = merged;
+    second.out = arena.Alloc<float>(expected.size());
+    CUDA_OK(cudaMemset(second.out, 0xff, expected.size() * sizeof(float)));
+    CUDA_OK(cuda::LaunchLazyDecodeAttention(merged, nullptr));
+    CUDA_OK(cuda::LaunchLazyDecodeAttention(second, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_LT(RelativeError(ToHost(second.out, expected.size()), got), 1e-5) << "back to back, splits " << splits;
   }
 
   // The KV write fused into the kernel (DecodeAttentionParams::new_tokens): each sequence's
@@ -186,18 +196,18 @@ TEST_P(DecodeAttentionGpuTest, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, DecodeAttentionGpuTest,
-    ::testing::Values(Shape{128, 32, 8, 16, 1, 8, 512, RopeStyle::kRotateHalf, 131072},     // Llama-3-8B, batch 1
-                      Shape{128, 32, 8, 16, 5, 3, 300, RopeStyle::kRotateHalf, 4000},       // a batch, odd lengths
-                      Shape{64, 8, 4, 16, 3, 4, 77, RopeStyle::kInterleaved, 100000},       // llama2.c style
-                      Shape{64, 8, 8, 7, 2, 12, 40, RopeStyle::kInterleaved, 500},          // odd block size, MHA
-                      Shape{128, 8, 1, 32, 1, 30, 600, RopeStyle::kRotateHalf, 131072},     // group of 8, long
-                      Shape{128, 12, 4, 16, 4, 5, 200, RopeStyle::kRotateHalf, 131072},     // group of 3
-                      Shape{128, 8, 4, 7, 3, 10, 50, RopeStyle::kInterleaved, 131072},      // group of 2, odd blocks
-                      Shape{128, 16, 16, 16, 2, 3, 100, RopeStyle::kInterleaved, 1000, 3},  // MHA, 3 splits
-                      Shape{64, 16, 2, 32, 3, 6, 90, RopeStyle::kRotateHalf, 50000, 5},     // hd 64 group of 8
-                      Shape{128, 32, 8, 16, 40, 4, 512, RopeStyle::kRotateHalf, 131072},    // batch 40
+    ::testing::Values(Shape{128, 32, 8, 16, 1, 8, 512, RopeStyle::kRotateHalf, 131072},        // Llama-3-8B, batch 1
+                      Shape{128, 32, 8, 16, 5, 3, 300, RopeStyle::kRotateHalf, 4000},          // a batch, odd lengths
+                      Shape{64, 8, 4, 16, 3, 4, 77, RopeStyle::kInterleaved, 100000},          // llama2.c style
+                      Shape{64, 8, 8, 7, 2, 12, 40, RopeStyle::kInterleaved, 500},             // odd block size, MHA
+                      Shape{128, 8, 1, 32, 1, 30, 600, RopeStyle::kRotateHalf, 131072},        // group of 8, long
+                      Shape{128, 12, 4, 16, 4, 5, 200, RopeStyle::kRotateHalf, 131072},        // group of 3
+                      Shape{128, 8, 4, 7, 3, 10, 50, RopeStyle::kInterleaved, 131072},         // group of 2, odd blocks
+                      Shape{128, 16, 16, 16, 2, 3, 100, RopeStyle::kInterleaved, 1000, 3},     // MHA, 3 splits
+                      Shape{64, 16, 2, 32, 3, 6, 90, RopeStyle::kRotateHalf, 50000, 5},        // hd 64 group of 8
+                      Shape{128, 32, 8, 16, 40, 4, 512, RopeStyle::kRotateHalf, 131072},       // batch 40
                       Shape{128, 32, 8, 16, 1, 16, 512, RopeStyle::kRotateHalf, 131072, 100},  // many splits
-                      Shape{128, 3, 1, 16, 1, 6, 200, RopeStyle::kRotateHalf, 5000, 5}),      // odd partial count
+                      Shape{128, 3, 1, 16, 1, 6, 200, RopeStyle::kRotateHalf, 5000, 5}),       // odd partial count
     [](const ::testing::TestParamInfo<Shape>& info) {
       const Shape& s = info.param;
       return "hd" + std::to_string(s.head_dim) + "_group" + std::to_string(s.n_heads / s.n_kv_heads) + "_block" +

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -81,12 +82,11 @@ TEST(CudaSkinnyGemmTest, MatchesAPlainProductOnRandomShapes) {
   for (int trial = 0; trial < 24; ++trial) {
     const int rows = 1 + trial % cuda::kSkinnyGemmMaxRows;
     // Every fourth shape has W rows enough for one warp a group (kernels/cuda/skinny_gemm.cu's
-    // SkinnyKSplit: at least 16 groups of 4 an SM, 8448 rows on 132 SMs); the others split K
-    // over a CTA's warps.
+    // SkinnyKSplit: at least 16 groups of 4 an SM); the others split K over a CTA's warps.
     const bool wide = trial % 4 == 3;
     const int in = ins[rng() % (wide ? 4 : 6)];
-    const int out =
-        wide ? 8448 + static_cast<int>(rng() % 4000) : 1 + static_cast<int>(rng() % (in >= 4096 ? 700 : 3000));
+    const int out = wide ? 64 * cuda::MultiprocessorCount() + static_cast<int>(rng() % 4000)
+                         : 1 + static_cast<int>(rng() % (in >= 4096 ? 700 : 3000));
     SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out);
     std::vector<__nv_bfloat16> xb, wb;
     std::vector<float> x, w;
@@ -177,7 +177,7 @@ TEST(CudaSkinnyGemmTest, FusedKernelsEqualTheUnfusedOnes) {
     // both kernels: the other path of the K split (SkinnyKSplit).
     const bool wide = trial % 4 == 3;
     const int in = 8 * (1 + static_cast<int>(rng() % (wide ? 64 : 600)));
-    const int out = wide ? 8448 + static_cast<int>(rng() % 1000)
+    const int out = wide ? 64 * cuda::MultiprocessorCount() + static_cast<int>(rng() % 1000)
                          : 1 + static_cast<int>(rng() % 900);  // also the SwiGLU's hidden: odd ones too
     SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out);
     DeviceArena arena;

@@ -51,6 +51,7 @@ int ForcedDecodeSplits() {
 absl::Status CudaBackend::ReserveSplitCounters(int slots) {
   if (slots <= split_counter_slots_) return absl::OkStatus();
   const size_t bytes = static_cast<size_t>(slots) * sizeof(int32_t);
+  split_counter_slots_ = 0;                         // until the counters below are zeroed
   RETURN_IF_ERROR(split_counters_.Reserve(bytes));  // a new allocation: the old one's zeros are gone
   RETURN_IF_ERROR(Cuda(cudaMemsetAsync(split_counters_.as<int32_t>(), 0, bytes, stream_), "split counters"));
   split_counter_slots_ = slots;

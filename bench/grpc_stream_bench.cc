@@ -128,11 +128,11 @@ class SyncService final : public v1::Generation::Service {
     std::mutex mu;
     std::condition_variable ready;
     std::deque<std::pair<int, bool>> tokens;
+    // Notified under the lock: once the handler has the last token it returns, and these
+    // locals go with it.
     engine_->Submit(stamps, [&](int index, bool last) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        tokens.emplace_back(index, last);
-      }
+      std::lock_guard<std::mutex> lock(mu);
+      tokens.emplace_back(index, last);
       ready.notify_one();
     });
     for (;;) {

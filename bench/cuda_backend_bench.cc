@@ -86,37 +86,31 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
   CHECK_CUDA(cudaMalloc(&x, kMaxRows * 2 * hidden * 2));
   CHECK_CUDA(cuda::LaunchSyntheticFill(10, kMaxRows * 2 * hidden, 1.0f, false, x, nullptr, nullptr));
   CHECK_CUDA(cudaMalloc(&y, kMaxRows * std::max<size_t>(2 * hidden, vocab) * 4));
-  // A step's GEMMs at `rows` rows through `gemm`, one layer's matrices n_layers times.
-  auto step_gemms_ms = [&](cuda::Gemm& gemm, int rows) {
+  // A step's GEMMs (one layer's matrices n_layers times, then the classifier), each product
+  // run by `product(in, w, out)`, which says whether it launched.
+  auto step_gemm_loop_ms = [&](const auto& product) {
     return bench::MedianMs(
         [&] {
           for (int l = 0; l < c.n_layers; ++l) {
             for (size_t i = 0; i < 4; ++i) {
-              if (!gemm.Run(x, rows, static_cast<int>(mats[i].in), w[i], static_cast<int>(mats[i].out), y).ok())
-                std::exit(1);
+              if (!product(static_cast<int>(mats[i].in), w[i], static_cast<int>(mats[i].out))) std::exit(1);
             }
           }
-          if (!gemm.Run(x, rows, static_cast<int>(dim), cls, static_cast<int>(vocab), y).ok()) std::exit(1);
+          if (!product(static_cast<int>(dim), cls, static_cast<int>(vocab))) std::exit(1);
         },
         20);
+  };
+  // At `rows` rows through `gemm`.
+  auto step_gemms_ms = [&](cuda::Gemm& gemm, int rows) {
+    return step_gemm_loop_ms(
+        [&](int in, const __nv_bfloat16* wm, int out) { return gemm.Run(x, rows, in, wm, out, y).ok(); });
   };
   // The skinny kernel itself (also past the rows Gemm gives it), for the row counts where
   // Gemm takes cuBLASLt.
   auto step_kernel_ms = [&](int rows) {
-    return bench::MedianMs(
-        [&] {
-          for (int l = 0; l < c.n_layers; ++l) {
-            for (size_t i = 0; i < 4; ++i) {
-              if (cuda::LaunchSkinnyGemm(x, rows, static_cast<int>(mats[i].in), w[i], static_cast<int>(mats[i].out), y,
-                                         0.0f, nullptr) != cudaSuccess)
-                std::exit(1);
-            }
-          }
-          if (cuda::LaunchSkinnyGemm(x, rows, static_cast<int>(dim), cls, static_cast<int>(vocab), y, 0.0f, nullptr) !=
-              cudaSuccess)
-            std::exit(1);
-        },
-        20);
+    return step_gemm_loop_ms([&](int in, const __nv_bfloat16* wm, int out) {
+      return cuda::LaunchSkinnyGemm(x, rows, in, wm, out, y, 0.0f, nullptr) == cudaSuccess;
+    });
   };
   auto skinny = cuda::Gemm::Create(nullptr);
   auto lt = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = false});

@@ -15,7 +15,6 @@
 //                     [--token-interval-us N]
 #include <grpcpp/grpcpp.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -27,7 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include "bench/load_stats.h"
 #include "common/flag_parser.h"
+#include "common/monotonic_clock.h"
 #include "proto/generate.grpc.pb.h"
 
 namespace lazykv {
@@ -43,12 +44,10 @@ struct Options {
   int token_interval_us = 1000;
 };
 
-// One request's stamps (steady clock, ns since the epoch of Clock).
+// One request's stamps (MonotonicNanos).
 struct Stamps {
   std::atomic<int64_t> first_line{0}, first_emit{0};
 };
-
-int64_t Now() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
 
 // The stand-in for the engine loop: one thread; each request gets its first token
 // first_token_us after it arrives, then one every token_interval_us, handed to `emit`
@@ -93,7 +92,7 @@ class FakeEngine {
       for (int i = 0; i < o_.tokens; ++i) {
         const auto due = job.arrived + std::chrono::microseconds(o_.first_token_us + i * o_.token_interval_us);
         while (Clock::now() < due) std::this_thread::sleep_until(due);
-        if (i == 0) job.stamps->first_emit.store(Now());
+        if (i == 0) job.stamps->first_emit.store(MonotonicNanos());
         job.emit(i, i + 1 == o_.tokens);
       }
     }
@@ -124,7 +123,7 @@ class SyncService final : public v1::Generation::Service {
   grpc::Status Generate(grpc::ServerContext*, const v1::GenerateRequest*,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override {
     Stamps* stamps = g_current.load();
-    stamps->first_line.store(Now());
+    stamps->first_line.store(MonotonicNanos());
     std::mutex mu;
     std::condition_variable ready;
     std::deque<std::pair<int, bool>> tokens;
@@ -157,7 +156,7 @@ class SyncService final : public v1::Generation::Service {
 class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   StreamReactor(FakeEngine* engine, Stamps* stamps) {
-    stamps->first_line.store(Now());
+    stamps->first_line.store(MonotonicNanos());
     engine->Submit(stamps, [this](int index, bool last) { Token(index, last); });
   }
   void OnWriteDone(bool ok) override {
@@ -248,11 +247,9 @@ struct Sample {
   double inbound_ms, outbound_ms;
 };
 
-std::string Quartiles(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[static_cast<size_t>(q * (v.size() - 1))]; };
+std::string Quartiles(const std::vector<double>& v) {
   char buf[96];
-  std::snprintf(buf, sizeof(buf), "%.3f / %.3f / %.3f", at(0.25), at(0.5), at(0.75));
+  std::snprintf(buf, sizeof(buf), "%.3f / %.3f / %.3f", Percentile(v, 25), Percentile(v, 50), Percentile(v, 75));
   return buf;
 }
 
@@ -304,13 +301,13 @@ int Main(int argc, char** argv) {
     g_current.store(&stamps);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    const int64_t send = Now();
+    const int64_t send = MonotonicNanos();
     auto reader = stub.Generate(&context, request);
     v1::GenerateResponse response;
     int64_t first_read = 0;
     int got = 0;
     while (reader->Read(&response)) {
-      if (got++ == 0) first_read = Now();
+      if (got++ == 0) first_read = MonotonicNanos();
     }
     const grpc::Status status = reader->Finish();
     if (!status.ok() || got != o.tokens) {

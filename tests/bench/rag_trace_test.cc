@@ -117,17 +117,20 @@ TEST(RagTraceTest, PopularityFitsTheZipfLaw) {
                                                        .seed = FreshSeed()});
     EXPECT_NEAR(LogLogSlope(FrequencyByRank(eight), 50, 500), -s, 0.1) << "s=" << s;
   }
-  // s = 0: uniform. Chi-square over 100 documents, 99 degrees of freedom; 150 is p < 0.001.
+  // s = 0: uniform. Chi-square over 100 documents, 99 degrees of freedom: 190 is p < 1e-7, so a
+  // fresh seed fails by chance about once in ten million runs (150, p < 0.001, failed a CI run at
+  // 153.9). A skewed draw still fails by far: one document never drawn alone adds 500.
+  const uint64_t seed = FreshSeed();
   const RagTrace uniform = *GenerateTrace(TraceOptions{.num_docs = 100,
                                                        .docs_per_request = 1,
                                                        .zipf_s = 0,
                                                        .num_requests = 50000,
                                                        .doc_lengths = "fixed:4",
-                                                       .seed = FreshSeed()});
+                                                       .seed = seed});
   const std::vector<double> freq = FrequencyByRank(uniform);
   double chi2 = 0;
   for (double f : freq) chi2 += std::pow(f * 50000 - 500, 2) / 500;
-  EXPECT_LT(chi2, 150);
+  EXPECT_LT(chi2, 190) << "seed " << seed;
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 //     against the pinned memcpy of the same bytes in the same run (floor 85% each), and the
 //     block baseline's materialize against a device copy;
 //  2. a batch-1 decode step through the engine against its GEMMs alone and the weight
-//     streaming floor, and the GEMMs at 1-8 rows by the skinny kernel against cuBLASLt;
+//     streaming floor, the GEMMs at 1-8 rows by the skinny kernel and at 5-16 by the
+//     tensor-core skinny kernel, each against cuBLASLt;
 //  3. with --e2e: a Zipf RAG trace (bench/rag_trace.h) through a fresh engine per mode over
 //     the one backend, one request at a time, TTFT and throughput per mode;
 //  4. with --e2e-batched (alone): the same trace under load through continuous batching
@@ -82,7 +83,7 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
   float* y = nullptr;
   CHECK_CUDA(cudaMalloc(&cls, vocab * dim * 2));
   CHECK_CUDA(cuda::LaunchSyntheticFill(9, vocab * dim, 0.02f, false, cls, nullptr, nullptr));
-  constexpr size_t kMaxRows = 8;  // room for the 8-row products below
+  constexpr size_t kMaxRows = 16;  // room for the 16-row products below
   CHECK_CUDA(cudaMalloc(&x, kMaxRows * 2 * hidden * 2));
   CHECK_CUDA(cuda::LaunchSyntheticFill(10, kMaxRows * 2 * hidden, 1.0f, false, x, nullptr, nullptr));
   CHECK_CUDA(cudaMalloc(&y, kMaxRows * std::max<size_t>(2 * hidden, vocab) * 4));
@@ -112,9 +113,10 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
       return cuda::LaunchSkinnyGemm(x, rows, in, wm, out, y, 0.0f, nullptr) == cudaSuccess;
     });
   };
-  auto skinny = cuda::Gemm::Create(nullptr);
+  auto skinny = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = true, .skinny_mma_kernel = false});
+  auto mma = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = true, .skinny_mma_kernel = true});
   auto lt = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = false});
-  if (!skinny.ok() || !lt.ok()) std::exit(1);
+  if (!skinny.ok() || !mma.ok() || !lt.ok()) std::exit(1);
   // Alternated, so drift falls on both; the skinny kernel at 1 to 8 rows (decode batches),
   // against cuBLASLt's tensor-core tiles.
   constexpr int kRowCounts = 8;
@@ -125,6 +127,17 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
       lt_ms[i] = std::min(lt_ms[i], step_gemms_ms(**lt, i + 1));
       skinny_ms[i] = std::min(skinny_ms[i], step_gemms_ms(**skinny, i + 1));
       if (i + 1 > cuda::kSkinnyGemmFasterRows) kernel_ms[i] = std::min(kernel_ms[i], step_kernel_ms(i + 1));
+    }
+  }
+  // The tensor-core skinny kernel at 5 to 16 rows (a short question's prefill, small decode
+  // batches) against cuBLASLt, alternated.
+  constexpr int kMmaFirstRows = cuda::kSkinnyGemmFasterRows + 1, kMmaRowCounts = 16 - cuda::kSkinnyGemmFasterRows;
+  float mma_ms[kMmaRowCounts], mma_lt_ms[kMmaRowCounts];
+  for (int i = 0; i < kMmaRowCounts; ++i) mma_ms[i] = mma_lt_ms[i] = 1e9f;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < kMmaRowCounts; ++i) {
+      mma_lt_ms[i] = std::min(mma_lt_ms[i], step_gemms_ms(**lt, kMmaFirstRows + i));
+      mma_ms[i] = std::min(mma_ms[i], step_gemms_ms(**mma, kMmaFirstRows + i));
     }
   }
   // The same launches as one CUDA graph (captured with their dependent-launch edges) against
@@ -234,6 +247,13 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
       std::printf("  the skinny kernel itself at %d rows: %.3f ms (%.0f GB/s), %.3fx cuBLASLt\n", i + 1, kernel_ms[i],
                   weight_bytes / 1e9 / (kernel_ms[i] / 1e3), lt_ms[i] / kernel_ms[i]);
     }
+  }
+  for (int i = 0; i < kMmaRowCounts; ++i) {
+    std::printf(
+        "a step's GEMMs at %d rows: tensor-core skinny kernel %.3f ms (%.0f GB/s of weights), cuBLASLt %.3f ms "
+        "(%.0f GB/s): %.3fx\n",
+        kMmaFirstRows + i, mma_ms[i], weight_bytes / 1e9 / (mma_ms[i] / 1e3), mma_lt_ms[i],
+        weight_bytes / 1e9 / (mma_lt_ms[i] / 1e3), mma_lt_ms[i] / mma_ms[i]);
   }
 }
 

@@ -1,19 +1,34 @@
 #include "kernels/cuda/gemm.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/skinny_mma_gemm.h"
 
 namespace lazykv::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32ull << 20;
+// Split counters of the tensor-core skinny kernel: one per tile of 64 outputs (a split product
+// has fewer tiles than 4 CTAs an SM; more tiles run unsplit).
+constexpr int kMmaCounterSlots = 4096;
 
 absl::Status LtError(cublasStatus_t s, const char* what) {
   return absl::InternalError(absl::StrFormat("%s: cuBLAS status %d", what, static_cast<int>(s)));
 }
 
 }  // namespace
+
+bool SkinnyMmaByDefault() {
+  static const bool on = [] {
+    const char* value = std::getenv("LAZYKV_SKINNY_MMA");
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  }();
+  return on;
+}
 
 // Column-major view: Y^T [out x rows] = W [in x out]^T * X^T [in x rows].
 struct Gemm::Plan {
@@ -48,6 +63,13 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(cudaStream_t stream, GemmOpti
     return absl::ResourceExhaustedError(absl::StrFormat("GEMM workspace: %s", cudaGetErrorString(e)));
   }
   g->workspace_bytes_ = kWorkspaceBytes;
+  if (cudaError_t e = cudaMalloc(&g->mma_counters_, kMmaCounterSlots * sizeof(int32_t)); e != cudaSuccess) {
+    return absl::ResourceExhaustedError(absl::StrFormat("GEMM split counters: %s", cudaGetErrorString(e)));
+  }
+  if (cudaError_t e = cudaMemsetAsync(g->mma_counters_, 0, kMmaCounterSlots * sizeof(int32_t), stream);
+      e != cudaSuccess) {
+    return absl::InternalError(absl::StrFormat("GEMM split counters: %s", cudaGetErrorString(e)));
+  }
   g->api_->SetWorkspace(blas, g->workspace_, g->workspace_bytes_);
   return g;
 }
@@ -57,6 +79,7 @@ Gemm::~Gemm() {
   if (lt_) api_->LtDestroy(static_cast<cublasLtHandle_t>(lt_));
   if (blas_) api_->Destroy(static_cast<cublasHandle_t>(blas_));
   if (workspace_) cudaFree(workspace_);
+  if (mma_counters_) cudaFree(mma_counters_);
 }
 
 absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(int rows, int in, int out, float beta, bool fp32_inputs) {
@@ -99,6 +122,16 @@ absl::Status Gemm::RunTyped(const void* x, int rows, int in, const void* w, int 
     if (rows <= kSkinnyGemmFasterRows && SkinnyGemmApplies(xb, rows, in, wb)) {
       if (cudaError_t e = LaunchSkinnyGemm(xb, rows, in, wb, out, y, beta, stream_); e != cudaSuccess) {
         return absl::InternalError(absl::StrFormat("skinny GEMM: %s", cudaGetErrorString(e)));
+      }
+      return absl::OkStatus();
+    }
+    if (options_.skinny_mma_kernel && rows > kSkinnyGemmFasterRows && SkinnyMmaGemmApplies(xb, rows, in, wb)) {
+      const SkinnyMmaScratch scratch{.workspace = static_cast<float*>(workspace_),
+                                     .workspace_bytes = workspace_bytes_,
+                                     .counters = mma_counters_,
+                                     .counter_slots = kMmaCounterSlots};
+      if (cudaError_t e = LaunchSkinnyMmaGemm(xb, rows, in, wb, out, y, beta, scratch, stream_); e != cudaSuccess) {
+        return absl::InternalError(absl::StrFormat("tensor-core skinny GEMM: %s", cudaGetErrorString(e)));
       }
       return absl::OkStatus();
     }

@@ -5,7 +5,8 @@
 // leading dimensions), plain cuBLAS (cublasGemmEx) runs the product instead. Both are
 // opened at Create (cublas_api.h), not linked. A bf16 product of at most
 // kSkinnyGemmFasterRows rows (a small decode step's) runs the skinny kernel instead
-// (skinny_gemm.h), which streams W closer to the memory's rate.
+// (skinny_gemm.h), which streams W closer to the memory's rate; with skinny_mma_kernel, one
+// of 5 to 16 rows runs the tensor-core skinny kernel (skinny_mma_gemm.h).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,9 +24,15 @@ namespace lazykv::cuda {
 
 struct CublasApi;
 
+// Whether Gemm runs the tensor-core skinny kernel at 5 to 16 rows by default: only with
+// LAZYKV_SKINNY_MMA=1 in the environment until it is measured faster than cuBLASLt on the H100.
+bool SkinnyMmaByDefault();
+
 struct GemmOptions {
-  // False: cuBLASLt for every shape (to measure the skinny kernel against it).
+  // False: cuBLASLt for every shape (to measure the skinny kernels against it).
   bool skinny_kernel = true;
+  // With skinny_kernel: products of 5 to 16 rows by the tensor-core skinny kernel.
+  bool skinny_mma_kernel = SkinnyMmaByDefault();
 };
 
 // Not thread-safe: one per stream.
@@ -62,8 +69,11 @@ class Gemm {
   cudaStream_t stream_ = nullptr;
   void* lt_ = nullptr;    // cublasLtHandle_t
   void* blas_ = nullptr;  // cublasHandle_t (fallback)
+  // cuBLASLt's workspace, also the tensor-core skinny kernel's partial sums (both stream-ordered
+  // on stream_), and that kernel's split counters (zeroed at Create).
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  int32_t* mma_counters_ = nullptr;
   std::map<std::tuple<int, int, int, bool, bool>, std::unique_ptr<Plan>> plans_;
 };
 

@@ -19,59 +19,21 @@
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/gemm_reference.h"
 #include "tests/test_util.h"
 
 namespace lazykv {
 namespace {
 
 using testing::DeviceArena;
+using testing::ExpectClose;
+using testing::ExpectGuardIntact;
 using testing::FreshSeed;
 using testing::HaveGpu;
+using testing::kGuard;
 using testing::RandomBf16;
+using testing::Reference;
 using testing::ToHost;
-
-// y = x w^T in double, and the sum of |x_k w_k| per element (the error's scale).
-void Reference(const std::vector<float>& x, int rows, int in, const std::vector<float>& w, int out,
-               std::vector<double>* y, std::vector<double>* scale) {
-  y->assign(static_cast<size_t>(rows) * out, 0.0);
-  scale->assign(y->size(), 0.0);
-  for (int r = 0; r < rows; ++r) {
-    for (int o = 0; o < out; ++o) {
-      double acc = 0, mag = 0;
-      for (int k = 0; k < in; ++k) {
-        const double p = static_cast<double>(x[static_cast<size_t>(r) * in + k]) * w[static_cast<size_t>(o) * in + k];
-        acc += p;
-        mag += std::fabs(p);
-      }
-      (*y)[static_cast<size_t>(r) * out + o] = acc;
-      (*scale)[static_cast<size_t>(r) * out + o] = mag;
-    }
-  }
-}
-
-// Every element within fp32 accumulation's error of the reference: 5e-6 of the sum of the
-// products' magnitudes (a lane adds up to K/32 products in order, then the warp reduces:
-// about 1.3e-6 for K = 14336), where one product left out or counted twice moves an element
-// by K^-1 of that sum on average (7e-5 at K = 14336).
-void ExpectClose(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& scale) {
-  ASSERT_EQ(got.size(), want.size());
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double tolerance = 5e-6 * scale[i] + 1e-6;
-    if (!(std::fabs(got[i] - want[i]) <= tolerance) && ++bad <= 5) {
-      ADD_FAILURE() << "element " << i << ": " << got[i] << " against " << want[i] << " (scale " << scale[i] << ")";
-    }
-  }
-  EXPECT_EQ(bad, 0);
-}
-
-constexpr size_t kGuard = 64;  // floats (or bf16 pairs) of all-ones bits after an output
-
-void ExpectGuardIntact(const void* guard) {
-  std::vector<uint32_t> bits(kGuard);
-  ASSERT_EQ(cudaMemcpy(bits.data(), guard, kGuard * sizeof(uint32_t), cudaMemcpyDeviceToHost), cudaSuccess);
-  for (size_t i = 0; i < kGuard; ++i) EXPECT_EQ(bits[i], 0xFFFFFFFFu) << "written past the output at " << i;
-}
 
 TEST(CudaSkinnyGemmTest, MatchesAPlainProductOnRandomShapes) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";
@@ -110,7 +72,7 @@ TEST(CudaSkinnyGemmTest, MatchesAPlainProductOnRandomShapes) {
     for (size_t i = 0; i < twice.size(); ++i) twice[i] *= 2, twice_scale[i] *= 2;
     ExpectClose(ToHost(y, want.size()), twice, twice_scale);
     // Through Gemm, against cuBLASLt (the same product by tensor cores).
-    auto skinny = cuda::Gemm::Create(nullptr);
+    auto skinny = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = true, .skinny_mma_kernel = false});
     auto lt = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = false});
     ASSERT_TRUE(skinny.ok() && lt.ok());
     float* y_lt = arena.Alloc<float>(want.size());
@@ -146,7 +108,7 @@ TEST(CudaSkinnyGemmTest, LeavesOtherProductsToCublasLt) {
   // kernel takes.
   for (const auto& [rows, k] : {std::pair{2, in - 4}, std::pair{cuda::kSkinnyGemmMaxRows + 1, in}}) {
     SCOPED_TRACE(::testing::Message() << rows << " x " << k);
-    auto gemm = cuda::Gemm::Create(nullptr);
+    auto gemm = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = true, .skinny_mma_kernel = false});
     ASSERT_TRUE(gemm.ok());
     std::vector<__nv_bfloat16> xk, wk;
     std::vector<float> xf, wf;

@@ -1,0 +1,58 @@
+// Y = X W^T on tensor cores for 5 to 16 rows of X (a short question's prefill, a decode
+// batch of a few sequences): bf16 X [rows][in] and W [out][in], fp32 Y [rows][out], fp32
+// accumulation (CPU twin: cpu::MatmulTransposed). At such row counts the product is still a
+// stream of W from memory, but too many multiply-adds for the CUDA-core skinny kernel
+// (skinny_gemm.h). Each CTA takes 64 rows of W and a part of K, staging W and X through
+// shared memory with cp.async (four stages of 64 columns, swizzled for ldmatrix) and
+// multiplying with mma.sync m16n8k16; where W has few rows, K is split over several CTAs whose
+// partial sums the last of them adds up in a fixed order (deterministic for a shape). Launched
+// as a dependent launch: its first stages of W are in flight before the kernel before it ends.
+//
+// A first tensor-core variant that loaded fragments straight from global memory ran at
+// 0.72-0.84x cuBLASLt (bench/results/decode_step_2026-11-27.md, fourth session); this one
+// stages W as cuBLASLt's tiles do.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lazykv::cuda {
+
+// The row counts the kernel takes.
+inline constexpr int kSkinnyMmaMinRows = 1;
+inline constexpr int kSkinnyMmaMaxRows = 16;
+// Rows of W a CTA takes (its partial sums and counters are per such tile).
+inline constexpr int kSkinnyMmaTileOut = 64;
+
+// Device memory a split-K launch needs: `workspace` for the partial sums (splits * rows * out
+// floats) and `counters`, one int32 per tile of 64 outputs, all zero between launches (each
+// launch sets back to zero what it counts). Used in stream order: one launch at a time on
+// the stream that owns them.
+struct SkinnyMmaScratch {
+  float* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  int32_t* counters = nullptr;
+  int counter_slots = 0;
+};
+
+// Whether the kernel takes this product: kSkinnyMmaMinRows <= rows <= kSkinnyMmaMaxRows, `in`
+// a multiple of 8, x and w 16-byte aligned.
+bool SkinnyMmaGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* w);
+
+// How many parts K is split into for this shape (1: no split, no scratch used): enough CTAs
+// to keep the memory busy where W has few rows, at most 4, at least 4 stages of K each, and
+// only where `scratch` holds the partial sums and counters. LAZYKV_SKINNY_MMA_SPLITS=N forces
+// N (bounded the same way), for measurements.
+int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch);
+
+// y = x w^T (beta 0; y is not read) or y += x w^T (beta 1), on `stream`. `splits` 0 takes
+// SkinnyMmaSplits; otherwise that many parts (for tests), which `scratch` must hold.
+// cudaErrorInvalidValue where !SkinnyMmaGemmApplies, out < 1, beta not 0 or 1, or the split
+// does not fit the scratch.
+cudaError_t LaunchSkinnyMmaGemm(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
+                                float beta, const SkinnyMmaScratch& scratch, cudaStream_t stream, int splits = 0);
+
+}  // namespace lazykv::cuda

@@ -1,0 +1,223 @@
+// The tensor-core skinny GEMM (kernels/cuda/skinny_mma_gemm.h) against a plain double-precision
+// product of the same bf16 values, per element within fp32 accumulation's error: random shapes
+// at every row count it takes (K from one vector, shorter than a stage, to Llama-3-8B's 14336
+// and not a multiple of a stage; out not a multiple of a tile), each with the split it
+// chooses and with a random forced split (uneven parts of K included), beta 0 over NaN and
+// beta 1; counters left at zero; back-to-back split launches on one stream; the arguments it
+// refuses; and Gemm running it at 5-16 rows where asked (no cuBLASLt plan).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/skinny_mma_gemm.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/gemm_reference.h"
+#include "tests/test_util.h"
+
+namespace lazykv {
+namespace {
+
+using testing::DeviceArena;
+using testing::ExpectClose;
+using testing::ExpectGuardIntact;
+using testing::FreshSeed;
+using testing::HaveGpu;
+using testing::kGuard;
+using testing::RandomBf16;
+using testing::Reference;
+using testing::ToHost;
+
+// The tensor cores add each MMA's 16 products before the accumulator: per element one chain
+// of K/16 fp32 additions (K/16/splits a part). 2e-5 of the products' magnitudes holds that
+// with room, and still catches a product left out (7e-5 of it on average at K = 14336).
+constexpr double kRelative = 2e-5;
+
+constexpr int kStageK = 64;  // the kernel's columns of K a stage (skinny_mma_gemm.cu)
+
+// Scratch for up to 6 parts of 16 rows of `out` outputs.
+struct Scratch {
+  Scratch(DeviceArena& arena, int out) {
+    s.workspace_bytes = static_cast<size_t>(6) * 16 * out * sizeof(float);
+    s.workspace = arena.Alloc<float>(s.workspace_bytes / sizeof(float));
+    s.counter_slots = (out + cuda::kSkinnyMmaTileOut - 1) / cuda::kSkinnyMmaTileOut;
+    s.counters = arena.Alloc<int32_t>(s.counter_slots);
+    zeroed = cudaMemset(s.counters, 0, s.counter_slots * sizeof(int32_t)) == cudaSuccess;
+  }
+  void ExpectCountersZero() const {
+    for (int32_t c : ToHost(s.counters, s.counter_slots)) ASSERT_EQ(c, 0) << "a counter left non-zero";
+  }
+  cuda::SkinnyMmaScratch s;
+  bool zeroed = false;
+};
+
+float* NanFilled(DeviceArena& arena, size_t n) {
+  float* y = arena.Alloc<float>(n + kGuard);
+  const std::vector<float> nan(n, std::numeric_limits<float>::quiet_NaN());
+  if (cudaMemcpy(y, nan.data(), n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) return nullptr;
+  if (cudaMemset(y + n, 0xFF, kGuard * sizeof(float)) != cudaSuccess) return nullptr;
+  return y;
+}
+
+TEST(CudaSkinnyMmaGemmTest, MatchesAPlainProductOnRandomShapes) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int ins[] = {8, 64, 136, 1000, 4096, 14336};
+  for (int trial = 0; trial < 24; ++trial) {
+    const int rows = cuda::kSkinnyMmaMinRows + trial % (cuda::kSkinnyMmaMaxRows - cuda::kSkinnyMmaMinRows + 1);
+    const int in = ins[rng() % 6];
+    const int out = 1 + static_cast<int>(rng() % (in >= 4096 ? 700 : 3000));
+    const int stages = (in + kStageK - 1) / kStageK;
+    const int forced = 1 + static_cast<int>(rng() % std::min(6, stages));
+    SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out << ", forced split " << forced);
+    std::vector<__nv_bfloat16> xb, wb;
+    std::vector<float> x, w;
+    RandomBf16(rng, static_cast<size_t>(rows) * in, xb, x);
+    RandomBf16(rng, static_cast<size_t>(out) * in, wb, w);
+    std::vector<double> want, scale;
+    Reference(x, rows, in, w, out, &want, &scale);
+    DeviceArena arena;
+    const __nv_bfloat16* xd = arena.Copy(xb);
+    const __nv_bfloat16* wd = arena.Copy(wb);
+    Scratch scratch(arena, out);
+    ASSERT_TRUE(scratch.zeroed);
+    ASSERT_TRUE(cuda::SkinnyMmaGemmApplies(xd, rows, in, wd));
+    for (const int splits : {0, forced}) {
+      SCOPED_TRACE(::testing::Message() << "splits " << splits << " (0: chosen, "
+                                        << cuda::SkinnyMmaSplits(rows, in, out, scratch.s) << ")");
+      // beta 0 over NaN: y is written, never read.
+      float* y = NanFilled(arena, want.size());
+      ASSERT_NE(y, nullptr);
+      ASSERT_EQ(cuda::LaunchSkinnyMmaGemm(xd, rows, in, wd, out, y, 0.0f, scratch.s, nullptr, splits), cudaSuccess);
+      ExpectClose(ToHost(y, want.size()), want, scale, kRelative);
+      ExpectGuardIntact(y + want.size());
+      // beta 1: y += x w^T.
+      ASSERT_EQ(cuda::LaunchSkinnyMmaGemm(xd, rows, in, wd, out, y, 1.0f, scratch.s, nullptr, splits), cudaSuccess);
+      std::vector<double> twice = want, twice_scale = scale;
+      for (size_t i = 0; i < twice.size(); ++i) twice[i] *= 2, twice_scale[i] *= 2;
+      ExpectClose(ToHost(y, want.size()), twice, twice_scale, kRelative);
+      ExpectGuardIntact(y + want.size());
+      scratch.ExpectCountersZero();
+    }
+  }
+}
+
+// Split launches back to back on one stream, no synchronization between them, each into its
+// own output: a counter the first left non-zero would make a part of the second think itself
+// last too early (or never), and its output would be wrong.
+TEST(CudaSkinnyMmaGemmTest, BackToBackSplitLaunchesEachGetTheirOwnSums) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int rows = 12, in = 2048 + 8 * static_cast<int>(rng() % 64), out = 200 + static_cast<int>(rng() % 300);
+  DeviceArena arena;
+  Scratch scratch(arena, out);
+  ASSERT_TRUE(scratch.zeroed);
+  std::vector<__nv_bfloat16> wb;
+  std::vector<float> w;
+  RandomBf16(rng, static_cast<size_t>(out) * in, wb, w);
+  const __nv_bfloat16* wd = arena.Copy(wb);
+  constexpr int kLaunches = 4;
+  std::vector<std::vector<double>> want(kLaunches), scale(kLaunches);
+  std::vector<float*> ys;
+  for (int l = 0; l < kLaunches; ++l) {
+    std::vector<__nv_bfloat16> xb;
+    std::vector<float> x;
+    RandomBf16(rng, static_cast<size_t>(rows) * in, xb, x);
+    Reference(x, rows, in, w, out, &want[l], &scale[l]);
+    ys.push_back(NanFilled(arena, want[l].size()));
+    ASSERT_NE(ys.back(), nullptr);
+    // 3 then 4 parts: the counts differ between neighbours too.
+    ASSERT_EQ(
+        cuda::LaunchSkinnyMmaGemm(arena.Copy(xb), rows, in, wd, out, ys.back(), 0.0f, scratch.s, nullptr, 3 + l % 2),
+        cudaSuccess);
+  }
+  for (int l = 0; l < kLaunches; ++l) {
+    SCOPED_TRACE(::testing::Message() << "launch " << l);
+    ExpectClose(ToHost(ys[l], want[l].size()), want[l], scale[l], kRelative);
+  }
+  scratch.ExpectCountersZero();
+}
+
+TEST(CudaSkinnyMmaGemmTest, RefusesWhatItCannotTake) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  std::mt19937_64 rng(FreshSeed());
+  DeviceArena arena;
+  const int in = 264, out = 300, rows = 9;
+  std::vector<__nv_bfloat16> xb, wb;
+  std::vector<float> x, w;
+  RandomBf16(rng, static_cast<size_t>(cuda::kSkinnyMmaMaxRows + 1) * in + 8, xb, x);
+  RandomBf16(rng, static_cast<size_t>(out) * in + 8, wb, w);
+  const __nv_bfloat16* xd = arena.Copy(xb);
+  const __nv_bfloat16* wd = arena.Copy(wb);
+  float* y = arena.Alloc<float>(static_cast<size_t>(cuda::kSkinnyMmaMaxRows + 1) * out);
+  Scratch scratch(arena, out);
+  EXPECT_FALSE(cuda::SkinnyMmaGemmApplies(xd + 1, rows, in, wd)) << "x not 16-byte aligned";
+  EXPECT_FALSE(cuda::SkinnyMmaGemmApplies(xd, rows, in, wd + 4)) << "w not 16-byte aligned";
+  EXPECT_FALSE(cuda::SkinnyMmaGemmApplies(xd, rows, in - 4, wd)) << "K not a multiple of 8";
+  EXPECT_FALSE(cuda::SkinnyMmaGemmApplies(xd, cuda::kSkinnyMmaMaxRows + 1, in, wd)) << "too many rows";
+  EXPECT_FALSE(cuda::SkinnyMmaGemmApplies(xd, 0, in, wd));
+  auto launch = [&](const __nv_bfloat16* xp, int r, int k, int o, float beta, const cuda::SkinnyMmaScratch& s,
+                    int splits) { return cuda::LaunchSkinnyMmaGemm(xp, r, k, wd, o, y, beta, s, nullptr, splits); };
+  EXPECT_EQ(launch(xd + 1, rows, in, out, 0.0f, scratch.s, 0), cudaErrorInvalidValue);
+  EXPECT_EQ(launch(xd, rows, in, 0, 0.0f, scratch.s, 0), cudaErrorInvalidValue) << "no outputs";
+  EXPECT_EQ(launch(xd, rows, in, out, 0.5f, scratch.s, 0), cudaErrorInvalidValue) << "beta neither 0 nor 1";
+  EXPECT_EQ(launch(xd, rows, in, out, 0.0f, scratch.s, 6), cudaErrorInvalidValue) << "more parts than stages (5)";
+  EXPECT_EQ(launch(xd, rows, in, out, 0.0f, cuda::SkinnyMmaScratch{}, 2), cudaErrorInvalidValue) << "no scratch";
+  cuda::SkinnyMmaScratch small = scratch.s;
+  small.workspace_bytes = static_cast<size_t>(2) * rows * out * sizeof(float) - 4;
+  EXPECT_EQ(launch(xd, rows, in, out, 0.0f, small, 2), cudaErrorInvalidValue) << "partial sums do not fit";
+  small = scratch.s;
+  small.counter_slots -= 1;
+  EXPECT_EQ(launch(xd, rows, in, out, 0.0f, small, 2), cudaErrorInvalidValue) << "too few counters";
+  // Without scratch it chooses no split, and computes.
+  EXPECT_EQ(cuda::SkinnyMmaSplits(rows, 4096, out, cuda::SkinnyMmaScratch{}), 1);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Gemm runs the kernel at 5 to 16 rows with skinny_mma_kernel (no cuBLASLt plan), the CUDA-core
+// skinny kernel below, and cuBLASLt without the option; all within error of the product.
+TEST(CudaSkinnyMmaGemmTest, GemmRunsItWhereAsked) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (const int rows : {4, 5, 8, 9, 16}) {
+    const int in = 8 * (1 + static_cast<int>(rng() % 600)), out = 1 + static_cast<int>(rng() % 2000);
+    SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out);
+    std::vector<__nv_bfloat16> xb, wb;
+    std::vector<float> x, w;
+    RandomBf16(rng, static_cast<size_t>(rows) * in, xb, x);
+    RandomBf16(rng, static_cast<size_t>(out) * in, wb, w);
+    std::vector<double> want, scale;
+    Reference(x, rows, in, w, out, &want, &scale);
+    DeviceArena arena;
+    const __nv_bfloat16* xd = arena.Copy(xb);
+    const __nv_bfloat16* wd = arena.Copy(wb);
+    for (const bool mma : {true, false}) {
+      auto gemm = cuda::Gemm::Create(nullptr, cuda::GemmOptions{.skinny_kernel = true, .skinny_mma_kernel = mma});
+      ASSERT_TRUE(gemm.ok());
+      float* y = NanFilled(arena, want.size());
+      ASSERT_TRUE((*gemm)->Run(xd, rows, in, wd, out, y).ok());
+      EXPECT_EQ((*gemm)->plans(), rows <= cuda::kSkinnyGemmFasterRows || mma ? 0u : 1u) << "mma " << mma;
+      ExpectClose(ToHost(y, want.size()), want, scale, kRelative);
+      // beta 1 through Gemm too.
+      ASSERT_TRUE((*gemm)->Run(xd, rows, in, wd, out, y, 1.0f).ok());
+      std::vector<double> twice = want, twice_scale = scale;
+      for (size_t i = 0; i < twice.size(); ++i) twice[i] *= 2, twice_scale[i] *= 2;
+      ExpectClose(ToHost(y, want.size()), twice, twice_scale, kRelative);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lazykv

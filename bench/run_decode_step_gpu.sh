@@ -3,7 +3,8 @@
 # (those not bundled skipped), then cuda_backend_bench alternated over the launch variants
 # named in VARIANTS (name=ENV=VALUE,ENV=VALUE; "base" runs the defaults), ROUNDS times, the
 # first round of each with --kernel-trace, while the call's time lasts (BUDGET_S, default
-# 480 s from the start), and cuda_decode_bench's split sweep if bundled.
+# 480 s from the start), and cuda_decode_bench's split sweep if bundled. SHOW_TTFT_TRACE=1 also
+# prints the TTFT step's kernel trace.
 # Here: LAZYKV_MODELS_DIR=../shared/models bash bench/bundle_backend_gpu.sh OUT build cuda_backend_bench \
 #   [cuda_decode_bench] [tests] && cp bench/run_decode_step_gpu.sh OUT/data/
 # There: bash OUT/data/run_decode_step_gpu.sh OUT LOGDIR; the logs come back as LOGDIR/logs.tar.xz.
@@ -18,11 +19,14 @@ start=$SECONDS
 budget=${BUDGET_S:-480}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/device.txt"
 status=0
-for t in ${TESTS:-}; do
+# A test named ENV=VALUE:test runs with that variable set (its log named ENV=VALUE_test.log).
+for entry in ${TESTS:-}; do
+  t=${entry##*:}; vars=; [[ $entry == *:* ]] && vars=${entry%:*}
+  log="$logs/${vars:+${vars}_}$t.log"
   command -v "$t" > /dev/null || { echo "$t: not in the bundle, skipped"; continue; }
-  timeout 300 "$t" > "$logs/$t.log" 2>&1 || status=1
-  echo "$t: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$logs/$t.log" | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \]' "$logs/$t.log" | head -n 5
+  env $vars timeout 300 "$t" > "$log" 2>&1 || status=1
+  echo "$entry: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \]' "$log" | head -n 5
 done
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for variant in ${VARIANTS:-base}; do
@@ -32,8 +36,9 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     log="$logs/${name}_$round.txt"
     env ${vars//,/ } timeout 200 cuda_backend_bench $trace > "$log" 2>&1 || status=1
     echo "== $name round $round ($vars) $trace"
-    grep -E "^decode step|^TTFT|^a step's GEMMs at 1 row" "$log"
+    grep -E "^decode step|^TTFT|^a step's GEMMs at 1 row|tensor-core skinny kernel" "$log"
     [[ -n $trace ]] && sed -n '/^kernel trace: decode/,/^per step/p' "$log" | head -n 14
+    [[ -n $trace && -n ${SHOW_TTFT_TRACE:-} ]] && sed -n '/^kernel trace: the TTFT step/,/^per step/p' "$log" | head -n 22
   done
 done
 if command -v cuda_decode_bench > /dev/null && (( SECONDS - start < budget )); then

@@ -207,15 +207,19 @@ __global__ void __launch_bounds__(kThreads)
       if (col < out && r < rows) workspace[(static_cast<size_t>(part) * rows + r) * out + col] = acc[nt][i];
     }
   }
-  __threadfence();  // this part's sums visible before it counts itself in
+  // Release and acquire by one thread: the barrier orders the CTA's stores before thread 0's
+  // fence, which is cumulative (as last_split_merge.cuh and CUTLASS's split-K semaphore do it).
   __syncthreads();
   if (threadIdx.x == 0) {
+    __threadfence();
     last_part = atomicAdd(&counters[blockIdx.x], 1) == splits - 1;
-    if (last_part) counters[blockIdx.x] = 0;  // every part has counted: zero for the next launch
+    if (last_part) {
+      atomicExch(&counters[blockIdx.x], 0);  // every part has counted in: zero for the next launch
+      __threadfence();                       // the other parts' sums are read after their counts
+    }
   }
   __syncthreads();
   if (!last_part) return;
-  __threadfence();
   for (int e = threadIdx.x; e < rows * kSkinnyMmaTileOut; e += kThreads) {
     const int r = e / kSkinnyMmaTileOut, col = tile0 + e % kSkinnyMmaTileOut;
     if (col >= out) continue;

@@ -30,6 +30,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/lazy_decode_kernels.cuh"
+#include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/rope_device.cuh"
 #include "kernels/cuda/shared_decode_attention.h"
 #include "kernels/cuda/softmax_merge.cuh"
@@ -55,29 +56,10 @@ struct SharedShape {
   static_assert(kPiecesPerThread * kSThreads == kSTile * kPiecesPerRow, "whole pieces per thread");
 };
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SmemAddr(p)));
-}
-
-__device__ __forceinline__ void Ldmatrix4Trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SmemAddr(p)));
-}
-
-// c += a b: m16n8k16, bf16 inputs, fp32 accumulators.
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using mma::Ldmatrix4;
+using mma::Ldmatrix4Trans;
+using mma::Mma;
+using mma::SmemAddr;
 
 __device__ __forceinline__ uint32_t AsU32(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 

@@ -18,12 +18,17 @@
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/skinny_mma_gemm.h"
 
 namespace lazykv::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
+using mma::Ldmatrix2;
+using mma::Ldmatrix4;
+using mma::Mma;
+using mma::SmemAddr;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -46,10 +51,6 @@ struct Stages {
 
 __device__ __forceinline__ int Swizzled(int row, int chunk) { return row * kChunks + (chunk ^ (row & 7)); }
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // 16 bytes global -> shared, src_bytes 0 fills zeros. W's copies also ask L2 for the
 // 256 bytes around them: W is read once, and the next stage's columns of the row then come
 // from L2 (256-byte reads of each row from memory, not 128).
@@ -65,25 +66,6 @@ __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-__device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SmemAddr(p)));
-}
-__device__ __forceinline__ void Ldmatrix2(uint32_t (&r)[2], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(SmemAddr(p)));
-}
-
-// c += a b: m16n8k16, bf16 inputs, fp32 accumulators.
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Stage `stage` of the tile's W (columns from k0) into buffer `buffer`. Rows past `out`

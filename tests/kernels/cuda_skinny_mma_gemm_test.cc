@@ -125,6 +125,34 @@ struct Stream {
   bool ok = false;
 };
 
+// Products of one W with fresh random X of the given row counts, each with its own NaN-filled
+// output and its reference, made before any launch.
+struct Products {
+  Products(std::mt19937_64& rng, DeviceArena& arena, const std::vector<float>& w, int in, int out,
+           const std::vector<int>& row_counts) {
+    for (const int rows : row_counts) {
+      std::vector<__nv_bfloat16> xb;
+      std::vector<float> x;
+      RandomBf16(rng, static_cast<size_t>(rows) * in, xb, x);
+      want.emplace_back();
+      scale.emplace_back();
+      Reference(x, rows, in, w, out, &want.back(), &scale.back());
+      xs.push_back(arena.Copy(xb));
+      ys.push_back(NanFilled(arena, want.back().size()));
+    }
+  }
+  void ExpectEach() const {
+    for (size_t p = 0; p < ys.size(); ++p) {
+      SCOPED_TRACE(::testing::Message() << "product " << p);
+      ASSERT_NE(ys[p], nullptr);
+      ExpectClose(ToHost(ys[p], want[p].size()), want[p], scale[p]);
+    }
+  }
+  std::vector<std::vector<double>> want, scale;
+  std::vector<const __nv_bfloat16*> xs;
+  std::vector<float*> ys;
+};
+
 // Split launches queued back to back on one stream (every buffer made first, one
 // synchronization at the end), each into its own output: a counter the launch before left
 // non-zero would make a part think itself last too early (or never), and its output would be
@@ -143,30 +171,18 @@ TEST(CudaSkinnyMmaGemmTest, BackToBackSplitLaunchesEachGetTheirOwnSums) {
   RandomBf16(rng, static_cast<size_t>(out) * in, wb, w);
   const __nv_bfloat16* wd = arena.Copy(wb);
   constexpr int kLaunches = 6;
-  std::vector<std::vector<double>> want(kLaunches), scale(kLaunches);
-  std::vector<const __nv_bfloat16*> xs;
-  std::vector<float*> ys;
-  for (int l = 0; l < kLaunches; ++l) {
-    std::vector<__nv_bfloat16> xb;
-    std::vector<float> x;
-    RandomBf16(rng, static_cast<size_t>(rows) * in, xb, x);
-    Reference(x, rows, in, w, out, &want[l], &scale[l]);
-    xs.push_back(arena.Copy(xb));
-    ys.push_back(NanFilled(arena, want[l].size()));
-    ASSERT_NE(ys.back(), nullptr);
-  }
+  const Products products(rng, arena, w, in, out, std::vector<int>(kLaunches, rows));
   Stream stream;
   ASSERT_TRUE(stream.ok);
-  CUDA_OK(cudaDeviceSynchronize());  // the copies above (the legacy stream's) have landed
+  CUDA_OK(cudaDeviceSynchronize());      // the copies above (the legacy stream's) have landed
   for (int l = 0; l < kLaunches; ++l) {  // 3 then 4 parts: the counts differ between neighbours too
-    ASSERT_EQ(cuda::LaunchSkinnyMmaGemm(xs[l], rows, in, wd, out, ys[l], 0.0f, scratch.s, stream.s, 3 + l % 2),
+    ASSERT_NE(products.ys[l], nullptr);
+    ASSERT_EQ(cuda::LaunchSkinnyMmaGemm(products.xs[l], rows, in, wd, out, products.ys[l], 0.0f, scratch.s, stream.s,
+                                        3 + l % 2),
               cudaSuccess);
   }
   CUDA_OK(cudaStreamSynchronize(stream.s));
-  for (int l = 0; l < kLaunches; ++l) {
-    SCOPED_TRACE(::testing::Message() << "launch " << l);
-    ExpectClose(ToHost(ys[l], want[l].size()), want[l], scale[l]);
-  }
+  products.ExpectEach();
   scratch.ExpectCountersZero();
 }
 
@@ -227,36 +243,25 @@ TEST(CudaSkinnyMmaGemmTest, SharesCublasLtsWorkspaceInStreamOrder) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   const int in = 4096, out = 512;
-  const int row_counts[] = {32, 12, 32, 12};
   DeviceArena arena;
   std::vector<__nv_bfloat16> wb;
   std::vector<float> w;
   RandomBf16(rng, static_cast<size_t>(out) * in, wb, w);
   const __nv_bfloat16* wd = arena.Copy(wb);
-  std::vector<std::vector<double>> want(4), scale(4);
-  std::vector<const __nv_bfloat16*> xs;
-  std::vector<float*> ys;
-  for (int p = 0; p < 4; ++p) {
-    std::vector<__nv_bfloat16> xb;
-    std::vector<float> x;
-    RandomBf16(rng, static_cast<size_t>(row_counts[p]) * in, xb, x);
-    Reference(x, row_counts[p], in, w, out, &want[p], &scale[p]);
-    xs.push_back(arena.Copy(xb));
-    ys.push_back(NanFilled(arena, want[p].size()));
-    ASSERT_NE(ys.back(), nullptr);
-  }
+  const std::vector<int> row_counts = {32, 12, 32, 12};
+  const Products products(rng, arena, w, in, out, row_counts);
   Stream stream;
   ASSERT_TRUE(stream.ok);
   auto gemm = cuda::Gemm::Create(stream.s, cuda::GemmOptions{.skinny_kernel = true, .skinny_mma_kernel = true});
   ASSERT_TRUE(gemm.ok());
   CUDA_OK(cudaDeviceSynchronize());  // its counters zeroed, the copies above landed
-  for (int p = 0; p < 4; ++p) ASSERT_TRUE((*gemm)->Run(xs[p], row_counts[p], in, wd, out, ys[p]).ok());
+  for (size_t p = 0; p < row_counts.size(); ++p) {
+    ASSERT_NE(products.ys[p], nullptr);
+    ASSERT_TRUE((*gemm)->Run(products.xs[p], row_counts[p], in, wd, out, products.ys[p]).ok());
+  }
   CUDA_OK(cudaStreamSynchronize(stream.s));
   EXPECT_EQ((*gemm)->plans(), 1u) << "32 rows by cuBLASLt, 12 by the kernel";
-  for (int p = 0; p < 4; ++p) {
-    SCOPED_TRACE(::testing::Message() << "product " << p << ", " << row_counts[p] << " rows");
-    ExpectClose(ToHost(ys[p], want[p].size()), want[p], scale[p]);
-  }
+  products.ExpectEach();
 }
 
 TEST(CudaSkinnyMmaGemmTest, RefusesWhatItCannotTake) {

@@ -83,8 +83,9 @@ TEST(RagTraceTest, RequestsAreWellFormedAndArrivalsArePoisson) {
     previous = r.arrival_s;
     ++first_position[r.doc_ids[0]];
   }
-  // 20000 exponential gaps of mean 1/50 s: the mean is within 3% (about 4 standard errors).
-  EXPECT_NEAR(previous / o.num_requests, 1.0 / 50, 0.03 / 50);
+  // 20000 exponential gaps of mean 1/50 s: the mean is within 4% (5.7 standard errors: a
+  // fresh seed fails about once in 1e8 runs; 3% was 2e-5).
+  EXPECT_NEAR(previous / o.num_requests, 1.0 / 50, 0.04 / 50);
   // Order is shuffled: the most popular document is not always first.
   EXPECT_LT(first_position[trace.ranking[0]], 0.5 * o.num_requests);
 }
@@ -104,7 +105,7 @@ TEST(RagTraceTest, PopularityFitsTheZipfLaw) {
     for (int r = 0; r < 10; ++r) {
       const double p = std::pow(r + 1.0, -s) / norm;
       const double sigma = std::sqrt(p * (1 - p) / 100000);
-      EXPECT_NEAR(freq[r], p, 5 * sigma) << "s=" << s << " rank " << r;
+      EXPECT_NEAR(freq[r], p, 6 * sigma) << "s=" << s << " rank " << r;  // 20 checks: 4e-8 a run
     }
     EXPECT_NEAR(LogLogSlope(freq, 0, 200), -s, 0.05) << "s=" << s;
     // Eight distinct documents per request: the head saturates (a document is in a request

@@ -105,7 +105,9 @@ TEST(DiskTierTest, LookupsDoNotWaitForALargeWrite) {
   const double lookup_ms = std::chrono::duration<double, std::milli>(longest_lookup).count();
   std::printf("96 MiB write %.1f ms; %d lookups meanwhile, the longest %.3f ms\n", write_ms, lookups, lookup_ms);
   EXPECT_GT(lookups, 1);
-  EXPECT_LT(lookup_ms, write_ms / 4);
+  // Half the write: a lookup held by the write's lock would wait for most of it. A quarter
+  // was crossed by preemption alone (0.36 of the write with three busy neighbours).
+  EXPECT_LT(lookup_ms, write_ms / 2);
   disk->reset();
   std::filesystem::remove_all(dir);
 }

@@ -300,7 +300,9 @@ TEST(CudaPieceCopyTest, TheGatherThatPublishesItsAnswerResetsItEveryLaunch) {
     cudaFree(range);
     cudaFree(base);
   }
-  EXPECT_GE(bad_seen, 3);
+  // The even trials plant a non-finite value 3 times in 4 (RandomPayload): at least one of 12
+  // fails by chance 6e-8 of runs (3 or more did 3.8e-5).
+  EXPECT_GE(bad_seen, 1);
   EXPECT_GE(clean_seen, 12);
   cudaFree(scratch);
   cudaStreamDestroy(stream);

@@ -82,6 +82,18 @@ Gemm::~Gemm() {
   if (mma_counters_) cudaFree(mma_counters_);
 }
 
+bool Gemm::SkinnyMmaRows(int rows) const {
+  return options_.skinny_kernel && options_.skinny_mma_kernel && rows > kSkinnyGemmFasterRows &&
+         rows <= kSkinnyMmaMaxRows;
+}
+
+SkinnyMmaScratch Gemm::mma_scratch() const {
+  return {.workspace = static_cast<float*>(workspace_),
+          .workspace_bytes = workspace_bytes_,
+          .counters = mma_counters_,
+          .counter_slots = kMmaCounterSlots};
+}
+
 absl::StatusOr<Gemm::Plan*> Gemm::PlanFor(int rows, int in, int out, float beta, bool fp32_inputs) {
   const auto key = std::make_tuple(rows, in, out, beta != 0.0f, fp32_inputs);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
@@ -125,12 +137,9 @@ absl::Status Gemm::RunTyped(const void* x, int rows, int in, const void* w, int 
       }
       return absl::OkStatus();
     }
-    if (options_.skinny_mma_kernel && rows > kSkinnyGemmFasterRows && SkinnyMmaGemmApplies(xb, rows, in, wb)) {
-      const SkinnyMmaScratch scratch{.workspace = static_cast<float*>(workspace_),
-                                     .workspace_bytes = workspace_bytes_,
-                                     .counters = mma_counters_,
-                                     .counter_slots = kMmaCounterSlots};
-      if (cudaError_t e = LaunchSkinnyMmaGemm(xb, rows, in, wb, out, y, beta, scratch, stream_); e != cudaSuccess) {
+    if (SkinnyMmaRows(rows) && SkinnyMmaGemmApplies(xb, rows, in, wb)) {
+      if (cudaError_t e = LaunchSkinnyMmaGemm(xb, rows, in, wb, out, y, beta, mma_scratch(), stream_);
+          e != cudaSuccess) {
         return absl::InternalError(absl::StrFormat("tensor-core skinny GEMM: %s", cudaGetErrorString(e)));
       }
       return absl::OkStatus();

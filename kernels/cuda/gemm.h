@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/skinny_mma_gemm.h"
 
 namespace lazykv::cuda {
 
@@ -51,6 +52,12 @@ class Gemm {
   absl::Status Run(const float* x, int rows, int in, const float* w, int out, float* y, float beta = 0.0f) {
     return RunTyped(x, rows, in, w, out, y, beta, /*fp32_inputs=*/true);
   }
+  // Whether Run gives a bf16 product of `rows` rows to the tensor-core skinny kernel (where
+  // the kernel takes its shape): 5 to 16 rows with skinny_kernel and skinny_mma_kernel.
+  bool SkinnyMmaRows(int rows) const;
+  // That kernel's scratch, for its fused launches beside Run (skinny_mma_gemm.h): used in
+  // stream order on this Gemm's stream only.
+  SkinnyMmaScratch mma_scratch() const;
   // cuBLASLt shapes planned so far (each planned once, at its first Run: a heuristic query
   // and, on the first launch of a kernel, its loading; Backend::WarmUp plans ahead). The
   // skinny kernel plans nothing.

@@ -1,20 +1,30 @@
 // A CTA of 4 warps takes a tile of 64 rows of W (warp w its rows 16w..16w+15) and a part of
 // K, in stages of 64 columns: per stage, 64 x 64 of W and up to 16 x 64 of X go to shared
 // memory by cp.async (four stages in flight), each warp loads its A fragments (W) and the B
-// fragments (X, rows as the MMA's N) with ldmatrix and runs mma.sync m16n8k16 into fp32
-// accumulators: one or two 8-row tiles of X (5-8 rows: one).
+// fragments (X, rows as the MMA's N) and runs mma.sync m16n8k16 into fp32 accumulators: one or
+// two 8-row tiles of X (5-8 rows: one).
 //
-// Shared memory rows are 128 bytes (8 chunks of 16): chunk c of row r sits at c ^ (r % 8), so
-// the eight rows ldmatrix reads at one chunk fall in eight different bank groups.
+// Shared memory rows of W and bf16 X are 128 bytes (8 chunks of 16): chunk c of row r sits at
+// c ^ (r % 8), so the eight rows ldmatrix reads at one chunk fall in eight different bank
+// groups. fp32 X (rounded to bf16 as the fragments are built, as LaunchToBf16 rounds it) has
+// 256-byte rows of 16 chunks, swizzled the same way.
+//
+// Epilogues: kStore writes y (beta 0) or adds to it (beta 1). kSwiGlu takes W = [gate; up]
+// (`hidden` rows each): a tile is gate rows c0..c0+31 (warps 0-1) and up rows c0..c0+31
+// (warps 2-3), and h = SwiGLU(gate, up) is written in bf16 with LaunchSwiGlu's expression.
+// Each element's sum is the one the kStore kernel forms over the same rows (same stages, same
+// split: the split count follows the tile count, equal for [gate; up] in tiles of 64 and in
+// pairs of 32), so the fused kernels equal the unfused ones bit for bit.
 //
 // Split K (SkinnyMmaSplits): part p of `splits` takes stages [p * T / splits, (p + 1) * T /
-// splits) of the T stages, writes its sums to the workspace, and counts itself in on its
-// tile's counter; the part that completes the count adds the parts' sums in part order, adds
-// y for beta 1, writes y and sets the counter back to zero (as the decode kernel's last split
-// merges: last_split_merge.cuh).
+// splits) of the T stages, writes its sums to the workspace ([part][rows][columns of the
+// product]), and counts itself in on its tile's counter; the part that completes the count
+// adds the parts' sums in part order, applies the epilogue and sets the counter back to zero
+// (as the decode kernel's last split merges: last_split_merge.cuh).
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
@@ -30,26 +40,36 @@ using mma::Ldmatrix4;
 using mma::Mma;
 using mma::SmemAddr;
 
+enum class Epilogue { kStore, kSwiGlu };
+
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kStageK = 64;           // columns of K a stage: 128 bytes of a row
-constexpr int kChunks = kStageK / 8;  // 16-byte chunks of a row in a stage
-constexpr int kStages = 4;            // stages in flight (36-40 KB of shared memory a CTA)
+constexpr int kStageK = 64;           // columns of K a stage: 128 bytes of a bf16 row
+constexpr int kChunks = kStageK / 8;  // 16-byte chunks of a bf16 row in a stage
+constexpr int kStages = 4;            // stages in flight (36-48 KB of shared memory a CTA)
 constexpr int kMaxSplits = 4;         // parts of K at most (chosen, not forced)
 constexpr int kMinStagesPerPart = 4;  // a part shorter than the pipeline wastes its fill
-constexpr int kCtasPerSm = 4;         // CTAs resident an SM (5 fit in shared memory)
+constexpr int kCtasPerSm = 4;         // CTAs resident an SM (4-5 fit in shared memory)
 constexpr int kWChunksPerThread = kSkinnyMmaTileOut * kChunks / kThreads;
 static_assert(kSkinnyMmaTileOut == 16 * kWarps, "a warp takes 16 rows of W");
 static_assert(kWChunksPerThread * kThreads == kSkinnyMmaTileOut * kChunks, "whole chunks a thread");
 
-// The stages in shared memory: W [stage][64 rows x 8 chunks], X [stage][8 * kNTiles rows x 8].
-template <int kNTiles>
+// 16-byte chunks of a stage's row of X.
+template <typename XT>
+inline constexpr int kXChunks = kStageK * static_cast<int>(sizeof(XT)) / 16;
+
+// The stages in shared memory: W [stage][64 rows x 8 chunks], X [stage][8 * kNTiles rows x
+// XChunks]. 48 KB at most (the static limit): the split's flag and the SwiGLU epilogue's
+// exchange reuse W's buffers once the last stage is multiplied.
+template <int kNTiles, typename XT>
 struct Stages {
   uint4 w[kStages][kSkinnyMmaTileOut * kChunks];
-  uint4 x[kStages][8 * kNTiles * kChunks];
+  uint4 x[kStages][8 * kNTiles * kXChunks<XT>];
 };
 
-__device__ __forceinline__ int Swizzled(int row, int chunk) { return row * kChunks + (chunk ^ (row & 7)); }
+__device__ __forceinline__ int Swizzled(int row, int chunk, int chunks_per_row) {
+  return row * chunks_per_row + (chunk ^ (row & 7));
+}
 
 // 16 bytes global -> shared, src_bytes 0 fills zeros. W's copies also ask L2 for the
 // 256 bytes around them: W is read once, and the next stage's columns of the row then come
@@ -68,81 +88,132 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Stage `stage` of the tile's W (columns from k0) into buffer `buffer`. Rows past `out`
-// repeat the last row (loaded, never written); columns past `in` are zeros.
-template <int kNTiles>
-__device__ __forceinline__ void LoadW(Stages<kNTiles>& sm, int buffer, const bf16* w, int in, int out, int tile0,
+// The row of W that row r of a tile starting at output tile0 holds. kStore: output tile0 + r.
+// kSwiGlu (tile0 a multiple of 32 of `out` = hidden): gate row tile0 + r for r < 32, up row
+// hidden + tile0 + r - 32 after. Rows past the outputs repeat the last (loaded, never written).
+template <Epilogue kEpilogue>
+__device__ __forceinline__ int WRow(int tile0, int r, int out) {
+  if constexpr (kEpilogue == Epilogue::kStore) {
+    return min(tile0 + r, out - 1);
+  } else {
+    return min(tile0 + r % 32, out - 1) + (r < 32 ? 0 : out);
+  }
+}
+
+// Stage columns from k0 of the tile's W into buffer `buffer`; columns past `in` are zeros.
+template <Epilogue kEpilogue, int kNTiles, typename XT>
+__device__ __forceinline__ void LoadW(Stages<kNTiles, XT>& sm, int buffer, const bf16* w, int in, int out, int tile0,
                                       int k0) {
 #pragma unroll
   for (int j = 0; j < kWChunksPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads;
     const int r = i / kChunks, c = i % kChunks;
-    const int row = min(tile0 + r, out - 1);
     const int k = k0 + c * 8;
     const bool inside = k < in;
-    CpAsyncStreamed(&sm.w[buffer][Swizzled(r, c)], w + static_cast<size_t>(row) * in + (inside ? k : 0),
-                    inside ? 16 : 0);
+    CpAsyncStreamed(&sm.w[buffer][Swizzled(r, c, kChunks)],
+                    w + static_cast<size_t>(WRow<kEpilogue>(tile0, r, out)) * in + (inside ? k : 0), inside ? 16 : 0);
   }
 }
 
 // The same stage of X: rows past `rows` and columns past `in` are zeros.
-template <int kNTiles>
-__device__ __forceinline__ void LoadX(Stages<kNTiles>& sm, int buffer, const bf16* x, int rows, int in, int k0) {
-  const int i = threadIdx.x;
-  if (i < 8 * kNTiles * kChunks) {
-    const int r = i / kChunks, c = i % kChunks;
-    const int k = k0 + c * 8;
+template <int kNTiles, typename XT>
+__device__ __forceinline__ void LoadX(Stages<kNTiles, XT>& sm, int buffer, const XT* x, int rows, int in, int k0) {
+  constexpr int kChunksX = kXChunks<XT>, kElems = 16 / sizeof(XT);
+  for (int i = threadIdx.x; i < 8 * kNTiles * kChunksX; i += kThreads) {
+    const int r = i / kChunksX, c = i % kChunksX;
+    const int k = k0 + c * kElems;
     const bool inside = r < rows && k < in;
-    CpAsync(&sm.x[buffer][Swizzled(r, c)], x + (inside ? static_cast<size_t>(r) * in + k : 0), inside ? 16 : 0);
+    CpAsync(&sm.x[buffer][Swizzled(r, c, kChunksX)], x + (inside ? static_cast<size_t>(r) * in + k : 0),
+            inside ? 16 : 0);
   }
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float2 v) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(v.x, v.y);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// The B fragment of fp32 X for n-tile rows 8 * nt.. and the 16 columns from 16 * kk of the
+// stage: lane (g, t) = (lane / 4, lane % 4) takes row g's columns 2t, 2t + 1 and 2t + 8, 2t + 9,
+// rounded to bf16 pairs (the lower column in the lower half, as ldmatrix would load them).
+template <int kNTiles>
+__device__ __forceinline__ void FloatBFragment(const Stages<kNTiles, float>& sm, int buffer, int nt, int kk, int lane,
+                                               uint32_t& b0, uint32_t& b1) {
+  constexpr int kChunksX = kXChunks<float>;
+  const int r = 8 * nt + lane / 4, k = 16 * kk + 2 * (lane % 4);
+  const float* lo = reinterpret_cast<const float*>(&sm.x[buffer][Swizzled(r, k / 4, kChunksX)]) + k % 4;
+  const float* hi = reinterpret_cast<const float*>(&sm.x[buffer][Swizzled(r, k / 4 + 2, kChunksX)]) + k % 4;
+  b0 = PackBf16(*reinterpret_cast<const float2*>(lo));
+  b1 = PackBf16(*reinterpret_cast<const float2*>(hi));
 }
 
 // The warp's 16 rows of W times the stage's X, added to acc[n-tile]: per 16 columns, one
 // ldmatrix.x4 of W (the A fragment: rows 0-7 and 8-15, columns 0-7 and 8-15, from lanes
-// 0-7, 8-15, 16-23, 24-31) and one of X (B fragments: rows 0-7 at columns 0-7 and 8-15, then
-// rows 8-15 likewise; .x2 for one tile).
-template <int kNTiles>
-__device__ __forceinline__ void MultiplyStage(const Stages<kNTiles>& sm, int buffer, int warp, int lane,
+// 0-7, 8-15, 16-23, 24-31) and the B fragments: for bf16 X one ldmatrix (rows 0-7 at columns
+// 0-7 and 8-15, then rows 8-15 likewise; .x2 for one tile), for fp32 X built from pairs.
+template <int kNTiles, typename XT>
+__device__ __forceinline__ void MultiplyStage(const Stages<kNTiles, XT>& sm, int buffer, int warp, int lane,
                                               float (&acc)[kNTiles][4]) {
   const int a_row = 16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8;
   const int b_row = (lane & 7) + (kNTiles == 2 ? (lane >> 4) * 8 : 0);
 #pragma unroll
   for (int kk = 0; kk < kStageK / 16; ++kk) {
     uint32_t a[4];
-    Ldmatrix4(a, &sm.w[buffer][Swizzled(a_row, 2 * kk + (lane >> 4))]);
-    const uint4* b_chunk = &sm.x[buffer][Swizzled(b_row, 2 * kk + ((lane >> 3) & 1))];
-    if constexpr (kNTiles == 2) {
-      uint32_t b[4];
-      Ldmatrix4(b, b_chunk);
-      Mma(acc[0], a, b[0], b[1]);
-      Mma(acc[1], a, b[2], b[3]);
+    Ldmatrix4(a, &sm.w[buffer][Swizzled(a_row, 2 * kk + (lane >> 4), kChunks)]);
+    if constexpr (std::is_same_v<XT, float>) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        uint32_t b0, b1;
+        FloatBFragment(sm, buffer, nt, kk, lane, b0, b1);
+        Mma(acc[nt], a, b0, b1);
+      }
     } else {
-      uint32_t b[2];
-      Ldmatrix2(b, b_chunk);
-      Mma(acc[0], a, b[0], b[1]);
+      const uint4* b_chunk = &sm.x[buffer][Swizzled(b_row, 2 * kk + ((lane >> 3) & 1), kChunks)];
+      if constexpr (kNTiles == 2) {
+        uint32_t b[4];
+        Ldmatrix4(b, b_chunk);
+        Mma(acc[0], a, b[0], b[1]);
+        Mma(acc[1], a, b[2], b[3]);
+      } else {
+        uint32_t b[2];
+        Ldmatrix2(b, b_chunk);
+        Mma(acc[0], a, b[0], b[1]);
+      }
     }
   }
 }
 
-template <int kNTiles>
+// The product's column (of y, or of [gate; up] for kSwiGlu) that tile row m holds.
+template <Epilogue kEpilogue>
+__device__ __forceinline__ int ProductColumn(int tile0, int m, int out) {
+  if constexpr (kEpilogue == Epilogue::kStore) {
+    return tile0 + m;
+  } else {
+    return tile0 + m % 32 + (m < 32 ? 0 : out);
+  }
+}
+
+// out: y's columns (kStore) or `hidden` (kSwiGlu, whose product has 2 * hidden columns).
+template <int kNTiles, typename XT, Epilogue kEpilogue>
 __global__ void __launch_bounds__(kThreads)
-    SkinnyMmaGemmKernel(const bf16* __restrict__ x, int rows, int in, const bf16* __restrict__ w, int out,
-                        float* __restrict__ y, float beta, float* __restrict__ workspace,
+    SkinnyMmaGemmKernel(const XT* __restrict__ x, int rows, int in, const bf16* __restrict__ w, int out,
+                        float* __restrict__ y, float beta, bf16* __restrict__ h, float* __restrict__ workspace,
                         int32_t* __restrict__ counters) {
-  __shared__ Stages<kNTiles> sm;
-  __shared__ bool last_part;
+  __shared__ Stages<kNTiles, XT> sm;
+  constexpr int kTileCols = kEpilogue == Epilogue::kStore ? kSkinnyMmaTileOut : kSkinnyMmaTileOut / 2;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tile0 = blockIdx.x * kSkinnyMmaTileOut;
+  const int tile0 = blockIdx.x * kTileCols;
   const int splits = gridDim.y, part = blockIdx.y;
   const int total = (in + kStageK - 1) / kStageK;
   const int first = static_cast<int>(static_cast<int64_t>(part) * total / splits);
   const int stages = static_cast<int>(static_cast<int64_t>(part + 1) * total / splits) - first;
+  const int product_cols = kEpilogue == Epilogue::kStore ? out : 2 * out;
 
   // W (weights: no kernel before this one writes them) is in flight before the wait for the
   // kernel that writes X.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < stages) LoadW(sm, s, w, in, out, tile0, (first + s) * kStageK);
+    if (s < stages) LoadW<kEpilogue>(sm, s, w, in, out, tile0, (first + s) * kStageK);
   }
   WaitForPriorGrid();
 #pragma unroll
@@ -157,71 +228,121 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();             // everyone's, and the buffer refilled below is read by no one
     const int next = it + kStages - 1;
     if (next < stages) {
-      LoadW(sm, next % kStages, w, in, out, tile0, (first + next) * kStageK);
+      LoadW<kEpilogue>(sm, next % kStages, w, in, out, tile0, (first + next) * kStageK);
       LoadX(sm, next % kStages, x, rows, in, (first + next) * kStageK);
     }
     CpAsyncCommit();
     MultiplyStage(sm, it % kStages, warp, lane, acc);
   }
+  // Every copy has landed (those after the last stage's were empty groups); from here W's
+  // buffers hold the flag and the SwiGLU exchange, once every warp is past its last stage.
+  __syncthreads();
 
-  // acc[nt][i] is element (row 16 * warp + lane / 4 + 8 * (i / 2) of the tile, row
-  // 8 * nt + 2 * (lane % 4) + i % 2 of X).
-  const int col_base = tile0 + 16 * warp + lane / 4, row_base = 2 * (lane % 4);
+  // acc[nt][i] is the sum of tile row m = 16 * warp + lane / 4 + 8 * (i / 2) and X row
+  // 8 * nt + 2 * (lane % 4) + i % 2.
+  const int m_base = 16 * warp + lane / 4, row_base = 2 * (lane % 4);
+  // The tile's sums, [64 tile rows][16 X rows], where the epilogue reads them.
+  float* tile_sums = reinterpret_cast<float*>(&sm.w[0][0]);
   if (splits == 1) {
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int col = col_base + 8 * (i / 2), r = 8 * nt + row_base + i % 2;
-        if (col < out && r < rows) {
-          float* o = y + static_cast<size_t>(r) * out + col;
-          *o = beta == 0.0f ? acc[nt][i] : acc[nt][i] + beta * *o;
+        const int m = m_base + 8 * (i / 2), r = 8 * nt + row_base + i % 2;
+        if constexpr (kEpilogue == Epilogue::kStore) {
+          const int col = tile0 + m;
+          if (col < out && r < rows) {
+            float* o = y + static_cast<size_t>(r) * out + col;
+            *o = beta == 0.0f ? acc[nt][i] : acc[nt][i] + beta * *o;
+          }
+        } else {
+          tile_sums[m * 16 + r] = acc[nt][i];
         }
       }
     }
-    return;
-  }
+    if constexpr (kEpilogue == Epilogue::kStore) return;
+  } else {
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
+    for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int col = col_base + 8 * (i / 2), r = 8 * nt + row_base + i % 2;
-      if (col < out && r < rows) workspace[(static_cast<size_t>(part) * rows + r) * out + col] = acc[nt][i];
+      for (int i = 0; i < 4; ++i) {
+        const int m = m_base + 8 * (i / 2), r = 8 * nt + row_base + i % 2;
+        if (tile0 + m % kTileCols < out && r < rows) {
+          workspace[(static_cast<size_t>(part) * rows + r) * product_cols + ProductColumn<kEpilogue>(tile0, m, out)] =
+              acc[nt][i];
+        }
+      }
     }
-  }
-  // Release and acquire by one thread: the barrier orders the CTA's stores before thread 0's
-  // fence, which is cumulative (as last_split_merge.cuh and CUTLASS's split-K semaphore do it).
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last_part = atomicAdd(&counters[blockIdx.x], 1) == splits - 1;
-    if (last_part) {
-      atomicExch(&counters[blockIdx.x], 0);  // every part has counted in: zero for the next launch
-      __threadfence();                       // the other parts' sums are read after their counts
+    // Release and acquire by one thread: the barrier orders the CTA's stores before thread 0's
+    // fence, which is cumulative (as last_split_merge.cuh and CUTLASS's split-K semaphore do it).
+    int* last_part = reinterpret_cast<int*>(&sm.x[0][0]);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      *last_part = atomicAdd(&counters[blockIdx.x], 1) == splits - 1;
+      if (*last_part) {
+        atomicExch(&counters[blockIdx.x], 0);  // every part has counted in: zero for the next launch
+        __threadfence();                       // the other parts' sums are read after their counts
+      }
     }
+    __syncthreads();
+    if (!*last_part) return;
+    // The parts' sums in part order.
+    for (int e = threadIdx.x; e < rows * kSkinnyMmaTileOut; e += kThreads) {
+      const int r = e / kSkinnyMmaTileOut, m = e % kSkinnyMmaTileOut;
+      if (tile0 + m % kTileCols >= out) continue;
+      const float* p = workspace + static_cast<size_t>(r) * product_cols + ProductColumn<kEpilogue>(tile0, m, out);
+      float sum = __ldcg(p);
+      for (int q = 1; q < splits; ++q) sum += __ldcg(p + static_cast<size_t>(q) * rows * product_cols);
+      if constexpr (kEpilogue == Epilogue::kStore) {
+        float* o = y + static_cast<size_t>(r) * out + tile0 + m;
+        *o = beta == 0.0f ? sum : sum + beta * *o;
+      } else {
+        tile_sums[m * 16 + r] = sum;
+      }
+    }
+    if constexpr (kEpilogue == Epilogue::kStore) return;
   }
-  __syncthreads();
-  if (!last_part) return;
-  for (int e = threadIdx.x; e < rows * kSkinnyMmaTileOut; e += kThreads) {
-    const int r = e / kSkinnyMmaTileOut, col = tile0 + e % kSkinnyMmaTileOut;
-    if (col >= out) continue;
-    const float* p = workspace + static_cast<size_t>(r) * out + col;
-    float sum = __ldcg(p);
-    for (int q = 1; q < splits; ++q) sum += __ldcg(p + static_cast<size_t>(q) * rows * out);
-    float* o = y + static_cast<size_t>(r) * out + col;
-    *o = beta == 0.0f ? sum : sum + beta * *o;
+  if constexpr (kEpilogue == Epilogue::kSwiGlu) {  // gate in tile rows 0-31, up in 32-63
+    __syncthreads();
+    for (int e = threadIdx.x; e < rows * 32; e += kThreads) {
+      const int r = e / 32, c = e % 32;
+      if (tile0 + c >= out) continue;
+      const float g = tile_sums[c * 16 + r], u = tile_sums[(32 + c) * 16 + r];
+      h[static_cast<size_t>(r) * out + tile0 + c] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+    }
   }
 }
 
-int Tiles(int out) { return (out + kSkinnyMmaTileOut - 1) / kSkinnyMmaTileOut; }
+int Tiles(int product_cols) { return (product_cols + kSkinnyMmaTileOut - 1) / kSkinnyMmaTileOut; }
 int TotalStages(int in) { return (in + kStageK - 1) / kStageK; }
 
-bool ScratchHolds(int splits, int rows, int out, const SkinnyMmaScratch& scratch) {
-  return scratch.workspace != nullptr && scratch.counters != nullptr && Tiles(out) <= scratch.counter_slots &&
-         static_cast<size_t>(splits) * rows * out * sizeof(float) <= scratch.workspace_bytes;
+bool ScratchHolds(int splits, int rows, int product_cols, const SkinnyMmaScratch& scratch) {
+  return scratch.workspace != nullptr && scratch.counters != nullptr && Tiles(product_cols) <= scratch.counter_slots &&
+         static_cast<size_t>(splits) * rows * product_cols * sizeof(float) <= scratch.workspace_bytes;
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The launch of any variant: `out` as the kernel takes it, `product_cols` the product's
+// columns (out, or 2 * hidden).
+template <typename XT, Epilogue kEpilogue>
+cudaError_t Launch(const XT* x, int rows, int in, const bf16* w, int out, int product_cols, float* y, float beta,
+                   bf16* h, const SkinnyMmaScratch& scratch, cudaStream_t stream, int splits) {
+  if (splits == 0) {
+    splits = SkinnyMmaSplits(rows, in, product_cols, scratch);
+  } else if (splits < 1 || splits > TotalStages(in) || splits > 65535 ||
+             (splits > 1 && !ScratchHolds(splits, rows, product_cols, scratch))) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(Tiles(product_cols), splits);
+  if (rows <= 8) {
+    return LaunchDependent(SkinnyMmaGemmKernel<1, XT, kEpilogue>, grid, dim3(kThreads), 0, stream, x, rows, in, w, out,
+                           y, beta, h, scratch.workspace, scratch.counters);
+  }
+  return LaunchDependent(SkinnyMmaGemmKernel<2, XT, kEpilogue>, grid, dim3(kThreads), 0, stream, x, rows, in, w, out, y,
+                         beta, h, scratch.workspace, scratch.counters);
+}
 
 }  // namespace
 
@@ -246,19 +367,23 @@ cudaError_t LaunchSkinnyMmaGemm(const __nv_bfloat16* x, int rows, int in, const 
   if (!SkinnyMmaGemmApplies(x, rows, in, w) || out < 1 || y == nullptr || (beta != 0.0f && beta != 1.0f)) {
     return cudaErrorInvalidValue;
   }
-  if (splits == 0) {
-    splits = SkinnyMmaSplits(rows, in, out, scratch);
-  } else if (splits < 1 || splits > TotalStages(in) || splits > 65535 ||
-             (splits > 1 && !ScratchHolds(splits, rows, out, scratch))) {
+  return Launch<bf16, Epilogue::kStore>(x, rows, in, w, out, out, y, beta, nullptr, scratch, stream, splits);
+}
+
+cudaError_t LaunchSkinnyMmaGemmRoundingX(const float* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
+                                         float beta, const SkinnyMmaScratch& scratch, cudaStream_t stream, int splits) {
+  if (!SkinnyMmaGemmApplies(x, rows, in, w) || out < 1 || y == nullptr || (beta != 0.0f && beta != 1.0f)) {
     return cudaErrorInvalidValue;
   }
-  const dim3 grid(Tiles(out), splits);
-  if (rows <= 8) {
-    return LaunchDependent(SkinnyMmaGemmKernel<1>, grid, dim3(kThreads), 0, stream, x, rows, in, w, out, y, beta,
-                           scratch.workspace, scratch.counters);
-  }
-  return LaunchDependent(SkinnyMmaGemmKernel<2>, grid, dim3(kThreads), 0, stream, x, rows, in, w, out, y, beta,
-                         scratch.workspace, scratch.counters);
+  return Launch<float, Epilogue::kStore>(x, rows, in, w, out, out, y, beta, nullptr, scratch, stream, splits);
+}
+
+cudaError_t LaunchSkinnyMmaGateUpSwiGlu(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w_gate_up,
+                                        int hidden, __nv_bfloat16* h, const SkinnyMmaScratch& scratch,
+                                        cudaStream_t stream, int splits) {
+  if (!SkinnyMmaGemmApplies(x, rows, in, w_gate_up) || hidden < 1 || h == nullptr) return cudaErrorInvalidValue;
+  return Launch<bf16, Epilogue::kSwiGlu>(x, rows, in, w_gate_up, hidden, 2 * hidden, nullptr, 0.0f, h, scratch, stream,
+                                         splits);
 }
 
 }  // namespace lazykv::cuda

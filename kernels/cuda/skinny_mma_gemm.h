@@ -56,4 +56,19 @@ int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch);
 cudaError_t LaunchSkinnyMmaGemm(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                                 float beta, const SkinnyMmaScratch& scratch, cudaStream_t stream, int splits = 0);
 
+// The same for fp32 x, each value rounded to bf16 as the kernel builds its fragments (as
+// LaunchToBf16 rounds it): bit for bit LaunchToBf16 then LaunchSkinnyMmaGemm (same splits),
+// without the bf16 copy of x and its kernel.
+cudaError_t LaunchSkinnyMmaGemmRoundingX(const float* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
+                                         float beta, const SkinnyMmaScratch& scratch, cudaStream_t stream,
+                                         int splits = 0);
+
+// h = SwiGLU(x w_gate_up^T) in bf16, for w_gate_up = [gate; up] (2 * hidden rows of `in`): bit
+// for bit LaunchSkinnyMmaGemm into [rows][2 * hidden] (same splits) then LaunchSwiGlu, without
+// the fp32 product in between and the SwiGLU kernel. Its split is SkinnyMmaSplits(rows, in,
+// 2 * hidden, scratch) (the partial sums are [splits][rows][2 * hidden]).
+cudaError_t LaunchSkinnyMmaGateUpSwiGlu(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w_gate_up,
+                                        int hidden, __nv_bfloat16* h, const SkinnyMmaScratch& scratch,
+                                        cudaStream_t stream, int splits = 0);
+
 }  // namespace lazykv::cuda

@@ -3,19 +3,21 @@
 // at every row count it takes (K from one vector, shorter than a stage, to Llama-3-8B's 14336
 // and not a multiple of a stage; out not a multiple of a tile), each with the split it
 // chooses and with a random forced split (uneven parts of K included), beta 0 over NaN and
-// beta 1; counters left at zero; back-to-back split launches on one stream; X and y read only
-// after the kernel before it (dependent launches); cuBLASLt's workspace shared in stream order;
-// the arguments it refuses; and Gemm running it at 5-16 rows where asked (no cuBLASLt plan).
+// beta 1; counters left at zero; its fp32-X and SwiGLU fusions bit for bit the unfused kernels; back-to-back split
+// launches on one stream; X and y read only after the kernel before it (dependent launches); cuBLASLt's workspace
+// shared in stream order; the arguments it refuses; and Gemm running it at 5-16 rows where asked (no cuBLASLt plan).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/skinny_mma_gemm.h"
 #include "tests/kernels/cuda_test_util.h"
@@ -264,6 +266,97 @@ TEST(CudaSkinnyMmaGemmTest, SharesCublasLtsWorkspaceInStreamOrder) {
   products.ExpectEach();
 }
 
+// The fused kernels equal, bit for bit, the kernels they replace at the same split: fp32 X
+// rounded as the fragments are built against LaunchToBf16 then the GEMM (beta 0 and 1), and
+// SwiGLU in the epilogue against the GEMM of [gate; up] then LaunchSwiGlu; the latter also
+// within rounding of a plain SwiGLU of the double-precision products.
+TEST(CudaSkinnyMmaGemmTest, FusedKernelsEqualTheUnfusedOnes) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int trial = 0; trial < 16; ++trial) {
+    const int rows = 1 + trial % cuda::kSkinnyMmaMaxRows;
+    const int in = 8 * (1 + static_cast<int>(rng() % 600));
+    const int out = 1 + static_cast<int>(rng() % 900);  // also the SwiGLU's hidden: odd ones too
+    const int stages = (in + kStageK - 1) / kStageK;
+    const int splits = trial % 2 == 0 ? 0 : 1 + static_cast<int>(rng() % std::min(4, stages));
+    SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out << ", splits " << splits);
+    DeviceArena arena;
+    Scratch scratch(arena, 2 * out);
+    ASSERT_TRUE(scratch.zeroed);
+    std::vector<float> x32(static_cast<size_t>(rows) * in);  // values bf16 cannot hold exactly
+    for (float& v : x32) v = normal(rng);
+    std::vector<__nv_bfloat16> xb, wb, gub;
+    std::vector<float> xf, wf, guf;
+    RandomBf16(rng, static_cast<size_t>(rows) * in, xb, xf);
+    RandomBf16(rng, static_cast<size_t>(out) * in, wb, wf);
+    RandomBf16(rng, static_cast<size_t>(2 * out) * in, gub, guf);
+    const float* x32d = arena.Copy(x32);
+    const __nv_bfloat16* xd = arena.Copy(xb);
+    const __nv_bfloat16* wd = arena.Copy(wb);
+    const __nv_bfloat16* gud = arena.Copy(gub);
+
+    // X rounded as the fragments are built.
+    __nv_bfloat16* x_rounded = arena.Alloc<__nv_bfloat16>(x32.size());
+    float* y_unfused = NanFilled(arena, static_cast<size_t>(rows) * out);
+    float* y_fused = NanFilled(arena, static_cast<size_t>(rows) * out);
+    ASSERT_TRUE(y_unfused != nullptr && y_fused != nullptr);
+    CUDA_OK(cuda::LaunchToBf16(x32d, x32.size(), x_rounded, nullptr));
+    CUDA_OK(cuda::LaunchSkinnyMmaGemm(x_rounded, rows, in, wd, out, y_unfused, 0.0f, scratch.s, nullptr, splits));
+    CUDA_OK(cuda::LaunchSkinnyMmaGemmRoundingX(x32d, rows, in, wd, out, y_fused, 0.0f, scratch.s, nullptr, splits));
+    const std::vector<float> a = ToHost(y_unfused, static_cast<size_t>(rows) * out);
+    const std::vector<float> b = ToHost(y_fused, a.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rounding in the fragments";
+    ExpectGuardIntact(y_fused + a.size());
+    CUDA_OK(cuda::LaunchSkinnyMmaGemm(x_rounded, rows, in, wd, out, y_unfused, 1.0f, scratch.s, nullptr, splits));
+    CUDA_OK(cuda::LaunchSkinnyMmaGemmRoundingX(x32d, rows, in, wd, out, y_fused, 1.0f, scratch.s, nullptr, splits));
+    const std::vector<float> a2 = ToHost(y_unfused, a.size());
+    const std::vector<float> b2 = ToHost(y_fused, a.size());
+    EXPECT_EQ(std::memcmp(a2.data(), b2.data(), a2.size() * sizeof(float)), 0) << "rounding in the fragments, beta 1";
+    EXPECT_NE(std::memcmp(a.data(), a2.data(), a.size() * sizeof(float)), 0) << "beta 1 added nothing";
+    // And the rounded product is the product of the rounded X, within error.
+    std::vector<float> x_rounded_host(x32.size());
+    for (size_t i = 0; i < x32.size(); ++i) x_rounded_host[i] = __bfloat162float(__float2bfloat16(x32[i]));
+    std::vector<double> want, scale;
+    Reference(x_rounded_host, rows, in, wf, out, &want, &scale);
+    ExpectClose(b, want, scale);
+
+    // SwiGLU in the epilogue.
+    float* gu = NanFilled(arena, static_cast<size_t>(rows) * 2 * out);
+    __nv_bfloat16* h_unfused = arena.Alloc<__nv_bfloat16>(static_cast<size_t>(rows) * out);
+    __nv_bfloat16* h_fused = arena.Alloc<__nv_bfloat16>(static_cast<size_t>(rows) * out + 2 * kGuard);
+    ASSERT_TRUE(gu != nullptr && h_unfused != nullptr && h_fused != nullptr);
+    CUDA_OK(cudaMemset(h_fused + static_cast<size_t>(rows) * out, 0xFF, kGuard * sizeof(uint32_t)));
+    CUDA_OK(cuda::LaunchSkinnyMmaGemm(xd, rows, in, gud, 2 * out, gu, 0.0f, scratch.s, nullptr, splits));
+    CUDA_OK(cuda::LaunchSwiGlu(gu, rows, out, h_unfused, nullptr));
+    CUDA_OK(cuda::LaunchSkinnyMmaGateUpSwiGlu(xd, rows, in, gud, out, h_fused, scratch.s, nullptr, splits));
+    const std::vector<__nv_bfloat16> hu = ToHost(h_unfused, static_cast<size_t>(rows) * out);
+    const std::vector<__nv_bfloat16> hf = ToHost(h_fused, hu.size());
+    EXPECT_EQ(std::memcmp(hu.data(), hf.data(), hu.size() * sizeof(__nv_bfloat16)), 0) << "SwiGLU in the epilogue";
+    ExpectGuardIntact(h_fused + hu.size());
+    std::vector<double> prod, prod_scale;
+    Reference(xf, rows, in, guf, 2 * out, &prod, &prod_scale);
+    int bad = 0;
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < out; ++i) {
+        const size_t gi = static_cast<size_t>(r) * 2 * out + i, ui = gi + out;
+        const double g = prod[gi], u = prod[ui];
+        const double expected = g / (1.0 + std::exp(-g)) * u;
+        const double got = __bfloat162float(hf[static_cast<size_t>(r) * out + i]);
+        // bf16's rounding (2^-8 relative) plus the products' error carried through.
+        const double tolerance = 8e-3 * std::fabs(expected) + 1e-4 * (prod_scale[gi] + prod_scale[ui]);
+        if (!(std::fabs(got - expected) <= tolerance) && ++bad <= 5) {
+          ADD_FAILURE() << "h[" << r << "][" << i << "] " << got << " against " << expected;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    scratch.ExpectCountersZero();
+  }
+}
+
 TEST(CudaSkinnyMmaGemmTest, RefusesWhatItCannotTake) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";
   std::mt19937_64 rng(FreshSeed());
@@ -295,6 +388,17 @@ TEST(CudaSkinnyMmaGemmTest, RefusesWhatItCannotTake) {
   small = scratch.s;
   small.counter_slots -= 1;
   EXPECT_EQ(launch(xd, rows, in, out, 0.0f, small, 2), cudaErrorInvalidValue) << "too few counters";
+  EXPECT_EQ(cuda::LaunchSkinnyMmaGemmRoundingX(reinterpret_cast<const float*>(xd) + 1, rows, in, wd, out, y, 0.0f,
+                                               scratch.s, nullptr),
+            cudaErrorInvalidValue)
+      << "fp32 x not 16-byte aligned";
+  EXPECT_EQ(
+      cuda::LaunchSkinnyMmaGateUpSwiGlu(xd, rows, in, wd, 0, arena.Alloc<__nv_bfloat16>(rows), scratch.s, nullptr),
+      cudaErrorInvalidValue)
+      << "no hidden columns";
+  EXPECT_EQ(cuda::LaunchSkinnyMmaGateUpSwiGlu(xd, rows, in, wd, out / 2, nullptr, scratch.s, nullptr),
+            cudaErrorInvalidValue)
+      << "no h";
   // Without scratch it chooses no split, and computes.
   EXPECT_EQ(cuda::SkinnyMmaSplits(rows, 4096, out, cuda::SkinnyMmaScratch{}), 1);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);

@@ -10,6 +10,7 @@
 #include "kernels/cuda/generic_attention.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/skinny_mma_gemm.h"
 #include "worker/backend/cuda_backend_internal.h"
 
 namespace lazykv::cuda_backend {
@@ -326,8 +327,13 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
   // unfused kernels' results), and the two norms of a layer in the loads of the GEMMs after
   // them (LAZYKV_NORM_IN_GEMM=0 keeps the norm kernels, for comparisons in one binary).
   bool small_step = false;
+  // A step of 5-16 rows in bf16 whose GEMMs run the tensor-core skinny kernel (where Gemm's
+  // options ask it) runs its two exact fusions too: the rounding of the attention output as
+  // the output GEMM builds its fragments, and SwiGLU in the gate/up GEMM's epilogue.
+  bool mma_step = false;
   if constexpr (std::is_same_v<T, bf16>) {
     small_step = gemm_->options().skinny_kernel && rows <= cuda::kSkinnyGemmFasterRows;
+    mma_step = !small_step && gemm_->SkinnyMmaRows(rows);
   }
   // The residual stream is x. A sublayer's output either waits in y for the next norm kernel
   // to add it (y_pending), or, where the GEMMs after the norms norm x themselves, is added to x
@@ -351,9 +357,12 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
   for (int l = 0; l < c_.n_layers; ++l) {
     const DeviceLayer& lw = w_->layer(l);
     const bool fused_output =
-        small_step && cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, static_cast<const bf16*>(lw.wo));
+        (small_step && cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, static_cast<const bf16*>(lw.wo))) ||
+        (mma_step && cuda::SkinnyMmaGemmApplies(attn_.as<float>(), rows, q_dim, static_cast<const bf16*>(lw.wo)));
     const bool fused_swiglu =
-        !norms_in_gemm && small_step && cuda::SkinnyGemmApplies(xb, rows, dim, static_cast<const bf16*>(lw.w_gate_up));
+        !norms_in_gemm &&
+        ((small_step && cuda::SkinnyGemmApplies(xb, rows, dim, static_cast<const bf16*>(lw.w_gate_up))) ||
+         (mma_step && cuda::SkinnyMmaGemmApplies(xb, rows, dim, static_cast<const bf16*>(lw.w_gate_up))));
     if (norms_in_gemm) {
       if constexpr (std::is_same_v<T, bf16>) {
         RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGemmNormingX(x, lw.attn_norm, c_.norm_eps, rows, dim, matrix(lw.wqkv),
@@ -373,9 +382,12 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
     if constexpr (std::is_same_v<T, float>) {
       RETURN_IF_ERROR(gemm_->Run(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim, y));
     } else if (fused_output) {  // the bf16 rounding in the GEMM's loads
-      RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim,
-                                                           sublayer_out, sublayer_beta, stream_),
-                           "attention output GEMM"));
+      RETURN_IF_ERROR(
+          Cuda(mma_step ? cuda::LaunchSkinnyMmaGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim,
+                                                             sublayer_out, sublayer_beta, gemm_->mma_scratch(), stream_)
+                        : cuda::LaunchSkinnyGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim,
+                                                          sublayer_out, sublayer_beta, stream_),
+               "attention output GEMM"));
     } else {
       RETURN_IF_ERROR(
           Cuda(cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(rows) * q_dim, attn_in_.as<T>(), stream_),
@@ -393,9 +405,11 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
           Cuda(cuda::LaunchResidualRmsNorm(x, y, lw.ffn_norm, rows, dim, c_.norm_eps, xb, stream_), "ffn norm"));
       if (fused_swiglu) {  // SwiGLU in the GEMM's epilogue
         if constexpr (std::is_same_v<T, bf16>) {
-          RETURN_IF_ERROR(
-              Cuda(cuda::LaunchSkinnyGateUpSwiGlu(xb, rows, dim, matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
-                   "gate/up GEMM and SwiGLU"));
+          RETURN_IF_ERROR(Cuda(mma_step ? cuda::LaunchSkinnyMmaGateUpSwiGlu(xb, rows, dim, matrix(lw.w_gate_up), hidden,
+                                                                            h_.as<T>(), gemm_->mma_scratch(), stream_)
+                                        : cuda::LaunchSkinnyGateUpSwiGlu(xb, rows, dim, matrix(lw.w_gate_up), hidden,
+                                                                         h_.as<T>(), stream_),
+                               "gate/up GEMM and SwiGLU"));
         }
       } else {
         RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.w_gate_up), 2 * hidden, gu_.as<float>()));

@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/skinny_mma_gemm.h"
 #include "worker/backend/cuda_backend_internal.h"
 
 namespace lazykv::cuda_backend {
@@ -72,6 +73,22 @@ absl::Status CudaBackend::WarmUpGemms(int max_rows, int max_logit_rows) {
                  "warm-up"));
         RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyGateUpSwiGluNormingX(x_.as<float>(), lw.ffn_norm, c_.norm_eps, rows, dim,
                                                                     matrix(lw.w_gate_up), hidden, h_.as<T>(), stream_),
+                             "warm-up"));
+      }
+    }
+  }
+  // The tensor-core skinny kernel's fused variants of steps of 5-16 rows (RunLayers), once per
+  // row count where Gemm gives it those rows.
+  if constexpr (std::is_same_v<T, bf16>) {
+    for (int rows = cuda::kSkinnyGemmFasterRows + 1; rows <= max_rows && gemm_->SkinnyMmaRows(rows); ++rows) {
+      if (cuda::SkinnyMmaGemmApplies(attn_.as<float>(), rows, q_dim, matrix(lw.wo))) {
+        RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyMmaGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim,
+                                                                y_.as<float>(), 0.0f, gemm_->mma_scratch(), stream_),
+                             "warm-up"));
+      }
+      if (cuda::SkinnyMmaGemmApplies(xb_.as<T>(), rows, dim, matrix(lw.w_gate_up))) {
+        RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyMmaGateUpSwiGlu(xb_.as<T>(), rows, dim, matrix(lw.w_gate_up), hidden,
+                                                               h_.as<T>(), gemm_->mma_scratch(), stream_),
                              "warm-up"));
       }
     }

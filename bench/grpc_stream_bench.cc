@@ -12,7 +12,9 @@
 // (emit to first read) and their sum, the transit.
 //
 //   grpc_stream_bench [--requests N] [--tokens N] [--prompt-tokens N] [--first-token-us N]
-//                     [--token-interval-us N]
+//                     [--token-interval-us N] [--sync-cqs N]
+// --sync-cqs sets the sync server's completion queues (gRPC's default: one a core, each with
+// its own pollers), which may cost hand-offs on a many-core host.
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -42,6 +44,7 @@ struct Options {
   int prompt_tokens = 4096;
   int first_token_us = 2000;
   int token_interval_us = 1000;
+  int sync_cqs = 0;  // the sync server's completion queues (0: gRPC's default, one a core)
 };
 
 // One request's stamps (MonotonicNanos).
@@ -257,16 +260,18 @@ int Main(int argc, char** argv) {
   Options o;
   FlagParser flags(
       "grpc_stream_bench [--requests N] [--tokens N] [--prompt-tokens N] [--first-token-us N] "
-      "[--token-interval-us N]");
+      "[--token-interval-us N] [--sync-cqs N]");
   flags.AddInt("--requests", &o.requests);
   flags.AddInt("--tokens", &o.tokens);
   flags.AddInt("--prompt-tokens", &o.prompt_tokens);
   flags.AddInt("--first-token-us", &o.first_token_us);
   flags.AddInt("--token-interval-us", &o.token_interval_us);
+  flags.AddInt("--sync-cqs", &o.sync_cqs);
   if (const absl::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
     return ExitForFlagError(parsed, "grpc_stream_bench");
   }
-  if (o.requests < 1 || o.tokens < 1 || o.prompt_tokens < 0 || o.first_token_us < 0 || o.token_interval_us < 0) {
+  if (o.requests < 1 || o.tokens < 1 || o.prompt_tokens < 0 || o.first_token_us < 0 || o.token_interval_us < 0 ||
+      o.sync_cqs < 0) {
     std::fprintf(stderr, "grpc_stream_bench: counts and times must be positive\n");
     return 2;
   }
@@ -278,6 +283,7 @@ int Main(int argc, char** argv) {
   grpc::ServerBuilder sync_builder, callback_builder;
   sync_builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &sync_port);
   sync_builder.RegisterService(&sync_service);
+  if (o.sync_cqs > 0) sync_builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, o.sync_cqs);
   callback_builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &callback_port);
   callback_builder.RegisterService(&callback_service);
   std::unique_ptr<grpc::Server> sync_server = sync_builder.BuildAndStart();
@@ -330,8 +336,11 @@ int Main(int argc, char** argv) {
     callback_samples.push_back(c);
   }
 
-  std::printf("%d requests per API (%d token ids in, %d tokens out; first token %d us after arrival)\n", o.requests,
-              o.prompt_tokens, o.tokens, o.first_token_us);
+  std::printf(
+      "%d requests per API (%d token ids in, %d tokens out; first token %d us after arrival; sync server with %s "
+      "completion queues)\n",
+      o.requests, o.prompt_tokens, o.tokens, o.first_token_us,
+      o.sync_cqs > 0 ? std::to_string(o.sync_cqs).c_str() : "gRPC's default number of");
   std::printf("%-9s %-28s %-28s %-28s\n", "api", "inbound ms p25/p50/p75", "outbound ms p25/p50/p75",
               "transit ms p25/p50/p75");
   for (const auto& [name, samples] : {std::pair{"sync", &sync_samples}, std::pair{"callback", &callback_samples}}) {

@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +66,14 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
     quota.SetMaxThreads(options.max_threads);
     builder.SetResourceQuota(quota);
   }
+  // LAZYKV_GRPC_SYNC_CQS=N: the sync server's completion queues (gRPC's default is one a core,
+  // each polled by its own threads), for measurements of the served path's hops on many-core
+  // hosts (bench/grpc_stream_bench --sync-cqs measures the same knob without a model).
+  static const int sync_cqs = [] {
+    const char* value = std::getenv("LAZYKV_GRPC_SYNC_CQS");
+    return value == nullptr ? 0 : std::max(0, std::atoi(value));
+  }();
+  if (sync_cqs > 0) builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, sync_cqs);
   // A second server on a busy port must fail, not silently share its connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);

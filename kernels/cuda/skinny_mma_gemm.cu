@@ -56,7 +56,7 @@ static_assert(kWChunksPerThread * kThreads == kSkinnyMmaTileOut * kChunks, "whol
 
 // 16-byte chunks of a stage's row of X.
 template <typename XT>
-inline constexpr int kXChunks = kStageK * static_cast<int>(sizeof(XT)) / 16;
+inline constexpr int kXChunks = kStageK* static_cast<int>(sizeof(XT)) / 16;
 
 // The stages in shared memory: W [stage][64 rows x 8 chunks], X [stage][8 * kNTiles rows x
 // XChunks]. 48 KB at most (the static limit): the split's flag and the SwiGLU epilogue's
@@ -241,7 +241,10 @@ __global__ void __launch_bounds__(kThreads)
   // acc[nt][i] is the sum of tile row m = 16 * warp + lane / 4 + 8 * (i / 2) and X row
   // 8 * nt + 2 * (lane % 4) + i % 2.
   const int m_base = 16 * warp + lane / 4, row_base = 2 * (lane % 4);
-  // The tile's sums, [64 tile rows][16 X rows], where the epilogue reads them.
+  // The tile's sums, [64 tile rows][16 X rows] in rows of 17 (no bank conflicts along either
+  // index), where the epilogue reads them.
+  constexpr int kTileSumsStride = 17;
+  static_assert(kSkinnyMmaTileOut * kTileSumsStride * sizeof(float) <= sizeof(sm.w[0]), "in one W stage");
   float* tile_sums = reinterpret_cast<float*>(&sm.w[0][0]);
   if (splits == 1) {
 #pragma unroll
@@ -256,7 +259,7 @@ __global__ void __launch_bounds__(kThreads)
             *o = beta == 0.0f ? acc[nt][i] : acc[nt][i] + beta * *o;
           }
         } else {
-          tile_sums[m * 16 + r] = acc[nt][i];
+          tile_sums[m * kTileSumsStride + r] = acc[nt][i];
         }
       }
     }
@@ -298,7 +301,7 @@ __global__ void __launch_bounds__(kThreads)
         float* o = y + static_cast<size_t>(r) * out + tile0 + m;
         *o = beta == 0.0f ? sum : sum + beta * *o;
       } else {
-        tile_sums[m * 16 + r] = sum;
+        tile_sums[m * kTileSumsStride + r] = sum;
       }
     }
     if constexpr (kEpilogue == Epilogue::kStore) return;
@@ -308,7 +311,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = threadIdx.x; e < rows * 32; e += kThreads) {
       const int r = e / 32, c = e % 32;
       if (tile0 + c >= out) continue;
-      const float g = tile_sums[c * 16 + r], u = tile_sums[(32 + c) * 16 + r];
+      const float g = tile_sums[c * kTileSumsStride + r], u = tile_sums[(32 + c) * kTileSumsStride + r];
       h[static_cast<size_t>(r) * out + tile0 + c] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
     }
   }

@@ -28,6 +28,7 @@ namespace {
 using testing::DeviceArena;
 using testing::ExpectClose;
 using testing::ExpectGuardIntact;
+using testing::ExpectSwiGluNear;
 using testing::FreshSeed;
 using testing::HaveGpu;
 using testing::kGuard;
@@ -190,22 +191,7 @@ TEST(CudaSkinnyGemmTest, FusedKernelsEqualTheUnfusedOnes) {
     ExpectGuardIntact(h_fused + hu.size());
     std::vector<double> prod, scale;
     Reference(xf, rows, in, guf, 2 * out, &prod, &scale);
-    int bad = 0;
-    for (int r = 0; r < rows; ++r) {
-      for (int i = 0; i < out; ++i) {
-        const double g = prod[static_cast<size_t>(r) * 2 * out + i],
-                     u = prod[static_cast<size_t>(r) * 2 * out + out + i];
-        const double want = g / (1.0 + std::exp(-g)) * u;
-        const double got = __bfloat162float(hf[static_cast<size_t>(r) * out + i]);
-        // bf16's rounding (2^-8 relative) plus the products' error carried through.
-        const double tolerance = 8e-3 * std::fabs(want) + 1e-4 * (scale[static_cast<size_t>(r) * 2 * out + i] +
-                                                                  scale[static_cast<size_t>(r) * 2 * out + out + i]);
-        if (!(std::fabs(got - want) <= tolerance) && ++bad <= 5) {
-          ADD_FAILURE() << "h[" << r << "][" << i << "] " << got << " against " << want;
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0);
+    ExpectSwiGluNear(hf, prod, scale, rows, out);
   }
 }
 

@@ -31,6 +31,7 @@ namespace {
 using testing::DeviceArena;
 using testing::ExpectClose;
 using testing::ExpectGuardIntact;
+using testing::ExpectSwiGluNear;
 using testing::FreshSeed;
 using testing::HaveGpu;
 using testing::kGuard;
@@ -338,21 +339,7 @@ TEST(CudaSkinnyMmaGemmTest, FusedKernelsEqualTheUnfusedOnes) {
     ExpectGuardIntact(h_fused + hu.size());
     std::vector<double> prod, prod_scale;
     Reference(xf, rows, in, guf, 2 * out, &prod, &prod_scale);
-    int bad = 0;
-    for (int r = 0; r < rows; ++r) {
-      for (int i = 0; i < out; ++i) {
-        const size_t gi = static_cast<size_t>(r) * 2 * out + i, ui = gi + out;
-        const double g = prod[gi], u = prod[ui];
-        const double expected = g / (1.0 + std::exp(-g)) * u;
-        const double got = __bfloat162float(hf[static_cast<size_t>(r) * out + i]);
-        // bf16's rounding (2^-8 relative) plus the products' error carried through.
-        const double tolerance = 8e-3 * std::fabs(expected) + 1e-4 * (prod_scale[gi] + prod_scale[ui]);
-        if (!(std::fabs(got - expected) <= tolerance) && ++bad <= 5) {
-          ADD_FAILURE() << "h[" << r << "][" << i << "] " << got << " against " << expected;
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0);
+    ExpectSwiGluNear(hf, prod, prod_scale, rows, out);
     scratch.ExpectCountersZero();
   }
 }

@@ -1,8 +1,10 @@
 // Shared by the GEMM kernel tests: a plain double-precision product of bf16 values (their
 // exact fp32 twins) with each element's error scale, a per-element comparison within fp32
-// accumulation's error, and guard words after an output that a write past its end spoils.
+// accumulation's error, a SwiGLU of the products, and guard words after an output that a
+// write past its end spoils.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -45,6 +47,27 @@ inline void ExpectClose(const std::vector<float>& got, const std::vector<double>
     const double tolerance = relative * scale[i] + 1e-6;
     if (!(std::fabs(got[i] - want[i]) <= tolerance) && ++bad <= 5) {
       ADD_FAILURE() << "element " << i << ": " << got[i] << " against " << want[i] << " (scale " << scale[i] << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// h[r][i] = SwiGLU(gate, up) in bf16 against the double-precision one of the products of
+// [gate; up] (`prod` [rows][2 * hidden] and its `scale` from Reference): within bf16's rounding
+// (2^-8 relative) plus the products' error carried through.
+inline void ExpectSwiGluNear(const std::vector<__nv_bfloat16>& h, const std::vector<double>& prod,
+                             const std::vector<double>& scale, int rows, int hidden) {
+  int bad = 0;
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < hidden; ++i) {
+      const size_t gi = static_cast<size_t>(r) * 2 * hidden + i, ui = gi + hidden;
+      const double g = prod[gi], u = prod[ui];
+      const double want = g / (1.0 + std::exp(-g)) * u;
+      const double got = __bfloat162float(h[static_cast<size_t>(r) * hidden + i]);
+      const double tolerance = 8e-3 * std::fabs(want) + 1e-4 * (scale[gi] + scale[ui]);
+      if (!(std::fabs(got - want) <= tolerance) && ++bad <= 5) {
+        ADD_FAILURE() << "h[" << r << "][" << i << "] " << got << " against " << want;
+      }
     }
   }
   EXPECT_EQ(bad, 0);

@@ -4,7 +4,7 @@
 //     against the pinned memcpy of the same bytes in the same run (floor 85% each), and the
 //     block baseline's materialize against a device copy;
 //  2. a batch-1 decode step through the engine against its GEMMs alone and the weight
-//     streaming floor, the GEMMs at 1-8 rows by the skinny kernel and at 5-16 by the
+//     streaming floor, the GEMMs at 1-8 rows by the skinny kernel and at 5-32 by the
 //     tensor-core skinny kernel, each against cuBLASLt;
 //  3. with --e2e: a Zipf RAG trace (bench/rag_trace.h) through a fresh engine per mode over
 //     the one backend, one request at a time, TTFT and throughput per mode;
@@ -83,7 +83,7 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
   float* y = nullptr;
   CHECK_CUDA(cudaMalloc(&cls, vocab * dim * 2));
   CHECK_CUDA(cuda::LaunchSyntheticFill(9, vocab * dim, 0.02f, false, cls, nullptr, nullptr));
-  constexpr size_t kMaxRows = 16;  // room for the 16-row products below
+  constexpr size_t kMaxRows = 32;  // room for the 32-row products below
   CHECK_CUDA(cudaMalloc(&x, kMaxRows * 2 * hidden * 2));
   CHECK_CUDA(cuda::LaunchSyntheticFill(10, kMaxRows * 2 * hidden, 1.0f, false, x, nullptr, nullptr));
   CHECK_CUDA(cudaMalloc(&y, kMaxRows * std::max<size_t>(2 * hidden, vocab) * 4));
@@ -129,15 +129,14 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
       if (i + 1 > cuda::kSkinnyGemmFasterRows) kernel_ms[i] = std::min(kernel_ms[i], step_kernel_ms(i + 1));
     }
   }
-  // The tensor-core skinny kernel at 5 to 16 rows (a short question's prefill, small decode
+  // The tensor-core skinny kernel at 5 to 32 rows (a short question's prefill, small decode
   // batches) against cuBLASLt, alternated.
-  constexpr int kMmaFirstRows = cuda::kSkinnyGemmFasterRows + 1, kMmaRowCounts = 16 - cuda::kSkinnyGemmFasterRows;
-  float mma_ms[kMmaRowCounts], mma_lt_ms[kMmaRowCounts];
-  for (int i = 0; i < kMmaRowCounts; ++i) mma_ms[i] = mma_lt_ms[i] = 1e9f;
+  const std::vector<int> mma_rows = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 32};
+  std::vector<float> mma_ms(mma_rows.size(), 1e9f), mma_lt_ms(mma_rows.size(), 1e9f);
   for (int round = 0; round < 2; ++round) {
-    for (int i = 0; i < kMmaRowCounts; ++i) {
-      mma_lt_ms[i] = std::min(mma_lt_ms[i], step_gemms_ms(**lt, kMmaFirstRows + i));
-      mma_ms[i] = std::min(mma_ms[i], step_gemms_ms(**mma, kMmaFirstRows + i));
+    for (size_t i = 0; i < mma_rows.size(); ++i) {
+      mma_lt_ms[i] = std::min(mma_lt_ms[i], step_gemms_ms(**lt, mma_rows[i]));
+      mma_ms[i] = std::min(mma_ms[i], step_gemms_ms(**mma, mma_rows[i]));
     }
   }
   // The same launches as one CUDA graph (captured with their dependent-launch edges) against
@@ -248,11 +247,11 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
                   weight_bytes / 1e9 / (kernel_ms[i] / 1e3), lt_ms[i] / kernel_ms[i]);
     }
   }
-  for (int i = 0; i < kMmaRowCounts; ++i) {
+  for (size_t i = 0; i < mma_rows.size(); ++i) {
     std::printf(
         "a step's GEMMs at %d rows: tensor-core skinny kernel %.3f ms (%.0f GB/s of weights), cuBLASLt %.3f ms "
         "(%.0f GB/s): %.3fx\n",
-        kMmaFirstRows + i, mma_ms[i], weight_bytes / 1e9 / (mma_ms[i] / 1e3), mma_lt_ms[i],
+        mma_rows[i], mma_ms[i], weight_bytes / 1e9 / (mma_ms[i] / 1e3), mma_lt_ms[i],
         weight_bytes / 1e9 / (mma_lt_ms[i] / 1e3), mma_lt_ms[i] / mma_ms[i]);
   }
 }

@@ -1,8 +1,9 @@
 // A CTA of 4 warps takes a tile of 64 rows of W (warp w its rows 16w..16w+15) and a part of
 // K, in stages of 64 columns: per stage, 64 x 64 of W and up to 16 x 64 of X go to shared
 // memory by cp.async (four stages in flight), each warp loads its A fragments (W) and the B
-// fragments (X, rows as the MMA's N) and runs mma.sync m16n8k16 into fp32 accumulators: one or
-// two 8-row tiles of X (5-8 rows: one).
+// fragments (X, rows as the MMA's N) and runs mma.sync m16n8k16 into fp32 accumulators: one,
+// two or four 8-row tiles of X (up to 8, 16 or 32 rows; fp32 X up to 16, within the 48 KB of
+// static shared memory).
 //
 // Shared memory rows of W and bf16 X are 128 bytes (8 chunks of 16): chunk c of row r sits at
 // c ^ (r % 8), so the eight rows ldmatrix reads at one chunk fall in eight different bank
@@ -149,13 +150,14 @@ __device__ __forceinline__ void FloatBFragment(const Stages<kNTiles, float>& sm,
 
 // The warp's 16 rows of W times the stage's X, added to acc[n-tile]: per 16 columns, one
 // ldmatrix.x4 of W (the A fragment: rows 0-7 and 8-15, columns 0-7 and 8-15, from lanes
-// 0-7, 8-15, 16-23, 24-31) and the B fragments: for bf16 X one ldmatrix (rows 0-7 at columns
-// 0-7 and 8-15, then rows 8-15 likewise; .x2 for one tile), for fp32 X built from pairs.
+// 0-7, 8-15, 16-23, 24-31) and the B fragments: for bf16 X one ldmatrix per 16 rows (rows 0-7
+// at columns 0-7 and 8-15, then rows 8-15 likewise; .x2 for one tile), for fp32 X built from
+// pairs.
 template <int kNTiles, typename XT>
 __device__ __forceinline__ void MultiplyStage(const Stages<kNTiles, XT>& sm, int buffer, int warp, int lane,
                                               float (&acc)[kNTiles][4]) {
   const int a_row = 16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int b_row = (lane & 7) + (kNTiles == 2 ? (lane >> 4) * 8 : 0);
+  const int b_row = (lane & 7) + (kNTiles >= 2 ? (lane >> 4) * 8 : 0);
 #pragma unroll
   for (int kk = 0; kk < kStageK / 16; ++kk) {
     uint32_t a[4];
@@ -168,12 +170,17 @@ __device__ __forceinline__ void MultiplyStage(const Stages<kNTiles, XT>& sm, int
         Mma(acc[nt], a, b0, b1);
       }
     } else {
-      const uint4* b_chunk = &sm.x[buffer][Swizzled(b_row, 2 * kk + ((lane >> 3) & 1), kChunks)];
-      if constexpr (kNTiles == 2) {
-        uint32_t b[4];
-        Ldmatrix4(b, b_chunk);
-        Mma(acc[0], a, b[0], b[1]);
-        Mma(acc[1], a, b[2], b[3]);
+      const int b_chunk_index = Swizzled(b_row, 2 * kk + ((lane >> 3) & 1), kChunks);
+      const uint4* b_chunk = &sm.x[buffer][b_chunk_index];
+      if constexpr (kNTiles >= 2) {  // X rows 16 * pair.. in n-tiles 2 * pair and 2 * pair + 1
+#pragma unroll
+        for (int pair = 0; pair < kNTiles / 2; ++pair) {
+          uint32_t b[4];
+          // Rows 16 more: the same chunk of a row whose swizzle (row % 8) is the same.
+          Ldmatrix4(b, b_chunk + pair * 16 * kChunks);
+          Mma(acc[2 * pair], a, b[0], b[1]);
+          Mma(acc[2 * pair + 1], a, b[2], b[3]);
+        }
       } else {
         uint32_t b[2];
         Ldmatrix2(b, b_chunk);
@@ -241,10 +248,10 @@ __global__ void __launch_bounds__(kThreads)
   // acc[nt][i] is the sum of tile row m = 16 * warp + lane / 4 + 8 * (i / 2) and X row
   // 8 * nt + 2 * (lane % 4) + i % 2.
   const int m_base = 16 * warp + lane / 4, row_base = 2 * (lane % 4);
-  // The tile's sums, [64 tile rows][16 X rows] in rows of 17 (no bank conflicts along either
-  // index), where the epilogue reads them.
-  constexpr int kTileSumsStride = 17;
-  static_assert(kSkinnyMmaTileOut * kTileSumsStride * sizeof(float) <= sizeof(sm.w[0]), "in one W stage");
+  // The tile's sums, [64 tile rows][8 * kNTiles X rows] in rows of one more (no bank
+  // conflicts along either index), where the epilogue reads them.
+  constexpr int kTileSumsStride = 8 * kNTiles + 1;
+  static_assert(kSkinnyMmaTileOut * kTileSumsStride * sizeof(float) <= sizeof(sm.w), "in the W stages");
   float* tile_sums = reinterpret_cast<float*>(&sm.w[0][0]);
   if (splits == 1) {
 #pragma unroll
@@ -343,6 +350,12 @@ cudaError_t Launch(const XT* x, int rows, int in, const bf16* w, int out, int pr
     return LaunchDependent(SkinnyMmaGemmKernel<1, XT, kEpilogue>, grid, dim3(kThreads), 0, stream, x, rows, in, w, out,
                            y, beta, h, scratch.workspace, scratch.counters);
   }
+  if constexpr (std::is_same_v<XT, bf16>) {
+    if (rows > 16) {
+      return LaunchDependent(SkinnyMmaGemmKernel<4, XT, kEpilogue>, grid, dim3(kThreads), 0, stream, x, rows, in, w,
+                             out, y, beta, h, scratch.workspace, scratch.counters);
+    }
+  }
   return LaunchDependent(SkinnyMmaGemmKernel<2, XT, kEpilogue>, grid, dim3(kThreads), 0, stream, x, rows, in, w, out, y,
                          beta, h, scratch.workspace, scratch.counters);
 }
@@ -375,7 +388,8 @@ cudaError_t LaunchSkinnyMmaGemm(const __nv_bfloat16* x, int rows, int in, const 
 
 cudaError_t LaunchSkinnyMmaGemmRoundingX(const float* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                                          float beta, const SkinnyMmaScratch& scratch, cudaStream_t stream, int splits) {
-  if (!SkinnyMmaGemmApplies(x, rows, in, w) || out < 1 || y == nullptr || (beta != 0.0f && beta != 1.0f)) {
+  if (!SkinnyMmaGemmApplies(x, rows, in, w) || rows > kSkinnyMmaRoundingMaxRows || out < 1 || y == nullptr ||
+      (beta != 0.0f && beta != 1.0f)) {
     return cudaErrorInvalidValue;
   }
   return Launch<float, Epilogue::kStore>(x, rows, in, w, out, out, y, beta, nullptr, scratch, stream, splits);

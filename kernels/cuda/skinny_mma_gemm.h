@@ -1,5 +1,5 @@
-// Y = X W^T on tensor cores for 5 to 16 rows of X (a short question's prefill, a decode
-// batch of a few sequences): bf16 X [rows][in] and W [out][in], fp32 Y [rows][out], fp32
+// Y = X W^T on tensor cores for 5 to 32 rows of X (a short question's prefill, a decode
+// batch of a few dozen sequences at most): bf16 X [rows][in] and W [out][in], fp32 Y [rows][out], fp32
 // accumulation (CPU twin: cpu::MatmulTransposed). At such row counts the product is still a
 // stream of W from memory, but too many multiply-adds for the CUDA-core skinny kernel
 // (skinny_gemm.h). Each CTA takes 64 rows of W and a part of K, staging W and X through
@@ -21,9 +21,10 @@
 
 namespace lazykv::cuda {
 
-// The row counts the kernel takes.
+// The row counts the kernel takes (its fp32-X variant: up to kSkinnyMmaRoundingMaxRows).
 inline constexpr int kSkinnyMmaMinRows = 1;
-inline constexpr int kSkinnyMmaMaxRows = 16;
+inline constexpr int kSkinnyMmaMaxRows = 32;
+inline constexpr int kSkinnyMmaRoundingMaxRows = 16;
 // Rows of W a CTA takes (its partial sums and counters are per such tile).
 inline constexpr int kSkinnyMmaTileOut = 64;
 
@@ -56,9 +57,9 @@ int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch);
 cudaError_t LaunchSkinnyMmaGemm(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                                 float beta, const SkinnyMmaScratch& scratch, cudaStream_t stream, int splits = 0);
 
-// The same for fp32 x, each value rounded to bf16 as the kernel builds its fragments (as
-// LaunchToBf16 rounds it): bit for bit LaunchToBf16 then LaunchSkinnyMmaGemm (same splits),
-// without the bf16 copy of x and its kernel.
+// The same for fp32 x of at most kSkinnyMmaRoundingMaxRows rows, each value rounded to bf16 as
+// the kernel builds its fragments (as LaunchToBf16 rounds it): bit for bit LaunchToBf16 then
+// LaunchSkinnyMmaGemm (same splits), without the bf16 copy of x and its kernel.
 cudaError_t LaunchSkinnyMmaGemmRoundingX(const float* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                                          float beta, const SkinnyMmaScratch& scratch, cudaStream_t stream,
                                          int splits = 0);

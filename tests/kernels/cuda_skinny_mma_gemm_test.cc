@@ -50,7 +50,7 @@ constexpr int kStageK = 64;  // the kernel's columns of K a stage (skinny_mma_ge
 // Scratch for up to 6 parts of 16 rows of `out` outputs.
 struct Scratch {
   Scratch(DeviceArena& arena, int out) {
-    s.workspace_bytes = static_cast<size_t>(6) * 16 * out * sizeof(float);
+    s.workspace_bytes = static_cast<size_t>(6) * cuda::kSkinnyMmaMaxRows * out * sizeof(float);
     s.workspace = arena.Alloc<float>(s.workspace_bytes / sizeof(float));
     s.counter_slots = (out + cuda::kSkinnyMmaTileOut - 1) / cuda::kSkinnyMmaTileOut;
     s.counters = arena.Alloc<int32_t>(s.counter_slots);
@@ -77,8 +77,8 @@ TEST(CudaSkinnyMmaGemmTest, MatchesAPlainProductOnRandomShapes) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   const int ins[] = {8, 64, 136, 1000, 4096, 14336};
-  for (int trial = 0; trial < 24; ++trial) {
-    const int rows = cuda::kSkinnyMmaMinRows + trial % (cuda::kSkinnyMmaMaxRows - cuda::kSkinnyMmaMinRows + 1);
+  for (int trial = 0; trial < cuda::kSkinnyMmaMaxRows; ++trial) {
+    const int rows = cuda::kSkinnyMmaMinRows + trial;  // each row count once
     const int in = ins[rng() % 6];
     const int out = 1 + static_cast<int>(rng() % (in >= 4096 ? 700 : 3000));
     const int stages = (in + kStageK - 1) / kStageK;
@@ -197,7 +197,7 @@ TEST(CudaSkinnyMmaGemmTest, ReadsWhatTheKernelBeforeItWrites) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
-  for (const int rows : {6, 13}) {
+  for (const int rows : {6, 13, 27}) {
     for (const int splits : {1, 3}) {
       const int in = 1024 + 8 * static_cast<int>(rng() % 128), out = 100 + static_cast<int>(rng() % 400);
       SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out << ", splits " << splits);
@@ -277,8 +277,8 @@ TEST(CudaSkinnyMmaGemmTest, FusedKernelsEqualTheUnfusedOnes) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int trial = 0; trial < 16; ++trial) {
-    const int rows = 1 + trial % cuda::kSkinnyMmaMaxRows;
+  for (int trial = 0; trial < 20; ++trial) {
+    const int rows = 1 + trial * 7 % cuda::kSkinnyMmaMaxRows;  // 1, 8, 15, 22, 29, 4, ...: each tile count
     const int in = 8 * (1 + static_cast<int>(rng() % 600));
     const int out = 1 + static_cast<int>(rng() % 900);  // also the SwiGLU's hidden: odd ones too
     const int stages = (in + kStageK - 1) / kStageK;
@@ -299,30 +299,36 @@ TEST(CudaSkinnyMmaGemmTest, FusedKernelsEqualTheUnfusedOnes) {
     const __nv_bfloat16* wd = arena.Copy(wb);
     const __nv_bfloat16* gud = arena.Copy(gub);
 
-    // X rounded as the fragments are built.
-    __nv_bfloat16* x_rounded = arena.Alloc<__nv_bfloat16>(x32.size());
-    float* y_unfused = NanFilled(arena, static_cast<size_t>(rows) * out);
-    float* y_fused = NanFilled(arena, static_cast<size_t>(rows) * out);
-    ASSERT_TRUE(y_unfused != nullptr && y_fused != nullptr);
-    CUDA_OK(cuda::LaunchToBf16(x32d, x32.size(), x_rounded, nullptr));
-    CUDA_OK(cuda::LaunchSkinnyMmaGemm(x_rounded, rows, in, wd, out, y_unfused, 0.0f, scratch.s, nullptr, splits));
-    CUDA_OK(cuda::LaunchSkinnyMmaGemmRoundingX(x32d, rows, in, wd, out, y_fused, 0.0f, scratch.s, nullptr, splits));
-    const std::vector<float> a = ToHost(y_unfused, static_cast<size_t>(rows) * out);
-    const std::vector<float> b = ToHost(y_fused, a.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rounding in the fragments";
-    ExpectGuardIntact(y_fused + a.size());
-    CUDA_OK(cuda::LaunchSkinnyMmaGemm(x_rounded, rows, in, wd, out, y_unfused, 1.0f, scratch.s, nullptr, splits));
-    CUDA_OK(cuda::LaunchSkinnyMmaGemmRoundingX(x32d, rows, in, wd, out, y_fused, 1.0f, scratch.s, nullptr, splits));
-    const std::vector<float> a2 = ToHost(y_unfused, a.size());
-    const std::vector<float> b2 = ToHost(y_fused, a.size());
-    EXPECT_EQ(std::memcmp(a2.data(), b2.data(), a2.size() * sizeof(float)), 0) << "rounding in the fragments, beta 1";
-    EXPECT_NE(std::memcmp(a.data(), a2.data(), a.size() * sizeof(float)), 0) << "beta 1 added nothing";
-    // And the rounded product is the product of the rounded X, within error.
-    std::vector<float> x_rounded_host(x32.size());
-    for (size_t i = 0; i < x32.size(); ++i) x_rounded_host[i] = __bfloat162float(__float2bfloat16(x32[i]));
-    std::vector<double> want, scale;
-    Reference(x_rounded_host, rows, in, wf, out, &want, &scale);
-    ExpectClose(b, want, scale);
+    if (rows > cuda::kSkinnyMmaRoundingMaxRows) {  // fp32 X of more rows does not fit the shared memory
+      EXPECT_EQ(cuda::LaunchSkinnyMmaGemmRoundingX(x32d, rows, in, wd, out, arena.Alloc<float>(rows * out), 0.0f,
+                                                   scratch.s, nullptr),
+                cudaErrorInvalidValue);
+    } else {
+      // X rounded as the fragments are built.
+      __nv_bfloat16* x_rounded = arena.Alloc<__nv_bfloat16>(x32.size());
+      float* y_unfused = NanFilled(arena, static_cast<size_t>(rows) * out);
+      float* y_fused = NanFilled(arena, static_cast<size_t>(rows) * out);
+      ASSERT_TRUE(y_unfused != nullptr && y_fused != nullptr);
+      CUDA_OK(cuda::LaunchToBf16(x32d, x32.size(), x_rounded, nullptr));
+      CUDA_OK(cuda::LaunchSkinnyMmaGemm(x_rounded, rows, in, wd, out, y_unfused, 0.0f, scratch.s, nullptr, splits));
+      CUDA_OK(cuda::LaunchSkinnyMmaGemmRoundingX(x32d, rows, in, wd, out, y_fused, 0.0f, scratch.s, nullptr, splits));
+      const std::vector<float> a = ToHost(y_unfused, static_cast<size_t>(rows) * out);
+      const std::vector<float> b = ToHost(y_fused, a.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rounding in the fragments";
+      ExpectGuardIntact(y_fused + a.size());
+      CUDA_OK(cuda::LaunchSkinnyMmaGemm(x_rounded, rows, in, wd, out, y_unfused, 1.0f, scratch.s, nullptr, splits));
+      CUDA_OK(cuda::LaunchSkinnyMmaGemmRoundingX(x32d, rows, in, wd, out, y_fused, 1.0f, scratch.s, nullptr, splits));
+      const std::vector<float> a2 = ToHost(y_unfused, a.size());
+      const std::vector<float> b2 = ToHost(y_fused, a.size());
+      EXPECT_EQ(std::memcmp(a2.data(), b2.data(), a2.size() * sizeof(float)), 0) << "rounding in the fragments, beta 1";
+      EXPECT_NE(std::memcmp(a.data(), a2.data(), a.size() * sizeof(float)), 0) << "beta 1 added nothing";
+      // And the rounded product is the product of the rounded X, within error.
+      std::vector<float> x_rounded_host(x32.size());
+      for (size_t i = 0; i < x32.size(); ++i) x_rounded_host[i] = __bfloat162float(__float2bfloat16(x32[i]));
+      std::vector<double> want, scale;
+      Reference(x_rounded_host, rows, in, wf, out, &want, &scale);
+      ExpectClose(b, want, scale);
+    }
 
     // SwiGLU in the epilogue.
     float* gu = NanFilled(arena, static_cast<size_t>(rows) * 2 * out);
@@ -398,7 +404,7 @@ TEST(CudaSkinnyMmaGemmTest, GemmRunsItWhereAsked) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
-  for (const int rows : {4, 5, 8, 9, 16}) {
+  for (const int rows : {4, 5, 8, 9, 16, 17, 32}) {
     const int in = 8 * (1 + static_cast<int>(rng() % 600)), out = 1 + static_cast<int>(rng() % 2000);
     SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out);
     std::vector<__nv_bfloat16> xb, wb;

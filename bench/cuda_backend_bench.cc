@@ -4,7 +4,7 @@
 //     against the pinned memcpy of the same bytes in the same run (floor 85% each), and the
 //     block baseline's materialize against a device copy;
 //  2. a batch-1 decode step through the engine against its GEMMs alone and the weight
-//     streaming floor, the GEMMs at 1-8 rows by the skinny kernel and at 5-32 by the
+//     streaming floor, the GEMMs at 1-8 rows by the skinny kernel and at 5-64 by the
 //     tensor-core skinny kernel, each against cuBLASLt;
 //  3. with --e2e: a Zipf RAG trace (bench/rag_trace.h) through a fresh engine per mode over
 //     the one backend, one request at a time, TTFT and throughput per mode;
@@ -83,7 +83,7 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
   float* y = nullptr;
   CHECK_CUDA(cudaMalloc(&cls, vocab * dim * 2));
   CHECK_CUDA(cuda::LaunchSyntheticFill(9, vocab * dim, 0.02f, false, cls, nullptr, nullptr));
-  constexpr size_t kMaxRows = 32;  // room for the 32-row products below
+  constexpr size_t kMaxRows = 64;  // room for the 64-row products below
   CHECK_CUDA(cudaMalloc(&x, kMaxRows * 2 * hidden * 2));
   CHECK_CUDA(cuda::LaunchSyntheticFill(10, kMaxRows * 2 * hidden, 1.0f, false, x, nullptr, nullptr));
   CHECK_CUDA(cudaMalloc(&y, kMaxRows * std::max<size_t>(2 * hidden, vocab) * 4));
@@ -129,9 +129,9 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
       if (i + 1 > cuda::kSkinnyGemmFasterRows) kernel_ms[i] = std::min(kernel_ms[i], step_kernel_ms(i + 1));
     }
   }
-  // The tensor-core skinny kernel at 5 to 32 rows (a short question's prefill, small decode
-  // batches) against cuBLASLt, alternated.
-  const std::vector<int> mma_rows = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 32};
+  // The tensor-core skinny kernel at 5 to 64 rows (a short question's prefill, decode batches)
+  // against cuBLASLt, alternated.
+  const std::vector<int> mma_rows = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 32, 40, 48, 64};
   std::vector<float> mma_ms(mma_rows.size(), 1e9f), mma_lt_ms(mma_rows.size(), 1e9f);
   for (int round = 0; round < 2; ++round) {
     for (size_t i = 0; i < mma_rows.size(); ++i) {

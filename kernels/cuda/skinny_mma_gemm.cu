@@ -1,9 +1,9 @@
 // A CTA of 4 warps takes a tile of 64 rows of W (warp w its rows 16w..16w+15) and a part of
-// K, in stages of 64 columns: per stage, 64 x 64 of W and up to 16 x 64 of X go to shared
-// memory by cp.async (four stages in flight), each warp loads its A fragments (W) and the B
-// fragments (X, rows as the MMA's N) and runs mma.sync m16n8k16 into fp32 accumulators: one,
-// two or four 8-row tiles of X (up to 8, 16 or 32 rows; fp32 X up to 16, within the 48 KB of
-// static shared memory).
+// K, in stages of 64 columns: per stage, 64 x 64 of W and up to 64 x 64 of X go to shared
+// memory by cp.async (four stages in flight, three at 33-64 rows: 48 KB of static shared memory
+// at most), each warp loads its A fragments (W) and the B fragments (X, rows as the MMA's N)
+// and runs mma.sync m16n8k16 into fp32 accumulators: one, two, four or eight 8-row tiles of X
+// (up to 8, 16, 32 or 64 rows; fp32 X up to 16).
 //
 // Shared memory rows of W and bf16 X are 128 bytes (8 chunks of 16): chunk c of row r sits at
 // c ^ (r % 8), so the eight rows ldmatrix reads at one chunk fall in eight different bank
@@ -47,7 +47,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kStageK = 64;           // columns of K a stage: 128 bytes of a bf16 row
 constexpr int kChunks = kStageK / 8;  // 16-byte chunks of a bf16 row in a stage
-constexpr int kStages = 4;            // stages in flight (36-48 KB of shared memory a CTA)
 constexpr int kMaxSplits = 4;         // parts of K at most (chosen, not forced)
 constexpr int kMinStagesPerPart = 4;  // a part shorter than the pipeline wastes its fill
 constexpr int kCtasPerSm = 4;         // CTAs resident an SM (4-5 fit in shared memory)
@@ -59,13 +58,17 @@ static_assert(kWChunksPerThread * kThreads == kSkinnyMmaTileOut * kChunks, "whol
 template <typename XT>
 inline constexpr int kXChunks = kStageK* static_cast<int>(sizeof(XT)) / 16;
 
+// Stages in flight: four where they fit the 48 KB of static shared memory, else three.
+template <int kNTiles, typename XT>
+inline constexpr int kStages = 4 * 16 * (kSkinnyMmaTileOut * kChunks + 8 * kNTiles * kXChunks<XT>) <= 48 * 1024 ? 4 : 3;
+
 // The stages in shared memory: W [stage][64 rows x 8 chunks], X [stage][8 * kNTiles rows x
 // XChunks]. 48 KB at most (the static limit): the split's flag and the SwiGLU epilogue's
 // exchange reuse W's buffers once the last stage is multiplied.
 template <int kNTiles, typename XT>
 struct Stages {
-  uint4 w[kStages][kSkinnyMmaTileOut * kChunks];
-  uint4 x[kStages][8 * kNTiles * kXChunks<XT>];
+  uint4 w[kStages<kNTiles, XT>][kSkinnyMmaTileOut * kChunks];
+  uint4 x[kStages<kNTiles, XT>][8 * kNTiles * kXChunks<XT>];
 };
 
 __device__ __forceinline__ int Swizzled(int row, int chunk, int chunks_per_row) {
@@ -207,6 +210,7 @@ __global__ void __launch_bounds__(kThreads)
                         float* __restrict__ y, float beta, bf16* __restrict__ h, float* __restrict__ workspace,
                         int32_t* __restrict__ counters) {
   __shared__ Stages<kNTiles, XT> sm;
+  constexpr int kStagesInFlight = kStages<kNTiles, XT>;
   constexpr int kTileCols = kEpilogue == Epilogue::kStore ? kSkinnyMmaTileOut : kSkinnyMmaTileOut / 2;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tile0 = blockIdx.x * kTileCols;
@@ -219,27 +223,27 @@ __global__ void __launch_bounds__(kThreads)
   // W (weights: no kernel before this one writes them) is in flight before the wait for the
   // kernel that writes X.
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kStagesInFlight - 1; ++s) {
     if (s < stages) LoadW<kEpilogue>(sm, s, w, in, out, tile0, (first + s) * kStageK);
   }
   WaitForPriorGrid();
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kStagesInFlight - 1; ++s) {
     if (s < stages) LoadX(sm, s, x, rows, in, (first + s) * kStageK);
     CpAsyncCommit();
   }
 
   float acc[kNTiles][4] = {};
   for (int it = 0; it < stages; ++it) {
-    CpAsyncWait<kStages - 2>();  // stage `it` has landed (this thread's copies)
-    __syncthreads();             // everyone's, and the buffer refilled below is read by no one
-    const int next = it + kStages - 1;
+    CpAsyncWait<kStagesInFlight - 2>();  // stage `it` has landed (this thread's copies)
+    __syncthreads();                     // everyone's, and the buffer refilled below is read by no one
+    const int next = it + kStagesInFlight - 1;
     if (next < stages) {
-      LoadW<kEpilogue>(sm, next % kStages, w, in, out, tile0, (first + next) * kStageK);
-      LoadX(sm, next % kStages, x, rows, in, (first + next) * kStageK);
+      LoadW<kEpilogue>(sm, next % kStagesInFlight, w, in, out, tile0, (first + next) * kStageK);
+      LoadX(sm, next % kStagesInFlight, x, rows, in, (first + next) * kStageK);
     }
     CpAsyncCommit();
-    MultiplyStage(sm, it % kStages, warp, lane, acc);
+    MultiplyStage(sm, it % kStagesInFlight, warp, lane, acc);
   }
   // Every copy has landed (those after the last stage's were empty groups); from here W's
   // buffers hold the flag and the SwiGLU exchange, once every warp is past its last stage.
@@ -351,6 +355,10 @@ cudaError_t Launch(const XT* x, int rows, int in, const bf16* w, int out, int pr
                            y, beta, h, scratch.workspace, scratch.counters);
   }
   if constexpr (std::is_same_v<XT, bf16>) {
+    if (rows > 32) {
+      return LaunchDependent(SkinnyMmaGemmKernel<8, XT, kEpilogue>, grid, dim3(kThreads), 0, stream, x, rows, in, w,
+                             out, y, beta, h, scratch.workspace, scratch.counters);
+    }
     if (rows > 16) {
       return LaunchDependent(SkinnyMmaGemmKernel<4, XT, kEpilogue>, grid, dim3(kThreads), 0, stream, x, rows, in, w,
                              out, y, beta, h, scratch.workspace, scratch.counters);

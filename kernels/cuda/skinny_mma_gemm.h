@@ -1,9 +1,9 @@
-// Y = X W^T on tensor cores for 5 to 32 rows of X (a short question's prefill, a decode
-// batch of a few dozen sequences at most): bf16 X [rows][in] and W [out][in], fp32 Y [rows][out], fp32
+// Y = X W^T on tensor cores for 5 to 64 rows of X (a short question's prefill, a decode
+// batch of up to 64 sequences): bf16 X [rows][in] and W [out][in], fp32 Y [rows][out], fp32
 // accumulation (CPU twin: cpu::MatmulTransposed). At such row counts the product is still a
 // stream of W from memory, but too many multiply-adds for the CUDA-core skinny kernel
 // (skinny_gemm.h). Each CTA takes 64 rows of W and a part of K, staging W and X through
-// shared memory with cp.async (four stages of 64 columns, swizzled for ldmatrix) and
+// shared memory with cp.async (three or four stages of 64 columns, swizzled for ldmatrix) and
 // multiplying with mma.sync m16n8k16; where W has few rows, K is split over several CTAs whose
 // partial sums the last of them adds up in a fixed order (deterministic for a shape). Launched
 // as a dependent launch: its first stages of W are in flight before the kernel before it ends.
@@ -23,7 +23,7 @@ namespace lazykv::cuda {
 
 // The row counts the kernel takes (its fp32-X variant: up to kSkinnyMmaRoundingMaxRows).
 inline constexpr int kSkinnyMmaMinRows = 1;
-inline constexpr int kSkinnyMmaMaxRows = 32;
+inline constexpr int kSkinnyMmaMaxRows = 64;
 inline constexpr int kSkinnyMmaRoundingMaxRows = 16;
 // Rows of W a CTA takes (its partial sums and counters are per such tile).
 inline constexpr int kSkinnyMmaTileOut = 64;

@@ -77,8 +77,9 @@ TEST(CudaSkinnyMmaGemmTest, MatchesAPlainProductOnRandomShapes) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   const int ins[] = {8, 64, 136, 1000, 4096, 14336};
-  for (int trial = 0; trial < cuda::kSkinnyMmaMaxRows; ++trial) {
-    const int rows = cuda::kSkinnyMmaMinRows + trial;  // each row count once
+  for (int trial = 0; trial < 40; ++trial) {
+    // 1-16 once each, then 24 of 17-64: every tile count of X, with random rows past the last.
+    const int rows = trial < 16 ? 1 + trial : 17 + static_cast<int>(rng() % (cuda::kSkinnyMmaMaxRows - 16));
     const int in = ins[rng() % 6];
     const int out = 1 + static_cast<int>(rng() % (in >= 4096 ? 700 : 3000));
     const int stages = (in + kStageK - 1) / kStageK;
@@ -197,7 +198,7 @@ TEST(CudaSkinnyMmaGemmTest, ReadsWhatTheKernelBeforeItWrites) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
-  for (const int rows : {6, 13, 27}) {
+  for (const int rows : {6, 13, 27, 50}) {
     for (const int splits : {1, 3}) {
       const int in = 1024 + 8 * static_cast<int>(rng() % 128), out = 100 + static_cast<int>(rng() % 400);
       SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out << ", splits " << splits);
@@ -238,7 +239,7 @@ TEST(CudaSkinnyMmaGemmTest, ReadsWhatTheKernelBeforeItWrites) {
 }
 
 // Gemm's tensor-core products share cuBLASLt's workspace (their partial sums) in stream order:
-// cuBLASLt products (32 rows, few output tiles: a split-K choice is likely) and split products
+// cuBLASLt products (80 rows, few output tiles: a split-K choice is likely) and split products
 // of the kernel alternated on one stream without synchronization, each into its own output.
 TEST(CudaSkinnyMmaGemmTest, SharesCublasLtsWorkspaceInStreamOrder) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";
@@ -251,7 +252,7 @@ TEST(CudaSkinnyMmaGemmTest, SharesCublasLtsWorkspaceInStreamOrder) {
   std::vector<float> w;
   RandomBf16(rng, static_cast<size_t>(out) * in, wb, w);
   const __nv_bfloat16* wd = arena.Copy(wb);
-  const std::vector<int> row_counts = {32, 12, 32, 12};
+  const std::vector<int> row_counts = {80, 12, 80, 12};  // 80: past the kernel's rows
   const Products products(rng, arena, w, in, out, row_counts);
   Stream stream;
   ASSERT_TRUE(stream.ok);
@@ -263,7 +264,7 @@ TEST(CudaSkinnyMmaGemmTest, SharesCublasLtsWorkspaceInStreamOrder) {
     ASSERT_TRUE((*gemm)->Run(products.xs[p], row_counts[p], in, wd, out, products.ys[p]).ok());
   }
   CUDA_OK(cudaStreamSynchronize(stream.s));
-  EXPECT_EQ((*gemm)->plans(), 1u) << "32 rows by cuBLASLt, 12 by the kernel";
+  EXPECT_EQ((*gemm)->plans(), 1u) << "80 rows by cuBLASLt, 12 by the kernel";
   products.ExpectEach();
 }
 
@@ -278,7 +279,7 @@ TEST(CudaSkinnyMmaGemmTest, FusedKernelsEqualTheUnfusedOnes) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int trial = 0; trial < 20; ++trial) {
-    const int rows = 1 + trial * 7 % cuda::kSkinnyMmaMaxRows;  // 1, 8, 15, 22, 29, 4, ...: each tile count
+    const int rows = 1 + trial * 13 % cuda::kSkinnyMmaMaxRows;  // 1, 14, 27, 40, 53, 2, ...: each tile count
     const int in = 8 * (1 + static_cast<int>(rng() % 600));
     const int out = 1 + static_cast<int>(rng() % 900);  // also the SwiGLU's hidden: odd ones too
     const int stages = (in + kStageK - 1) / kStageK;
@@ -404,7 +405,7 @@ TEST(CudaSkinnyMmaGemmTest, GemmRunsItWhereAsked) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
-  for (const int rows : {4, 5, 8, 9, 16, 17, 32}) {
+  for (const int rows : {4, 5, 8, 9, 16, 17, 32, 33, 64}) {
     const int in = 8 * (1 + static_cast<int>(rng() % 600)), out = 1 + static_cast<int>(rng() % 2000);
     SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out);
     std::vector<__nv_bfloat16> xb, wb;

@@ -4,7 +4,7 @@
 # named in VARIANTS (name=ENV=VALUE,ENV=VALUE; "base" runs the defaults), ROUNDS times, the
 # first round of each with --kernel-trace, while the call's time lasts (BUDGET_S, default
 # 480 s from the start), and cuda_decode_bench's split sweep if bundled. SHOW_TTFT_TRACE=1 also
-# prints the TTFT step's kernel trace.
+# prints the TTFT step's kernel trace; E2E_BATCHED=1 adds the trace under load per variant.
 # Here: LAZYKV_MODELS_DIR=../shared/models bash bench/bundle_backend_gpu.sh OUT build cuda_backend_bench \
 #   [cuda_decode_bench] [tests] && cp bench/run_decode_step_gpu.sh OUT/data/
 # There: bash OUT/data/run_decode_step_gpu.sh OUT LOGDIR; the logs come back as LOGDIR/logs.tar.xz.
@@ -41,6 +41,21 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     [[ -n $trace && -n ${SHOW_TTFT_TRACE:-} ]] && sed -n '/^kernel trace: the TTFT step/,/^per step/p' "$log" | head -n 22
   done
 done
+# E2E_BATCHED=1: the trace under load (160 requests, 64 tokens out, concurrency 64,
+# lazy) per variant, alternated, ROUNDS times: served-shaped throughput of each variant.
+if [[ -n ${E2E_BATCHED:-} ]]; then
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for variant in ${VARIANTS:-base}; do
+      if (( SECONDS - start > budget )); then echo "time budget spent: stopping before e2e $variant"; break 2; fi
+      name=${variant%%=*}; vars=; [[ $variant == *=* ]] && vars=${variant#*=}
+      log="$logs/e2e_${name}_$round.txt"
+      env ${vars//,/ } timeout 300 cuda_backend_bench --e2e-batched --modes lazy --requests 160 --max-tokens 64 \
+        --max-concurrency 64 > "$log" 2>&1 || status=1
+      echo "== e2e batched $name round $round ($vars)"
+      grep -E "^mode|^lazy" "$log" | head -n 4
+    done
+  done
+fi
 if command -v cuda_decode_bench > /dev/null && (( SECONDS - start < budget )); then
   timeout 120 cuda_decode_bench > "$logs/cuda_decode_bench.txt" 2>&1 || status=1
   grep -E "^ *1 +[0-9]+ |^splits +[0-9]+ +1 " "$logs/cuda_decode_bench.txt" | head -n 30

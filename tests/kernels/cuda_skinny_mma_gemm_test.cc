@@ -5,7 +5,7 @@
 // chooses and with a random forced split (uneven parts of K included), beta 0 over NaN and
 // beta 1; counters left at zero; its fp32-X and SwiGLU fusions bit for bit the unfused kernels; back-to-back split
 // launches on one stream; X and y read only after the kernel before it (dependent launches); cuBLASLt's workspace
-// shared in stream order; the arguments it refuses; and Gemm running it at 5-16 rows where asked (no cuBLASLt plan).
+// shared in stream order; the arguments it refuses; and Gemm running it at 5-64 rows where asked (no cuBLASLt plan).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -47,7 +47,7 @@ constexpr double kRelative = 5e-6;
 
 constexpr int kStageK = 64;  // the kernel's columns of K a stage (skinny_mma_gemm.cu)
 
-// Scratch for up to 6 parts of 16 rows of `out` outputs.
+// Scratch for up to 6 parts of kSkinnyMmaMaxRows rows of `out` outputs.
 struct Scratch {
   Scratch(DeviceArena& arena, int out) {
     s.workspace_bytes = static_cast<size_t>(6) * cuda::kSkinnyMmaMaxRows * out * sizeof(float);
@@ -77,9 +77,12 @@ TEST(CudaSkinnyMmaGemmTest, MatchesAPlainProductOnRandomShapes) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   const int ins[] = {8, 64, 136, 1000, 4096, 14336};
+  const int edges[] = {17, 32, 33, cuda::kSkinnyMmaMaxRows};  // where the tiles of X change
   for (int trial = 0; trial < 40; ++trial) {
-    // 1-16 once each, then 24 of 17-64: every tile count of X, with random rows past the last.
-    const int rows = trial < 16 ? 1 + trial : 17 + static_cast<int>(rng() % (cuda::kSkinnyMmaMaxRows - 16));
+    // 1-16 once each, the edges of the larger tile counts, then random row counts of 17-64.
+    const int rows = trial < 16   ? 1 + trial
+                     : trial < 20 ? edges[trial - 16]
+                                  : 17 + static_cast<int>(rng() % (cuda::kSkinnyMmaMaxRows - 16));
     const int in = ins[rng() % 6];
     const int out = 1 + static_cast<int>(rng() % (in >= 4096 ? 700 : 3000));
     const int stages = (in + kStageK - 1) / kStageK;
@@ -398,7 +401,7 @@ TEST(CudaSkinnyMmaGemmTest, RefusesWhatItCannotTake) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-// Gemm runs the kernel at 5 to 16 rows with skinny_mma_kernel (no cuBLASLt plan), the CUDA-core
+// Gemm runs the kernel at 5 to 64 rows with skinny_mma_kernel (no cuBLASLt plan), the CUDA-core
 // skinny kernel below, and cuBLASLt without the option; all within error of the product.
 TEST(CudaSkinnyMmaGemmTest, GemmRunsItWhereAsked) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";

@@ -245,9 +245,10 @@ __global__ void __launch_bounds__(kThreads)
     CpAsyncCommit();
     MultiplyStage(sm, it % kStagesInFlight, warp, lane, acc);
   }
-  // Every copy has landed (those after the last stage's were empty groups); from here W's
-  // buffers hold the flag and the SwiGLU exchange, once every warp is past its last stage.
-  __syncthreads();
+  // Every copy has landed (those after the last stage's were empty groups); from here the
+  // stage buffers hold the split's flag and the SwiGLU exchange, once every warp is past its
+  // last stage (a plain store of an unsplit product uses neither).
+  if (kEpilogue == Epilogue::kSwiGlu || splits > 1) __syncthreads();
 
   // acc[nt][i] is the sum of tile row m = 16 * warp + lane / 4 + 8 * (i / 2) and X row
   // 8 * nt + 2 * (lane % 4) + i % 2.

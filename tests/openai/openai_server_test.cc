@@ -416,6 +416,29 @@ TEST_F(OpenAiServerTest, ConnectionsPastTheThreadsAndQueueGet429) {
   EXPECT_NE(stream.find("data: [DONE]"), std::string::npos) << "the held stream finished: " << stream.substr(0, 200);
 }
 
+// The request timeout holds while tokens keep coming (it was checked only when none came for
+// 50 ms): a long greedy completion (1500 tokens, about 5 s here) past a 1 s timeout gets 504
+// soon after it, and a stream gets its error event and [DONE].
+TEST_F(OpenAiServerTest, TheRequestTimeoutEndsARequestWhoseTokensNeverPause) {
+  auto worker = StartWorker({"--http-request-timeout-s", "1"});
+  auto client = HttpClient(worker->http_address());
+  const json body = {{"model", kModel}, {"prompt", "Go on"}, {"max_tokens", 1500}, {"temperature", 0}};
+  const auto start = std::chrono::steady_clock::now();
+  auto reply = client->Post("/v1/completions", body.dump(), "application/json");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(reply->status, 504) << reply->body;
+  EXPECT_NE(reply->body.find("request timeout"), std::string::npos) << reply->body;
+  EXPECT_LT(waited, 1.0 + 1.0 * SlowdownFactor()) << "ended at the timeout, not at the last token";
+  json streamed = body;
+  streamed["stream"] = true;
+  auto stream = client->Post("/v1/completions", streamed.dump(), "application/json");
+  ASSERT_TRUE(stream);
+  EXPECT_EQ(stream->status, 200);
+  EXPECT_NE(stream->body.find("request timeout"), std::string::npos) << stream->body.substr(0, 300);
+  EXPECT_NE(stream->body.find("data: [DONE]"), std::string::npos);
+}
+
 // SIGTERM: a stream under way finishes within the grace period, a new request gets 503.
 TEST_F(OpenAiServerTest, ShutdownFinishesStreamsAndRefusesNewRequests) {
   auto worker = StartWorker({"--shutdown-grace-ms", std::to_string(20000 * SlowdownFactor())});

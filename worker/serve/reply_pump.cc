@@ -22,8 +22,12 @@ std::optional<EngineEvent> ReplyPump::Next(const std::function<absl::Status()>& 
     first_.reset();
     return event;
   }
-  std::optional<EngineEvent> event = stream_->Next(std::chrono::milliseconds(50));
-  if (!event && !cancelled_) {
+  std::optional<EngineEvent> event = stream_->Next(kCheckEvery);
+  // Asked when no event came, and every kCheckEvery while events keep coming: a request whose
+  // tokens never pause must still end at its deadline or when its client goes away.
+  const auto now = std::chrono::steady_clock::now();
+  if (!cancelled_ && (!event || now - last_check_ >= kCheckEvery)) {
+    last_check_ = now;
     if (absl::Status status = idle(); !status.ok()) Cancel(std::move(status));
   }
   return event;

@@ -25,8 +25,8 @@ class ReplyPump {
     std::function<bool(const SampledToken& token, const std::string& text)> token;
     // The text held back until the end (only when not empty).
     std::function<void(const std::string& text)> rest;
-    // Asked whenever no event came for 50 ms: an error (the client went away, a deadline
-    // passed) cancels the request with it.
+    // Asked whenever no event came for 50 ms, and at least every 50 ms while events keep
+    // coming: an error (the client went away, a deadline passed) cancels the request with it.
     std::function<absl::Status()> idle;
     // Why the client is gone, when `token` says so.
     std::function<absl::Status()> gone;
@@ -55,7 +55,9 @@ class ReplyPump {
   GenerationLoop* loop_;
   std::shared_ptr<RequestStream> stream_;
   TextStream text_;
+  static constexpr std::chrono::milliseconds kCheckEvery{50};
   std::optional<EngineEvent> first_;
+  std::chrono::steady_clock::time_point last_check_ = std::chrono::steady_clock::now();
   int streamed_ = 0;  // tokens the client was given
   bool cancelled_ = false;
   bool ended_ = false;  // the engine reported the end (finished or failed)

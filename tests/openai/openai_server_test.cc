@@ -5,9 +5,14 @@
 // in the Llama 3 chat format; documents reordered in a later request are served from the
 // cache; malformed requests get 400 naming the field; tokens, limits and shutdown answer
 // with their own statuses.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -324,6 +329,59 @@ TEST_F(OpenAiServerTest, MalformedRequestsAre400NamingTheField) {
   auto models = client.Get("/v1/models");
   ASSERT_TRUE(models);
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], kModel);
+}
+
+// Sends `head` on a new connection to HOST:PORT, then body bytes for as long as the server
+// takes them (at most `seconds`), and returns the first line the server answers with (empty:
+// none within `seconds`).
+std::string StatusWhileSending(const std::string& address, const std::string& head, int seconds) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) return "connect failed";
+  timeval timeout{.tv_sec = seconds, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  timeval send_timeout{.tv_sec = 1, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
+  send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  std::atomic<bool> stop{false};
+  std::thread sender([&] {
+    const std::string junk(64 << 10, 'x');
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (!stop && std::chrono::steady_clock::now() < until) {
+      if (send(fd, junk.data(), junk.size(), MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EWOULDBLOCK) break;
+    }
+  });
+  char buffer[256] = {};
+  const ssize_t got = recv(fd, buffer, sizeof(buffer) - 1, 0);
+  stop = true;
+  sender.join();
+  close(fd);
+  const std::string reply = got > 0 ? std::string(buffer, got) : "";
+  return reply.substr(0, reply.find("\r\n"));
+}
+
+// A body that cannot fit is refused from its headers at once, while the client is still
+// sending it (httplib alone read a body past its limit to the end, a terabyte announced and
+// sent got no answer), and a chunked body, whose size is unknown up front, is refused too.
+TEST_F(OpenAiServerTest, ABodyThatCannotFitIsRefusedBeforeItIsRead) {
+  auto worker = StartWorker();
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  EXPECT_EQ(
+      StatusWhileSending(worker->http_address(), head + "Content-Length: 1000000000000\r\n\r\n", 5 * SlowdownFactor()),
+      "HTTP/1.1 413 Payload Too Large");
+  EXPECT_EQ(
+      StatusWhileSending(worker->http_address(), head + "Transfer-Encoding: chunked\r\n\r\n", 5 * SlowdownFactor()),
+      "HTTP/1.1 411 Length Required");
+  // A body within the limit is served as before.
+  auto client = HttpClient(worker->http_address());
+  auto good = client->Post("/v1/completions", json{{"model", kModel}, {"prompt", "x"}, {"max_tokens", 2}}.dump(),
+                           "application/json");
+  ASSERT_TRUE(good);
+  EXPECT_EQ(good->status, 200) << good->body;
 }
 
 TEST_F(OpenAiServerTest, BearerTokensOfTheClientRole) {

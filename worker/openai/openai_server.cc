@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/http_connection_pool.h"
@@ -120,6 +121,29 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOp
     response.status = s->shutting_down_ ? 503 : 200;
     response.set_content(s->shutting_down_ ? "shutting down\n" : "ok\n", "text/plain");
   });
+  // A body that cannot fit is refused from its headers, before any of it is read (httplib
+  // reads a body past its limit to the end before refusing it: a client sending a
+  // terabyte held a thread and a core), and the connection is closed. A chunked body has no
+  // length to check up front: the API takes Content-Length bodies only, as OpenAI's clients send.
+  server.set_pre_routing_handler(
+      [max_body = o.max_body_bytes](const httplib::Request& request, httplib::Response& response) {
+        if (request.method != "POST") return httplib::Server::HandlerResponse::Unhandled;
+        const std::string length = request.get_header_value("Content-Length");
+        uint64_t bytes = 0;
+        if (!length.empty() && absl::SimpleAtoi(length, &bytes) && bytes <= max_body) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        response.set_header("Connection", "close");
+        if (!length.empty()) {
+          response.status = 413;  // the error handler below writes the body
+        } else {
+          WriteJson(response, 411,
+                    ErrorFor(absl::InvalidArgumentError("body: send it with a Content-Length (chunked request bodies "
+                                                        "are not accepted)"))
+                        .body);
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      });
   // A body over the limit, an unknown route: OpenAI-style errors, not httplib's empty ones.
   server.set_error_handler([](const httplib::Request&, httplib::Response& response) {
     if (!response.body.empty()) return;

@@ -1,6 +1,7 @@
 #include "common/server_runtime.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -46,8 +47,24 @@ void PrintListening(const std::string& name, const std::string& listen, int port
   std::cout << std::endl;
 }
 
+namespace {
+
+// The process's soft limit on open descriptors raised to its hard limit, once.
+void RaiseDescriptorLimit() {
+  static const bool raised = [] {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return false;
+    limit.rlim_cur = limit.rlim_max;
+    return setrlimit(RLIMIT_NOFILE, &limit) == 0;
+  }();
+  (void)raised;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options, grpc::Service* service,
                                                               int* port) {
+  RaiseDescriptorLimit();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   *port = 0;
@@ -78,6 +95,10 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options.keepalive_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, options.handshake_timeout_ms);
+  if (options.max_connection_idle_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, options.max_connection_idle_ms);
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));

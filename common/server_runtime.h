@@ -32,11 +32,20 @@ struct GrpcServerOptions {
   // when its answer does not come within the timeout (a peer that died or froze).
   int keepalive_time_ms = 30000;
   int keepalive_timeout_ms = 10000;
+  // A connection that has not finished its HTTP/2 (and TLS) handshake this long after it was
+  // accepted is closed: idle sockets opened and left silent must not pile up towards the
+  // process's descriptor limit (gRPC's default waits 120 s).
+  int handshake_timeout_ms = 10000;
+  // A connection with no call for this long is sent GOAWAY (clients reconnect when they next
+  // call); 0: never.
+  int max_connection_idle_ms = 10 * 60 * 1000;
 };
 
 // Builds and starts a gRPC server for `service`: the standard health service serving
 // (it needs no token: probes and load balancers call it), keepalives that notice dead
-// peers on idle streams, and the options' limits. *port receives the bound port;
+// peers on idle streams, handshake and idle-connection timeouts, and the options' limits.
+// The process's soft limit on open descriptors is raised to its hard limit first (once):
+// gRPC 1.51's listener stops accepting for good after an accept fails with EMFILE. *port receives the bound port;
 // UNAVAILABLE when nothing could be bound.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& options, grpc::Service* service,
                                                               int* port);

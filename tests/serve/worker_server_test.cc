@@ -292,7 +292,7 @@ TEST(WorkerServerTest, BadInputGetsInvalidArgumentNamingTheFieldAndTheWorkerGoes
   expect_invalid(request, "mode");
   request = TextRequest({kDocs[0], kDocs[1]}, "Once upon a time", 10);
   request.set_repair_tokens(-3);
-  expect_invalid(request, "repair_tokens -3");
+  expect_invalid(request, "repair_tokens: -3");
   request = TextRequest({kDocs[0]}, "Once upon a time", 600);
   expect_invalid(request, "max_tokens 600");
   request = TextRequest({kDocs[0]}, "Once upon a time", 10);

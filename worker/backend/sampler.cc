@@ -11,7 +11,7 @@
 namespace lazykv {
 
 absl::Status SamplingParams::Validate() const {
-  if (max_tokens < 0) return absl::InvalidArgumentError(absl::StrFormat("max_tokens %d is negative", max_tokens));
+  if (max_tokens < 0) return absl::InvalidArgumentError(absl::StrFormat("max_tokens: %d is negative", max_tokens));
   if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
     return absl::InvalidArgumentError(absl::StrFormat("temperature %g must be finite and >= 0", temperature));
   }

@@ -116,16 +116,17 @@ absl::Status Engine::ValidateRequest(const GenerateRequest& request) const {
   RETURN_IF_ERROR(check_tokens(request.prompt, "prompt"));
   RETURN_IF_ERROR(check_tokens(request.sampling.stop_token_ids, "stop_token_ids"));
   if (request.repair_tokens < 0 || request.repair_tokens > c.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrFormat("repair_tokens %d must be in [0, %d] (the model's context)",
+    return absl::InvalidArgumentError(absl::StrFormat("repair_tokens: %d must be in [0, %d] (the model's context)",
                                                       request.repair_tokens, c.max_seq_len));
   }
   if (total == 0) {
     return absl::InvalidArgumentError("request has no tokens: an anchorless engine needs a document or a prompt");
   }
   if (total + request.sampling.max_tokens > c.max_seq_len) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("request needs %d positions (%d prompt tokens + max_tokens %d); the model's context is %d",
-                        total + request.sampling.max_tokens, total, request.sampling.max_tokens, c.max_seq_len));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the request needs %d positions (%d prompt tokens + max_tokens %d); the model's context is %d",
+        total >= c.max_seq_len ? "prompt" : "max_tokens", total + request.sampling.max_tokens, total,
+        request.sampling.max_tokens, c.max_seq_len));
   }
   const int needed = WorstCaseBlocks(request, request.mode.value_or(options_.mode));
   if (needed > backend_->num_blocks()) {

@@ -115,7 +115,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
   }
   const v1::SamplingParams& s = call.sampling();
   if (s.max_tokens() < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("sampling.max_tokens %d is negative", s.max_tokens()));
+    return absl::InvalidArgumentError(absl::StrFormat("sampling.max_tokens: %d is negative", s.max_tokens()));
   }
   request.sampling.max_tokens = s.max_tokens() == 0 ? options.default_max_tokens : s.max_tokens();
   request.sampling.temperature = s.temperature();
@@ -132,7 +132,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
   for (int i = 0; i < s.stop_size(); ++i) {
     if (s.stop(i).empty() || s.stop(i).size() > options.max_stop_bytes) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("sampling.stop[%d] must hold 1 to %d bytes", i, options.max_stop_bytes));
+          absl::StrFormat("sampling.stop[%d]: must hold 1 to %d bytes", i, options.max_stop_bytes));
     }
   }
   if (!call.mode().empty()) {

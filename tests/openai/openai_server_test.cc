@@ -281,6 +281,7 @@ TEST_F(OpenAiServerTest, MalformedRequestsAre400NamingTheField) {
       {"/v1/chat/completions", with("messages", {{{"role", "user"}, {"content", "x"}}, {{"role", "wizard"}}}),
        "messages[1].role"},
       {"/v1/chat/completions", with("messages", {{{"role", "user"}, {"content", 7}}}), "messages[0].content"},
+      {"/v1/chat/completions", with("messages", {{{"role", "user"}, {"content", nullptr}}}), "messages[0].content"},
       {"/v1/chat/completions", with("temperature", "hot"), "temperature"},
       {"/v1/chat/completions", with("temperature", 3), "temperature"},
       {"/v1/chat/completions", with("max_tokens", -3), "max_tokens"},

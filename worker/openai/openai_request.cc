@@ -234,6 +234,11 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(std::string_view text, const Chat
     if (!m.contains("content") || !(m["content"].is_string() || m["content"].is_array() || m["content"].is_null())) {
       return Bad(field + ".content", "must be a string or an array of text parts");
     }
+    // OpenAI allows null content only on an assistant's message (one that made tool calls);
+    // elsewhere the chat template would fail on it with an error naming no field.
+    if (m["content"].is_null() && role != "assistant") {
+      return Bad(field + ".content", "must be a string or an array of text parts (null only for an assistant)");
+    }
   }
   bool add_generation_prompt = true;
   if (Present(*body, "add_generation_prompt")) {

@@ -3,11 +3,10 @@
 #include <signal.h>
 #include <sys/resource.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "common/env_switch.h"
 
 namespace lazykv {
 namespace {
@@ -86,10 +85,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
   // LAZYKV_GRPC_SYNC_CQS=N: the sync server's completion queues (gRPC's default is one a core,
   // each polled by its own threads), for measurements of the served path's hops on many-core
   // hosts (bench/grpc_stream_bench --sync-cqs measures the same knob without a model).
-  static const int sync_cqs = [] {
-    const char* value = std::getenv("LAZYKV_GRPC_SYNC_CQS");
-    return value == nullptr ? 0 : std::max(0, std::atoi(value));
-  }();
+  static const int sync_cqs = EnvCount("LAZYKV_GRPC_SYNC_CQS");
   if (sync_cqs > 0) builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, sync_cqs);
   // A second server on a busy port must fail, not silently share its connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -7,6 +7,7 @@
 
 #include <cfloat>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/last_split_merge.cuh"
 #include "kernels/cuda/lazy_decode_attention.h"
@@ -39,16 +40,9 @@ constexpr int kMaxGroup = 8;  // query heads per KV head handled by one CTA
 constexpr int kTile = 16;     // tokens per warp step (at most one entry's)
 constexpr float kLog2e = 1.4426950408889634f;
 
-// 16 bytes global -> shared; src_bytes 0 fills zeros (masked rows must not feed NaN).
-__device__ __forceinline__ void CpAsync16(void* dst, const void* src, int src_bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using async_copy::CpAsync16;
+using async_copy::CpAsyncCommit;
+using async_copy::CpAsyncWait;
 
 __device__ __forceinline__ void Bf16x8ToFloat(const uint4& u, float (&f)[8]) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};

@@ -24,9 +24,10 @@
 // (as the decode kernel's last split merges: last_split_merge.cuh).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
+#include "common/env_switch.h"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/mma_sync.cuh"
@@ -36,10 +37,13 @@ namespace lazykv::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
+using async_copy::CpAsync16;
+using async_copy::CpAsync16Streamed;
+using async_copy::CpAsyncCommit;
+using async_copy::CpAsyncWait;
 using mma::Ldmatrix2;
 using mma::Ldmatrix4;
 using mma::Mma;
-using mma::SmemAddr;
 
 enum class Epilogue { kStore, kSwiGlu };
 
@@ -75,23 +79,6 @@ __device__ __forceinline__ int Swizzled(int row, int chunk, int chunks_per_row) 
   return row * chunks_per_row + (chunk ^ (row & 7));
 }
 
-// 16 bytes global -> shared, src_bytes 0 fills zeros. W's copies also ask L2 for the
-// 256 bytes around them: W is read once, and the next stage's columns of the row then come
-// from L2 (256-byte reads of each row from memory, not 128).
-__device__ __forceinline__ void CpAsyncStreamed(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsync(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // The row of W that row r of a tile starting at output tile0 holds. kStore: output tile0 + r.
 // kSwiGlu (tile0 a multiple of 32 of `out` = hidden): gate row tile0 + r for r < 32, up row
 // hidden + tile0 + r - 32 after. Rows past the outputs repeat the last (loaded, never written).
@@ -114,8 +101,8 @@ __device__ __forceinline__ void LoadW(Stages<kNTiles, XT>& sm, int buffer, const
     const int r = i / kChunks, c = i % kChunks;
     const int k = k0 + c * 8;
     const bool inside = k < in;
-    CpAsyncStreamed(&sm.w[buffer][Swizzled(r, c, kChunks)],
-                    w + static_cast<size_t>(WRow<kEpilogue>(tile0, r, out)) * in + (inside ? k : 0), inside ? 16 : 0);
+    CpAsync16Streamed(&sm.w[buffer][Swizzled(r, c, kChunks)],
+                      w + static_cast<size_t>(WRow<kEpilogue>(tile0, r, out)) * in + (inside ? k : 0), inside ? 16 : 0);
   }
 }
 
@@ -127,8 +114,8 @@ __device__ __forceinline__ void LoadX(Stages<kNTiles, XT>& sm, int buffer, const
     const int r = i / kChunksX, c = i % kChunksX;
     const int k = k0 + c * kElems;
     const bool inside = r < rows && k < in;
-    CpAsync(&sm.x[buffer][Swizzled(r, c, kChunksX)], x + (inside ? static_cast<size_t>(r) * in + k : 0),
-            inside ? 16 : 0);
+    CpAsync16(&sm.x[buffer][Swizzled(r, c, kChunksX)], x + (inside ? static_cast<size_t>(r) * in + k : 0),
+              inside ? 16 : 0);
   }
 }
 
@@ -377,10 +364,7 @@ bool SkinnyMmaGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* 
 }
 
 int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch) {
-  static const int forced = [] {
-    const char* value = std::getenv("LAZYKV_SKINNY_MMA_SPLITS");
-    return value == nullptr ? 0 : std::max(0, std::atoi(value));
-  }();
+  static const int forced = EnvCount("LAZYKV_SKINNY_MMA_SPLITS");
   const int tiles = Tiles(out);
   int splits = forced > 0 ? forced : std::min(kMaxSplits, kCtasPerSm * MultiprocessorCount() / tiles);
   splits = std::clamp(splits, 1, std::max(1, TotalStages(in) / kMinStagesPerPart));

@@ -3,7 +3,6 @@
 // classifier GEMM (the 1 GiB classifier of an 8B model streamed once per step, not once
 // per sequence). The layers are one template over the element type of the weights, GEMM
 // inputs and pool (bf16, or fp32 in the backend's fp32 mode).
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/env_switch.h"
@@ -40,10 +39,7 @@ bool LastSplitMergeEnabled() {
 // LAZYKV_DECODE_SPLITS=N: the decode kernel's split count forced (not chosen from the SM
 // count and the context), for measurements of the step at other counts.
 int ForcedDecodeSplits() {
-  static const int splits = [] {
-    const char* value = std::getenv("LAZYKV_DECODE_SPLITS");
-    return value == nullptr ? 0 : std::max(0, std::atoi(value));
-  }();
+  static const int splits = EnvCount("LAZYKV_DECODE_SPLITS");
   return splits;
 }
 

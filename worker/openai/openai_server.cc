@@ -122,9 +122,10 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOp
     response.set_content(s->shutting_down_ ? "shutting down\n" : "ok\n", "text/plain");
   });
   // A body that cannot fit is refused from its headers, before any of it is read (httplib
-  // reads a body past its limit to the end before refusing it: a client sending a
-  // terabyte held a thread and a core), and the connection is closed. A chunked body has no
-  // length to check up front: the API takes Content-Length bodies only, as OpenAI's clients send.
+  // reads a body past its limit to the end before refusing it: a client sending a terabyte
+  // held a thread and a core without an answer). The reply asks the client to close; httplib
+  // 0.11.4 still reads what follows as the next request. A chunked body has no length to
+  // check up front: the API takes Content-Length bodies only, as OpenAI's clients send.
   server.set_pre_routing_handler(
       [max_body = o.max_body_bytes](const httplib::Request& request, httplib::Response& response) {
         if (request.method != "POST") return httplib::Server::HandlerResponse::Unhandled;

@@ -33,6 +33,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/skinny_mma_gemm.h"
 #include "worker/backend/cuda_backend.h"
 #include "worker/engine/engine.h"
 #include "worker/model/synthetic_model.h"
@@ -129,14 +130,18 @@ void DecodeBench(Backend& backend, double hbm_gbs, bool backend_skinny_gemm, boo
       if (i + 1 > cuda::kSkinnyGemmFasterRows) kernel_ms[i] = std::min(kernel_ms[i], step_kernel_ms(i + 1));
     }
   }
-  // The tensor-core skinny kernel at 5 to 64 rows (a short question's prefill, decode batches)
-  // against cuBLASLt, alternated.
+  // The tensor-core skinny kernel itself at 5 to 64 rows (a short question's prefill, decode
+  // batches; also past the kSkinnyMmaFasterRows that Gemm gives it) against cuBLASLt, alternated.
   const std::vector<int> mma_rows = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 32, 40, 48, 64};
   std::vector<float> mma_ms(mma_rows.size(), 1e9f), mma_lt_ms(mma_rows.size(), 1e9f);
+  const cuda::SkinnyMmaScratch mma_scratch = (*mma)->mma_scratch();
   for (int round = 0; round < 2; ++round) {
     for (size_t i = 0; i < mma_rows.size(); ++i) {
       mma_lt_ms[i] = std::min(mma_lt_ms[i], step_gemms_ms(**lt, mma_rows[i]));
-      mma_ms[i] = std::min(mma_ms[i], step_gemms_ms(**mma, mma_rows[i]));
+      mma_ms[i] = std::min(mma_ms[i], step_gemm_loop_ms([&](int in, const __nv_bfloat16* wm, int out) {
+                             return cuda::LaunchSkinnyMmaGemm(x, mma_rows[i], in, wm, out, y, 0.0f, mma_scratch,
+                                                              nullptr) == cudaSuccess;
+                           }));
     }
   }
   // The same launches as one CUDA graph (captured with their dependent-launch edges) against

@@ -14,7 +14,11 @@
 //   grpc_stream_bench [--requests N] [--tokens N] [--prompt-tokens N] [--first-token-us N]
 //                     [--token-interval-us N] [--sync-cqs N]
 // --sync-cqs sets the sync server's completion queues (gRPC's default: one a core, each with
-// its own pollers), which may cost hand-offs on a many-core host.
+// its own pollers), which may cost hand-offs on a many-core host. A third server, "worker",
+// runs the same sync handler but is started as lazykv-worker starts its own
+// (common/server_runtime.h: health service, keepalives, connection timeouts, a resource quota of
+// the worker's default --max-threads), so a gap between the bench and the served path's
+// transit can be told apart from the server's configuration.
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -31,6 +35,7 @@
 #include "bench/load_stats.h"
 #include "common/flag_parser.h"
 #include "common/monotonic_clock.h"
+#include "common/server_runtime.h"
 #include "proto/generate.grpc.pb.h"
 
 namespace lazykv {
@@ -292,8 +297,24 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "grpc_stream_bench: cannot listen on loopback\n");
     return 1;
   }
+  SyncService worker_service(&engine);
+  int worker_port = 0;
+  constexpr int kWorkerMaxThreads = 1024;  // lazykv-worker's --max-threads default
+  auto worker_server = StartGrpcServer(GrpcServerOptions{.listen = "127.0.0.1:0",
+                                                         .service_name = v1::Generation::service_full_name(),
+                                                         .credentials = nullptr,
+                                                         .max_message_bytes = 16 << 20,
+                                                         .stream_window_bytes = 0,
+                                                         .max_threads = kWorkerMaxThreads},
+                                       &worker_service, &worker_port);
+  if (!worker_server.ok()) {
+    std::fprintf(stderr, "grpc_stream_bench: %s\n", std::string(worker_server.status().message()).c_str());
+    return 1;
+  }
   auto sync_stub = v1::Generation::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(sync_port), grpc::InsecureChannelCredentials()));
+  auto worker_stub = v1::Generation::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(worker_port), grpc::InsecureChannelCredentials()));
   auto callback_stub = v1::Generation::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(callback_port), grpc::InsecureChannelCredentials()));
 
@@ -325,15 +346,16 @@ int Main(int argc, char** argv) {
     return true;
   };
 
-  std::vector<Sample> sync_samples, callback_samples;
+  std::vector<Sample> sync_samples, callback_samples, worker_samples;
   constexpr int kWarmUp = 5;
-  for (int i = -kWarmUp; i < o.requests; ++i) {  // alternated, so drift falls on both
-    Sample s, c;
-    if (!one(*sync_stub, &s) || !one(*callback_stub, &c)) return 1;
+  for (int i = -kWarmUp; i < o.requests; ++i) {  // alternated, so drift falls on all three
+    Sample s, c, w;
+    if (!one(*sync_stub, &s) || !one(*callback_stub, &c) || !one(*worker_stub, &w)) return 1;
     callback_service.Reap();
     if (i < 0) continue;
     sync_samples.push_back(s);
     callback_samples.push_back(c);
+    worker_samples.push_back(w);
   }
 
   std::printf(
@@ -343,7 +365,8 @@ int Main(int argc, char** argv) {
       o.sync_cqs > 0 ? std::to_string(o.sync_cqs).c_str() : "gRPC's default number of");
   std::printf("%-9s %-28s %-28s %-28s\n", "api", "inbound ms p25/p50/p75", "outbound ms p25/p50/p75",
               "transit ms p25/p50/p75");
-  for (const auto& [name, samples] : {std::pair{"sync", &sync_samples}, std::pair{"callback", &callback_samples}}) {
+  for (const auto& [name, samples] : {std::pair{"sync", &sync_samples}, std::pair{"callback", &callback_samples},
+                                      std::pair{"worker", &worker_samples}}) {
     std::vector<double> in, out, sum;
     for (const Sample& s : *samples) {
       in.push_back(s.inbound_ms);
@@ -355,6 +378,7 @@ int Main(int argc, char** argv) {
   }
   sync_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   callback_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  (*worker_server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return 0;
 }
 

@@ -1,9 +1,7 @@
 #include "kernels/cuda/gemm.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "absl/strings/str_format.h"
+#include "common/env_switch.h"
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/skinny_mma_gemm.h"
@@ -23,10 +21,7 @@ absl::Status LtError(cublasStatus_t s, const char* what) {
 }  // namespace
 
 bool SkinnyMmaByDefault() {
-  static const bool on = [] {
-    const char* value = std::getenv("LAZYKV_SKINNY_MMA");
-    return value != nullptr && std::strcmp(value, "1") == 0;
-  }();
+  static const bool on = EnvSwitchOn("LAZYKV_SKINNY_MMA");
   return on;
 }
 
@@ -84,7 +79,7 @@ Gemm::~Gemm() {
 
 bool Gemm::SkinnyMmaRows(int rows) const {
   return options_.skinny_kernel && options_.skinny_mma_kernel && rows > kSkinnyGemmFasterRows &&
-         rows <= kSkinnyMmaMaxRows;
+         rows <= kSkinnyMmaFasterRows;
 }
 
 SkinnyMmaScratch Gemm::mma_scratch() const {

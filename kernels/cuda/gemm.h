@@ -6,7 +6,7 @@
 // opened at Create (cublas_api.h), not linked. A bf16 product of at most
 // kSkinnyGemmFasterRows rows (a small decode step's) runs the skinny kernel instead
 // (skinny_gemm.h), which streams W closer to the memory's rate; with skinny_mma_kernel, one
-// of 5 to 64 rows runs the tensor-core skinny kernel (skinny_mma_gemm.h).
+// of 5 to kSkinnyMmaFasterRows rows runs the tensor-core skinny kernel (skinny_mma_gemm.h).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,14 +25,19 @@ namespace lazykv::cuda {
 
 struct CublasApi;
 
-// Whether Gemm runs the tensor-core skinny kernel at 5 to 64 rows by default: only with
-// LAZYKV_SKINNY_MMA=1 in the environment until it is measured faster than cuBLASLt on the H100.
+// The most rows Gemm gives the tensor-core skinny kernel: on the H100 it streams the 8B shape's
+// weights 1.00-1.055x as fast as cuBLASLt at 5-16 rows and 0.77-0.96x at 20-64
+// (bench/results/skinny_mma_2026-11-28.md), so cuBLASLt keeps the larger products.
+inline constexpr int kSkinnyMmaFasterRows = 16;
+
+// Whether Gemm runs the tensor-core skinny kernel at 5 to kSkinnyMmaFasterRows rows by
+// default: yes unless LAZYKV_SKINNY_MMA=0 (cuBLASLt there, for comparisons in one binary).
 bool SkinnyMmaByDefault();
 
 struct GemmOptions {
   // False: cuBLASLt for every shape (to measure the skinny kernels against it).
   bool skinny_kernel = true;
-  // With skinny_kernel: products of 5 to 64 rows by the tensor-core skinny kernel.
+  // With skinny_kernel: products of 5 to kSkinnyMmaFasterRows rows by the tensor-core skinny kernel.
   bool skinny_mma_kernel = SkinnyMmaByDefault();
 };
 
@@ -53,7 +58,8 @@ class Gemm {
     return RunTyped(x, rows, in, w, out, y, beta, /*fp32_inputs=*/true);
   }
   // Whether Run gives a bf16 product of `rows` rows to the tensor-core skinny kernel (where
-  // the kernel takes its shape): 5 to 64 rows with skinny_kernel and skinny_mma_kernel.
+  // the kernel takes its shape): 5 to kSkinnyMmaFasterRows rows with skinny_kernel and
+  // skinny_mma_kernel.
   bool SkinnyMmaRows(int rows) const;
   // That kernel's scratch, for its fused launches beside Run (skinny_mma_gemm.h): used in
   // stream order on this Gemm's stream only.

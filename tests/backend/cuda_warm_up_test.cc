@@ -8,6 +8,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/skinny_gemm.h"
 #include "tests/engine/engine_compare_util.h"
 #include "tests/engine/engine_test_util.h"
@@ -95,8 +96,10 @@ TEST(CudaWarmUpTest, AWarmedBackendPlansNothingWhileServingAndComputesTheSame) {
     const uint64_t planned_ahead = CudaGemmPlanStats(*warmed_raw).plans;
     // Four layer GEMMs per row count up to max_prefill_tokens + max_running_requests, and
     // the classifier's up to max_running_requests; in bf16 the row counts of the skinny
-    // kernel plan nothing (the model's widths are multiples of 8).
-    const uint64_t skinny = precision == CudaPrecision::kBf16 ? cuda::kSkinnyGemmFasterRows : 0;
+    // kernels plan nothing (the model's widths are multiples of 8).
+    const uint64_t skinny = precision != CudaPrecision::kBf16 ? 0
+                            : cuda::SkinnyMmaByDefault()      ? cuda::kSkinnyMmaFasterRows
+                                                              : cuda::kSkinnyGemmFasterRows;
     EXPECT_EQ(planned_ahead, 4u * (options.max_prefill_tokens + options.max_running_requests - skinny) +
                                  (options.max_running_requests - skinny));
     const std::vector<GenerateResult> got = RunBatch(**warmed, requests);

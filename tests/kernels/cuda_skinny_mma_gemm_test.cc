@@ -401,8 +401,9 @@ TEST(CudaSkinnyMmaGemmTest, RefusesWhatItCannotTake) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-// Gemm runs the kernel at 5 to 64 rows with skinny_mma_kernel (no cuBLASLt plan), the CUDA-core
-// skinny kernel below, and cuBLASLt without the option; all within error of the product.
+// Gemm runs the kernel at 5 to kSkinnyMmaFasterRows rows with skinny_mma_kernel (no cuBLASLt
+// plan), the CUDA-core skinny kernel below, and cuBLASLt above or without the option; all within
+// error of the product.
 TEST(CudaSkinnyMmaGemmTest, GemmRunsItWhereAsked) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";
   const uint64_t seed = FreshSeed();
@@ -425,7 +426,8 @@ TEST(CudaSkinnyMmaGemmTest, GemmRunsItWhereAsked) {
       ASSERT_TRUE(gemm.ok());
       float* y = NanFilled(arena, want.size());
       ASSERT_TRUE((*gemm)->Run(xd, rows, in, wd, out, y).ok());
-      EXPECT_EQ((*gemm)->plans(), rows <= cuda::kSkinnyGemmFasterRows || mma ? 0u : 1u) << "mma " << mma;
+      const bool skinny = rows <= cuda::kSkinnyGemmFasterRows || (mma && rows <= cuda::kSkinnyMmaFasterRows);
+      EXPECT_EQ((*gemm)->plans(), skinny ? 0u : 1u) << "mma " << mma;
       ExpectClose(ToHost(y, want.size()), want, scale, kRelative);
       // beta 1 through Gemm too.
       ASSERT_TRUE((*gemm)->Run(xd, rows, in, wd, out, y, 1.0f).ok());

@@ -323,9 +323,9 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
   // unfused kernels' results), and the two norms of a layer in the loads of the GEMMs after
   // them (LAZYKV_NORM_IN_GEMM=0 keeps the norm kernels, for comparisons in one binary).
   bool small_step = false;
-  // A step of 5-64 rows in bf16 whose GEMMs run the tensor-core skinny kernel (where Gemm's
-  // options ask it) runs its two exact fusions too: SwiGLU in the gate/up GEMM's epilogue, and
-  // (up to 16 rows) the rounding of the attention output as the output GEMM builds its fragments.
+  // A step of 5-16 rows in bf16 whose GEMMs run the tensor-core skinny kernel (Gemm's
+  // SkinnyMmaRows) runs its two exact fusions too: SwiGLU in the gate/up GEMM's epilogue, and the
+  // rounding of the attention output as the output GEMM builds its fragments.
   bool mma_step = false;
   if constexpr (std::is_same_v<T, bf16>) {
     small_step = gemm_->options().skinny_kernel && rows <= cuda::kSkinnyGemmFasterRows;

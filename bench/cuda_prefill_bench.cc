@@ -17,8 +17,8 @@
 // 16-token question, the question's tokens the queries (what a request whose documents are
 // all cached prefills), with the heads of a KV group packed into a tile (the default) and
 // not, against reading the batch's keys and values once at the HBM rate of a device copy.
-// usage: cuda_prefill_bench [L [full|last]]   (prints the tables; run on a GPU machine; the
-// arguments keep only that length and scenario, for a profiler)
+// usage: cuda_prefill_bench [L [full|last] | questions]   (prints the tables; run on a GPU machine;
+// the arguments keep only that length and scenario, or the questions table, for a profiler)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -203,7 +203,9 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
 }  // namespace lazykv
 
 int main(int argc, char** argv) {
-  const int only_len = argc > 1 ? std::atoi(argv[1]) : 0;
+  // "questions": that table alone (for a profiler: its first kernels are batch 1's).
+  const bool only_questions = argc > 1 && std::string(argv[1]) == "questions";
+  const int only_len = argc > 1 && !only_questions ? std::atoi(argv[1]) : 0;
   const std::string only_scenario = argc > 2 ? argv[2] : "";
   using namespace lazykv;
   constexpr int kHeads = 32, kKvHeads = 8, kHd = 128, kBlock = 16, kDoc = 512, kTokens = 16384;
@@ -230,7 +232,7 @@ int main(int argc, char** argv) {
               "lazy_ms", "no_rot_ms", "lazy_TFLOP/s", "norot_TFLOP/s", "rot_cost");
   std::mt19937 rng(1);
   for (int len : {1024, 4096, 16384}) {
-    if (only_len != 0 && len != only_len) continue;
+    if (only_questions || (only_len != 0 && len != only_len)) continue;
     const int batch = kTokens / len;
     // len / kDoc - 1 documents at random deltas, then 512 of the request's own tokens.
     PagedBatch b = MakePagedBatch(batch, len / kDoc - 1, kDoc, kDoc, kBlock, kKvHeads, kHd, rng);

@@ -17,6 +17,14 @@
 // Precision: q is read as fp32 and rotated in fp32; the rotated q and the softmax
 // probabilities enter the tensor cores as bf16 (one rounding each); scores, softmax and
 // the output accumulate in fp32. The CPU twin is kernels/cpu/paged_attention.h.
+//
+// Ordering: the kernels are dependent launches (dependent_launch.cuh) that read the block
+// table (kv's table arrays), query_offsets and query_pos0 *before* they wait for the kernel
+// before them, so that their walk of the table overlaps it (and ask L2 for their first tiles'
+// keys and values, a hint that no write can make stale). Those arrays must therefore be in
+// place before the previous kernel on the stream started: uploaded by a copy, as the backend
+// uploads a step's tables before the step's first kernel, never written by the kernels just
+// before the launch. q, the pools and the outputs are touched only after the wait.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -93,39 +93,61 @@ __device__ __forceinline__ void LoadRawQuery(const CtaWork& w, uint32_t raw_smem
   }
 }
 
+// One warp (all 32 lanes): the first entry in [lo, hi) whose logical start is past pos_hi, or
+// hi (entries are in logical order, so "past" holds from some entry on). A 32-way search: each
+// round the lanes read 32 evenly spaced entries at once, so a table of up to 1024 entries costs
+// two round trips to memory instead of a binary search's ten dependent ones (a short question
+// over cached documents spent most of its prefill CTAs' time here before the first tile).
+__device__ __forceinline__ int FirstEntryPast(const PrefillAttentionParams& p, int lo, int hi, int pos_hi) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
+  for (;;) {
+    // The probes lo, lo + step, ..., lo + 31 step cover [lo, hi) (step 1 in the last round).
+    const int step = max(1, (hi - lo + 31) / 32);
+    const int idx = lo + lane * step;
+    const bool past = idx >= hi || __ldg(p.kv.block_starts + idx) > pos_hi;
+    const unsigned mask = __ballot_sync(kAll, past);
+    if (step == 1) return mask != 0 ? lo + __ffs(mask) - 1 : hi;
+    const int k = mask != 0 ? __ffs(mask) - 1 : 32;  // the first probe past (32: none)
+    if (k == 0) return lo;
+    // The answer is past probe k - 1 (not past) and at most probe k (past, or hi).
+    hi = min(hi, lo + k * step);
+    lo = lo + (k - 1) * step + 1;
+  }
+}
+
 // The block-table entries [*e_lo, *e_hi) of the CTA's split: the visible entries
-// (start <= pos_hi, found by binary search) cut into `splits` parts.
+// (start <= pos_hi) cut into `splits` parts. One warp, all 32 lanes (FirstEntryPast).
 __device__ __forceinline__ void SplitEntryRange(const PrefillAttentionParams& p, const CtaWork& w, int* e_lo,
                                                 int* e_hi) {
   *e_lo = p.kv.table_offsets[w.seq];
   *e_hi = p.kv.table_offsets[w.seq + 1];
   if (w.splits == 1) return;
-  int lo = *e_lo, hi = *e_hi;
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (__ldg(p.kv.block_starts + mid) <= w.pos_hi) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
+  const int lo = FirstEntryPast(p, *e_lo, *e_hi, w.pos_hi);
   const int visible = lo - *e_lo, per = (visible + w.splits - 1) / w.splits;
   *e_hi = *e_lo + min(visible, (w.split + 1) * per);
   *e_lo = *e_lo + min(visible, w.split * per);
 }
 
-// One warp: the split's entry range and its first two tile descriptors (desc[0], desc[1]);
-// returns the end of the range, which the warp needs for the later tiles.
-__device__ __forceinline__ int MakeFirstTiles(const PrefillAttentionParams& p, const CtaWork& w, TileDesc* desc) {
+// One warp: the split's entry range and its first two tile descriptors (desc[0], desc[1]),
+// whose keys and values it then asks L2 for; returns the end of the range, which the warp needs
+// for the later tiles. Reads only the launch's tables, so the kernels call it before they wait
+// for the kernel before them (lazy_prefill_attention.h).
+template <int HD>
+__device__ __forceinline__ int MakeFirstTiles(const PrefillAttentionParams& p, const CtaWork& w, int log2bs,
+                                              TileDesc* desc) {
   int e_lo = 0, e_hi = 0;
   SplitEntryRange(p, w, &e_lo, &e_hi);
   MakeTile(p, e_lo, 0, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[0]);
   __syncwarp();  // lane 0 wrote the descriptor's scalars
   if (desc[0].valid) {
     NextTile(p, desc[0], e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[1]);
-  } else {
+  } else if ((threadIdx.x & 31) == 0) {
     desc[1].valid = 0;
   }
+  __syncwarp();  // the lanes wrote desc[1]'s entries
+  PrefetchTileToL2<HD>(p, desc[0], log2bs, w.kvh);
+  PrefetchTileToL2<HD>(p, desc[1], log2bs, w.kvh);
   return e_hi;
 }
 

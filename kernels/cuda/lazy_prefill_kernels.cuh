@@ -40,7 +40,6 @@ template <int HD, int kSchedule>
 __global__ void __launch_bounds__(kThreads, 1)
     LazyPrefillKernel(const PrefillAttentionParams p, int log2bs, float scale_log2, int splits) {
   AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
-  WaitForPriorGrid();      // before anything an earlier kernel wrote (the queries, the new keys) is read
   using L = SmemLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -56,9 +55,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t k_smem = SmemAddr(smem + L::kK);
   const uint32_t v_smem = SmemAddr(smem + L::kV);
 
-  // Only warp 0 walks the block table, so only it needs the split's entry range.
+  // Only warp 0 walks the block table, so only it needs the split's entry range. Until
+  // WaitForPriorGrid, only the launch's tables are read (lazy_prefill_attention.h).
   int e_hi = 0;
-  if (warp == 0) e_hi = MakeFirstTiles(p, w, desc);
+  if (warp == 0) e_hi = MakeFirstTiles<HD>(p, w, log2bs, desc);
+  WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
   __syncthreads();
   if (!desc[0].valid) {
     WriteEmptyRows<HD>(p, w, threadIdx.x, kThreads);

@@ -239,15 +239,16 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
     LazyPrefillSpecializedKernel(const PrefillAttentionParams p, int log2bs, float scale_log2, int splits,
                                  int log2_pack) {
   AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
-  WaitForPriorGrid();      // before anything an earlier kernel wrote (the queries, the new keys) is read
   using L = SpecSmemLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  // Until WaitForPriorGrid, only the launch's tables are read (the header's contract): the walk
+  // of the block table and the first tiles' requests to L2 overlap the kernel before this one.
   const CtaWork w = MakeCtaWork<HD>(p, log2bs, splits, log2_pack);
   if (!w.active) return;
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
   int e_hi = 0;
-  if (threadIdx.x < 32) e_hi = MakeFirstTiles(p, w, desc);  // copy warp 0 walks the block table
+  if (threadIdx.x < 32) e_hi = MakeFirstTiles<HD>(p, w, log2bs, desc);  // copy warp 0 walks the block table
   if (threadIdx.x == 0) {
     SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
     for (int b = 0; b < kRingSlots; ++b) {
@@ -259,6 +260,7 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
       mbarrier::Init(&bars->q_empty[b], 256);
     }
   }
+  WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
   __syncthreads();
   if (!desc[0].valid) {
     WriteEmptyRows<HD>(p, w, threadIdx.x, kSpecThreads);

@@ -192,6 +192,32 @@ __device__ __forceinline__ void LoadTileRows(const PrefillAttentionParams& p, co
   }
 }
 
+// One warp (all lanes): asks L2 for the keys and values of tile d (prefetch.global.L2), so that
+// its copies find them there. A hint that changes no value a later read sees (every write, a
+// kernel's or a copy engine's, lands in L2), so a kernel may issue it before it waits for the
+// kernel before it (dependent_launch.cuh): the tile's reads then overlap that kernel.
+template <int HD>
+__device__ __forceinline__ void PrefetchTileToL2(const PrefillAttentionParams& p, const TileDesc& d, int log2bs,
+                                                 int kvh) {
+  if (!d.valid) return;
+  constexpr int kLinesPerRow = HD * 2 / 128;  // 128-byte lines of one slot's row of a KV head
+  const int slot_stride = p.kv.n_kv_heads * HD;
+  const char* k_pool = static_cast<const char*>(p.kv.k_pool);
+  const char* v_pool = static_cast<const char*>(p.kv.v_pool);
+  for (int i = threadIdx.x & 31; i < kBN * kLinesPerRow; i += 32) {
+    const int idx = d.s0 + i / kLinesPerRow;
+    const int k = idx >> log2bs;
+    if (k >= d.ne) break;  // past the tile's entries (idx grows with i)
+    const int slot = idx & (p.kv.block_size - 1);
+    if (slot >= d.tok[k]) continue;
+    const long long bytes =
+        ((static_cast<long long>(d.block[k]) * p.kv.block_size + slot) * slot_stride + kvh * HD) * 2 +
+        (i % kLinesPerRow) * 128;
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(k_pool + bytes));
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(v_pool + bytes));
+  }
+}
+
 // Both halves of a KV tile: keys (with the column positions), then values.
 template <int HD, int kCopyThreads>
 __device__ __forceinline__ void LoadTile(const PrefillAttentionParams& p, const TileDesc& d, int log2bs, int kvh,

@@ -5,7 +5,7 @@
 # (cuda_backend_bench's decode ceilings), so the served ITL p50 can be held to the step.
 # CPU_DMA_LATENCY_US=N holds /dev/cpu_dma_latency at N microseconds during the run (the
 # kernel then keeps idle cores out of deeper sleep states), to see how much of the served
-# path's transit is thread wake-up. WORKER_CPUS and CLIENT_CPUS (taskset lists, e.g. 0-3) pin
+# path's transit is thread wake-up. REQUESTS=N replays N requests (default 24). WORKER_CPUS and CLIENT_CPUS (taskset lists, e.g. 0-3) pin
 # the worker and the client to those cores, to see how much of it is wake-ups across cores.
 # bench/served_transit.py (in the bundle's data/) splits each request's TTFT into the worker's
 # own and the transit.
@@ -40,7 +40,7 @@ if [[ -n ${WORKER_CPUS:-} ]]; then  # lazykv-bench starts the worker: through a 
 fi
 client=(); [[ -n ${CLIENT_CPUS:-} ]] && client=(taskset -c "$CLIENT_CPUS")
 trace=$out/trace_c1.jsonl
-lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests 24 --doc-lengths fixed:512 \
+lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests "${REQUESTS:-24}" --doc-lengths fixed:512 \
   --question-tokens 16 --max-tokens 64 --vocab 128000 --concurrency 1 --seed 1 --out "$trace"
 timeout 300 "${client[@]}" lazykv-bench compare --worker "$worker" --trace "$trace" --modes lazy \
   --model synthetic:llama3-8b --worker-arg --kv-pool --worker-arg 20GiB --out-dir "$out/served_c1" \

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/entry_search.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/lazy_prefill_tiles.cuh"
 #include "kernels/cuda/softmax_merge.cuh"
@@ -94,25 +95,20 @@ __device__ __forceinline__ void LoadRawQuery(const CtaWork& w, uint32_t raw_smem
 }
 
 // One warp (all 32 lanes): the first entry in [lo, hi) whose logical start is past pos_hi, or
-// hi (entries are in logical order, so "past" holds from some entry on). A 32-way search: each
-// round the lanes read 32 evenly spaced entries at once, so a table of up to 1024 entries costs
-// two round trips to memory instead of a binary search's ten dependent ones (a short question
-// over cached documents spent most of its prefill CTAs' time here before the first tile).
+// hi (entries are in logical order, so "past" holds from some entry on). A 32-way search
+// (entry_search.h): each round the lanes read 32 evenly spaced entries at once, so a table of up
+// to 1024 entries costs two round trips to memory instead of a binary search's ten dependent
+// ones (a short question over cached documents spent much of its prefill CTAs' time here).
 __device__ __forceinline__ int FirstEntryPast(const PrefillAttentionParams& p, int lo, int hi, int pos_hi) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31;
+  EntrySearchRound round{lo, hi};
   for (;;) {
-    // The probes lo, lo + step, ..., lo + 31 step cover [lo, hi) (step 1 in the last round).
-    const int step = max(1, (hi - lo + 31) / 32);
-    const int idx = lo + lane * step;
-    const bool past = idx >= hi || __ldg(p.kv.block_starts + idx) > pos_hi;
+    const int idx = round.Probe(lane);
+    const bool past = idx >= round.hi || __ldg(p.kv.block_starts + idx) > pos_hi;
     const unsigned mask = __ballot_sync(kAll, past);
-    if (step == 1) return mask != 0 ? lo + __ffs(mask) - 1 : hi;
-    const int k = mask != 0 ? __ffs(mask) - 1 : 32;  // the first probe past (32: none)
-    if (k == 0) return lo;
-    // The answer is past probe k - 1 (not past) and at most probe k (past, or hi).
-    hi = min(hi, lo + k * step);
-    lo = lo + (k - 1) * step + 1;
+    int answer = 0;
+    if (round.Next(mask != 0 ? __ffs(mask) - 1 : 32, &answer)) return answer;
   }
 }
 

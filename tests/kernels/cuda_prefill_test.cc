@@ -160,9 +160,9 @@ INSTANTIATE_TEST_SUITE_P(
         // A group of 2, blocks of 128.
         PrefillShape{"group2_question_block128", 128, 8, 4, 128, 2, 4, 200, 10, 64, false, true,
                      RopeStyle::kInterleaved, 50000},
-        // A question over a long table (up to ~1500 entries): the split's entry range is found
-        // by a 32-way search, three rounds past 1024 entries.
-        PrefillShape{"many_entries_question", 128, 32, 8, 16, 2, 24, 1000, 30, 16, false, false, RopeStyle::kRotateHalf,
+        // A question over a long table (48 documents, about 1500 entries): the split's entry
+        // range is found by a 32-way search, three rounds past 1024 entries.
+        PrefillShape{"many_entries_question", 128, 32, 8, 16, 2, 48, 1000, 30, 16, false, false, RopeStyle::kRotateHalf,
                      131072},
         // Short sequences whose every token is a query: packed tiles see delta changes mid-tile.
         PrefillShape{"short_all_tokens_queries", 128, 32, 8, 16, 4, 2, 20, 0, 20, true, false, RopeStyle::kRotateHalf,

@@ -365,8 +365,9 @@ bool SkinnyMmaGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* 
 
 int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch) {
   static const int forced = EnvCount("LAZYKV_SKINNY_MMA_SPLITS");
+  static const int cap = EnvCount("LAZYKV_SKINNY_MMA_MAX_SPLITS");
   const int tiles = Tiles(out);
-  int splits = forced > 0 ? forced : std::min(kMaxSplits, kCtasPerSm * MultiprocessorCount() / tiles);
+  int splits = forced > 0 ? forced : std::min(cap > 0 ? cap : kMaxSplits, kCtasPerSm * MultiprocessorCount() / tiles);
   splits = std::clamp(splits, 1, std::max(1, TotalStages(in) / kMinStagesPerPart));
   return splits > 1 && ScratchHolds(splits, rows, out, scratch) ? splits : 1;
 }

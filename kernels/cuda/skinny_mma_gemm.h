@@ -47,7 +47,8 @@ bool SkinnyMmaGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* 
 // to keep the memory busy where W has few rows, at most 4, at least 4 stages of K each, and
 // only where `scratch` holds the partial sums and counters. LAZYKV_SKINNY_MMA_SPLITS=N asks N
 // for every shape (past the cap of 4, still at least 4 stages a part and within the scratch),
-// for measurements.
+// and LAZYKV_SKINNY_MMA_MAX_SPLITS=N moves the cap to N (only shapes with few tiles of W take
+// more), for measurements.
 int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch);
 
 // y = x w^T (beta 0; y is not read) or y += x w^T (beta 1), on `stream`. `splits` 0 takes

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -299,6 +300,10 @@ int Main(int argc, char** argv) {
   }
   SyncService worker_service(&engine);
   int worker_port = 0;
+  // StartGrpcServer takes the sync server's queue count from the environment, as the worker
+  // does: --sync-cqs sets it there, so that the option holds for this server too. (Started
+  // last: it also turns on gRPC's health service for the process.)
+  if (o.sync_cqs > 0) setenv("LAZYKV_GRPC_SYNC_CQS", std::to_string(o.sync_cqs).c_str(), 1);
   constexpr int kWorkerMaxThreads = 1024;  // lazykv-worker's --max-threads default
   auto worker_server = StartGrpcServer(GrpcServerOptions{.listen = "127.0.0.1:0",
                                                          .service_name = v1::Generation::service_full_name(),

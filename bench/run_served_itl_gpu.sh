@@ -12,8 +12,7 @@
 # usage: bench/run_served_itl_gpu.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
-out=$2
-mkdir -p "$out"
+out=$(mkdir -p "$2" && cd "$2" && pwd)  # absolute: the script works from /tmp below
 source "$bundle/env.sh"
 bin=$(dirname "$(command -v lazykv-worker)")
 cd /tmp
@@ -32,10 +31,16 @@ if [[ -n ${CPU_DMA_LATENCY_US:-} ]]; then
     holder=
   fi
 fi
+for cpus in "${WORKER_CPUS:-}" "${CLIENT_CPUS:-}"; do
+  [[ -z $cpus || $cpus =~ ^[0-9,-]+$ ]] || { echo "WORKER_CPUS / CLIENT_CPUS: a taskset list such as 0-3" >&2; exit 2; }
+done
+# lazykv-bench starts the worker, which would inherit the client's pinning: with CLIENT_CPUS
+# alone the worker gets every core back.
+[[ -n ${CLIENT_CPUS:-} && -z ${WORKER_CPUS:-} ]] && WORKER_CPUS=0-$(($(nproc --all) - 1))
 worker=$bin/lazykv-worker
-if [[ -n ${WORKER_CPUS:-} ]]; then  # lazykv-bench starts the worker: through a pinning wrapper
+if [[ -n ${WORKER_CPUS:-} ]]; then  # through a pinning wrapper
   worker=$out/pinned-worker.sh
-  printf '#!/bin/sh\nexec taskset -c %s %q "$@"\n' "$WORKER_CPUS" "$bin/lazykv-worker" > "$worker"
+  printf '#!/usr/bin/env bash\nexec taskset -c %s %q "$@"\n' "$WORKER_CPUS" "$bin/lazykv-worker" > "$worker"
   chmod +x "$worker"
 fi
 client=(); [[ -n ${CLIENT_CPUS:-} ]] && client=(taskset -c "$CLIENT_CPUS")

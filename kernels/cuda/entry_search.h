@@ -27,6 +27,23 @@ struct EntrySearchRound {
   }
   LAZYKV_ENTRY_SEARCH_FN int Probe(int lane) const { return lo + lane * Step(); }
 
+  // Whether lane's probe is past `pos`: at or beyond hi (then never loaded), or its entry's
+  // start, load_start(index), greater than pos.
+  template <typename LoadStart>
+  LAZYKV_ENTRY_SEARCH_FN bool ProbeIsPast(int lane, int pos, LoadStart load_start) const {
+    const int idx = Probe(lane);
+    return idx >= hi || load_start(idx) > pos;
+  }
+
+  // The lowest lane set in a ballot of ProbeIsPast, 32 when none: Next's argument.
+  static LAZYKV_ENTRY_SEARCH_FN int FirstLane(unsigned mask) {
+#if defined(__CUDA_ARCH__)
+    return mask != 0 ? __ffs(static_cast<int>(mask)) - 1 : 32;
+#else
+    return mask != 0 ? __builtin_ctz(mask) : 32;
+#endif
+  }
+
   // first_past: the lowest lane whose probe was past, 32 when none. True with *answer set once
   // the search has ended; otherwise [lo, hi) is narrowed to what the next round must probe.
   LAZYKV_ENTRY_SEARCH_FN bool Next(int first_past, int* answer) {

@@ -29,6 +29,9 @@ struct CublasApi;
 // weights 1.00-1.055x as fast as cuBLASLt at 5-16 rows and 0.77-0.96x at 20-64
 // (bench/results/skinny_mma_2026-11-28.md), so cuBLASLt keeps the larger products.
 inline constexpr int kSkinnyMmaFasterRows = 16;
+// Every row count Gemm gives the kernel also takes the fused rounding of the attention output
+// (RunLayers decides the fusions by SkinnyMmaRows).
+static_assert(kSkinnyMmaFasterRows <= kSkinnyMmaRoundingMaxRows, "a step's output GEMM would lose its fusion");
 
 // Whether Gemm runs the tensor-core skinny kernel at 5 to kSkinnyMmaFasterRows rows by
 // default: yes unless LAZYKV_SKINNY_MMA=0 (cuBLASLt there, for comparisons in one binary).

@@ -21,10 +21,13 @@
 // Ordering: the kernels are dependent launches (dependent_launch.cuh) that read the block
 // table (kv's table arrays), query_offsets and query_pos0 *before* they wait for the kernel
 // before them, so that their walk of the table overlaps it (and ask L2 for their first tiles'
-// keys and values, a hint that no write can make stale). Those arrays must therefore be in
-// place before the previous kernel on the stream started: uploaded by a copy, as the backend
-// uploads a step's tables before the step's first kernel, never written by the kernels just
-// before the launch. q, the pools and the outputs are touched only after the wait.
+// keys and values, a hint that no write can make stale). Those arrays must therefore be
+// uploaded by a copy on the stream (or earlier) and written by no kernel on the stream since,
+// as the backend uploads a step's tables before the step's first kernel. q is read, and the
+// pools and outputs are read or written, only after the wait (the pools get only the L2 hint
+// before it). A CTA whose query tile is empty returns before the wait, so at least one CTA must
+// have queries (max_queries_per_seq must be the largest of query_offsets' runs, as the launcher
+// assumes): otherwise the launch could end before the kernel before it.
 #pragma once
 
 #include <cuda_runtime.h>

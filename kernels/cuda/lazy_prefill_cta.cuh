@@ -104,11 +104,9 @@ __device__ __forceinline__ int FirstEntryPast(const PrefillAttentionParams& p, i
   const int lane = threadIdx.x & 31;
   EntrySearchRound round{lo, hi};
   for (;;) {
-    const int idx = round.Probe(lane);
-    const bool past = idx >= round.hi || __ldg(p.kv.block_starts + idx) > pos_hi;
-    const unsigned mask = __ballot_sync(kAll, past);
+    const bool past = round.ProbeIsPast(lane, pos_hi, [&](int idx) { return __ldg(p.kv.block_starts + idx); });
     int answer = 0;
-    if (round.Next(mask != 0 ? __ffs(mask) - 1 : 32, &answer)) return answer;
+    if (round.Next(EntrySearchRound::FirstLane(__ballot_sync(kAll, past)), &answer)) return answer;
   }
 }
 

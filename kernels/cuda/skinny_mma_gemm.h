@@ -1,5 +1,5 @@
-// Y = X W^T on tensor cores for 5 to 64 rows of X (a short question's prefill, a decode
-// batch of up to 64 sequences): bf16 X [rows][in] and W [out][in], fp32 Y [rows][out], fp32
+// Y = X W^T on tensor cores for 1 to 64 rows of X (Gemm gives it 5 to kSkinnyMmaFasterRows, 16,
+// where it measured faster than cuBLASLt: a short question's prefill, a small decode batch): bf16 X [rows][in] and W [out][in], fp32 Y [rows][out], fp32
 // accumulation (CPU twin: cpu::MatmulTransposed). At such row counts the product is still a
 // stream of W from memory, but too many multiply-adds for the CUDA-core skinny kernel
 // (skinny_gemm.h). Each CTA takes 64 rows of W and a part of K, staging W and X through
@@ -47,7 +47,7 @@ bool SkinnyMmaGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* 
 // to keep the memory busy where W has few rows, at most 4, at least 4 stages of K each, and
 // only where `scratch` holds the partial sums and counters. LAZYKV_SKINNY_MMA_SPLITS=N asks N
 // for every shape (past the cap of 4, still at least 4 stages a part and within the scratch),
-// and LAZYKV_SKINNY_MMA_MAX_SPLITS=N moves the cap to N (only shapes with few tiles of W take
+// and LAZYKV_SKINNY_MMA_MAX_SPLITS=N sets the cap to N (only shapes with few tiles of W take
 // more), for measurements.
 int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch);
 

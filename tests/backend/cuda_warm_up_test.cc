@@ -3,6 +3,7 @@
 // prefill pieces), and it computes exactly what a backend without the warm-up computes
 // (the warm-up picks the same algorithm per shape, and leaves the KV pool alone). The
 // argument checks run everywhere (the CPU backend's warm-up does nothing but check them).
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -100,8 +101,9 @@ TEST(CudaWarmUpTest, AWarmedBackendPlansNothingWhileServingAndComputesTheSame) {
     const uint64_t skinny = precision != CudaPrecision::kBf16 ? 0
                             : cuda::SkinnyMmaByDefault()      ? cuda::kSkinnyMmaFasterRows
                                                               : cuda::kSkinnyGemmFasterRows;
+    const uint64_t classifier_rows = static_cast<uint64_t>(options.max_running_requests);
     EXPECT_EQ(planned_ahead, 4u * (options.max_prefill_tokens + options.max_running_requests - skinny) +
-                                 (options.max_running_requests - skinny));
+                                 (classifier_rows - std::min(skinny, classifier_rows)));
     const std::vector<GenerateResult> got = RunBatch(**warmed, requests);
     const std::vector<GenerateResult> want = RunBatch(**cold, requests);
     const GemmPlanStats warm_stats = CudaGemmPlanStats(*warmed_raw), cold_stats = CudaGemmPlanStats(*cold_raw);

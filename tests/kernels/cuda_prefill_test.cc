@@ -81,8 +81,8 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   // As the launcher chooses (split-KV where the launch is small; heads packed into a tile
   // where queries are few) and unsplit, with the default schedule of the kernel's main loop;
   // the default schedule never packed, packed as far as it can (even for long query runs)
-  // split as chosen and in three splits, and two heads a tile where the group allows; unsplit
-  // with each of the other schedules.
+  // split as chosen and in three splits, and two heads a tile where the group allows; each
+  // schedule unsplit and in three splits.
   int most_pack = 1;
   while (most_pack * 2 <= cuda::MaxPrefillPack(s.head_dim) && (s.n_heads / s.n_kv_heads) % (most_pack * 2) == 0) {
     most_pack *= 2;
@@ -92,7 +92,11 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   };
   std::vector<Run> runs = {{0, -1, 0}, {1, -1, 0}, {0, -1, 1}, {0, -1, most_pack}, {3, -1, most_pack}};
   if (most_pack > 2) runs.push_back({0, -1, 2});
-  for (int schedule = 0; schedule < cuda::detail::kNumPrefillSchedules; ++schedule) runs.push_back({1, schedule, 0});
+  // (Three splits: the two-warpgroup kernel's split range, which the default launch never takes.)
+  for (int schedule = 0; schedule < cuda::detail::kNumPrefillSchedules; ++schedule) {
+    runs.push_back({1, schedule, 0});
+    runs.push_back({3, schedule, 0});
+  }
   for (const auto& [forced_splits, schedule, pack_heads] : runs) {
     p.num_splits = forced_splits;
     p.pack_heads = pack_heads;

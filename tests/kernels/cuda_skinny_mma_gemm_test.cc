@@ -5,7 +5,7 @@
 // chooses and with a random forced split (uneven parts of K included), beta 0 over NaN and
 // beta 1; counters left at zero; its fp32-X and SwiGLU fusions bit for bit the unfused kernels; back-to-back split
 // launches on one stream; X and y read only after the kernel before it (dependent launches); cuBLASLt's workspace
-// shared in stream order; the arguments it refuses; and Gemm running it at 5-64 rows where asked (no cuBLASLt plan).
+// shared in stream order; the arguments it refuses; and Gemm running it at 5 to kSkinnyMmaFasterRows (16) rows where asked (no cuBLASLt plan).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

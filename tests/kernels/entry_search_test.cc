@@ -27,12 +27,15 @@ Found WarpSearch(const std::vector<int>& starts, int lo, int hi, int pos) {
   Found found;
   for (;;) {
     ++found.rounds;
-    int first_past = 32;
-    for (int lane = 31; lane >= 0; --lane) {
-      const int idx = round.Probe(lane);
-      if (idx >= round.hi || starts[idx] > pos) first_past = lane;
+    unsigned ballot = 0;  // __ballot_sync of the 32 lanes
+    for (int lane = 0; lane < 32; ++lane) {
+      const bool past = round.ProbeIsPast(lane, pos, [&](int idx) {
+        EXPECT_TRUE(idx >= 0 && idx < static_cast<int>(starts.size())) << "a load outside the table: " << idx;
+        return starts.at(idx);
+      });
+      if (past) ballot |= 1u << lane;
     }
-    if (round.Next(first_past, &found.entry)) return found;
+    if (round.Next(EntrySearchRound::FirstLane(ballot), &found.entry)) return found;
     EXPECT_LT(found.rounds, 10) << "the range does not shrink";
     if (found.rounds >= 10) return found;
   }
@@ -53,11 +56,15 @@ TEST(EntrySearchTest, FindsTheFirstEntryPastAPositionAsUpperBoundDoes) {
       at += static_cast<int>(rng() % 3) * 16;  // 0: a repeat
     }
     const int lo = static_cast<int>(rng() % n), hi = lo + static_cast<int>(rng() % (n - lo + 1));
-    // Positions before, inside and after the range's starts, and exactly on one.
+    // Positions before, inside and after the table's starts, exactly on one, and on one of the
+    // searched range (where the answer is neither end of it).
     int pos;
-    switch (rng() % 4) {
+    switch (rng() % 5) {
       case 0:
         pos = starts[rng() % n];
+        break;
+      case 4:
+        pos = starts[lo + (hi > lo ? rng() % (hi - lo) : 0)] + static_cast<int>(rng() % 2) - 1;
         break;
       case 1:
         pos = starts[0] - 1 - static_cast<int>(rng() % 5);

@@ -77,8 +77,8 @@ absl::Status CudaBackend::WarmUpGemms(int max_rows, int max_logit_rows) {
       }
     }
   }
-  // The tensor-core skinny kernel's fused variants of steps of 5-64 rows (RunLayers), once per
-  // row count where Gemm gives it those rows.
+  // The tensor-core skinny kernel's fused variants of steps of 5 to kSkinnyMmaFasterRows rows
+  // (RunLayers), once per row count where Gemm gives it those rows.
   if constexpr (std::is_same_v<T, bf16>) {
     for (int rows = cuda::kSkinnyGemmFasterRows + 1; rows <= max_rows && gemm_->SkinnyMmaRows(rows); ++rows) {
       if (rows <= cuda::kSkinnyMmaRoundingMaxRows &&

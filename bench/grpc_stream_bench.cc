@@ -25,7 +25,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -298,20 +297,15 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "grpc_stream_bench: cannot listen on loopback\n");
     return 1;
   }
+  // Started last: StartGrpcServer also turns on gRPC's health service for the process.
   SyncService worker_service(&engine);
   int worker_port = 0;
-  // StartGrpcServer takes the sync server's queue count from the environment, as the worker
-  // does: --sync-cqs sets it there, so that the option holds for this server too. (Started
-  // last: it also turns on gRPC's health service for the process.)
-  if (o.sync_cqs > 0) setenv("LAZYKV_GRPC_SYNC_CQS", std::to_string(o.sync_cqs).c_str(), 1);
-  constexpr int kWorkerMaxThreads = 1024;  // lazykv-worker's --max-threads default
-  auto worker_server = StartGrpcServer(GrpcServerOptions{.listen = "127.0.0.1:0",
-                                                         .service_name = v1::Generation::service_full_name(),
-                                                         .credentials = nullptr,
-                                                         .max_message_bytes = 16 << 20,
-                                                         .stream_window_bytes = 0,
-                                                         .max_threads = kWorkerMaxThreads},
-                                       &worker_service, &worker_port);
+  GrpcServerOptions worker_options;
+  worker_options.listen = "127.0.0.1:0";
+  worker_options.service_name = v1::Generation::service_full_name();
+  worker_options.max_threads = 1024;  // lazykv-worker's --max-threads default
+  worker_options.sync_cqs = o.sync_cqs;
+  auto worker_server = StartGrpcServer(worker_options, &worker_service, &worker_port);
   if (!worker_server.ok()) {
     std::fprintf(stderr, "grpc_stream_bench: %s\n", std::string(worker_server.status().message()).c_str());
     return 1;

@@ -5,8 +5,9 @@
 # (cuda_backend_bench's decode ceilings), so the served ITL p50 can be held to the step.
 # CPU_DMA_LATENCY_US=N holds /dev/cpu_dma_latency at N microseconds during the run (the
 # kernel then keeps idle cores out of deeper sleep states), to see how much of the served
-# path's transit is thread wake-up. REQUESTS=N replays N requests (default 24). WORKER_CPUS and CLIENT_CPUS (taskset lists, e.g. 0-3) pin
-# the worker and the client to those cores, to see how much of it is wake-ups across cores.
+# path's transit is thread wake-up. REQUESTS=N replays N requests (default 24). WORKER_CPUS
+# and CLIENT_CPUS (taskset lists, e.g. 0-3) pin the worker and the client to those cores, to
+# see how much of it is wake-ups across cores.
 # bench/served_transit.py (in the bundle's data/) splits each request's TTFT into the worker's
 # own and the transit.
 # usage: bench/run_served_itl_gpu.sh BUNDLE_DIR OUT_DIR

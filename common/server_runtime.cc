@@ -82,10 +82,11 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
     quota.SetMaxThreads(options.max_threads);
     builder.SetResourceQuota(quota);
   }
-  // LAZYKV_GRPC_SYNC_CQS=N: the sync server's completion queues (gRPC's default is one a core,
-  // each polled by its own threads), for measurements of the served path's hops on many-core
-  // hosts (bench/grpc_stream_bench --sync-cqs measures the same knob without a model).
-  static const int sync_cqs = EnvCount("LAZYKV_GRPC_SYNC_CQS");
+  // LAZYKV_GRPC_SYNC_CQS=N: the sync server's completion queues where the options leave them
+  // (gRPC's default is one a core, each polled by its own threads), for measurements of the
+  // served path's hops on many-core hosts (bench/grpc_stream_bench --sync-cqs sets the option).
+  static const int env_sync_cqs = EnvCount("LAZYKV_GRPC_SYNC_CQS");
+  const int sync_cqs = options.sync_cqs > 0 ? options.sync_cqs : env_sync_cqs;
   if (sync_cqs > 0) builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, sync_cqs);
   // A second server on a busy port must fail, not silently share its connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

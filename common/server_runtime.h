@@ -39,6 +39,9 @@ struct GrpcServerOptions {
   // A connection with no call for this long is sent GOAWAY (clients reconnect when they next
   // call); 0: never.
   int max_connection_idle_ms = 10 * 60 * 1000;
+  // The sync server's completion queues; 0: LAZYKV_GRPC_SYNC_CQS, else gRPC's default (one a
+  // core, each polled by its own threads).
+  int sync_cqs = 0;
 };
 
 // Builds and starts a gRPC server for `service`: the standard health service serving

@@ -1,12 +1,13 @@
 // Y = X W^T on tensor cores for 1 to 64 rows of X (Gemm gives it 5 to kSkinnyMmaFasterRows, 16,
-// where it measured faster than cuBLASLt: a short question's prefill, a small decode batch): bf16 X [rows][in] and W [out][in], fp32 Y [rows][out], fp32
-// accumulation (CPU twin: cpu::MatmulTransposed). At such row counts the product is still a
-// stream of W from memory, but too many multiply-adds for the CUDA-core skinny kernel
-// (skinny_gemm.h). Each CTA takes 64 rows of W and a part of K, staging W and X through
-// shared memory with cp.async (three or four stages of 64 columns, swizzled for ldmatrix) and
-// multiplying with mma.sync m16n8k16; where W has few rows, K is split over several CTAs whose
-// partial sums the last of them adds up in a fixed order (deterministic for a shape). Launched
-// as a dependent launch: its first stages of W are in flight before the kernel before it ends.
+// where it measured faster than cuBLASLt: a short question's prefill, a small decode batch):
+// bf16 X [rows][in] and W [out][in], fp32 Y [rows][out], fp32 accumulation (CPU twin:
+// cpu::MatmulTransposed). At such row counts the product is still a stream of W from memory,
+// but too many multiply-adds for the CUDA-core skinny kernel (skinny_gemm.h). Each CTA takes
+// 64 rows of W and a part of K, staging W and X through shared memory with cp.async (three or
+// four stages of 64 columns, swizzled for ldmatrix) and multiplying with mma.sync m16n8k16;
+// where W has few rows, K is split over several CTAs whose partial sums the last of them adds
+// up in a fixed order (deterministic for a shape). Launched as a dependent launch: its first
+// stages of W are in flight before the kernel before it ends.
 //
 // A first tensor-core variant that loaded fragments straight from global memory ran at
 // 0.72-0.84x cuBLASLt (bench/results/decode_step_2026-11-27.md, fourth session); this one

@@ -45,8 +45,10 @@ double SecondsUntilClosed(int port, int limit_s) {
 TEST(ServerRuntimeTest, ASilentConnectionIsClosedAtTheHandshakeTimeout) {
   v1::Generation::Service service;  // every method UNIMPLEMENTED: only the connections matter
   int port = 0;
-  auto server = StartGrpcServer(
-      GrpcServerOptions{.listen = "127.0.0.1:0", .handshake_timeout_ms = 500 * SlowdownFactor()}, &service, &port);
+  GrpcServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.handshake_timeout_ms = 500 * SlowdownFactor();
+  auto server = StartGrpcServer(options, &service, &port);
   ASSERT_TRUE(server.ok()) << server.status();
   const double closed_after = SecondsUntilClosed(port, 20 * SlowdownFactor());
   EXPECT_GE(closed_after, 0.3 * SlowdownFactor()) << "closed before the timeout";

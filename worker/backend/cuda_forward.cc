@@ -354,8 +354,7 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
     const DeviceLayer& lw = w_->layer(l);
     const bool fused_output =
         (small_step && cuda::SkinnyGemmApplies(attn_.as<float>(), rows, q_dim, static_cast<const bf16*>(lw.wo))) ||
-        (mma_step && rows <= cuda::kSkinnyMmaRoundingMaxRows &&
-         cuda::SkinnyMmaGemmApplies(attn_.as<float>(), rows, q_dim, static_cast<const bf16*>(lw.wo)));
+        (mma_step && cuda::SkinnyMmaGemmApplies(attn_.as<float>(), rows, q_dim, static_cast<const bf16*>(lw.wo)));
     const bool fused_swiglu =
         !norms_in_gemm &&
         ((small_step && cuda::SkinnyGemmApplies(xb, rows, dim, static_cast<const bf16*>(lw.w_gate_up))) ||

@@ -81,8 +81,7 @@ absl::Status CudaBackend::WarmUpGemms(int max_rows, int max_logit_rows) {
   // (RunLayers), once per row count where Gemm gives it those rows.
   if constexpr (std::is_same_v<T, bf16>) {
     for (int rows = cuda::kSkinnyGemmFasterRows + 1; rows <= max_rows && gemm_->SkinnyMmaRows(rows); ++rows) {
-      if (rows <= cuda::kSkinnyMmaRoundingMaxRows &&
-          cuda::SkinnyMmaGemmApplies(attn_.as<float>(), rows, q_dim, matrix(lw.wo))) {
+      if (cuda::SkinnyMmaGemmApplies(attn_.as<float>(), rows, q_dim, matrix(lw.wo))) {
         RETURN_IF_ERROR(Cuda(cuda::LaunchSkinnyMmaGemmRoundingX(attn_.as<float>(), rows, q_dim, matrix(lw.wo), dim,
                                                                 y_.as<float>(), 0.0f, gemm_->mma_scratch(), stream_),
                              "warm-up"));

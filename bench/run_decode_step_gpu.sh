@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 25's batch-1 decode step on the GPU machine, in one call: the GPU tests named in TESTS
 # (those not bundled skipped), then cuda_backend_bench alternated over the launch variants
-# named in VARIANTS (name=ENV=VALUE,ENV=VALUE; "base" runs the defaults), ROUNDS times, the
+# named in VARIANTS (name=ENV=VALUE,ENV=VALUE; "base" runs the defaults; BIN=PROGRAM runs another
+# build of it packed in the bundle), ROUNDS times, the
 # first round of each with --kernel-trace, while the call's time lasts (BUDGET_S, default
 # 480 s from the start), and cuda_decode_bench's split sweep if bundled. SHOW_TTFT_TRACE=1 also
 # prints the TTFT step's kernel trace; E2E_BATCHED=1 adds the trace under load per variant.
@@ -34,7 +35,12 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     name=${variant%%=*}; vars=; [[ $variant == *=* ]] && vars=${variant#*=}
     trace=; [[ $round == 1 ]] && trace=--kernel-trace
     log="$logs/${name}_$round.txt"
-    env ${vars//,/ } timeout 200 cuda_backend_bench $trace > "$log" 2>&1 || status=1
+    # BIN=program in a variant's settings runs that program (an earlier build packed beside).
+    program=cuda_backend_bench; settings=()
+    for setting in ${vars//,/ }; do
+      if [[ $setting == BIN=* ]]; then program=${setting#BIN=}; else settings+=("$setting"); fi
+    done
+    env "${settings[@]}" timeout 200 "$program" $trace > "$log" 2>&1 || status=1
     echo "== $name round $round ($vars) $trace"
     grep -E "^decode step|^TTFT|^a step's GEMMs at 1 row|tensor-core skinny kernel" "$log"
     [[ -n $trace ]] && sed -n '/^kernel trace: decode/,/^per step/p' "$log" | head -n 14

@@ -7,7 +7,8 @@
 # kernel then keeps idle cores out of deeper sleep states), to see how much of the served
 # path's transit is thread wake-up. REQUESTS=N replays N requests (default 24). WORKER_CPUS
 # and CLIENT_CPUS (taskset lists, e.g. 0-3) pin the worker and the client to those cores, to
-# see how much of it is wake-ups across cores.
+# see how much of it is wake-ups across cores. WORKER_BIN names another worker program in the
+# bundle (e.g. an earlier build packed beside this one), for A/B runs on one machine.
 # bench/served_transit.py (in the bundle's data/) splits each request's TTFT into the worker's
 # own and the transit.
 # usage: bench/run_served_itl_gpu.sh BUNDLE_DIR OUT_DIR
@@ -38,10 +39,11 @@ done
 # lazykv-bench starts the worker, which would inherit the client's pinning: with CLIENT_CPUS
 # alone the worker gets every core back.
 [[ -n ${CLIENT_CPUS:-} && -z ${WORKER_CPUS:-} ]] && WORKER_CPUS=0-$(($(nproc --all) - 1))
-worker=$bin/lazykv-worker
+worker=$bin/${WORKER_BIN:-lazykv-worker}
+[[ -x $worker ]] || { echo "$worker: not in the bundle" >&2; exit 2; }
 if [[ -n ${WORKER_CPUS:-} ]]; then  # through a pinning wrapper
+  printf '#!/usr/bin/env bash\nexec taskset -c %s %q "$@"\n' "$WORKER_CPUS" "$worker" > "$out/pinned-worker.sh"
   worker=$out/pinned-worker.sh
-  printf '#!/usr/bin/env bash\nexec taskset -c %s %q "$@"\n' "$WORKER_CPUS" "$bin/lazykv-worker" > "$worker"
   chmod +x "$worker"
 fi
 client=(); [[ -n ${CLIENT_CPUS:-} ]] && client=(taskset -c "$CLIENT_CPUS")

@@ -289,18 +289,45 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     if (!*last_part) return;
-    // The parts' sums in part order.
-    for (int e = threadIdx.x; e < rows * kSkinnyMmaTileOut; e += kThreads) {
-      const int r = e / kSkinnyMmaTileOut, m = e % kSkinnyMmaTileOut;
-      if (tile0 + m % kTileCols >= out) continue;
-      const float* p = workspace + static_cast<size_t>(r) * product_cols + ProductColumn<kEpilogue>(tile0, m, out);
-      float sum = __ldcg(p);
-      for (int q = 1; q < splits; ++q) sum += __ldcg(p + static_cast<size_t>(q) * rows * product_cols);
-      if constexpr (kEpilogue == Epilogue::kStore) {
-        float* o = y + static_cast<size_t>(r) * out + tile0 + m;
-        *o = beta == 0.0f ? sum : sum + beta * *o;
-      } else {
-        tile_sums[m * kTileSumsStride + r] = sum;
+    // The parts' sums in part order. A thread's elements (at most kElems) are summed together,
+    // each part's loads for all of them in flight at once: a round trip to L2 a part, not one
+    // an element and part (the tail of every split launch, longer with every row).
+    constexpr int kElems = 8 * kNTiles * kSkinnyMmaTileOut / kThreads;
+    const size_t part_stride = static_cast<size_t>(rows) * product_cols;
+    int offset[kElems];  // of the element in part 0's sums; -1: past the product
+    float sum[kElems];
+#pragma unroll
+    for (int i = 0; i < kElems; ++i) {
+      const int e = threadIdx.x + i * kThreads, r = e / kSkinnyMmaTileOut, m = e % kSkinnyMmaTileOut;
+      offset[i] =
+          r < rows && tile0 + m % kTileCols < out ? r * product_cols + ProductColumn<kEpilogue>(tile0, m, out) : -1;
+      sum[i] = offset[i] < 0 ? 0.0f : __ldcg(workspace + offset[i]);
+    }
+    for (int q = 1; q < splits; ++q) {
+      const float* part_sums = workspace + q * part_stride;
+      float more[kElems];
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) more[i] = offset[i] < 0 ? 0.0f : __ldcg(part_sums + offset[i]);
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) sum[i] += more[i];
+    }
+    if constexpr (kEpilogue == Epilogue::kStore) {
+      if (beta != 0.0f) {  // y's values, likewise all in flight
+        float prior[kElems];
+#pragma unroll
+        for (int i = 0; i < kElems; ++i) prior[i] = offset[i] < 0 ? 0.0f : y[offset[i]];
+#pragma unroll
+        for (int i = 0; i < kElems; ++i) sum[i] += beta * prior[i];
+      }
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        if (offset[i] >= 0) y[offset[i]] = sum[i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        const int e = threadIdx.x + i * kThreads, r = e / kSkinnyMmaTileOut, m = e % kSkinnyMmaTileOut;
+        if (offset[i] >= 0) tile_sums[m * kTileSumsStride + r] = sum[i];
       }
     }
     if constexpr (kEpilogue == Epilogue::kStore) return;

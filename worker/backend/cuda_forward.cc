@@ -43,6 +43,13 @@ int ForcedDecodeSplits() {
   return splits;
 }
 
+// LAZYKV_PREFILL_SPLITS=N: the prefill kernel's split count forced (at most its 16), for
+// measurements of a short question over a long cached context at other counts.
+int ForcedPrefillSplits() {
+  static const int splits = EnvCount("LAZYKV_PREFILL_SPLITS");
+  return splits;
+}
+
 }  // namespace
 
 absl::Status CudaBackend::ReserveSplitCounters(int slots) {
@@ -124,6 +131,7 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
     r.kv.k_pool = p.kv.k_pool;
     r.kv.v_pool = p.kv.v_pool;
     r.pack_heads = pack_prefill_heads_ ? 0 : 1;
+    r.num_splits = ForcedPrefillSplits();
     RETURN_IF_ERROR(
         attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(r, cuda::ChoosePrefillSplits(r)))));
     r.workspace = attn_ws_.as<float>();
@@ -131,6 +139,7 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
   }
   if (PrefillKernelApplies()) {
     p.pack_heads = pack_prefill_heads_ ? 0 : 1;
+    p.num_splits = ForcedPrefillSplits();
     RETURN_IF_ERROR(
         attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(p, cuda::ChoosePrefillSplits(p)))));
     p.workspace = attn_ws_.as<float>();

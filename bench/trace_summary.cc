@@ -53,6 +53,7 @@ std::string SummarizeTrace(const std::vector<TraceRecord>& records, int steps) {
   struct Sum {
     int calls = 0;
     uint64_t ns = 0;
+    uint64_t adds_ns = 0;  // how much later the work so far ends for it (see the header)
   };
   std::map<std::string, Sum> by_name;
   for (const TraceRecord& r : records) {
@@ -60,15 +61,26 @@ std::string SummarizeTrace(const std::vector<TraceRecord>& records, int steps) {
     ++s.calls;
     s.ns += r.end_ns > r.start_ns ? r.end_ns - r.start_ns : 0;
   }
+  std::vector<const TraceRecord*> by_start;
+  for (const TraceRecord& r : records) by_start.push_back(&r);
+  std::stable_sort(by_start.begin(), by_start.end(),
+                   [](const TraceRecord* a, const TraceRecord* b) { return a->start_ns < b->start_ns; });
+  uint64_t ends = by_start.front()->start_ns;  // where the work so far ends
+  for (const TraceRecord* r : by_start) {
+    const uint64_t from = std::max(r->start_ns, ends);
+    if (r->end_ns > from) by_name[r->name].adds_ns += r->end_ns - from;
+    ends = std::max(ends, r->end_ns);
+  }
   const TraceTotals totals = TotalTrace(records);
   const uint64_t span = std::max<uint64_t>(1, totals.span_ns), busy = totals.busy_ns;
   std::vector<std::pair<std::string, Sum>> sorted(by_name.begin(), by_name.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
   const double per_step = 1e3 * steps;  // ns -> us per step
-  std::string out = absl::StrFormat("%-60s %10s %10s %7s\n", "kernel", "calls/step", "us/step", "share");
+  std::string out =
+      absl::StrFormat("%-60s %10s %10s %7s %10s\n", "kernel", "calls/step", "us/step", "share", "adds us");
   for (const auto& [name, s] : sorted) {
-    out += absl::StrFormat("%-60s %10.1f %10.1f %6.1f%%\n", name, static_cast<double>(s.calls) / steps, s.ns / per_step,
-                           100.0 * s.ns / span);
+    out += absl::StrFormat("%-60s %10.1f %10.1f %6.1f%% %10.1f\n", name, static_cast<double>(s.calls) / steps,
+                           s.ns / per_step, 100.0 * s.ns / span, s.adds_ns / per_step);
   }
   out += absl::StrFormat(
       "per step: span %.1f us, some work running %.1f us, gaps %.1f us (%.1f%%), %zu records over %d steps\n",

@@ -31,7 +31,11 @@ TraceTotals TotalTrace(const std::vector<TraceRecord>& records);
 // kernel's time runs from its first CTA's start: with dependent launches
 // (kernels/cuda/dependent_launch.cuh) that includes its wait for the kernel before it, so
 // per-kernel times overlap and their shares can add up past 100% (the union, "some work
-// running", does not double count).
+// running", does not double count). "adds us" is per step how much later the work so far
+// ends because of the name's records, taken in order of start (a record adds the part of it
+// past every earlier record's end): with one stream of dependent launches, how much each kernel
+// lengthens the step, its wait for the kernel before it left out. Their sum is the time some
+// work ran.
 std::string SummarizeTrace(const std::vector<TraceRecord>& records, int steps);
 
 }  // namespace lazykv::bench

@@ -59,6 +59,17 @@ TEST(TraceSummaryTest, TablePerNameAndStep) {
   EXPECT_LT(table.find("\nA "), table.find("\nB "));
   EXPECT_LT(table.find("\nB "), table.find("\nmemcpy "));
   EXPECT_EQ(SummarizeTrace({}, 3), "kernel trace: no records\n");
+  // What each name adds to the end of the work so far, in order of start: A 1 + 1.5 us, B 1 us
+  // (from 1.5 to 2.5: it started after A's end), memcpy 0.2: per step 1.25, 0.5, 0.1, summing
+  // to the busy time.
+  EXPECT_THAT(table, ContainsRegex("\nA +1\\.0 +1\\.5 +71\\.4% +1\\.[23]\n"));  // 1.25
+  EXPECT_THAT(table, ContainsRegex("\nB +0\\.5 +0\\.5 +23\\.8% +0\\.5\n"));
+  EXPECT_THAT(table, ContainsRegex("\nmemcpy +0\\.5 +0\\.1 +4\\.8% +0\\.1\n"));
+  // A kernel launched early (a dependent launch) adds only what it runs past the one before.
+  const std::string overlapped = SummarizeTrace({{"P", 0, 1000}, {"C", 100, 1300}, {"G", 200, 5000}}, 1);
+  EXPECT_THAT(overlapped, ContainsRegex("\nC +1\\.0 +1\\.2 +[0-9.]+% +0\\.3\n"));
+  EXPECT_THAT(overlapped, ContainsRegex("\nG +1\\.0 +4\\.8 +[0-9.]+% +3\\.7\n"));
+  EXPECT_THAT(overlapped, ContainsRegex("\nP +1\\.0 +1\\.0 +[0-9.]+% +1\\.0\n"));
 }
 
 TEST(TraceSummaryTest, ShortKernelNames) {

@@ -3,6 +3,7 @@
 // formed once in shared memory, then each thread sums its dimensions over the splits with
 // independent loads (four accumulators).
 #include <climits>
+#include <cstdint>
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/softmax_merge.cuh"
@@ -36,6 +37,67 @@ __device__ __forceinline__ float PairReduce(float v, float* scratch, bool is_max
   }
 }
 
+// A warp's weighted sums over the splits for kWidth dimensions a lane (head_dim = 32 *
+// kWidth), every split's partial loaded before the first is added (one round trip to L2 for a
+// pair, where a loop over the dimensions waited on one group of four splits after another:
+// 9 us a layer for a 16-token question, bench/results/mma_tail_2026-11-28.md). The sums run
+// in the general loop's order (four accumulators by split modulo 4), so the output is the
+// same bit for bit. REQUIRES splits <= kMaxRegSplits.
+constexpr int kMaxRegSplits = 16;
+
+template <int kWidth>
+struct Lanes {
+  float v[kWidth];
+};
+
+template <int kWidth>
+__device__ __forceinline__ Lanes<kWidth> LoadLanes(const float* p) {
+  Lanes<kWidth> r;
+  if constexpr (kWidth == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    r.v[0] = x.x, r.v[1] = x.y, r.v[2] = x.z, r.v[3] = x.w;
+  } else {
+    static_assert(kWidth == 2, "head dims 64 and 128");
+    const float2 x = *reinterpret_cast<const float2*>(p);
+    r.v[0] = x.x, r.v[1] = x.y;
+  }
+  return r;
+}
+
+// Starts the loads (before the weights are formed); Finish adds and writes.
+template <int kWidth>
+struct WarpPairSums {
+  Lanes<kWidth> acc[kMaxRegSplits];
+
+  __device__ __forceinline__ void Load(const float* pair_acc, int splits, int lane) {
+#pragma unroll
+    for (int s = 0; s < kMaxRegSplits; ++s) {
+      if (s < splits) acc[s] = LoadLanes<kWidth>(pair_acc + static_cast<size_t>(s) * 32 * kWidth + lane * kWidth);
+    }
+  }
+
+  __device__ __forceinline__ void Finish(const float* weight, int splits, float l_all, float* out, int lane) const {
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e) {
+      float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMaxRegSplits; s += 4) {
+        if (s + 4 <= splits) {
+          a0 += weight[s] * acc[s].v[e];
+          a1 += weight[s + 1] * acc[s + 1].v[e];
+          a2 += weight[s + 2] * acc[s + 2].v[e];
+          a3 += weight[s + 3] * acc[s + 3].v[e];
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < kMaxRegSplits; ++s) {
+        if (s >= splits / 4 * 4 && s < splits) a0 += weight[s] * acc[s].v[e];
+      }
+      out[lane * kWidth + e] = MergedOutput((a0 + a1) + (a2 + a3), l_all);
+    }
+  }
+};
+
 // Grid: x = kCombineThreads / kPairThreads pairs of a group per CTA, y = the group. Dynamic
 // shared memory: per pair of the CTA, its splits' weights (splits rounded up to a multiple of
 // 4: the compiler may read the tail of the unrolled loop as one vector).
@@ -61,6 +123,19 @@ __global__ void __launch_bounds__(kCombineThreads) SplitCombineKernel(SplitCombi
   const size_t pair = static_cast<size_t>(row0 + row) * p.n_heads + head;
   const SplitPartials<const float> part = SplitPartialsIn(p.workspace, p.pairs, splits);
   const size_t base = SplitStateIndex(pair, 0, splits);
+  // A warp a pair with every split's partial in registers (head dims 64 and 128, 16-byte
+  // aligned partials, at most kMaxRegSplits splits): its loads go out first.
+  const bool in_registers = kPairThreads == 32 && splits <= kMaxRegSplits && (hd == 128 || hd == 64) &&
+                            reinterpret_cast<uintptr_t>(part.acc) % 16 == 0;
+  WarpPairSums<4> sums128;
+  WarpPairSums<2> sums64;
+  if (in_registers) {
+    if (hd == 128) {
+      sums128.Load(part.acc + base * hd, splits, t);
+    } else {
+      sums64.Load(part.acc + base * hd, splits, t);
+    }
+  }
   float m_local = -INFINITY;
   for (int s = t; s < splits; s += kPairThreads) {
     const float l = part.l[base + s];
@@ -77,6 +152,14 @@ __global__ void __launch_bounds__(kCombineThreads) SplitCombineKernel(SplitCombi
   }
   const float l_all = PairReduce<kPairThreads>(l_local, scratch, false);  // a CTA's barriers publish weight[]
   if constexpr (kPairThreads == 32) __syncwarp();                         // a warp's weight[]
+  if (in_registers) {
+    if (hd == 128) {
+      sums128.Finish(weight, splits, l_all, p.out + pair * hd, t);
+    } else {
+      sums64.Finish(weight, splits, l_all, p.out + pair * hd, t);
+    }
+    return;
+  }
   for (int d = t; d < hd; d += kPairThreads) {
     const float* acc = part.acc + base * hd + d;
     float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;

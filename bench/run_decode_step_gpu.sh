@@ -20,6 +20,15 @@ start=$SECONDS
 budget=${BUDGET_S:-480}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/device.txt"
 status=0
+# A variant's settings (ENV=VALUE,ENV=VALUE) into `settings` for env, and the program to run:
+# cuda_backend_bench, or the one a BIN=PROGRAM setting names (an earlier build packed beside).
+variant_program() {
+  program=cuda_backend_bench; settings=()
+  local setting
+  for setting in ${1//,/ }; do
+    if [[ $setting == BIN=* ]]; then program=${setting#BIN=}; else settings+=("$setting"); fi
+  done
+}
 # A test named ENV=VALUE:test runs with that variable set (its log named ENV=VALUE_test.log).
 for entry in ${TESTS:-}; do
   t=${entry##*:}; vars=; [[ $entry == *:* ]] && vars=${entry%:*}
@@ -35,11 +44,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     name=${variant%%=*}; vars=; [[ $variant == *=* ]] && vars=${variant#*=}
     trace=; [[ $round == 1 ]] && trace=--kernel-trace
     log="$logs/${name}_$round.txt"
-    # BIN=program in a variant's settings runs that program (an earlier build packed beside).
-    program=cuda_backend_bench; settings=()
-    for setting in ${vars//,/ }; do
-      if [[ $setting == BIN=* ]]; then program=${setting#BIN=}; else settings+=("$setting"); fi
-    done
+    variant_program "$vars"
     env "${settings[@]}" timeout 200 "$program" $trace > "$log" 2>&1 || status=1
     echo "== $name round $round ($vars) $trace"
     grep -E "^decode step|^TTFT|^a step's GEMMs at 1 row|tensor-core skinny kernel" "$log"
@@ -55,7 +60,8 @@ if [[ -n ${E2E_BATCHED:-} ]]; then
       if (( SECONDS - start > budget )); then echo "time budget spent: stopping before e2e $variant"; break 2; fi
       name=${variant%%=*}; vars=; [[ $variant == *=* ]] && vars=${variant#*=}
       log="$logs/e2e_${name}_$round.txt"
-      env ${vars//,/ } timeout 300 cuda_backend_bench --e2e-batched --modes lazy --requests 160 --max-tokens 64 \
+      variant_program "$vars"
+      env "${settings[@]}" timeout 300 "$program" --e2e-batched --modes lazy --requests 160 --max-tokens 64 \
         --max-concurrency 64 > "$log" 2>&1 || status=1
       echo "== e2e batched $name round $round ($vars)"
       grep -E "^mode|^lazy" "$log" | head -n 4

@@ -8,7 +8,8 @@
 # path's transit is thread wake-up. REQUESTS=N replays N requests (default 24). WORKER_CPUS
 # and CLIENT_CPUS (taskset lists, e.g. 0-3) pin the worker and the client to those cores, to
 # see how much of it is wake-ups across cores. WORKER_BIN names another worker program in the
-# bundle (e.g. an earlier build packed beside this one), for A/B runs on one machine.
+# bundle (e.g. an earlier build packed beside this one), for A/B runs on one machine; the
+# in-process step (INPROCESS) is still the bundle's cuda_backend_bench.
 # bench/served_transit.py (in the bundle's data/) splits each request's TTFT into the worker's
 # own and the transit.
 # usage: bench/run_served_itl_gpu.sh BUNDLE_DIR OUT_DIR

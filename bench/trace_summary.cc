@@ -48,6 +48,22 @@ TraceTotals TotalTrace(const std::vector<TraceRecord>& records) {
   return t;
 }
 
+std::map<std::string, uint64_t> AddedTime(const std::vector<TraceRecord>& records) {
+  std::map<std::string, uint64_t> added;
+  if (records.empty()) return added;
+  std::vector<const TraceRecord*> by_start;
+  for (const TraceRecord& r : records) by_start.push_back(&r);
+  std::stable_sort(by_start.begin(), by_start.end(),
+                   [](const TraceRecord* a, const TraceRecord* b) { return a->start_ns < b->start_ns; });
+  uint64_t ends = by_start.front()->start_ns;  // where the work so far ends
+  for (const TraceRecord* r : by_start) {
+    const uint64_t from = std::max(r->start_ns, ends);
+    added[r->name] += r->end_ns > from ? r->end_ns - from : 0;
+    ends = std::max(ends, r->end_ns);
+  }
+  return added;
+}
+
 std::string SummarizeTrace(const std::vector<TraceRecord>& records, int steps) {
   if (records.empty() || steps <= 0) return "kernel trace: no records\n";
   struct Sum {
@@ -61,16 +77,7 @@ std::string SummarizeTrace(const std::vector<TraceRecord>& records, int steps) {
     ++s.calls;
     s.ns += r.end_ns > r.start_ns ? r.end_ns - r.start_ns : 0;
   }
-  std::vector<const TraceRecord*> by_start;
-  for (const TraceRecord& r : records) by_start.push_back(&r);
-  std::stable_sort(by_start.begin(), by_start.end(),
-                   [](const TraceRecord* a, const TraceRecord* b) { return a->start_ns < b->start_ns; });
-  uint64_t ends = by_start.front()->start_ns;  // where the work so far ends
-  for (const TraceRecord* r : by_start) {
-    const uint64_t from = std::max(r->start_ns, ends);
-    if (r->end_ns > from) by_name[r->name].adds_ns += r->end_ns - from;
-    ends = std::max(ends, r->end_ns);
-  }
+  for (const auto& [name, ns] : AddedTime(records)) by_name[name].adds_ns = ns;
   const TraceTotals totals = TotalTrace(records);
   const uint64_t span = std::max<uint64_t>(1, totals.span_ns), busy = totals.busy_ns;
   std::vector<std::pair<std::string, Sum>> sorted(by_name.begin(), by_name.end());

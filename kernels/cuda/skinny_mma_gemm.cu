@@ -23,6 +23,7 @@
 // adds the parts' sums in part order, applies the epilogue and sets the counter back to zero
 // (as the decode kernel's last split merges: last_split_merge.cuh).
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -292,7 +293,7 @@ __global__ void __launch_bounds__(kThreads)
     // The parts' sums in part order. A thread's elements (at most kElems) are summed together,
     // each part's loads for all of them in flight at once: a round trip to L2 a part, not one
     // an element and part (the tail of every split launch, longer with every row).
-    constexpr int kElems = 8 * kNTiles * kSkinnyMmaTileOut / kThreads;
+    constexpr int kElems = 8 * kNTiles * kSkinnyMmaTileOut / kThreads;  // rows <= 8 * kNTiles (Launch)
     const size_t part_stride = static_cast<size_t>(rows) * product_cols;
     int offset[kElems];  // of the element in part 0's sums; -1: past the product
     float sum[kElems];
@@ -346,8 +347,10 @@ __global__ void __launch_bounds__(kThreads)
 int Tiles(int product_cols) { return (product_cols + kSkinnyMmaTileOut - 1) / kSkinnyMmaTileOut; }
 int TotalStages(int in) { return (in + kStageK - 1) / kStageK; }
 
+// (The last part's tail indexes a part's sums in int: at most INT_MAX of them.)
 bool ScratchHolds(int splits, int rows, int product_cols, const SkinnyMmaScratch& scratch) {
   return scratch.workspace != nullptr && scratch.counters != nullptr && Tiles(product_cols) <= scratch.counter_slots &&
+         static_cast<size_t>(rows) * product_cols <= INT_MAX &&
          static_cast<size_t>(splits) * rows * product_cols * sizeof(float) <= scratch.workspace_bytes;
 }
 

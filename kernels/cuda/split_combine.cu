@@ -1,11 +1,13 @@
 // The combine of split-KV partials (split_combine.h), shared by the decode and prefill
 // launchers: per (query row, head) pair, the splits' maxima are reduced, each split's weight is
 // formed once in shared memory, then each thread sums its dimensions over the splits with
-// independent loads (four accumulators).
+// independent loads (four accumulators). A small launch of the warp shape instead loads every
+// split's partial for its dimensions before the weights are formed (WarpPairSums).
 #include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/softmax_merge.cuh"
 #include "kernels/cuda/split_combine.h"
 
@@ -56,10 +58,11 @@ __device__ __forceinline__ Lanes<kWidth> LoadLanes(const float* p) {
   if constexpr (kWidth == 4) {
     const float4 x = *reinterpret_cast<const float4*>(p);
     r.v[0] = x.x, r.v[1] = x.y, r.v[2] = x.z, r.v[3] = x.w;
-  } else {
-    static_assert(kWidth == 2, "head dims 64 and 128");
+  } else if constexpr (kWidth == 2) {
     const float2 x = *reinterpret_cast<const float2*>(p);
     r.v[0] = x.x, r.v[1] = x.y;
+  } else {
+    r.v[0] = *p;
   }
   return r;
 }
@@ -100,9 +103,13 @@ struct WarpPairSums {
 
 // Grid: x = kCombineThreads / kPairThreads pairs of a group per CTA, y = the group. Dynamic
 // shared memory: per pair of the CTA, its splits' weights (splits rounded up to a multiple of
-// 4: the compiler may read the tail of the unrolled loop as one vector).
-template <int kPairThreads>
+// 4: the compiler may read the tail of the unrolled loop as one vector). kRegWidth 0: the loop
+// over the dimensions; 2 or 4 (a warp a pair, head_dim 32 * kRegWidth, at most kMaxRegSplits
+// splits, 16-byte aligned partials): WarpPairSums, whose registers cost occupancy, so the
+// launcher takes it only where the grid fits the SMs anyway.
+template <int kPairThreads, int kRegWidth>
 __global__ void __launch_bounds__(kCombineThreads) SplitCombineKernel(SplitCombineParams p) {
+  static_assert(kRegWidth == 0 || kPairThreads == 32, "registers for a warp's pair");
   constexpr int kPairsPerCta = kCombineThreads / kPairThreads;
   AllowDependentLaunch();
   WaitForPriorGrid();
@@ -123,19 +130,8 @@ __global__ void __launch_bounds__(kCombineThreads) SplitCombineKernel(SplitCombi
   const size_t pair = static_cast<size_t>(row0 + row) * p.n_heads + head;
   const SplitPartials<const float> part = SplitPartialsIn(p.workspace, p.pairs, splits);
   const size_t base = SplitStateIndex(pair, 0, splits);
-  // A warp a pair with every split's partial in registers (head dims 64 and 128, 16-byte
-  // aligned partials, at most kMaxRegSplits splits): its loads go out first.
-  const bool in_registers = kPairThreads == 32 && splits <= kMaxRegSplits && (hd == 128 || hd == 64) &&
-                            reinterpret_cast<uintptr_t>(part.acc) % 16 == 0;
-  WarpPairSums<4> sums128;
-  WarpPairSums<2> sums64;
-  if (in_registers) {
-    if (hd == 128) {
-      sums128.Load(part.acc + base * hd, splits, t);
-    } else {
-      sums64.Load(part.acc + base * hd, splits, t);
-    }
-  }
+  [[maybe_unused]] WarpPairSums<kRegWidth == 0 ? 1 : kRegWidth> sums;
+  if constexpr (kRegWidth != 0) sums.Load(part.acc + base * hd, splits, t);  // before the weights
   float m_local = -INFINITY;
   for (int s = t; s < splits; s += kPairThreads) {
     const float l = part.l[base + s];
@@ -152,26 +148,22 @@ __global__ void __launch_bounds__(kCombineThreads) SplitCombineKernel(SplitCombi
   }
   const float l_all = PairReduce<kPairThreads>(l_local, scratch, false);  // a CTA's barriers publish weight[]
   if constexpr (kPairThreads == 32) __syncwarp();                         // a warp's weight[]
-  if (in_registers) {
-    if (hd == 128) {
-      sums128.Finish(weight, splits, l_all, p.out + pair * hd, t);
-    } else {
-      sums64.Finish(weight, splits, l_all, p.out + pair * hd, t);
+  if constexpr (kRegWidth != 0) {
+    sums.Finish(weight, splits, l_all, p.out + pair * hd, t);
+  } else {
+    for (int d = t; d < hd; d += kPairThreads) {
+      const float* acc = part.acc + base * hd + d;
+      float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+      int s = 0;
+      for (; s + 4 <= splits; s += 4) {
+        a0 += weight[s] * acc[static_cast<size_t>(s) * hd];
+        a1 += weight[s + 1] * acc[static_cast<size_t>(s + 1) * hd];
+        a2 += weight[s + 2] * acc[static_cast<size_t>(s + 2) * hd];
+        a3 += weight[s + 3] * acc[static_cast<size_t>(s + 3) * hd];
+      }
+      for (; s < splits; ++s) a0 += weight[s] * acc[static_cast<size_t>(s) * hd];
+      p.out[pair * hd + d] = MergedOutput((a0 + a1) + (a2 + a3), l_all);
     }
-    return;
-  }
-  for (int d = t; d < hd; d += kPairThreads) {
-    const float* acc = part.acc + base * hd + d;
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    int s = 0;
-    for (; s + 4 <= splits; s += 4) {
-      a0 += weight[s] * acc[static_cast<size_t>(s) * hd];
-      a1 += weight[s + 1] * acc[static_cast<size_t>(s + 1) * hd];
-      a2 += weight[s + 2] * acc[static_cast<size_t>(s + 2) * hd];
-      a3 += weight[s + 3] * acc[static_cast<size_t>(s + 3) * hd];
-    }
-    for (; s < splits; ++s) a0 += weight[s] * acc[static_cast<size_t>(s) * hd];
-    p.out[pair * hd + d] = MergedOutput((a0 + a1) + (a2 + a3), l_all);
   }
 }
 
@@ -188,11 +180,23 @@ cudaError_t LaunchSplitCombine(const SplitCombineParams& p, SplitCombineShape sh
     const size_t weight_bytes = static_cast<size_t>((p.splits + 3) / 4) * 4 * sizeof(float);
     if (shape == SplitCombineShape::kCtaPerPair) {
       const dim3 grid(static_cast<unsigned>(pairs_per_group), p.groups);
-      return LaunchDependent(SplitCombineKernel<kCombineThreads>, grid, kCombineThreads, weight_bytes, stream, p);
+      return LaunchDependent(SplitCombineKernel<kCombineThreads, 0>, grid, kCombineThreads, weight_bytes, stream, p);
     } else {
       constexpr int kPairsPerCta = kCombineThreads / 32;
       const dim3 grid(static_cast<unsigned>((pairs_per_group + kPairsPerCta - 1) / kPairsPerCta), p.groups);
-      return LaunchDependent(SplitCombineKernel<32>, grid, kCombineThreads, kPairsPerCta * weight_bytes, stream, p);
+      const size_t smem = kPairsPerCta * weight_bytes;
+      // The partials in registers where they fit and the grid is at most one wave at the
+      // kernel's lower occupancy (4 CTAs an SM at its ~120 registers: a question's combine).
+      const uintptr_t acc = reinterpret_cast<uintptr_t>(p.workspace + 2 * p.pairs * p.splits);
+      const bool in_registers = p.splits <= kMaxRegSplits && acc % 16 == 0 &&
+                                static_cast<long long>(grid.x) * grid.y <= 4LL * MultiprocessorCount();
+      if (in_registers && p.head_dim == 128) {
+        return LaunchDependent(SplitCombineKernel<32, 4>, grid, kCombineThreads, smem, stream, p);
+      }
+      if (in_registers && p.head_dim == 64) {
+        return LaunchDependent(SplitCombineKernel<32, 2>, grid, kCombineThreads, smem, stream, p);
+      }
+      return LaunchDependent(SplitCombineKernel<32, 0>, grid, kCombineThreads, smem, stream, p);
     }
   }
   return cudaGetLastError();

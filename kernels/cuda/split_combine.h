@@ -42,7 +42,9 @@ struct SplitCombineParams {
 
 // The threads that merge one pair: a CTA of 128 (decode: few pairs, up to 1024 splits, each
 // split's weight formed once in shared memory) or one warp (prefill: many pairs, at most 16
-// splits). Both read a pair's partials in the same coalesced way.
+// splits; where the launch is at most a wave, each lane holds every split's partials for its
+// dimensions in registers, loaded before the weights are formed: one round trip a pair). The
+// output is the same bit for bit either way.
 enum class SplitCombineShape { kCtaPerPair, kWarpPerPair };
 
 // Launches the combine (cudaErrorInvalidValue for bad shapes, else what cudaGetLastError

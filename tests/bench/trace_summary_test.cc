@@ -20,12 +20,13 @@ TEST(TraceSummaryTest, BusyTimeIsTheUnionOfTheRecords) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
+  const char* const kNames[] = {"k0", "k1", "k2"};
   for (int round = 0; round < 50; ++round) {
     std::vector<TraceRecord> records;
     const int n = 1 + static_cast<int>(rng() % 30);
     for (int i = 0; i < n; ++i) {  // overlapping, nested, touching and empty intervals, any order
       const uint64_t start = 100 + rng() % 5000, length = rng() % 4 == 0 ? 0 : rng() % 800;
-      records.push_back({"k", start, start + length});
+      records.push_back({kNames[i % 3], start, start + length});
     }
     std::vector<bool> covered(7000, false);
     uint64_t first = ~uint64_t{0}, last = 0;
@@ -36,6 +37,10 @@ TEST(TraceSummaryTest, BusyTimeIsTheUnionOfTheRecords) {
     }
     const TraceTotals totals = TotalTrace(records);
     EXPECT_EQ(totals.busy_ns, static_cast<uint64_t>(std::count(covered.begin(), covered.end(), true)));
+    // What the names add covers the busy time exactly once.
+    uint64_t added = 0;
+    for (const auto& [name, ns] : AddedTime(records)) added += ns;
+    EXPECT_EQ(added, totals.busy_ns);
     EXPECT_EQ(totals.span_ns, last - first);
   }
   EXPECT_EQ(TotalTrace({}).busy_ns, 0u);
@@ -43,7 +48,7 @@ TEST(TraceSummaryTest, BusyTimeIsTheUnionOfTheRecords) {
   const TraceTotals odd = TotalTrace({{"k", 100, 200}, {"k", 300, 250}});
   EXPECT_EQ(odd.busy_ns, 100u);
   EXPECT_EQ(odd.span_ns, 200u);
-  EXPECT_THAT(SummarizeTrace({{"k", 100, 200}, {"k", 300, 250}}, 1), ContainsRegex("\nk +2\.0 +0\.1 "));
+  EXPECT_THAT(SummarizeTrace({{"k", 100, 200}, {"k", 300, 250}}, 1), ContainsRegex("\nk +2\\.0 +0\\.1 "));
 }
 
 TEST(TraceSummaryTest, TablePerNameAndStep) {

@@ -44,7 +44,8 @@ int ForcedDecodeSplits() {
 }
 
 // LAZYKV_PREFILL_SPLITS=N: the prefill kernel's split count forced (at most its 16), for
-// measurements of a short question over a long cached context at other counts.
+// measurements of a short question over a long cached context at other counts (the split
+// workspace grows with it: N partial states of every query row and head).
 int ForcedPrefillSplits() {
   static const int splits = EnvCount("LAZYKV_PREFILL_SPLITS");
   return splits;

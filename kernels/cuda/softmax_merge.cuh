@@ -74,7 +74,7 @@ struct SplitPartials {
 };
 
 template <typename F>
-__device__ __forceinline__ SplitPartials<F> SplitPartialsIn(F* workspace, size_t pairs, int splits) {
+__host__ __device__ __forceinline__ SplitPartials<F> SplitPartialsIn(F* workspace, size_t pairs, int splits) {
   const size_t n = pairs * splits;
   return SplitPartials<F>{workspace, workspace + n, workspace + 2 * n};
 }

@@ -5,6 +5,7 @@
 // split's partial for its dimensions before the weights are formed (WarpPairSums).
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
@@ -58,11 +59,10 @@ __device__ __forceinline__ Lanes<kWidth> LoadLanes(const float* p) {
   if constexpr (kWidth == 4) {
     const float4 x = *reinterpret_cast<const float4*>(p);
     r.v[0] = x.x, r.v[1] = x.y, r.v[2] = x.z, r.v[3] = x.w;
-  } else if constexpr (kWidth == 2) {
+  } else {
+    static_assert(kWidth == 2, "head dims 128 and 64");
     const float2 x = *reinterpret_cast<const float2*>(p);
     r.v[0] = x.x, r.v[1] = x.y;
-  } else {
-    r.v[0] = *p;
   }
   return r;
 }
@@ -101,6 +101,9 @@ struct WarpPairSums {
   }
 };
 
+// No partials held in registers (kRegWidth 0).
+struct NoPairSums {};
+
 // Grid: x = kCombineThreads / kPairThreads pairs of a group per CTA, y = the group. Dynamic
 // shared memory: per pair of the CTA, its splits' weights (splits rounded up to a multiple of
 // 4: the compiler may read the tail of the unrolled loop as one vector). kRegWidth 0: the loop
@@ -130,7 +133,7 @@ __global__ void __launch_bounds__(kCombineThreads) SplitCombineKernel(SplitCombi
   const size_t pair = static_cast<size_t>(row0 + row) * p.n_heads + head;
   const SplitPartials<const float> part = SplitPartialsIn(p.workspace, p.pairs, splits);
   const size_t base = SplitStateIndex(pair, 0, splits);
-  [[maybe_unused]] WarpPairSums<kRegWidth == 0 ? 1 : kRegWidth> sums;
+  [[maybe_unused]] std::conditional_t<kRegWidth != 0, WarpPairSums<kRegWidth>, NoPairSums> sums;
   if constexpr (kRegWidth != 0) sums.Load(part.acc + base * hd, splits, t);  // before the weights
   float m_local = -INFINITY;
   for (int s = t; s < splits; s += kPairThreads) {
@@ -187,7 +190,7 @@ cudaError_t LaunchSplitCombine(const SplitCombineParams& p, SplitCombineShape sh
       const size_t smem = kPairsPerCta * weight_bytes;
       // The partials in registers where they fit and the grid is at most one wave at the
       // kernel's lower occupancy (4 CTAs an SM at its ~120 registers: a question's combine).
-      const uintptr_t acc = reinterpret_cast<uintptr_t>(p.workspace + 2 * p.pairs * p.splits);
+      const uintptr_t acc = reinterpret_cast<uintptr_t>(SplitPartialsIn(p.workspace, p.pairs, p.splits).acc);
       const bool in_registers = p.splits <= kMaxRegSplits && acc % 16 == 0 &&
                                 static_cast<long long>(grid.x) * grid.y <= 4LL * MultiprocessorCount();
       if (in_registers && p.head_dim == 128) {

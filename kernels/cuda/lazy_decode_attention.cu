@@ -7,9 +7,9 @@
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/last_split_merge.cuh"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_decode_attention_config.h"
-#include "kernels/cuda/last_split_merge.cuh"
 #include "kernels/cuda/lazy_decode_kernels.cuh"
 #include "kernels/cuda/split_combine.h"
 
@@ -37,6 +37,9 @@ struct DecodeKernel {
       auto* kernel = &DecodeSplitKernel<HD, GP, WARPS, STAGES>;
       if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(Shape::kSmemBytes)) != cudaSuccess ||
+          cudaFuncSetAttribute(&DecodeSplitKernel<HD, GP, WARPS, STAGES, true>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Shape::kSmemBytes)) != cudaSuccess ||
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy, kernel, WARPS * 32, Shape::kSmemBytes) !=
               cudaSuccess ||
           occupancy <= 0) {
@@ -49,6 +52,10 @@ struct DecodeKernel {
   static cudaError_t Launch(const DecodeAttentionParams& p, int splits, int entries_per_split, cudaStream_t stream) {
     Occupancy();  // raises the shared-memory limit on this device if not done yet
     const unsigned ctas = static_cast<unsigned>(p.num_seqs) * splits * p.kv.n_kv_heads;
+    if (splits > 1 && p.split_counters != nullptr) {
+      return LaunchDependent(DecodeSplitKernel<HD, GP, WARPS, STAGES, true>, ctas, WARPS * 32, Shape::kSmemBytes,
+                             stream, p, splits, entries_per_split);
+    }
     return LaunchDependent(DecodeSplitKernel<HD, GP, WARPS, STAGES>, ctas, WARPS * 32, Shape::kSmemBytes, stream, p,
                            splits, entries_per_split);
   }

@@ -156,7 +156,11 @@ __device__ __forceinline__ void WriteNewToken(const DecodeAttentionParams& p, in
 // One CTA: one sequence, one KV head (all its query heads), one split of the block table.
 // Grid: x = (seq * splits + split) * n_kv_heads + kv_head, so that the KV heads of one
 // sequence run side by side and read neighbouring bytes of the same blocks.
-template <int HD, int GP, int WARPS, int STAGES>
+// MERGE_LAST: the launch has split counters and more than one split, so the last split of a
+// (sequence, KV head) merges them. A separate instantiation: with the merge's code in it, the
+// one-split kernel of a batch-64 step ran 1.37x slower on the H100 although it never reached
+// that code (bench/results/shared_decode_2026-11-28.md).
+template <int HD, int GP, int WARPS, int STAGES, bool MERGE_LAST = false>
 __global__ void __launch_bounds__(WARPS * 32)
     DecodeSplitKernel(DecodeAttentionParams p, int splits, int entries_per_split) {
   using Shape = DecodeShape<HD, GP, WARPS, STAGES>;
@@ -505,7 +509,7 @@ __global__ void __launch_bounds__(WARPS * 32)
       }
     }
   }
-  if (splits > 1 && p.split_counters != nullptr) {  // the launcher checked the scratch fits
+  if constexpr (MERGE_LAST) {  // the launcher checked the scratch fits
     MergeSplitsIfLast<WARPS * 32>(p.workspace, static_cast<size_t>(p.num_seqs) * p.n_heads, splits,
                                   static_cast<size_t>(seq) * p.n_heads + kvh * group, group, HD, p.out,
                                   p.split_counters + seq * p.kv.n_kv_heads + kvh, reinterpret_cast<float*>(smem));

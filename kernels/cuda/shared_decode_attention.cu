@@ -17,6 +17,7 @@ constexpr int kStages = 4;                              // K+V tiles of 32 token
 constexpr int kResidualWarps = 4, kResidualStages = 3;  // the per-sequence kernel's default
 constexpr int kMaxDevices = 64;
 constexpr int kCombineWarps = 4;
+constexpr int kCombineBatch = 16;  // states whose accumulators a lane loads at once
 
 // Raises a kernel's dynamic shared-memory limit once per device (what the launch needs).
 template <typename Kernel>
@@ -30,41 +31,45 @@ void AllowSmem(Kernel* kernel, size_t bytes, std::array<std::atomic<bool>, kMaxD
   }
 }
 
-template <int HD, int MIN_CTAS, bool SPLIT_S, bool TSPLIT, int PV>
+template <int HD, int MIN_CTAS, int PRECISION>
 void LaunchSharedWith(const SharedDecodeParams& p, int group, cudaStream_t stream) {
   using Shape = shared_decode::SharedShape<HD, kStages>;
   static std::array<std::atomic<bool>, kMaxDevices> done{};
-  auto* kernel = &shared_decode::SharedDecodeKernel<HD, kStages, MIN_CTAS, SPLIT_S, TSPLIT, PV>;
+  auto* kernel = &shared_decode::SharedDecodeKernel<HD, kStages, MIN_CTAS, PRECISION>;
   AllowSmem(kernel, Shape::kSmemBytes, done);
   const unsigned ctas = static_cast<unsigned>(p.num_items) * p.base.kv.n_kv_heads;
   kernel<<<ctas, shared_decode::kSThreads, Shape::kSmemBytes, stream>>>(p, group);
 }
 
 // The variants (shared_decode_attention.h; the kernel's template parameters): CTAs per SM the
-// registers must allow, split score accumulators, token halves for small row counts, the
-// precision of P V; and the largest error against the per-sequence kernel (relative to the
-// largest output) that the variant's arithmetic allows.
+// registers must allow and what reaches the tensor cores; and the largest error against the
+// per-sequence kernel (relative to the largest output) that the variant's arithmetic allows.
 struct SharedVariant {
   void (*launch)(const SharedDecodeParams&, int, cudaStream_t);
   void (*launch64)(const SharedDecodeParams&, int, cudaStream_t);
   const char* name;
   double tolerance;
 };
-template <int MIN_CTAS, bool SPLIT_S, bool TSPLIT, int PV = shared_decode::kPvHiLo>
-constexpr SharedVariant Variant(const char* name, double tolerance = 1e-4) {
-  return {&LaunchSharedWith<128, MIN_CTAS, SPLIT_S, TSPLIT, PV>, &LaunchSharedWith<64, MIN_CTAS, SPLIT_S, TSPLIT, PV>,
-          name, tolerance};
+template <int MIN_CTAS, int PRECISION>
+constexpr SharedVariant Variant(const char* name, double tolerance) {
+  return {&LaunchSharedWith<128, MIN_CTAS, PRECISION>, &LaunchSharedWith<64, MIN_CTAS, PRECISION>, name, tolerance};
 }
-// Measured on the H200 (bench/results/shared_decode_2026-11-25.md): the default is fastest or
-// tied at batch 32/64/128; 3 CTAs per SM (registers capped at 168, spilling) was 5-25% slower
-// and is gone.
+// Measured on the H100 (bench/results/shared_decode_2026-11-28.md), batch 64 on the issue's
+// trace, the residual kernel beside: the query and P each rounded once to bf16 (as the lazy
+// prefill kernel and FlashAttention do) leave 32 registers free, so 3 CTAs fit an SM: 105.9
+// against 126.2 us with the hi + lo pairs. Its error against the per-sequence kernel: 1.8e-3 of
+// the largest output in the bench, up to 6.4e-3 over cuda_shared_decode_test's fresh random
+// batches (within one bf16 step, 2^-8 to 2^-7 of the value). The tolerance allows two steps at
+// the top of a binade (1.6e-2): the query's rounding moves each score by up to 2^-9 of
+// sum |q_i k_i|, which the softmax turns into relative changes of the weights of that order,
+// and P's own rounding adds 2^-9 a weight; a wrong rotation, member or block shows as O(1).
+// The hi + lo pairs (~1e-5, held to 1e-4, which one bf16 rounding anywhere would fail; at most
+// 2 CTAs an SM without spilling) stay for comparison and LAZYKV_SHARED_DECODE_EXACT=1.
 constexpr SharedVariant kVariants[kSharedKernelVariants] = {
-    Variant<2, true, true>("2 CTAs/SM, split S, token halves"),
-    Variant<2, false, false>("2 CTAs/SM, one S chain"),
-    Variant<2, true, false>("2 CTAs/SM, split S"),
-    // P rounded once to bf16 (up to 2^-8 relative a weight): 6-8% faster at batch 64, 3e-4 to
-    // 1.5e-3 off. Its tolerance is bf16's whole step, loose for a variant only the bench runs.
-    Variant<2, true, true, shared_decode::kPvBf16>("2 CTAs/SM, split S, token halves, P bf16", 8e-3),
+    Variant<3, shared_decode::kQpBf16>("3 CTAs/SM, Q and P bf16", 1.6e-2),
+    Variant<2, shared_decode::kQpHiLo>("2 CTAs/SM, Q and P bf16 hi + lo", 1e-4),
+    Variant<2, shared_decode::kQpBf16>("2 CTAs/SM, Q and P bf16", 1.6e-2),
+    Variant<2, shared_decode::kPBf16>("2 CTAs/SM, Q bf16 hi + lo, P bf16", 1.6e-2),
 };
 
 void LaunchShared(const SharedDecodeParams& p, int group, cudaStream_t stream) {
@@ -94,11 +99,16 @@ void LaunchResidualHd(const DecodeAttentionParams& r, int group, int splits, int
 // One warp per (sequence, head) pair: merges the pair's shared parts (shared_parts[seq] of
 // max_parts slots) and its residual splits (all res_splits of them; an empty one has l = 0).
 // State j (shared parts first, then residual splits) is read by lane j % 32 for its max and
-// weight; the weights are broadcast and every lane sums its dimensions over the states.
+// weight; the weights are broadcast and every lane sums its dimensions over the states in
+// order. The accumulators are loaded kBatch states at a time before they are summed, the first
+// batch before the maxima are known, so a pair of at most kBatch states (the usual: a few
+// documents' parts and two residual splits) waits on memory about once, not once per state.
+template <int kBatch>
 __global__ void __launch_bounds__(kCombineWarps * 32)
     SharedCombineKernel(const float* shared_ws, const float* residual_ws, const int32_t* shared_parts, float* out,
                         int pairs, int n_heads, int max_parts, int res_splits, int hd) {
   constexpr unsigned kAll = 0xffffffffu;
+  constexpr int kMaxPerLane = 128 / 32;
   const int pair = blockIdx.x * kCombineWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (pair >= pairs) return;
   const int parts = shared_parts[pair / n_heads], states = parts + res_splits;
@@ -109,29 +119,44 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   const auto m_of = [&](int j) { return j < parts ? s.m + s0 + j : r.m + r0 + (j - parts); };
   const auto l_of = [&](int j) { return j < parts ? s.l[s0 + j] : r.l[r0 + (j - parts)]; };
   const auto acc_of = [&](int j) { return j < parts ? s.acc + (s0 + j) * hd : r.acc + (r0 + j - parts) * hd; };
+  // States [first, first + kBatch): this lane's dimensions of each (an empty state's values are
+  // loaded but never used: its weight is 0).
+  float v[kBatch][kMaxPerLane];
+  const auto load_batch = [&](int first) {
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (first + b < states) {
+        const float* a = acc_of(first + b);
+#pragma unroll
+        for (int k = 0; k < kMaxPerLane; ++k) v[b][k] = lane + 32 * k < hd ? a[lane + 32 * k] : 0.0f;
+      }
+    }
+  };
+  load_batch(0);
   float m = -INFINITY;
   for (int j = lane; j < states; j += 32) m = MergeMax(m, m_of(j), l_of(j));
 #pragma unroll
   for (int mask = 16; mask > 0; mask /= 2) m = fmaxf(m, __shfl_xor_sync(kAll, m, mask));
-  constexpr int kMaxPerLane = 128 / 32;
   float acc[kMaxPerLane] = {0.0f, 0.0f, 0.0f, 0.0f}, l = 0.0f;
-  for (int first = 0; first < states; first += 32) {
-    const int j = first + lane;
-    float w = 0.0f;
-    if (j < states) {
-      const float lj = l_of(j);
-      w = MergeWeight(m_of(j), lj, m);
-      l += w * lj;
+  static_assert(32 % kBatch == 0, "a batch lies within one round of 32 weights");
+  float w = 0.0f;
+  for (int first = 0; first < states; first += kBatch) {
+    if (first % 32 == 0) {  // the weights of states [first, first + 32), one a lane
+      const int j = first + lane;
+      w = 0.0f;
+      if (j < states) {
+        const float lj = l_of(j);
+        w = MergeWeight(m_of(j), lj, m);
+        l += w * lj;
+      }
     }
-    const int count = min(32, states - first);
-#pragma unroll 4
-    for (int i = 0; i < count; ++i) {
-      const float wi = __shfl_sync(kAll, w, i);
-      const float* a = acc_of(first + i);
+    if (first > 0) load_batch(first);
 #pragma unroll
-      for (int k = 0; k < kMaxPerLane; ++k) {
-        const int d = lane + 32 * k;
-        acc[k] += d < hd && wi > 0.0f ? wi * a[d] : 0.0f;  // an empty state's acc is never read
+    for (int b = 0; b < kBatch; ++b) {
+      const float wi = __shfl_sync(kAll, w, (first + b) % 32);
+      if (first + b < states) {
+#pragma unroll
+        for (int k = 0; k < kMaxPerLane; ++k) acc[k] += lane + 32 * k < hd && wi > 0.0f ? wi * v[b][k] : 0.0f;
       }
     }
   }
@@ -234,7 +259,7 @@ cudaError_t LaunchSharedDecodeAttention(const SharedDecodeParams& p, cudaStream_
     if (cudaError_t e = cudaStreamWaitEvent(stream, p.join); e != cudaSuccess) return e;
   }
   const int pairs = b.num_seqs * b.n_heads;
-  SharedCombineKernel<<<(pairs + kCombineWarps - 1) / kCombineWarps, kCombineWarps * 32, 0, stream>>>(
+  SharedCombineKernel<kCombineBatch><<<(pairs + kCombineWarps - 1) / kCombineWarps, kCombineWarps * 32, 0, stream>>>(
       p.workspace, residual_ws, p.shared_parts, b.out, pairs, b.n_heads, p.max_shared_parts, res_splits, b.kv.head_dim);
   return cudaGetLastError();
 }

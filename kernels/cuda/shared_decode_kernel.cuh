@@ -10,17 +10,19 @@
 // - The query rows are (member, head of the GQA group): row r is member r / group, head
 //   r % group, at most kSharedMaxRows = 64 rows, warp w owning rows [16w, 16w + 16). Each row
 //   is rotated once, by its member's (position - delta) (the planner guarantees one delta per
-//   member over the item), scaled by log2(e) / sqrt(head_dim), and split into bf16 hi + lo
-//   halves (hi = bf16(x), lo = bf16(x - hi)): each lane loads and rotates exactly the elements
-//   of its mma A fragments, in registers (no shared memory, no barrier).
-// - Per tile a warp computes S = Q K^T with mma.sync m16n8k16 (bf16 in, fp32 accumulate; hi and
-//   lo each against the same K fragment), masks tokens past the item, updates its rows' online
-//   softmax (exp2), and adds P V, P again as bf16 hi + lo (or, by the PV parameter, one bf16
-//   product), V fragments by ldmatrix.trans.
+//   member over the item), scaled by log2(e) / sqrt(head_dim), and rounded to bf16 (by the
+//   PRECISION parameter: or split into bf16 hi + lo halves, hi = bf16(x), lo = bf16(x - hi)):
+//   each lane loads and rotates exactly the elements of its mma A fragments, in registers (no
+//   shared memory, no barrier).
+// - Per tile a warp computes S = Q K^T with mma.sync m16n8k16 (bf16 in, fp32 accumulate; with
+//   halves, hi and lo each against the same K fragment), masks tokens past the item, updates its
+//   rows' online softmax (exp2), and adds P V, P as bf16 (or hi + lo), V fragments by
+//   ldmatrix.trans.
 // - At the end each valid row writes its partial state (m, l, unnormalized acc: the layout of
 //   split_combine.h) to slot (pair, member's part) of the shared workspace.
 // Shared-memory rows are padded by 16 bytes, so that the 8 rows an ldmatrix phase reads fall
-// in distinct banks. Registers (about 235 at head dim 128) allow 2 CTAs per SM.
+// in distinct banks. Registers at head dim 128: 168 with one bf16 query (3 CTAs an SM, 8 bytes
+// spilled), about 230 with the halves (2 CTAs an SM).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -63,11 +65,13 @@ using mma::SmemAddr;
 
 __device__ __forceinline__ uint32_t AsU32(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
-// How P V is computed (the kernel's PV parameter): P as bf16 hi + lo against V (two products,
-// P to about 16 significant bits), or P as one bf16 (8 bits: FlashAttention's way, half the
-// products). P and V as fp16 (P to 11 bits, V converted in registers) was measured too and
-// lost to both (bench/results/shared_decode_2026-11-27.md).
-enum PvPrecision : int { kPvHiLo = 0, kPvBf16 = 1 };
+// What reaches the tensor cores (the kernel's PRECISION parameter): the rotated query and P
+// both as bf16 hi + lo pairs (two products each, about 16 significant bits); the query as a pair
+// and P as one bf16 (8 bits); or both as one bf16, FlashAttention's way and the lazy prefill
+// kernel's (half the products of the first, and no lo fragments of the query in registers).
+// P and V as fp16 (P to 11 bits, V converted in registers) was measured too and lost
+// (bench/results/shared_decode_2026-11-27.md).
+enum Precision : int { kQpHiLo = 0, kPBf16 = 1, kQpBf16 = 2 };
 
 // Two floats as bf16 hi + lo pairs (x ~= hi + lo to about 16 significant bits).
 __device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t* hi, uint32_t* lo) {
@@ -77,18 +81,21 @@ __device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t* hi, uint
 }
 
 // Grid: x = item * n_kv_heads + kv_head (an item's KV heads side by side: neighbouring bytes of
-// the same blocks). `group` = n_heads / n_kv_heads. Tuning (benchmarked in one run by
-// shared_decode_bench): MIN_CTAS, the CTAs per SM the registers must allow; SPLIT_S, separate
-// accumulators for the hi and lo products of the scores (two dependency chains of half the
-// length instead of one); TSPLIT, when the rows fill at most two warps, the idle warps take half
-// of each tile's tokens (warp w: rows of block w % blocks, tokens of half w / blocks, its own
-// online softmax), the two halves merged through shared memory at the end.
-template <int HD, int STAGES, int MIN_CTAS, bool SPLIT_S, bool TSPLIT, int PV = kPvHiLo>
+// the same blocks). `group` = n_heads / n_kv_heads. MIN_CTAS: the CTAs per SM the registers
+// must allow (3 fits only where the query has no lo half). Where the query has a lo half, the
+// scores of hi and lo keep separate accumulators (two dependency chains of half the length).
+// When the rows fill at most two warps, the idle warps take half of each tile's tokens (warp w:
+// rows of block w % blocks, tokens of half w / blocks, its own online softmax), the two halves
+// merged through shared memory at the end. The alternatives measured in one run by
+// shared_decode_bench (bench/results/shared_decode_2026-11-25.md, _2026-11-28.md): one score
+// chain, no token halves, 3 CTAs an SM with the query's lo half (spilling) were each slower.
+template <int HD, int STAGES, int MIN_CTAS, int PRECISION>
 __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(SharedDecodeParams p, int group) {
   using Shape = SharedShape<HD, STAGES>;
   constexpr int kStride = Shape::kStride, kTileElems = Shape::kTileElems;
   constexpr int kKSteps = HD / 16;
   constexpr float kQLog2e = 1.4426950408889634f;
+  constexpr bool kQueryLo = PRECISION != kQpBf16, kPLo = PRECISION == kQpHiLo;
 
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* stages = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -185,11 +192,12 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
   // log2(e) / sqrt(head_dim) and split into bf16 hi + lo in registers. Padding rows are zero.
   const int g = lane / 4, t = lane % 4;  // the mma fragments' row group and column pair
   const int row_blocks = (rows + 15) / 16;
-  const int halves = TSPLIT && row_blocks <= 2 ? 2 : 1;        // token halves of a tile (uniform)
+  const int halves = row_blocks <= 2 ? 2 : 1;                  // token halves of a tile (uniform)
   const int rb = halves == 2 ? warp % row_blocks : warp;       // this warp's block of 16 rows
   const int token_half = halves == 2 ? warp / row_blocks : 0;  // and its token half
   const bool active = rb * 16 < rows && token_half < halves;
-  uint32_t qh[kKSteps][4], ql[kKSteps][4];
+  uint32_t qh[kKSteps][4];
+  [[maybe_unused]] uint32_t ql[kQueryLo ? kKSteps : 1][4];  // only with kQueryLo
   if (active) {
     float x[2][kKSteps][4];
     long long pos[2];
@@ -246,10 +254,17 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
     }
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
-      SplitPair(x[0][ks][0], x[0][ks][1], &qh[ks][0], &ql[ks][0]);  // row g, columns 2t, 2t + 1
-      SplitPair(x[1][ks][0], x[1][ks][1], &qh[ks][1], &ql[ks][1]);  // row g + 8
-      SplitPair(x[0][ks][2], x[0][ks][3], &qh[ks][2], &ql[ks][2]);  // row g, columns 2t + 8, 2t + 9
-      SplitPair(x[1][ks][2], x[1][ks][3], &qh[ks][3], &ql[ks][3]);  // row g + 8
+      if constexpr (kQueryLo) {
+        SplitPair(x[0][ks][0], x[0][ks][1], &qh[ks][0], &ql[ks][0]);  // row g, columns 2t, 2t + 1
+        SplitPair(x[1][ks][0], x[1][ks][1], &qh[ks][1], &ql[ks][1]);  // row g + 8
+        SplitPair(x[0][ks][2], x[0][ks][3], &qh[ks][2], &ql[ks][2]);  // row g, columns 2t + 8, 2t + 9
+        SplitPair(x[1][ks][2], x[1][ks][3], &qh[ks][3], &ql[ks][3]);  // row g + 8
+      } else {
+        qh[ks][0] = AsU32(__floats2bfloat162_rn(x[0][ks][0], x[0][ks][1]));
+        qh[ks][1] = AsU32(__floats2bfloat162_rn(x[1][ks][0], x[1][ks][1]));
+        qh[ks][2] = AsU32(__floats2bfloat162_rn(x[0][ks][2], x[0][ks][3]));
+        qh[ks][3] = AsU32(__floats2bfloat162_rn(x[1][ks][2], x[1][ks][3]));
+      }
     }
   }
 
@@ -271,11 +286,12 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
     auto process = [&](auto nt_constant, int tok0) {
       constexpr int NT = decltype(nt_constant)::value;
       // S = Q K^T: n-tile j holds tokens [tok0 + 8j, tok0 + 8j + 8) of the tile.
+      constexpr bool kSplitS = kQueryLo;
       float s[NT][4];
-      [[maybe_unused]] float s_lo[SPLIT_S ? NT : 1][4];  // only with SPLIT_S
+      [[maybe_unused]] float s_lo[kSplitS ? NT : 1][4];  // only with kSplitS
 #pragma unroll
       for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-      if constexpr (SPLIT_S) {
+      if constexpr (kSplitS) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) s_lo[j][0] = s_lo[j][1] = s_lo[j][2] = s_lo[j][3] = 0.0f;
       }
@@ -287,16 +303,16 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
           Ldmatrix4(kb, sk + (tok0 + 16 * hh + lane % 8 + (lane / 16) * 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
           Mma(s[2 * hh], qh[ks], kb[0], kb[1]);
           Mma(s[2 * hh + 1], qh[ks], kb[2], kb[3]);
-          if constexpr (SPLIT_S) {
+          if constexpr (kSplitS) {
             Mma(s_lo[2 * hh], ql[ks], kb[0], kb[1]);
             Mma(s_lo[2 * hh + 1], ql[ks], kb[2], kb[3]);
-          } else {
+          } else if constexpr (kQueryLo) {
             Mma(s[2 * hh], ql[ks], kb[0], kb[1]);
             Mma(s[2 * hh + 1], ql[ks], kb[2], kb[3]);
           }
         }
       }
-      if constexpr (SPLIT_S) {
+      if constexpr (kSplitS) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
 #pragma unroll
@@ -346,8 +362,8 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
 #pragma unroll
       for (int kk = 0; kk < NT / 2; ++kk) {
         uint32_t ph[4];
-        [[maybe_unused]] uint32_t pl[4];  // kPvHiLo only
-        if constexpr (PV == kPvHiLo) {
+        [[maybe_unused]] uint32_t pl[4];  // kPLo only
+        if constexpr (kPLo) {
           SplitPair(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
           SplitPair(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
           SplitPair(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
@@ -363,7 +379,7 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
           uint32_t vb[4];
           Ldmatrix4Trans(vb,
                          sv + (tok0 + 16 * kk + lane % 8 + ((lane / 8) % 2) * 8) * kStride + np * 16 + (lane / 16) * 8);
-          if constexpr (PV == kPvHiLo) {
+          if constexpr (kPLo) {
             Mma(o[2 * np], ph, vb[0], vb[1]);
             Mma(o[2 * np], pl, vb[0], vb[1]);
             Mma(o[2 * np + 1], ph, vb[2], vb[3]);
@@ -375,12 +391,8 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
         }
       }
     };
-    if constexpr (TSPLIT) {
-      if (halves == 2) {
-        process(std::integral_constant<int, 2>{}, token_half * 16);
-      } else {
-        process(std::integral_constant<int, kSTile / 8>{}, 0);
-      }
+    if (halves == 2) {
+      process(std::integral_constant<int, 2>{}, token_half * 16);
     } else {
       process(std::integral_constant<int, kSTile / 8>{}, 0);
     }
@@ -391,46 +403,44 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
-  if constexpr (TSPLIT) {
-    if (halves == 2) {  // uniform over the CTA: the barriers are reached by every thread
-      // The token halves merge: half 1 leaves its state in shared memory (the stages, now free),
-      // half 0 folds it into its own. Scratch row r: HD accumulators, then m, then l.
-      __syncthreads();  // every warp is done with the stages
-      float* scratch = reinterpret_cast<float*>(smem);
-      constexpr int kRow = HD + 2;
-      if (active && token_half == 1) {
+  if (halves == 2) {  // uniform over the CTA: the barriers are reached by every thread
+    // The token halves merge: half 1 leaves its state in shared memory (the stages, now free),
+    // half 0 folds it into its own. Scratch row r: HD accumulators, then m, then l.
+    __syncthreads();  // every warp is done with the stages
+    float* scratch = reinterpret_cast<float*>(smem);
+    constexpr int kRow = HD + 2;
+    if (active && token_half == 1) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float* row = scratch + (rb * 16 + g + 8 * h) * kRow;
+      for (int h = 0; h < 2; ++h) {
+        float* row = scratch + (rb * 16 + g + 8 * h) * kRow;
 #pragma unroll
-          for (int n = 0; n < HD / 8; ++n) {
-            row[n * 8 + 2 * t] = o[n][2 * h];
-            row[n * 8 + 2 * t + 1] = o[n][2 * h + 1];
-          }
-          if (t == 0) {
-            row[HD] = m_run[h];
-            row[HD + 1] = l_run[h];
-          }
+        for (int n = 0; n < HD / 8; ++n) {
+          row[n * 8 + 2 * t] = o[n][2 * h];
+          row[n * 8 + 2 * t + 1] = o[n][2 * h + 1];
+        }
+        if (t == 0) {
+          row[HD] = m_run[h];
+          row[HD + 1] = l_run[h];
         }
       }
-      __syncthreads();
-      if (active && token_half == 0) {
+    }
+    __syncthreads();
+    if (active && token_half == 0) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float* row = scratch + (rb * 16 + g + 8 * h) * kRow;
-          const float m0 = m_run[h], l0 = l_run[h], m1 = row[HD], l1 = row[HD + 1];
-          float m = -INFINITY;
-          m = MergeMax(m, &m0, l0);
-          m = MergeMax(m, &m1, l1);
-          const float w0 = MergeWeight(&m0, l0, m), w1 = MergeWeight(&m1, l1, m);
+      for (int h = 0; h < 2; ++h) {
+        const float* row = scratch + (rb * 16 + g + 8 * h) * kRow;
+        const float m0 = m_run[h], l0 = l_run[h], m1 = row[HD], l1 = row[HD + 1];
+        float m = -INFINITY;
+        m = MergeMax(m, &m0, l0);
+        m = MergeMax(m, &m1, l1);
+        const float w0 = MergeWeight(&m0, l0, m), w1 = MergeWeight(&m1, l1, m);
 #pragma unroll
-          for (int n = 0; n < HD / 8; ++n) {
-            o[n][2 * h] = w0 * o[n][2 * h] + (w1 > 0.0f ? w1 * row[n * 8 + 2 * t] : 0.0f);
-            o[n][2 * h + 1] = w0 * o[n][2 * h + 1] + (w1 > 0.0f ? w1 * row[n * 8 + 2 * t + 1] : 0.0f);
-          }
-          l_run[h] = w0 * l0 + w1 * l1;
-          m_run[h] = m;
+        for (int n = 0; n < HD / 8; ++n) {
+          o[n][2 * h] = w0 * o[n][2 * h] + (w1 > 0.0f ? w1 * row[n * 8 + 2 * t] : 0.0f);
+          o[n][2 * h + 1] = w0 * o[n][2 * h + 1] + (w1 > 0.0f ? w1 * row[n * 8 + 2 * t + 1] : 0.0f);
         }
+        l_run[h] = w0 * l0 + w1 * l1;
+        m_run[h] = m;
       }
     }
   }

@@ -29,6 +29,14 @@ bool ResidualBesideEnabled() {
   return enabled;
 }
 
+// LAZYKV_SHARED_DECODE_EXACT=1: the chunk-shared decode's query and probabilities reach the
+// tensor cores as bf16 hi + lo pairs (~1e-5 of the per-sequence kernel) instead of once-rounded
+// bf16 (within one bf16 step), at 2 CTAs an SM instead of 3, for comparisons.
+bool SharedDecodeExact() {
+  static const bool exact = EnvSwitchSet("LAZYKV_SHARED_DECODE_EXACT");
+  return exact;
+}
+
 // LAZYKV_LAST_SPLIT_MERGE=0: the decode kernel's splits merged by the combine kernel (not
 // by the last split), for comparisons.
 bool LastSplitMergeEnabled() {
@@ -103,6 +111,7 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
       s.base = d;
       RETURN_IF_ERROR(attn_ws_.Reserve(std::max<size_t>(16, cuda::SharedDecodeWorkspaceBytes(s))));
       s.workspace = attn_ws_.as<float>();
+      s.kernel_variant = SharedDecodeExact() ? cuda::kSharedKernelExact : 0;
       if (ResidualBesideEnabled()) {  // the residual kernel beside the shared one
         s.residual_stream = residual_stream_;
         s.fork = residual_fork_;

@@ -13,8 +13,12 @@
 namespace lazykv::cuda {
 namespace {
 
-constexpr int kStages = 4;                              // K+V tiles of 32 tokens in flight per CTA, less one
-constexpr int kResidualWarps = 4, kResidualStages = 3;  // the per-sequence kernel's default
+constexpr int kStages = 4;  // K+V tiles of 32 tokens in flight per CTA, less one
+// The residual kernel: the per-sequence kernel's 4 warps, but 2 stages (69 KB of shared memory
+// a CTA instead of 100), so that its CTAs find room beside the shared kernel's: 104.1-104.3
+// against 105.8-106.6 us at batch 64, 78.4-78.5 against 81.4-82.6 at batch 32 (H100,
+// bench/results/shared_decode_2026-11-28.md, call 5).
+constexpr int kResidualWarps = 4, kResidualStages = 2;
 constexpr int kMaxDevices = 64;
 constexpr int kCombineWarps = 4;
 constexpr int kCombineBatch = 16;  // states whose accumulators a lane loads at once

@@ -272,7 +272,7 @@ void RunConfig(const Config& c, const double* inv_freq, std::mt19937& rng) {
     variants.push_back({64, 16, 0, 0, 0});
     variants.push_back({16, 8, 0, 0, 0});
     variants.push_back({16, 16, 4, 0, 0});
-    variants.push_back({16, 16, 4, 2, 0});
+    variants.push_back({16, 16, 4, cuda::kSharedKernelExact, 0});
     for (const auto& var : variants) {
       cuda::SharedDecodePlanOptions o = options;
       o.max_entries_per_item = var[0];

@@ -41,7 +41,8 @@ constexpr int kSharedMaxRows = 64;     // (member, head) rows per work item: 4 w
 constexpr int kSharedMaxEntries = 64;  // block-table entries per work item
 
 // Device pointers. `base` is the per-sequence kernel's parameters over the full block table
-// (q, kv, positions, out, num_seqs, n_heads); its workspace and splits are not used.
+// (q, kv, positions, out, num_seqs, n_heads); its workspace, splits and split_counters are not
+// used (the residual kernel never merges its own splits: the combine does).
 struct SharedDecodeParams {
   DecodeAttentionParams base;
   // The plan, uploaded as is (shared_decode_plan.h).

@@ -189,7 +189,8 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
   // holds rows 16w + g and 16w + g + 8, dimensions 16ks + 2t, +1, +8, +9 of each k-step ks. Each
   // rotation pair lies within one lane (interleaved: neighbours; rotate-half: k-steps ks and
   // ks + HD / 32), so the raw values are loaded, rotated by (position - delta), scaled by
-  // log2(e) / sqrt(head_dim) and split into bf16 hi + lo in registers. Padding rows are zero.
+  // log2(e) / sqrt(head_dim) and rounded to bf16 (or split into bf16 hi + lo) in registers.
+  // Padding rows are zero.
   const int g = lane / 4, t = lane % 4;  // the mma fragments' row group and column pair
   const int row_blocks = (rows + 15) / 16;
   const int halves = row_blocks <= 2 ? 2 : 1;                  // token halves of a tile (uniform)
@@ -303,12 +304,9 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
           Ldmatrix4(kb, sk + (tok0 + 16 * hh + lane % 8 + (lane / 16) * 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
           Mma(s[2 * hh], qh[ks], kb[0], kb[1]);
           Mma(s[2 * hh + 1], qh[ks], kb[2], kb[3]);
-          if constexpr (kSplitS) {
+          if constexpr (kSplitS) {  // the query's lo half, in its own accumulators
             Mma(s_lo[2 * hh], ql[ks], kb[0], kb[1]);
             Mma(s_lo[2 * hh + 1], ql[ks], kb[2], kb[3]);
-          } else if constexpr (kQueryLo) {
-            Mma(s[2 * hh], ql[ks], kb[0], kb[1]);
-            Mma(s[2 * hh + 1], ql[ks], kb[2], kb[3]);
           }
         }
       }

@@ -212,6 +212,27 @@ TEST_P(SharedDecodeGpuTest, MatchesPerSequenceKernelAndCpu) {
           run_plan.members.size(), run_plan.num_runs, run_plan.max_residual_entries, worst_kernel, worst_cpu,
           worst_base_cpu);
     }
+    // 40 residual splits (most of them empty): every pair merges more than 32 states, so the
+    // combine crosses its batches of 16 and its rounds of 32 weights, and skips empty states.
+    if (run_plan.max_residual_entries > 0) {
+      SCOPED_TRACE(::testing::Message() << (solo ? "solo items, " : "") << "40 residual splits");
+      cuda::SharedDecodeParams many = p;
+      many.kernel_variant = 0;
+      many.residual_splits = 40;
+      ASSERT_EQ(40, cuda::SharedResidualSplits(many));
+      const size_t many_bytes = cuda::SharedDecodeWorkspaceBytes(many);
+      many.workspace = arena.Alloc<float>(many_bytes / 4 + 1);
+      CUDA_OK(cudaMemset(many.workspace, 0xff, many_bytes));
+      CUDA_OK(cudaMemset(many.base.out, 0xff, expected.size() * sizeof(float)));
+      CUDA_OK(cuda::LaunchSharedDecodeAttention(many, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<float> out = ToHost(many.base.out, expected.size());
+      for (int seq = 0; seq < problem.num_seqs(); ++seq) {
+        EXPECT_LT(RelativeError(problem.Rows(out, seq), problem.Rows(per_seq, seq)),
+                  cuda::SharedKernelVariantTolerance(0))
+            << "sequence " << seq << " vs the per-sequence kernel";
+      }
+    }
   }
 }
 

@@ -132,6 +132,7 @@ cuda::PrefillAttentionParams QueryParams(const PagedBatch& b, int batch, int len
   p.num_seqs = batch;
   p.n_heads = heads;
   p.max_queries_per_seq = n_q;
+  p.max_keys = len;  // every query sees at most the sequence (the launcher's hint)
   return p;
 }
 
@@ -231,7 +232,7 @@ int main(int argc, char** argv) {
   std::printf("%-8s %6s %5s %9s %6s %10s %10s %12s %12s %9s\n", "scenario", "L", "batch", "queries", "splits",
               "lazy_ms", "no_rot_ms", "lazy_TFLOP/s", "norot_TFLOP/s", "rot_cost");
   std::mt19937 rng(1);
-  for (int len : {1024, 4096, 16384}) {
+  for (int len : {1024, 2048, 4096, 16384}) {
     if (only_questions || (only_len != 0 && len != only_len)) continue;
     const int batch = kTokens / len;
     // len / kDoc - 1 documents at random deltas, then 512 of the request's own tokens.

@@ -9,6 +9,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/lazy_prefill_kernels.cuh"
+#include "kernels/cuda/lazy_prefill_persistent.cuh"
 #include "kernels/cuda/lazy_prefill_specialized.cuh"
 #include "kernels/cuda/split_combine.h"
 
@@ -43,12 +44,13 @@ int Log2(int x) {
 }
 
 // The heads per tile a launch of `schedule` uses: 0 where p.pack_heads cannot be honoured.
-// Only the specialized kernel packs (its rotation warpgroup steps rows a position at a time
+// Only the specialized kernel (both schedules) packs (its rotation warpgroup steps rows a position at a time
 // per pack, RotateRowsByPosition).
 int PackFor(const PrefillAttentionParams& p, int schedule) {
   if (p.pack_heads == 1) return 1;
   const int group = p.kv.n_kv_heads > 0 ? p.n_heads / p.kv.n_kv_heads : 1;
-  const int most = schedule == kSpecialized && p.kv.head_dim > 0 ? MaxPrefillPack(p.kv.head_dim) : 1;
+  const bool specialized = schedule == kSpecialized || schedule == kPersistent;
+  const int most = specialized && p.kv.head_dim > 0 ? MaxPrefillPack(p.kv.head_dim) : 1;
   if (p.pack_heads == 0) {
     if (p.max_queries_per_seq * 2 > kBM) return 1;  // an unpacked tile is at least half full
     int pack = 1;
@@ -98,12 +100,34 @@ struct KernelArgs {
   float scale_log2;
   int splits;
   int log2_pack;
+  int max_ctas;  // kPersistent: the grid's cap (0: one CTA an SM)
 };
 
 template <int HD, int kSchedule>
 cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStream_t stream) {
   const dim3 grid(p.n_heads >> a.log2_pack, QueryTiles(p, a.log2_pack), p.num_seqs * a.splits);
-  if constexpr (kSchedule == kSpecialized) {
+  if constexpr (kSchedule == kPersistent) {
+    WorkWalk walk;
+    walk.list.heads = static_cast<int>(grid.x);
+    walk.list.tiles = static_cast<int>(grid.y);
+    walk.list.seqs = static_cast<int>(grid.z);
+    const long long count = static_cast<long long>(grid.x) * grid.y * grid.z;
+    if (count > INT32_MAX) return cudaErrorInvalidValue;
+    walk.list.count = static_cast<int>(count);
+    walk.log2bs = a.log2bs;
+    walk.splits = a.splits;
+    walk.log2_pack = a.log2_pack;
+    const long long ctas = std::min<long long>(count, a.max_ctas > 0 ? a.max_ctas : MultiprocessorCount());
+    const auto kernel = LazyPrefillPersistentKernel<HD>;
+    constexpr int kSmem = SpecSmemLayout<HD, PersistentStageInfo>::kAllocBytes;
+    const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
+    if (err != cudaSuccess) return err;
+    if (const cudaError_t e = LaunchPrefill(kernel, dim3(static_cast<unsigned>(ctas)), kSpecThreads, kSmem, stream, p,
+                                            walk, a.scale_log2);
+        e != cudaSuccess) {
+      return e;
+    }
+  } else if constexpr (kSchedule == kSpecialized) {
     const auto kernel = LazyPrefillSpecializedKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
@@ -134,6 +158,8 @@ cudaError_t LaunchSchedule(const PrefillAttentionParams& p, const KernelArgs& a,
       return Launch<HD, kSerial>(p, a, stream);
     case kStagger:
       return Launch<HD, kStagger>(p, a, stream);
+    case kPersistent:
+      return Launch<HD, kPersistent>(p, a, stream);
     default:
       return Launch<HD, kSpecialized>(p, a, stream);
   }
@@ -152,7 +178,18 @@ size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {
 
 namespace detail {
 
-cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream) {
+int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms) {
+  if (p.max_keys <= 0 || p.max_keys > kPersistentMaxKeys || sms <= 0 || p.num_splits > 1) return kSpecialized;
+  const int pack = PackFor(p, kPersistent);
+  if (pack <= 0) return kSpecialized;
+  const long long works = static_cast<long long>(p.n_heads / pack) * QueryTiles(p, Log2(pack)) * p.num_seqs;
+  // Under two work tiles an SM the launch may split its keys (SplitsFor), and a second work
+  // tile for some CTAs would be all a persistent grid adds.
+  return works >= 2LL * sms ? kPersistent : kSpecialized;
+}
+
+cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,
+                                              int max_ctas) {
   const bool pow2_block = p.kv.block_size >= 16 && (p.kv.block_size & (p.kv.block_size - 1)) == 0;
   if (p.num_seqs <= 0 || p.num_seqs > 65535 || p.n_heads <= 0 || p.n_heads > 65535 || p.kv.n_kv_heads <= 0 ||
       p.n_heads % p.kv.n_kv_heads != 0 || (p.kv.head_dim != 64 && p.kv.head_dim != 128) || !pow2_block ||
@@ -175,7 +212,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
   while (splits > 1 && static_cast<long long>(p.num_seqs) * splits > 65535) --splits;
   const int log2bs = Log2(p.kv.block_size);
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(p.kv.head_dim));
-  const KernelArgs args{log2bs, scale_log2, splits, Log2(pack)};
+  const KernelArgs args{log2bs, scale_log2, splits, Log2(pack), max_ctas};
   const cudaError_t err = p.kv.head_dim == 64 ? LaunchSchedule<64>(p, args, schedule, stream)
                                               : LaunchSchedule<128>(p, args, schedule, stream);
   if (err != cudaSuccess) return err;
@@ -186,8 +223,12 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
 
 cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
   // The warp-specialized kernel: 1.03-1.34x the two-warpgroup one with the rotation on, its
-  // rotation 1-4% (bench/results/cuda_prefill_2026-11-21e.md).
-  return detail::LaunchLazyPrefillAttentionVariant(p, kSpecialized, stream);
+  // rotation 1-4% (bench/results/cuda_prefill_2026-11-21e.md); persistent for short KV loops
+  // (bench/results/prefill_persistent_2026-11-28.md).
+  // LAZYKV_PREFILL_PERSISTENT=0: never the persistent kernel, for comparisons.
+  static const bool persistent = EnvSwitchOn("LAZYKV_PREFILL_PERSISTENT");
+  const int schedule = persistent ? detail::ChoosePrefillSchedule(p, MultiprocessorCount()) : kSpecialized;
+  return detail::LaunchLazyPrefillAttentionVariant(p, schedule, stream);
 }
 
 }  // namespace lazykv::cuda

@@ -67,6 +67,11 @@ struct PrefillAttentionParams {
   // documents); 1: never; else a power of two that divides the group, at most
   // MaxPrefillPack(head_dim) (the default schedule only).
   int pack_heads = 0;
+  // A hint: the most keys any query sees (its position + 1, over the launch; 0: not known).
+  // Where every query sees few keys and the launch spans several waves, the launcher takes the
+  // persistent kernel (ChoosePrefillSchedule), whose CTAs overlap one work tile's short KV loop
+  // with the next one's start.
+  int max_keys = 0;
 };
 
 // The most query heads a tile packs: the rotation warpgroup's rows per step (512 / head_dim).
@@ -88,9 +93,17 @@ cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStre
 namespace detail {
 // For the benchmark and the tests: the launch with a given kernel and schedule of its main
 // loop (lazy_prefill_tiles.cuh: 0 two warpgroups, serial; 1 two warpgroups, staggered; 2 a
-// copy, rotation and two consumer warpgroups, the default).
-constexpr int kNumPrefillSchedules = 3;
-cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream);
+// copy, rotation and two consumer warpgroups, a CTA per work tile; 3 the same kernel
+// persistent, at most max_ctas CTAs (0: one an SM), each taking many work tiles).
+constexpr int kNumPrefillSchedules = 4;
+constexpr int kPersistentSchedule = 3;
+// The schedule the default launch takes on a GPU of `sms` SMs: the persistent kernel (3) when
+// p.max_keys is known and at most kPersistentMaxKeys and the launch is unsplit with at least
+// two work tiles an SM; else 2. Host code (no CUDA call).
+constexpr int kPersistentMaxKeys = 1024;
+int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms);
+cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,
+                                              int max_ctas = 0);
 }  // namespace detail
 
 }  // namespace lazykv::cuda

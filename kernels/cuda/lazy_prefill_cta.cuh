@@ -50,17 +50,17 @@ __host__ __device__ inline size_t PrefillWorkspacePairs(const PrefillAttentionPa
   return static_cast<size_t>(p.num_seqs) * p.max_queries_per_seq * p.n_heads;
 }
 
-// Grid: x = head group (pack heads), y = query tile (longest causal tiles first),
-// z = sequence * splits + split.
+// The work tile (hx, tile, sz): head group hx (pack heads), query tile `tile` of its sequence,
+// sz = sequence * splits + split.
 template <int HD>
-__device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, int log2bs, int splits, int log2_pack) {
+__device__ __forceinline__ CtaWork MakeWork(const PrefillAttentionParams& p, int log2bs, int splits, int log2_pack,
+                                            int hx, int tile, int sz) {
   CtaWork w;
   w.log2_pack = log2_pack;
   w.n_heads = p.n_heads;
-  w.head = blockIdx.x << log2_pack;
-  const int tile = gridDim.y - 1 - blockIdx.y;
-  w.seq = blockIdx.z / splits;
-  w.split = blockIdx.z % splits;
+  w.head = hx << log2_pack;
+  w.seq = sz / splits;
+  w.split = sz % splits;
   w.splits = splits;
   const int q_begin = p.query_offsets[w.seq];
   const int n_q = p.query_offsets[w.seq + 1] - q_begin;
@@ -79,6 +79,47 @@ __device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, 
   w.out_tile = splits == 1 ? p.out + out_index * HD : part.acc + state * HD;
   w.m_tile = splits == 1 ? nullptr : part.m + state;
   return w;
+}
+
+// Grid: x = head group (pack heads), y = query tile (longest causal tiles first),
+// z = sequence * splits + split.
+template <int HD>
+__device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, int log2bs, int splits, int log2_pack) {
+  return MakeWork<HD>(p, log2bs, splits, log2_pack, blockIdx.x, gridDim.y - 1 - blockIdx.y, blockIdx.z);
+}
+
+// The work tiles of a launch with a one-dimensional grid, in one list: index i is head group
+// i % heads, then sequence-and-split, then query tile from the last, so the list runs from
+// the tiles with the most causal keys (every sequence's last query tile) to those with the
+// fewest, across sequences. CTA b takes tiles b, b + gridDim.x, b + 2 gridDim.x, ... (one
+// tile when the grid covers the list; a persistent grid of one CTA an SM takes many, and each
+// SM's share of heavy and light tiles comes out about even).
+struct WorkList {
+  int heads;  // head groups (n_heads / pack)
+  int tiles;  // query tiles per sequence
+  int seqs;   // sequences times splits
+  int count;  // heads * tiles * seqs (the launcher checks that it fits an int)
+};
+
+// The work tile at list index `index` (< list.count).
+template <int HD>
+__device__ __forceinline__ CtaWork WorkAt(const PrefillAttentionParams& p, const WorkList& list, int log2bs, int splits,
+                                          int log2_pack, int index) {
+  const int hx = index % list.heads, rest = index / list.heads;
+  return MakeWork<HD>(p, log2bs, splits, log2_pack, hx, list.tiles - 1 - rest / list.seqs, rest % list.seqs);
+}
+
+// The first work tile with a query at list index >= *index among the CTA's (the index steps by
+// gridDim.x): true with *index and *w set, false when the CTA has none left. Reads only the
+// launch's tables (query_offsets, query_pos0), so it may run before WaitForPriorGrid.
+template <int HD>
+__device__ __forceinline__ bool NextWork(const PrefillAttentionParams& p, const WorkList& list, int log2bs, int splits,
+                                         int log2_pack, int* index, CtaWork* w) {
+  for (; *index < list.count; *index += gridDim.x) {
+    *w = WorkAt<HD>(p, list, log2bs, splits, log2_pack, *index);
+    if (w->active) return true;
+  }
+  return false;
 }
 
 // Copies the CTA's raw fp32 query rows into shared memory (rows past the end zero-filled),
@@ -123,25 +164,25 @@ __device__ __forceinline__ void SplitEntryRange(const PrefillAttentionParams& p,
   *e_lo = *e_lo + min(visible, w.split * per);
 }
 
-// One warp: the split's entry range and its first two tile descriptors (desc[0], desc[1]),
+// One warp: the split's entry range and its first two tile descriptors (*first, *second),
 // whose keys and values it then asks L2 for; returns the end of the range, which the warp needs
 // for the later tiles. Reads only the launch's tables, so the kernels call it before they wait
 // for the kernel before them (lazy_prefill_attention.h).
 template <int HD>
 __device__ __forceinline__ int MakeFirstTiles(const PrefillAttentionParams& p, const CtaWork& w, int log2bs,
-                                              TileDesc* desc) {
+                                              TileDesc* first, TileDesc* second) {
   int e_lo = 0, e_hi = 0;
   SplitEntryRange(p, w, &e_lo, &e_hi);
-  MakeTile(p, e_lo, 0, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[0]);
+  MakeTile(p, e_lo, 0, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, first);
   __syncwarp();  // lane 0 wrote the descriptor's scalars
-  if (desc[0].valid) {
-    NextTile(p, desc[0], e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[1]);
+  if (first->valid) {
+    NextTile(p, *first, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, second);
   } else if ((threadIdx.x & 31) == 0) {
-    desc[1].valid = 0;
+    second->valid = 0;
   }
-  __syncwarp();  // the lanes wrote desc[1]'s entries
-  PrefetchTileToL2<HD>(p, desc[0], log2bs, w.kvh);
-  PrefetchTileToL2<HD>(p, desc[1], log2bs, w.kvh);
+  __syncwarp();  // the lanes wrote the second descriptor's entries
+  PrefetchTileToL2<HD>(p, *first, log2bs, w.kvh);
+  PrefetchTileToL2<HD>(p, *second, log2bs, w.kvh);
   return e_hi;
 }
 

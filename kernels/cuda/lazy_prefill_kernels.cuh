@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Only warp 0 walks the block table, so only it needs the split's entry range. Until
   // WaitForPriorGrid, only the launch's tables are read (lazy_prefill_attention.h).
   int e_hi = 0;
-  if (warp == 0) e_hi = MakeFirstTiles<HD>(p, w, log2bs, desc);
+  if (warp == 0) e_hi = MakeFirstTiles<HD>(p, w, log2bs, &desc[0], &desc[1]);
   WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
   __syncthreads();
   if (!desc[0].valid) {

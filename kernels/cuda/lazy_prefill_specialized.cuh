@@ -58,6 +58,20 @@ constexpr int kConsumerRegs = 208;
 static_assert((kCopyRegs + kRotationRegs + 2 * kConsumerRegs) * 128 <= kLaunchRegs * kSpecThreads,
               "over the CTA's registers");
 
+// One thread, before a CTA barrier: the ring's barriers (full: each copy thread arrives for its
+// copies and for its stores; empty: each consumer thread) and the query buffers' (full: each
+// rotation thread; empty: each consumer thread).
+__device__ __forceinline__ void InitSpecBarriers(SpecBarriers* bars) {
+  for (int b = 0; b < kRingSlots; ++b) {
+    mbarrier::Init(&bars->full[b], 2 * 128);
+    mbarrier::Init(&bars->empty[b], 256);
+  }
+  for (int b = 0; b < 2; ++b) {
+    mbarrier::Init(&bars->q_full[b], 128);
+    mbarrier::Init(&bars->q_empty[b], 256);
+  }
+}
+
 // Named barriers: 1 among the copy warps; 2 + c, consumer c's turn to issue its scores (2 and 3);
 // 4 among the rotation warps.
 __device__ __forceinline__ void CopySync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
@@ -87,17 +101,19 @@ __device__ __forceinline__ int NextRunStart(const PrefillAttentionParams& p, int
   return e_end;
 }
 
-template <int HD>
+// Stage: the per-tile record the copy warps hand to the consumers (StageInfo, or the
+// persistent kernel's, lazy_prefill_persistent.cuh).
+template <int HD, typename Stage = StageInfo>
 struct SpecSmemLayout {
   static constexpr int kRawQBytes = kBM * HD * 4;
   static constexpr int kKvBytes = kBN * HD * 2;
   static constexpr int kQBytes = kBM * HD * 2;
-  static constexpr int kRawQ = 0;                                // fp32 [kBM][HD]: R(p) q (RawQueryIndex)
-  static constexpr int kQ = kRawQ + kRawQBytes;                  // 2 buffers, bf16 R(p - d) q, swizzled
-  static constexpr int kRing = kQ + 2 * kQBytes;                 // kRingSlots K or V tiles
-  static constexpr int kColPos = kRing + kRingSlots * kKvBytes;  // int [2][kBN]
-  static constexpr int kStage = kColPos + 2 * kBN * 4;           // StageInfo [2]
-  static constexpr int kDesc = kStage + 2 * static_cast<int>(sizeof(StageInfo));  // TileDesc [kDescSlots]
+  static constexpr int kRawQ = 0;                                             // fp32 [kBM][HD]: R(p) q (RawQueryIndex)
+  static constexpr int kQ = kRawQ + kRawQBytes;                               // 2 buffers, bf16 R(p - d) q, swizzled
+  static constexpr int kRing = kQ + 2 * kQBytes;                              // kRingSlots K or V tiles
+  static constexpr int kColPos = kRing + kRingSlots * kKvBytes;               // int [2][kBN]
+  static constexpr int kStage = kColPos + 2 * kBN * 4;                        // Stage [2]
+  static constexpr int kDesc = kStage + 2 * static_cast<int>(sizeof(Stage));  // TileDesc [kDescSlots]
   static constexpr int kBars = (kDesc + kDescSlots * static_cast<int>(sizeof(TileDesc)) + 7) / 8 * 8;
   static constexpr int kBytes = kBars + static_cast<int>(sizeof(SpecBarriers));
   static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base
@@ -248,18 +264,9 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   if (!w.active) return;
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
   int e_hi = 0;
-  if (threadIdx.x < 32) e_hi = MakeFirstTiles<HD>(p, w, log2bs, desc);  // copy warp 0 walks the block table
-  if (threadIdx.x == 0) {
-    SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
-    for (int b = 0; b < kRingSlots; ++b) {
-      mbarrier::Init(&bars->full[b], 2 * 128);  // each copy thread: its copies, its stores
-      mbarrier::Init(&bars->empty[b], 256);
-    }
-    for (int b = 0; b < 2; ++b) {
-      mbarrier::Init(&bars->q_full[b], 128);
-      mbarrier::Init(&bars->q_empty[b], 256);
-    }
-  }
+  if (threadIdx.x < 32)
+    e_hi = MakeFirstTiles<HD>(p, w, log2bs, &desc[0], &desc[1]);  // copy warp 0 walks the block table
+  if (threadIdx.x == 0) InitSpecBarriers(reinterpret_cast<SpecBarriers*>(smem + L::kBars));
   WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
   __syncthreads();
   if (!desc[0].valid) {

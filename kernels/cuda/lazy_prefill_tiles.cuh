@@ -24,9 +24,11 @@ constexpr int kDescSlots = 3;                        // tiles j, j + 1 and j + 2
 constexpr int kMaxSplits = 16;
 
 // The kernels and schedules of the main loop, timed against each other by the benchmark:
-// kSerial and kStagger run the two-warpgroup kernel (lazy_prefill_kernels.cuh), kSpecialized
-// the kernel with copy, rotation and consumer warpgroups (lazy_prefill_specialized.cuh).
-enum Schedule { kSerial = 0, kStagger = 1, kSpecialized = 2 };
+// kSerial and kStagger run the two-warpgroup kernel (lazy_prefill_kernels.cuh); kSpecialized
+// the kernel with copy, rotation and consumer warpgroups (lazy_prefill_specialized.cuh), a CTA
+// per work tile, and kPersistent the same kernel on a grid of one CTA an SM, each CTA taking
+// many work tiles (the next one's loads and rotations overlap the end of the one before).
+enum Schedule { kSerial = 0, kStagger = 1, kSpecialized = 2, kPersistent = 3 };
 
 // A KV tile: up to kBN slots of consecutive block-table entries that share one delta.
 // With block_size <= kBN the tile is ne whole entries (column c: entry c / block_size,

@@ -88,20 +88,26 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     most_pack *= 2;
   }
   struct Run {
-    int forced_splits, schedule, pack_heads;
+    int forced_splits, schedule, pack_heads, max_ctas;
   };
-  std::vector<Run> runs = {{0, -1, 0}, {1, -1, 0}, {0, -1, 1}, {0, -1, most_pack}, {3, -1, most_pack}};
-  if (most_pack > 2) runs.push_back({0, -1, 2});
+  std::vector<Run> runs = {{0, -1, 0, 0}, {1, -1, 0, 0}, {0, -1, 1, 0}, {0, -1, most_pack, 0}, {3, -1, most_pack, 0}};
+  if (most_pack > 2) runs.push_back({0, -1, 2, 0});
   // (Three splits: the two-warpgroup kernel's split range, which the default launch never takes.)
   for (int schedule = 0; schedule < cuda::detail::kNumPrefillSchedules; ++schedule) {
-    runs.push_back({1, schedule, 0});
-    runs.push_back({3, schedule, 0});
+    runs.push_back({1, schedule, 0, 0});
+    runs.push_back({3, schedule, 0, 0});
   }
-  for (const auto& [forced_splits, schedule, pack_heads] : runs) {
+  // The persistent schedule on a grid far smaller than its work tiles: each CTA walks many,
+  // packed and not, split (where some splits see no key: empty work tiles) and not.
+  for (const int ctas : {1, 3}) {
+    runs.push_back({1, cuda::detail::kPersistentSchedule, 0, ctas});
+    runs.push_back({3, cuda::detail::kPersistentSchedule, most_pack, ctas});
+  }
+  for (const auto& [forced_splits, schedule, pack_heads, max_ctas] : runs) {
     p.num_splits = forced_splits;
     p.pack_heads = pack_heads;
     const int splits = cuda::ChoosePrefillSplits(p);
-    const int pack = schedule < 0 ? cuda::ChoosePrefillPack(p) : 1;
+    const int pack = schedule < 0 || pack_heads > 1 ? cuda::ChoosePrefillPack(p) : 1;
     if (pack_heads == 0 && schedule < 0) {  // the choice: packed exactly when queries are few
       EXPECT_EQ(pack, p.max_queries_per_seq <= 64 ? most_pack : 1) << p.max_queries_per_seq << " queries";
     }
@@ -112,7 +118,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     }
     CUDA_OK(cudaMemset(out, 0xff, expected.size() * sizeof(float)));  // NaN: an unwritten element fails
     CUDA_OK(schedule < 0 ? cuda::LaunchLazyPrefillAttention(p, nullptr)
-                         : cuda::detail::LaunchLazyPrefillAttentionVariant(p, schedule, nullptr));
+                         : cuda::detail::LaunchLazyPrefillAttentionVariant(p, schedule, nullptr, max_ctas));
     CUDA_OK(cudaDeviceSynchronize());
     const auto got = ToHost(out, expected.size());
     cudaFree(p.workspace);
@@ -122,8 +128,8 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
       const double error = RelativeError(g, e);
       EXPECT_LT(error, 1e-2) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits << ", schedule "
-                             << schedule << ", heads per tile " << pack << ", " << (q_offsets[seq + 1] - q_offsets[seq])
-                             << " queries from position " << pos0[seq];
+                             << schedule << " on " << max_ctas << " CTAs (0: as launched), heads per tile " << pack
+                             << ", " << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
       std::printf(
           "[          ] %s seq %d, splits %d, schedule %d, heads per tile %d: %d queries from %d, %zu entries, rel "
           "error %.2e\n",
@@ -250,6 +256,39 @@ TEST(PrefillAttentionShapes, ChoosesHeadsPerTile) {
   EXPECT_EQ(pack(16), 1);
   p.pack_heads = 3;  // not a power of two: refused (0)
   EXPECT_EQ(pack(16), 0);
+}
+
+// The default launch's schedule (host code, no GPU needed): persistent exactly when every query
+// sees at most kPersistentMaxKeys keys (a known hint) and the launch is unsplit with at least
+// two work tiles an SM, counted in packed tiles.
+TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
+  constexpr int kSms = 132;
+  constexpr int kPersistent = cuda::detail::kPersistentSchedule;
+  cuda::PrefillAttentionParams p = GoodShape();  // 32 heads over 8, head dim 128
+  p.num_seqs = 16;
+  p.max_queries_per_seq = 1024;  // 32 heads x 8 query tiles x 16 = 4096 work tiles
+  p.max_keys = 1024;
+  EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.max_keys = cuda::detail::kPersistentMaxKeys;
+  EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.max_keys = cuda::detail::kPersistentMaxKeys + 1;  // long KV loops: one work tile a CTA
+  EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.max_keys = 0;  // not known
+  EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.max_keys = 1024;
+  p.num_splits = 3;  // split keys: a launch under one wave
+  EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.num_splits = 0;
+  p.num_seqs = 1;  // 256 work tiles, under two an SM
+  EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.num_seqs = 2;  // 512
+  EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  // Short questions pack 4 heads a tile: 8 head groups x 1 tile x seqs.
+  p.max_queries_per_seq = 16;
+  p.num_seqs = 33;  // 264 = 2 x 132
+  EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.num_seqs = 32;  // 256 packed tiles (1024 had each head its own tile)
+  EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
 }
 
 TEST(DecodeAttentionShapes, RejectsUnsupported) {

@@ -3,6 +3,8 @@
 // classifier GEMM (the 1 GiB classifier of an 8B model streamed once per step, not once
 // per sequence). The layers are one template over the element type of the weights, GEMM
 // inputs and pool (bf16, or fp32 in the backend's fp32 mode).
+#include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "common/env_switch.h"
@@ -171,6 +173,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   // decode step, every step.
   size_t lead = 0;
   int lead_max_entries = 0, rest_max_queries = 0;
+  int64_t max_keys = 0, rest_max_keys = 0;  // the most keys a query sees (the prefill launcher's hint)
   for (size_t s = 0; s < steps.size(); ++s) {
     const SequenceStep& step = steps[s];
     const int n = static_cast<int>(step.tokens.size());
@@ -201,11 +204,13 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     pos0.push_back(static_cast<int32_t>(first));
     last_pos.push_back(static_cast<int32_t>(total - 1));
     max_queries = std::max(max_queries, n);
+    max_keys = std::max(max_keys, total);
     if (n == 1 && lead + 1 == active.size()) {
       ++lead;
       lead_max_entries = std::max<int>(lead_max_entries, step.context.size());
     } else {
       rest_max_queries = std::max(rest_max_queries, n);
+      rest_max_keys = std::max(rest_max_keys, total);
     }
   }
   const int rows = static_cast<int>(tokens.size());
@@ -277,6 +282,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   ap.num_seqs = static_cast<int>(active.size());
   ap.n_heads = c_.n_heads;
   ap.max_queries_per_seq = max_queries;
+  ap.max_keys = static_cast<int>(std::min<int64_t>(max_keys, INT32_MAX));
   if (decode_seqs > 0 && decode_seqs < active.size()) {
     cuda::PrefillAttentionParams& r = plan.rest;  // the rows after the decoding sequences'
     r = ap;
@@ -288,6 +294,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     r.kv.table_offsets = ap.kv.table_offsets + decode_seqs;  // entries index the whole table
     r.num_seqs = static_cast<int>(active.size() - decode_seqs);
     r.max_queries_per_seq = rest_max_queries;
+    r.max_keys = static_cast<int>(std::min<int64_t>(rest_max_keys, INT32_MAX));
   }
   // Pure decode steps without chunk sharing fuse the KV write into the decode kernel where
   // each new token is the last token of its sequence's last entry (as the engine lays

@@ -1,0 +1,261 @@
+// The lazy prefill kernel of lazy_prefill_specialized.cuh made persistent (FlashAttention-3's
+// persistent tile scheduler): a grid of at most one CTA an SM, each CTA taking many work tiles
+// (WorkList: tiles b, b + gridDim.x, ... from the heaviest causal tiles down). The roles run
+// on across work tiles: the copy warps walk the next work tile's block table and issue its
+// first loads while the consumers finish the one before, and the rotation warps write its
+// first delta's query in the same time; the ring, the query buffers and the consumers' turns
+// count across work tiles. Short KV loops gain most (their start and end were exposed: one CTA
+// an SM); the one-work-tile-a-CTA kernel stays for long ones (lazy_prefill_attention.cu
+// chooses). Included only by lazy_prefill_attention.cu.
+//
+// The roles' per-tile steps repeat the one-tile kernel's instead of sharing helpers with it:
+// factoring the consumer's tile step into a shared inline function, with the same operations,
+// changed 2059 of that kernel's 3832 instructions (ptxas), and that kernel's speed has proved
+// sensitive to its code (bench/results/prefill_persistent_2026-11-28.md). A change to one
+// kernel's tile step belongs in the other's too.
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/lazy_prefill_attention.h"
+#include "kernels/cuda/lazy_prefill_cta.cuh"
+#include "kernels/cuda/lazy_prefill_math.cuh"
+#include "kernels/cuda/lazy_prefill_query.cuh"
+#include "kernels/cuda/lazy_prefill_specialized.cuh"
+#include "kernels/cuda/lazy_prefill_tiles.cuh"
+#include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace lazykv::cuda {
+namespace {
+
+struct PersistentStageInfo {
+  int needs_mask;
+  int first_of_delta;  // wait for this delta's query buffer
+  int last_of_delta;   // release the query buffer after this tile's scores
+  int last;            // the work tile's last
+  int final;           // the CTA's last
+  int empty;           // the work tile has no visible key: no copies, its rows are written as zero
+};
+
+// What every role of a CTA needs to walk its work tiles (WorkList, NextWork).
+struct WorkWalk {
+  WorkList list;
+  int log2bs, splits, log2_pack;
+  template <int HD>
+  __device__ __forceinline__ bool Next(const PrefillAttentionParams& p, int* index, CtaWork* w) const {
+    return NextWork<HD>(p, list, log2bs, splits, log2_pack, index, w);
+  }
+  template <int HD>
+  __device__ __forceinline__ CtaWork At(const PrefillAttentionParams& p, int index) const {
+    return WorkAt<HD>(p, list, log2bs, splits, log2_pack, index);
+  }
+};
+
+// The copy warpgroup (t: 0 .. 127). Tiles are counted across the CTA's work tiles (J): each
+// load waits for its slot (the consumers' release of load i - 3), issues its copies, and
+// arrives twice on the slot's full barrier: once its copies land (.noinc), and once to
+// release its stores of the stage info and column positions. A work tile's first two
+// descriptors are made by warp 0 once the work tile before it has issued its last loads (the
+// CTA's first, before the split); warp 0 makes desc[J + 2] during tile J. A work tile with no
+// visible key passes one empty stage (no copies) so that the consumers write its rows.
+template <int HD>
+__device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const WorkWalk& walk, CtaWork w, int index,
+                                       int e_hi, unsigned char* smem) {
+  using L = SpecSmemLayout<HD, PersistentStageInfo>;
+  const int t = threadIdx.x;
+  TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
+  PersistentStageInfo* info = reinterpret_cast<PersistentStageInfo*>(smem + L::kStage);
+  int* col_pos = reinterpret_cast<int*>(smem + L::kColPos);
+  SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
+  const uint32_t ring = SmemAddr(smem + L::kRing);
+  const auto acquire = [&](int i) {  // load i's slot, released by the consumers after load i - 3
+    if (i >= kRingSlots) mbarrier::Wait(&bars->empty[RingSlot(i)], RingParity(i) ^ 1);
+  };
+  const auto issue = [&](int i, const TileDesc& d, const void* pool, int* positions) {
+    uint64_t* full = &bars->full[RingSlot(i)];
+    if (d.valid) LoadTileRows<HD, 128>(p, d, walk.log2bs, w.kvh, pool, ring + RingSlot(i) * L::kKvBytes, positions, t);
+    mbarrier::ArriveOnCopies(full);
+    mbarrier::Arrive(full);
+  };
+  for (int J = 0;; ++J) {
+    // Only whether a work tile follows, and where: the copy warps have few registers, so the
+    // next one's fields are made again when it starts.
+    int next_index = index + gridDim.x;
+    bool more;
+    {
+      CtaWork probe;
+      more = walk.Next<HD>(p, &next_index, &probe);
+    }
+    int prev_delta = 0;
+    for (int j = 0;; ++j, ++J) {
+      const TileDesc& d = desc[J % kDescSlots];
+      const TileDesc& dn = desc[(J + 1) % kDescSlots];
+      const bool empty = !d.valid;  // the work tile has no visible key (j == 0 only)
+      const bool last = empty || !dn.valid;
+      const bool first_of_delta = !empty && (j == 0 || d.delta != prev_delta);
+      const bool last_of_delta = !empty && (last || dn.delta != d.delta);
+      prev_delta = d.delta;
+      // Keys. info and col_pos [J & 1] were last read for tile J - 2, before the consumers
+      // released V(J - 2), the load that the keys of tile J wait for.
+      acquire(2 * J);
+      if (t == 0) {
+        info[J & 1] =
+            PersistentStageInfo{empty ? 0 : d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0,
+                                last && !more ? 1 : 0,    empty ? 1 : 0};
+      }
+      issue(2 * J, d, p.kv.k_pool, col_pos + (J & 1) * kBN);
+      acquire(2 * J + 1);
+      issue(2 * J + 1, d, p.kv.v_pool, nullptr);
+      if (last) break;
+      if (t < 32) NextTile(p, dn, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[(J + 2) % kDescSlots]);
+      CopySync();  // desc[J + 2] is written; every copy warp is done with desc[J]
+    }
+    if (!more) return;
+    index = next_index;
+    w = walk.At<HD>(p, index);
+    CopySync();  // every copy warp is done with this work tile's descriptors
+    if (t < 32) e_hi = MakeFirstTiles<HD>(p, w, walk.log2bs, &desc[(J + 1) % kDescSlots], &desc[(J + 2) % kDescSlots]);
+    CopySync();  // the next work tile's first descriptors are written
+  }
+}
+
+// The rotation warpgroup (t: 0 .. 127), per work tile: R(p) q once, then for each run of the
+// table's visible entries (delta k, counted across the CTA's work tiles) R(p - d) q into
+// buffer k & 1, as soon as the consumers have released delta k - 2: a whole delta ahead of
+// the consumers, and the next work tile's first delta is written while they finish this one.
+template <int HD>
+__device__ void RunPersistentRotationWarps(const PrefillAttentionParams& p, const WorkWalk& walk, CtaWork w, int index,
+                                           unsigned char* smem) {
+  using L = SpecSmemLayout<HD, PersistentStageInfo>;
+  const int t = threadIdx.x - 128;
+  SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
+  float* raw_q = reinterpret_cast<float*>(smem + L::kRawQ);
+  unsigned char* q_buf = smem + L::kQ;
+  for (int k = 0;;) {
+    LoadRawQuery<HD, 128>(w, SmemAddr(raw_q), t);
+    CpAsyncCommit();
+    int e = 0, e_hi = 0;
+    SplitEntryRange(p, w, &e, &e_hi);
+    CpAsyncWait<0>();
+    RotationSync();  // every raw row has landed
+    RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t, w.log2_pack);
+    RotationSync();  // the rotations by delta read the tile with another split
+    for (; e < e_hi && __ldg(p.kv.block_starts + e) <= w.pos_hi; ++k) {
+      const int delta = __ldg(p.kv.block_deltas + e);
+      const int b = k & 1;
+      if (k >= 2) mbarrier::Wait(&bars->q_empty[b], ((k >> 1) - 1) & 1);
+      WriteQueryForDelta<HD>(p, raw_q, delta, t, SmemAddr(q_buf + b * L::kQBytes));
+      wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
+      mbarrier::Arrive(&bars->q_full[b]);
+      e = NextRunStart(p, e, e_hi, delta);
+    }
+    index += gridDim.x;
+    if (!walk.Next<HD>(p, &index, &w)) return;
+    RotationSync();  // every thread is done with the raw rows before the next work tile's land
+  }
+}
+
+// Consumer c (0 or 1): query rows 64 c .. 64 c + 63 of each of the CTA's work tiles.
+template <int HD>
+__device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const WorkWalk& walk, CtaWork w, int index,
+                                      float scale_log2, unsigned char* smem) {
+  using L = SpecSmemLayout<HD, PersistentStageInfo>;
+  const int c = threadIdx.x / 128 - 2;
+  const int my_row0 = c * 64 + ((threadIdx.x % 128) / 32) * kRowsPerWarp + (threadIdx.x % 32) / 4;
+  const PersistentStageInfo* info = reinterpret_cast<const PersistentStageInfo*>(smem + L::kStage);
+  const int* col_pos = reinterpret_cast<const int*>(smem + L::kColPos);
+  SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
+  const uint32_t q_half = SmemAddr(smem + L::kQ) + c * 64 * 128;  // this consumer's half of buffer 0
+  const uint32_t ring = SmemAddr(smem + L::kRing);
+
+  int k = -1;  // the delta's index, across work tiles
+  for (int J = 0;; ++J) {
+    float o[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int row_pos[2] = {RowPosition(w, my_row0), RowPosition(w, my_row0 + 8)};
+    bool empty = false;
+    for (;; ++J) {
+      const int ks = RingSlot(2 * J), vs = RingSlot(2 * J + 1);
+      mbarrier::Wait(&bars->full[ks], RingParity(2 * J));
+      const PersistentStageInfo in = info[J & 1];
+      if (in.empty) {  // no visible key: no scores, but the turns and the slots go on
+        if (c == 1 || J > 0) TurnSync(c);
+        if (c == 0 || !in.final) TurnArrive(1 - c);
+        mbarrier::Arrive(&bars->empty[ks]);
+        mbarrier::Wait(&bars->full[vs], RingParity(2 * J + 1));
+        mbarrier::Arrive(&bars->empty[vs]);
+        empty = true;
+        break;
+      }
+      if (in.first_of_delta) {
+        ++k;
+        mbarrier::Wait(&bars->q_full[k & 1], (k >> 1) & 1);
+      }
+      wgmma::FenceProxyAsync();  // the keys' cp.async copies (and the query rows), read next by wgmma
+      float s[kBN / 2];
+      if (c == 1 || J > 0) TurnSync(c);
+      IssueScores<HD>(s, q_half + (k & 1) * L::kQBytes, ring + ks * L::kKvBytes);
+      wgmma::Wait<0>();
+      wgmma::PinRegisters(s);
+      if (c == 0 || !in.final) TurnArrive(1 - c);  // consumer 0 takes no turn after the CTA's last tile
+      mbarrier::Arrive(&bars->empty[ks]);
+      if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
+
+      uint32_t pa[kBN / 16][4];
+      SoftmaxTile<HD>(s, o, m, l, pa, col_pos + (J & 1) * kBN, in.needs_mask, row_pos, scale_log2);
+      mbarrier::Wait(&bars->full[vs], RingParity(2 * J + 1));
+      wgmma::FenceProxyAsync();  // the values' copies
+      IssueValues<HD>(o, pa, ring + vs * L::kKvBytes);
+      wgmma::Wait<0>();
+      wgmma::PinRegisters(o);
+      mbarrier::Arrive(&bars->empty[vs]);
+      if (in.last) break;
+    }
+    if (empty) {
+      WriteEmptyRows<HD>(p, w, threadIdx.x - 256, 256);
+    } else {
+      WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);
+    }
+    index += gridDim.x;
+    if (!walk.Next<HD>(p, &index, &w)) return;
+  }
+}
+
+// grid: gridDim.x CTAs over walk.list (WorkList), at most one an SM.
+template <int HD>
+__global__ void __launch_bounds__(kSpecThreads, 1)
+    LazyPrefillPersistentKernel(const PrefillAttentionParams p, const WorkWalk walk, float scale_log2) {
+  AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
+  using L = SpecSmemLayout<HD, PersistentStageInfo>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  // Until WaitForPriorGrid, only the launch's tables are read (the header's contract): the walk
+  // of the block table and the first tiles' requests to L2 overlap the kernel before this one.
+  int index = blockIdx.x;
+  CtaWork w;
+  if (!walk.Next<HD>(p, &index, &w)) return;  // every thread finds the same: no work tile
+  TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
+  int e_hi = 0;
+  if (threadIdx.x < 32) e_hi = MakeFirstTiles<HD>(p, w, walk.log2bs, &desc[0], &desc[1]);  // copy warp 0
+  if (threadIdx.x == 0) InitSpecBarriers(reinterpret_cast<SpecBarriers*>(smem + L::kBars));
+  WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    ShrinkRegisters<kCopyRegs>();
+    RunPersistentCopyWarps<HD>(p, walk, w, index, e_hi, smem);
+  } else if (threadIdx.x < 256) {
+    ShrinkRegisters<kRotationRegs>();
+    RunPersistentRotationWarps<HD>(p, walk, w, index, smem);
+  } else {
+    GrowRegisters<kConsumerRegs>();
+    RunPersistentConsumer<HD>(p, walk, w, index, scale_log2, smem);
+  }
+}
+
+}  // namespace
+}  // namespace lazykv::cuda

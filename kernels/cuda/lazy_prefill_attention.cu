@@ -95,6 +95,9 @@ cudaError_t LaunchPrefill(Kernel kernel, dim3 grid, int threads, int smem, cudaS
   return cudaGetLastError();
 }
 
+// The persistent grid's cap (an SM count is far under it).
+constexpr long long kMaxPersistentCtas = 1 << 16;
+
 struct KernelArgs {
   int log2bs;
   float scale_log2;
@@ -112,12 +115,14 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     walk.list.tiles = static_cast<int>(grid.y);
     walk.list.seqs = static_cast<int>(grid.z);
     const long long count = static_cast<long long>(grid.x) * grid.y * grid.z;
-    if (count > INT32_MAX) return cudaErrorInvalidValue;
+    // A CTA's list index steps by the grid's size in int: it must not pass INT32_MAX.
+    if (count + std::min<long long>(count, kMaxPersistentCtas) > INT32_MAX) return cudaErrorInvalidValue;
     walk.list.count = static_cast<int>(count);
     walk.log2bs = a.log2bs;
     walk.splits = a.splits;
     walk.log2_pack = a.log2_pack;
-    const long long ctas = std::min<long long>(count, a.max_ctas > 0 ? a.max_ctas : MultiprocessorCount());
+    const long long ctas =
+        std::min<long long>({count, a.max_ctas > 0 ? a.max_ctas : MultiprocessorCount(), kMaxPersistentCtas});
     const auto kernel = LazyPrefillPersistentKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD, PersistentStageInfo>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);

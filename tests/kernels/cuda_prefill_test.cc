@@ -42,6 +42,7 @@ struct PrefillShape {
   bool first_chunk_delta_zero;   // the first chunk shares delta 0 with what precedes it
   RopeStyle style;
   int max_delta;
+  bool default_is_persistent = false;  // the default launch must take the persistent kernel
 };
 
 class PrefillAttentionGpuTest : public ::testing::TestWithParam<PrefillShape> {};
@@ -103,9 +104,20 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     runs.push_back({1, cuda::detail::kPersistentSchedule, 0, ctas});
     runs.push_back({3, cuda::detail::kPersistentSchedule, most_pack, ctas});
   }
+  // The launcher's hint: the most keys a query sees (its sequence's length).
+  int max_keys = 0;
+  for (int seq = 0; seq < s.num_seqs; ++seq)
+    max_keys = std::max(max_keys, pos0[seq] + q_offsets[seq + 1] - q_offsets[seq]);
+  p.max_keys = max_keys;
   for (const auto& [forced_splits, schedule, pack_heads, max_ctas] : runs) {
     p.num_splits = forced_splits;
     p.pack_heads = pack_heads;
+    if (s.default_is_persistent && schedule < 0 && forced_splits <= 1 && pack_heads <= 1) {
+      int sms = 0;
+      CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+      EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, sms), cuda::detail::kPersistentSchedule)
+          << "the shape is meant to run the default launch's persistent kernel";
+    }
     const int splits = cuda::ChoosePrefillSplits(p);
     const int pack = schedule < 0 || pack_heads > 1 ? cuda::ChoosePrefillPack(p) : 1;
     if (pack_heads == 0 && schedule < 0) {  // the choice: packed exactly when queries are few
@@ -176,7 +188,11 @@ INSTANTIATE_TEST_SUITE_P(
                      131072},
         // Short sequences whose every token is a query: packed tiles see delta changes mid-tile.
         PrefillShape{"short_all_tokens_queries", 128, 32, 8, 16, 4, 2, 20, 0, 20, true, false, RopeStyle::kRotateHalf,
-                     131072}),
+                     131072},
+        // Many short sequences, every token a query (at most 512 keys a query, over 2 work tiles
+        // an SM): the default launch takes the persistent kernel, its workspace as the launcher sized it.
+        PrefillShape{"many_short_sequences", 128, 32, 8, 16, 12, 2, 128, 0, 256, true, false, RopeStyle::kRotateHalf,
+                     131072, true}),
     [](const ::testing::TestParamInfo<PrefillShape>& info) { return info.param.name; });
 
 // Unsupported shapes come back as cudaErrorInvalidValue before any CUDA call (no GPU needed),

@@ -44,8 +44,8 @@ int Log2(int x) {
 }
 
 // The heads per tile a launch of `schedule` uses: 0 where p.pack_heads cannot be honoured.
-// Only the specialized kernel (both schedules) packs (its rotation warpgroup steps rows a position at a time
-// per pack, RotateRowsByPosition).
+// Only the warp-specialized kernels pack, one work tile a CTA or persistent (their rotation
+// warpgroup steps rows a position at a time per pack, RotateRowsByPosition).
 int PackFor(const PrefillAttentionParams& p, int schedule) {
   if (p.pack_heads == 1) return 1;
   const int group = p.kv.n_kv_heads > 0 ? p.n_heads / p.kv.n_kv_heads : 1;
@@ -110,17 +110,17 @@ template <int HD, int kSchedule>
 cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStream_t stream) {
   const dim3 grid(p.n_heads >> a.log2_pack, QueryTiles(p, a.log2_pack), p.num_seqs * a.splits);
   if constexpr (kSchedule == kPersistent) {
-    WorkWalk walk;
-    walk.list.heads = static_cast<int>(grid.x);
-    walk.list.tiles = static_cast<int>(grid.y);
-    walk.list.seqs = static_cast<int>(grid.z);
+    WorkList list;
+    list.heads = static_cast<int>(grid.x);
+    list.tiles = static_cast<int>(grid.y);
+    list.seqs = static_cast<int>(grid.z);
     const long long count = static_cast<long long>(grid.x) * grid.y * grid.z;
     // A CTA's list index steps by the grid's size in int: it must not pass INT32_MAX.
     if (count + std::min<long long>(count, kMaxPersistentCtas) > INT32_MAX) return cudaErrorInvalidValue;
-    walk.list.count = static_cast<int>(count);
-    walk.log2bs = a.log2bs;
-    walk.splits = a.splits;
-    walk.log2_pack = a.log2_pack;
+    list.count = static_cast<int>(count);
+    list.log2bs = a.log2bs;
+    list.splits = a.splits;
+    list.log2_pack = a.log2_pack;
     const long long ctas =
         std::min<long long>({count, a.max_ctas > 0 ? a.max_ctas : MultiprocessorCount(), kMaxPersistentCtas});
     const auto kernel = LazyPrefillPersistentKernel<HD>;
@@ -128,7 +128,7 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
     if (err != cudaSuccess) return err;
     if (const cudaError_t e = LaunchPrefill(kernel, dim3(static_cast<unsigned>(ctas)), kSpecThreads, kSmem, stream, p,
-                                            walk, a.scale_log2);
+                                            list, a.scale_log2);
         e != cudaSuccess) {
       return e;
     }
@@ -182,6 +182,8 @@ size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {
 }
 
 namespace detail {
+
+static_assert(kPersistentSchedule == kPersistent, "the header's schedule number is the launcher's");
 
 int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms) {
   if (p.max_keys <= 0 || p.max_keys > kPersistentMaxKeys || sms <= 0 || p.num_splits > 1) return kSpecialized;

@@ -95,28 +95,29 @@ __device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, 
 // tile when the grid covers the list; a persistent grid of one CTA an SM takes many, and each
 // SM's share of heavy and light tiles comes out about even).
 struct WorkList {
-  int heads;  // head groups (n_heads / pack)
-  int tiles;  // query tiles per sequence
-  int seqs;   // sequences times splits
-  int count;  // heads * tiles * seqs (the launcher checks that it fits an int)
+  int heads;                      // head groups (n_heads / pack)
+  int tiles;                      // query tiles per sequence
+  int seqs;                       // sequences times splits
+  int count;                      // heads * tiles * seqs (the launcher checks that it fits an int)
+  int log2bs, splits, log2_pack;  // what MakeWork needs besides the coordinates
 };
 
 // The work tile at list index `index` (< list.count).
 template <int HD>
-__device__ __forceinline__ CtaWork WorkAt(const PrefillAttentionParams& p, const WorkList& list, int log2bs, int splits,
-                                          int log2_pack, int index) {
+__device__ __forceinline__ CtaWork WorkAt(const PrefillAttentionParams& p, const WorkList& list, int index) {
   const int hx = index % list.heads, rest = index / list.heads;
-  return MakeWork<HD>(p, log2bs, splits, log2_pack, hx, list.tiles - 1 - rest / list.seqs, rest % list.seqs);
+  return MakeWork<HD>(p, list.log2bs, list.splits, list.log2_pack, hx, list.tiles - 1 - rest / list.seqs,
+                      rest % list.seqs);
 }
 
 // The first work tile with a query at list index >= *index among the CTA's (the index steps by
 // gridDim.x): true with *index and *w set, false when the CTA has none left. Reads only the
 // launch's tables (query_offsets, query_pos0), so it may run before WaitForPriorGrid.
 template <int HD>
-__device__ __forceinline__ bool NextWork(const PrefillAttentionParams& p, const WorkList& list, int log2bs, int splits,
-                                         int log2_pack, int* index, CtaWork* w) {
+__device__ __forceinline__ bool NextWork(const PrefillAttentionParams& p, const WorkList& list, int* index,
+                                         CtaWork* w) {
   for (; *index < list.count; *index += gridDim.x) {
-    *w = WorkAt<HD>(p, list, log2bs, splits, log2_pack, *index);
+    *w = WorkAt<HD>(p, list, *index);
     if (w->active) return true;
   }
   return false;

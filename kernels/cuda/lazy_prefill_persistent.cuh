@@ -40,20 +40,6 @@ struct PersistentStageInfo {
   int empty;           // the work tile has no visible key: no copies, its rows are written as zero
 };
 
-// What every role of a CTA needs to walk its work tiles (WorkList, NextWork).
-struct WorkWalk {
-  WorkList list;
-  int log2bs, splits, log2_pack;
-  template <int HD>
-  __device__ __forceinline__ bool Next(const PrefillAttentionParams& p, int* index, CtaWork* w) const {
-    return NextWork<HD>(p, list, log2bs, splits, log2_pack, index, w);
-  }
-  template <int HD>
-  __device__ __forceinline__ CtaWork At(const PrefillAttentionParams& p, int index) const {
-    return WorkAt<HD>(p, list, log2bs, splits, log2_pack, index);
-  }
-};
-
 // The copy warpgroup (t: 0 .. 127). Tiles are counted across the CTA's work tiles (J): each
 // load waits for its slot (the consumers' release of load i - 3), issues its copies, and
 // arrives twice on the slot's full barrier: once its copies land (.noinc), and once to
@@ -62,7 +48,7 @@ struct WorkWalk {
 // CTA's first, before the split); warp 0 makes desc[J + 2] during tile J. A work tile with no
 // visible key passes one empty stage (no copies) so that the consumers write its rows.
 template <int HD>
-__device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const WorkWalk& walk, CtaWork w, int index,
+__device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const WorkList& list, CtaWork w, int index,
                                        int e_hi, unsigned char* smem) {
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   const int t = threadIdx.x;
@@ -76,7 +62,7 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
   };
   const auto issue = [&](int i, const TileDesc& d, const void* pool, int* positions) {
     uint64_t* full = &bars->full[RingSlot(i)];
-    if (d.valid) LoadTileRows<HD, 128>(p, d, walk.log2bs, w.kvh, pool, ring + RingSlot(i) * L::kKvBytes, positions, t);
+    if (d.valid) LoadTileRows<HD, 128>(p, d, list.log2bs, w.kvh, pool, ring + RingSlot(i) * L::kKvBytes, positions, t);
     mbarrier::ArriveOnCopies(full);
     mbarrier::Arrive(full);
   };
@@ -87,7 +73,7 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
     bool more;
     {
       CtaWork probe;
-      more = walk.Next<HD>(p, &next_index, &probe);
+      more = NextWork<HD>(p, list, &next_index, &probe);
     }
     int prev_delta = 0;
     for (int j = 0;; ++j, ++J) {
@@ -115,9 +101,9 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
     }
     if (!more) return;
     index = next_index;
-    w = walk.At<HD>(p, index);
+    w = WorkAt<HD>(p, list, index);
     CopySync();  // every copy warp is done with this work tile's descriptors
-    if (t < 32) e_hi = MakeFirstTiles<HD>(p, w, walk.log2bs, &desc[(J + 1) % kDescSlots], &desc[(J + 2) % kDescSlots]);
+    if (t < 32) e_hi = MakeFirstTiles<HD>(p, w, list.log2bs, &desc[(J + 1) % kDescSlots], &desc[(J + 2) % kDescSlots]);
     CopySync();  // the next work tile's first descriptors are written
   }
 }
@@ -127,7 +113,7 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
 // buffer k & 1, as soon as the consumers have released delta k - 2: a whole delta ahead of
 // the consumers, and the next work tile's first delta is written while they finish this one.
 template <int HD>
-__device__ void RunPersistentRotationWarps(const PrefillAttentionParams& p, const WorkWalk& walk, CtaWork w, int index,
+__device__ void RunPersistentRotationWarps(const PrefillAttentionParams& p, const WorkList& list, CtaWork w, int index,
                                            unsigned char* smem) {
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   const int t = threadIdx.x - 128;
@@ -153,14 +139,14 @@ __device__ void RunPersistentRotationWarps(const PrefillAttentionParams& p, cons
       e = NextRunStart(p, e, e_hi, delta);
     }
     index += gridDim.x;
-    if (!walk.Next<HD>(p, &index, &w)) return;
+    if (!NextWork<HD>(p, list, &index, &w)) return;
     RotationSync();  // every thread is done with the raw rows before the next work tile's land
   }
 }
 
 // Consumer c (0 or 1): query rows 64 c .. 64 c + 63 of each of the CTA's work tiles.
 template <int HD>
-__device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const WorkWalk& walk, CtaWork w, int index,
+__device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const WorkList& list, CtaWork w, int index,
                                       float scale_log2, unsigned char* smem) {
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   const int c = threadIdx.x / 128 - 2;
@@ -222,14 +208,14 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
       WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);
     }
     index += gridDim.x;
-    if (!walk.Next<HD>(p, &index, &w)) return;
+    if (!NextWork<HD>(p, list, &index, &w)) return;
   }
 }
 
-// grid: gridDim.x CTAs over walk.list (WorkList), at most one an SM.
+// grid: gridDim.x CTAs over `list`, at most one an SM.
 template <int HD>
 __global__ void __launch_bounds__(kSpecThreads, 1)
-    LazyPrefillPersistentKernel(const PrefillAttentionParams p, const WorkWalk walk, float scale_log2) {
+    LazyPrefillPersistentKernel(const PrefillAttentionParams p, const WorkList list, float scale_log2) {
   AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -238,22 +224,22 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   // of the block table and the first tiles' requests to L2 overlap the kernel before this one.
   int index = blockIdx.x;
   CtaWork w;
-  if (!walk.Next<HD>(p, &index, &w)) return;  // every thread finds the same: no work tile
+  if (!NextWork<HD>(p, list, &index, &w)) return;  // every thread finds the same: no work tile
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
   int e_hi = 0;
-  if (threadIdx.x < 32) e_hi = MakeFirstTiles<HD>(p, w, walk.log2bs, &desc[0], &desc[1]);  // copy warp 0
+  if (threadIdx.x < 32) e_hi = MakeFirstTiles<HD>(p, w, list.log2bs, &desc[0], &desc[1]);  // copy warp 0
   if (threadIdx.x == 0) InitSpecBarriers(reinterpret_cast<SpecBarriers*>(smem + L::kBars));
   WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
   __syncthreads();
   if (threadIdx.x < 128) {
     ShrinkRegisters<kCopyRegs>();
-    RunPersistentCopyWarps<HD>(p, walk, w, index, e_hi, smem);
+    RunPersistentCopyWarps<HD>(p, list, w, index, e_hi, smem);
   } else if (threadIdx.x < 256) {
     ShrinkRegisters<kRotationRegs>();
-    RunPersistentRotationWarps<HD>(p, walk, w, index, smem);
+    RunPersistentRotationWarps<HD>(p, list, w, index, smem);
   } else {
     GrowRegisters<kConsumerRegs>();
-    RunPersistentConsumer<HD>(p, walk, w, index, scale_log2, smem);
+    RunPersistentConsumer<HD>(p, list, w, index, scale_log2, smem);
   }
 }
 

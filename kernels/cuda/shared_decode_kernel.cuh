@@ -287,12 +287,11 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
     auto process = [&](auto nt_constant, int tok0) {
       constexpr int NT = decltype(nt_constant)::value;
       // S = Q K^T: n-tile j holds tokens [tok0 + 8j, tok0 + 8j + 8) of the tile.
-      constexpr bool kSplitS = kQueryLo;
       float s[NT][4];
-      [[maybe_unused]] float s_lo[kSplitS ? NT : 1][4];  // only with kSplitS
+      [[maybe_unused]] float s_lo[kQueryLo ? NT : 1][4];  // only with the query's lo half
 #pragma unroll
       for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-      if constexpr (kSplitS) {
+      if constexpr (kQueryLo) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) s_lo[j][0] = s_lo[j][1] = s_lo[j][2] = s_lo[j][3] = 0.0f;
       }
@@ -304,13 +303,13 @@ __global__ void __launch_bounds__(kSThreads, MIN_CTAS) SharedDecodeKernel(Shared
           Ldmatrix4(kb, sk + (tok0 + 16 * hh + lane % 8 + (lane / 16) * 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
           Mma(s[2 * hh], qh[ks], kb[0], kb[1]);
           Mma(s[2 * hh + 1], qh[ks], kb[2], kb[3]);
-          if constexpr (kSplitS) {  // the query's lo half, in its own accumulators
+          if constexpr (kQueryLo) {  // the query's lo half, in its own accumulators
             Mma(s_lo[2 * hh], ql[ks], kb[0], kb[1]);
             Mma(s_lo[2 * hh + 1], ql[ks], kb[2], kb[3]);
           }
         }
       }
-      if constexpr (kSplitS) {
+      if constexpr (kQueryLo) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
 #pragma unroll

@@ -77,6 +77,7 @@ struct PagedProblem {
     query_pos0.push_back(length_ - queries);
     max_queries = std::max(max_queries, queries);
     max_entries = std::max<int>(max_entries, tables.back().size());
+    max_length = std::max(max_length, length_);
     length_ = 0;
   }
 
@@ -174,6 +175,7 @@ struct PagedProblem {
     p.num_seqs = num_seqs();
     p.n_heads = n_heads;
     p.max_queries_per_seq = max_queries;
+    p.max_keys = max_length;  // a query sees at most its sequence
     return p;
   }
 
@@ -192,6 +194,7 @@ struct PagedProblem {
   std::vector<std::vector<KvBlockRef>> tables;  // the CPU reference's block tables
   int32_t num_blocks = 0;
   int max_queries = 0, max_entries = 0;
+  int32_t max_length = 0;  // the longest sequence
   std::vector<__nv_bfloat16> k_bf, v_bf;
   std::vector<float> k_fp, v_fp, q;
 

@@ -104,11 +104,6 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     runs.push_back({1, cuda::detail::kPersistentSchedule, 0, ctas});
     runs.push_back({3, cuda::detail::kPersistentSchedule, most_pack, ctas});
   }
-  // The launcher's hint: the most keys a query sees (its sequence's length).
-  int max_keys = 0;
-  for (int seq = 0; seq < s.num_seqs; ++seq)
-    max_keys = std::max(max_keys, pos0[seq] + q_offsets[seq + 1] - q_offsets[seq]);
-  p.max_keys = max_keys;
   for (const auto& [forced_splits, schedule, pack_heads, max_ctas] : runs) {
     p.num_splits = forced_splits;
     p.pack_heads = pack_heads;

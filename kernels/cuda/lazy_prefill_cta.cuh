@@ -118,7 +118,9 @@ __device__ __forceinline__ bool NextWork(const PrefillAttentionParams& p, const 
                                          CtaWork* w) {
   for (; *index < list.count; *index += gridDim.x) {
     *w = WorkAt<HD>(p, list, *index);
-    if (w->active) return true;
+    // The same in every lane; reduced so that the compiler knows the loop's exit is
+    // warp-uniform (the persistent kernel's loops after it keep their uniform registers).
+    if (__reduce_or_sync(0xffffffffu, w->active ? 1u : 0u) != 0) return true;
   }
   return false;
 }

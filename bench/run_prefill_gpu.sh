@@ -3,11 +3,12 @@
 # persistent one on 1 and 3 CTAs), cuda_prefill_bench of this build and of every other build
 # packed beside it (*_cuda_prefill_bench, e.g. a branch's or HEAD's, alternated with this one
 # twice), SDPA's prefill and the ratios, an ncu profile of the one-tile and persistent kernels
-# (warp stall reasons) at 1k and 16k causal, and the kernels' SASS, whose opcodes extend
+# (warp stall reasons) at 1k and 16k causal, per-instruction stall samples, and the kernels' SASS, whose opcodes extend
 # bench/sass_opcodes_sm90.json (the table comes back in OUT_DIR).
 # Here: bench/bundle_backend_gpu.sh OUT build cuda_prefill_test cuda_prefill_bench [NAME_cuda_prefill_bench...]
 #   && cp bench/run_prefill_gpu.sh bench/cubin_inspect.py bench/sass_opcodes_sm90.json OUT/data/
-# There: bash OUT/data/run_prefill_gpu.sh OUT OUT_DIR   (SKIP_NCU=1, SKIP_SDPA=1 to leave parts out)
+# There: bash OUT/data/run_prefill_gpu.sh OUT OUT_DIR   (SKIP_NCU=1, SKIP_SDPA=1, SKIP_SOURCE=1 to leave
+# parts out); OUT_DIR holds more files than a device call returns: tar it.
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
 out=$2
@@ -51,6 +52,19 @@ if [[ ${SKIP_NCU:-0} != 1 ]]; then
   echo "== ncu ($(elapsed))"
   grep -E "=== ncu|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|issue_stalled_(long_scoreboard|short_scoreboard|wait|mio_throttle|barrier|math_pipe|no_instruction|not_selected|branch|membar|dispatch|sleeping|tex_throttle|lg_throttle)|ERROR|rror" \
     "$out/ncu.txt" | head -90
+fi
+if [[ ${SKIP_SOURCE:-0} != 1 ]]; then
+  # Per-instruction warp-state samples (where each role's warps wait), exported as CSV with the
+  # SASS beside each sample: the one-tile kernel at 16k, the persistent one at 1k (causal, full).
+  for run in "LazyPrefillSpecializedKernel 16384" "LazyPrefillPersistentKernel 1024"; do
+    set -- $run
+    timeout 150 ncu --clock-control none -k "regex:$1" -c 1 --section SourceCounters --section WarpStateStats \
+      --import-source no -f -o "$out/source_$1_$2" cuda_prefill_bench "$2" full > "$out/source_$1_$2.log" 2>&1
+    ncu -i "$out/source_$1_$2.ncu-rep" --page source --csv --print-source sass > "$out/source_$1_$2.csv" 2>&1 ||
+      ncu -i "$out/source_$1_$2.ncu-rep" --page source --csv > "$out/source_$1_$2.csv" 2>&1
+    echo "== source samples: $1 at $2: $(wc -l < "$out/source_$1_$2.csv") lines ($(elapsed))"
+    head -c 600 "$out/source_$1_$2.csv"; echo
+  done
 fi
 cuobjdump -sass "$bundle/bin/cuda_prefill_bench" > "$out/sass_all.txt" 2>&1
 cp "$BUNDLE_DATA/sass_opcodes_sm90.json" "$BUNDLE_DATA/cubin_inspect.py" "$out/" 2>/dev/null &&

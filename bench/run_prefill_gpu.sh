@@ -6,7 +6,7 @@
 # (warp stall reasons) at 1k and 16k causal, per-instruction stall samples, and the kernels' SASS, whose opcodes extend
 # bench/sass_opcodes_sm90.json (the table comes back in OUT_DIR).
 # Here: bench/bundle_backend_gpu.sh OUT build cuda_prefill_test cuda_prefill_bench [NAME_cuda_prefill_bench...]
-#   && cp bench/run_prefill_gpu.sh bench/cubin_inspect.py bench/sass_opcodes_sm90.json OUT/data/
+#   && cp bench/run_prefill_gpu.sh bench/cubin_inspect.py bench/sass_opcodes_sm90.json bench/stall_samples.py OUT/data/
 # There: bash OUT/data/run_prefill_gpu.sh OUT OUT_DIR   (SKIP_NCU=1, SKIP_SDPA=1, SKIP_SOURCE=1 to leave
 # parts out); OUT_DIR holds more files than a device call returns: tar it.
 set -uo pipefail
@@ -62,8 +62,8 @@ if [[ ${SKIP_SOURCE:-0} != 1 ]]; then
       --import-source no -f -o "$out/source_$1_$2" cuda_prefill_bench "$2" full > "$out/source_$1_$2.log" 2>&1
     ncu -i "$out/source_$1_$2.ncu-rep" --page source --csv --print-source sass > "$out/source_$1_$2.csv" 2>&1 ||
       ncu -i "$out/source_$1_$2.ncu-rep" --page source --csv > "$out/source_$1_$2.csv" 2>&1
-    echo "== source samples: $1 at $2: $(wc -l < "$out/source_$1_$2.csv") lines ($(elapsed))"
-    head -c 600 "$out/source_$1_$2.csv"; echo
+    echo "== source samples: $1 at $2: $(wc -l < "$out/source_$1_$2.csv") lines ($(elapsed)); per role:"
+    python3 "$BUNDLE_DATA/stall_samples.py" "$out/source_$1_$2.csv" 4 | cut -c1-140
   done
 fi
 cuobjdump -sass "$bundle/bin/cuda_prefill_bench" > "$out/sass_all.txt" 2>&1

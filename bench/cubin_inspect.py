@@ -13,15 +13,23 @@ ptxas but no disassembler. This reads the cubin's ELF sections directly:
       Per kernel, every loop (a backward branch and what it spans): its size and the opcodes
       that tell its code apart: HGMMA, R2UR (a vector value moved to a uniform register),
       uniform-datapath instructions (U*), BSSY (a divergent region), LDL/STL (spills).
+  copies CUBIN [KERNEL_SUBSTRING]
+      Per kernel, its cp.async copies (LDGSTS) in code order with their global-address register
+      pair, and how many copies reuse the register pair of the copy just before: a copy holds
+      that register until the memory pipe has read it, so the next copy's address waits
+      (the one-tile prefill kernel's copy warps took ~1270 cycles to issue a key tile, 16 copies a
+      thread whose addresses all went through R4: bench/results/prefill_overlap_2026-11-28.md).
   learn DUMP.sass...
       Adds the mnemonics of `cuobjdump -sass` dumps (made on a GPU machine) to the opcode table.
 
 Only mnemonics are decoded, from a table (bench/sass_opcodes_sm90.json: the low 12 bits of an
 instruction's first 64-bit word name its opcode, learned from dumps of this project's kernels),
-plus the targets of BRA. An opcode the table lacks prints as ?XXX.
+plus the targets of BRA and LDGSTS's registers (bits 16-23 its shared-memory address register,
+24-31 its global one, checked against dumps). An opcode the table lacks prints as ?XXX.
 
 usage: python3 bench/cubin_inspect.py compare A.cubin B.cubin
        python3 bench/cubin_inspect.py loops X.cubin [LazyPrefillPersistentKernelILi128]
+       python3 bench/cubin_inspect.py copies X.cubin [LazyPrefillSpecializedKernelILi128]
        python3 bench/cubin_inspect.py learn dump1.sass [dump2.sass ...]
 """
 import difflib
@@ -103,6 +111,23 @@ def loops(path, substring):
                   f"LDL {body['LDL']} STL {body['STL']}")
 
 
+LDGSTS = 0xFAE
+
+
+def copies(path, want):
+    for name, code in sorted(text_sections(path).items()):
+        if want not in name:
+            continue
+        regs = []
+        for off in range(0, len(code), 16):
+            lo = struct.unpack_from("<Q", code, off)[0]
+            if lo & 0xFFF == LDGSTS:
+                regs.append((off, (lo >> 24) & 0xFF))
+        reused = sum(1 for a, b in zip(regs, regs[1:]) if a[1] == b[1])
+        print(f"{name}: {len(regs)} LDGSTS, {reused} reuse the address registers of the copy before")
+        print("  " + " ".join(f"{off:x}:R{reg}" for off, reg in regs))
+
+
 def learn(dumps):
     table = load_table() if os.path.exists(TABLE) else {}
     line = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)[^;]*;\s+/\* 0x([0-9a-f]{16}) \*/")
@@ -124,6 +149,8 @@ if __name__ == "__main__":
         compare(sys.argv[2], sys.argv[3])
     elif len(sys.argv) in (3, 4) and sys.argv[1] == "loops":
         loops(sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else "")
+    elif len(sys.argv) in (3, 4) and sys.argv[1] == "copies":
+        copies(sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else "")
     elif len(sys.argv) >= 3 and sys.argv[1] == "learn":
         learn(sys.argv[2:])
     else:

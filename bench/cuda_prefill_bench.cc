@@ -200,6 +200,42 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
   }
 }
 
+// With LAZYKV_PREFILL_TIMELINE_OUT=PREFIX in a diagnostic build (CMake
+// -DLAZYKV_PREFILL_TIMELINE=ON): the one-tile kernel's in-kernel timeline of its first four
+// waves of CTAs for each shape, written to PREFIX_L_scenario as int32 (ctas, tiles, events)
+// then int64 stamps [ctas][tiles][events]; bench/prefill_timeline.py reads it.
+void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, const std::string& path) {
+  const int ctas = 4 * sms;
+  const int tiles = static_cast<int>((p.max_keys > 0 ? p.max_keys : 16384) / 128 + 2);
+  constexpr int kEvents = 16;
+  const size_t count = static_cast<size_t>(ctas) * tiles * kEvents;
+  long long* stamps = nullptr;
+  CHECK_CUDA(cudaMalloc(&stamps, count * sizeof(long long)));
+  CHECK_CUDA(cudaMemset(stamps, 0, count * sizeof(long long)));
+  if (cuda::detail::SetPrefillTimeline(stamps, ctas, tiles) != cudaSuccess) {
+    cudaGetLastError();
+    std::printf("(no timeline: not a -DLAZYKV_PREFILL_TIMELINE=ON build)\n");
+    CHECK_CUDA(cudaFree(stamps));
+    return;
+  }
+  CHECK_CUDA(cuda::detail::LaunchLazyPrefillAttentionVariant(p, cuda::detail::kSpecializedSchedule, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_CUDA(cuda::detail::SetPrefillTimeline(nullptr, 0, 0));
+  std::vector<long long> host(count);
+  CHECK_CUDA(cudaMemcpy(host.data(), stamps, count * sizeof(long long), cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaFree(stamps));
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) {
+    std::printf("(cannot write %s)\n", path.c_str());
+    return;
+  }
+  const int32_t header[3] = {ctas, tiles, kEvents};
+  std::fwrite(header, sizeof(header), 1, f);
+  std::fwrite(host.data(), sizeof(long long), count, f);
+  std::fclose(f);
+  std::printf("(timeline: %s)\n", path.c_str());
+}
+
 }  // namespace
 }  // namespace lazykv
 
@@ -247,6 +283,10 @@ int main(int argc, char** argv) {
       if (splits > 1) CHECK_CUDA(cudaMalloc(&p.workspace, cuda::PrefillWorkspaceBytes(p, splits)));
       CHECK_CUDA(cuda::LaunchLazyPrefillAttention(p, nullptr));
       CHECK_CUDA(cudaDeviceSynchronize());
+      if (const char* timeline = std::getenv("LAZYKV_PREFILL_TIMELINE_OUT"); timeline != nullptr) {
+        DumpTimeline(p, sms,
+                     std::string(timeline) + "_" + std::to_string(len) + "_" + (scenario == 0 ? "full" : "last"));
+      }
       // Each kernel with and without the rotation (all deltas 0), timed alternately.
       const auto launch_with = [&](const int32_t* deltas, int schedule) {
         p.kv.block_deltas = deltas;

@@ -183,7 +183,8 @@ size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {
 
 namespace detail {
 
-static_assert(kPersistentSchedule == kPersistent, "the header's schedule number is the launcher's");
+static_assert(kPersistentSchedule == kPersistent && kSpecializedSchedule == kSpecialized,
+              "the header's schedule numbers are the launcher's");
 
 int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms) {
   if (p.max_keys <= 0 || p.max_keys > kPersistentMaxKeys || sms <= 0 || p.num_splits > 1) return kSpecialized;
@@ -193,6 +194,16 @@ int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms) {
   // Under two work tiles an SM the launch may split its keys (SplitsFor), and a second work
   // tile for some CTAs would be all a persistent grid adds.
   return works >= 2LL * sms ? kPersistent : kSpecialized;
+}
+
+cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles) {
+#ifdef LAZYKV_PREFILL_TIMELINE
+  const PrefillTimeline t{stamps, max_ctas, max_tiles};
+  return cudaMemcpyToSymbol(g_prefill_timeline, &t, sizeof(t));
+#else
+  (void)stamps, (void)max_ctas, (void)max_tiles;
+  return cudaErrorNotSupported;
+#endif
 }
 
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,

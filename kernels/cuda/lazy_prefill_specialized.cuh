@@ -28,6 +28,7 @@
 #include "kernels/cuda/lazy_prefill_query.cuh"
 #include "kernels/cuda/lazy_prefill_tiles.cuh"
 #include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/prefill_timeline.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace lazykv::cuda {
@@ -161,11 +162,15 @@ __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, 
     // released V(j - 2), the load that the keys of tile j wait for.
     acquire(2 * j);
     if (t == 0) {
+      LAZYKV_TIMELINE(j, kKeySlot);
       info[j & 1] = StageInfo{d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0};
     }
     issue(2 * j, d, p.kv.k_pool, col_pos + (j & 1) * kBN);
+    if (t == 0) LAZYKV_TIMELINE(j, kKeysIssued);
     acquire(2 * j + 1);
+    if (t == 0) LAZYKV_TIMELINE(j, kValueSlot);
     issue(2 * j + 1, d, p.kv.v_pool, nullptr);
+    if (t == 0) LAZYKV_TIMELINE(j, kValuesIssued);
     if (last) return;
     if (t < 32) NextTile(p, dn, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[(j + 2) % kDescSlots]);
     CopySync();  // desc[j + 2] is written; every copy warp is done with desc[j]
@@ -227,23 +232,29 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
       ++k;
       mbarrier::Wait(&bars->q_full[k & 1], (k >> 1) & 1);
     }
+    const bool stamps = threadIdx.x % 128 == 0;  // one thread of the consumer (diagnostic builds)
+    if (stamps) LAZYKV_TIMELINE(j, 5 * c + kKeysReady);
     wgmma::FenceProxyAsync();  // the keys' cp.async copies (and the query rows), read next by wgmma
     float s[kBN / 2];
     if (c == 1 || j > 0) TurnSync(c);
+    if (stamps) LAZYKV_TIMELINE(j, 5 * c + kTurn);
     IssueScores<HD>(s, q_half + (k & 1) * L::kQBytes, ring + ks * L::kKvBytes);
     wgmma::Wait<0>();
     wgmma::PinRegisters(s);
+    if (stamps) LAZYKV_TIMELINE(j, 5 * c + kScoresDone);
     if (c == 0 || !in.last) TurnArrive(1 - c);  // consumer 0 takes no turn after its last tile
     mbarrier::Arrive(&bars->empty[ks]);
     if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
 
     uint32_t pa[kBN / 16][4];
     SoftmaxTile<HD>(s, o, m, l, pa, col_pos + (j & 1) * kBN, in.needs_mask, row_pos, scale_log2);
+    if (stamps) LAZYKV_TIMELINE(j, 5 * c + kSoftmaxDone);
     mbarrier::Wait(&bars->full[vs], RingParity(2 * j + 1));
     wgmma::FenceProxyAsync();  // the values' copies
     IssueValues<HD>(o, pa, ring + vs * L::kKvBytes);
     wgmma::Wait<0>();
     wgmma::PinRegisters(o);
+    if (stamps) LAZYKV_TIMELINE(j, 5 * c + kValuesDone);
     mbarrier::Arrive(&bars->empty[vs]);
     if (in.last) break;
   }
@@ -269,6 +280,7 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   if (threadIdx.x == 0) InitSpecBarriers(reinterpret_cast<SpecBarriers*>(smem + L::kBars));
   WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
   __syncthreads();
+  LAZYKV_TIMELINE_CTA_START();
   if (!desc[0].valid) {
     WriteEmptyRows<HD>(p, w, threadIdx.x, kSpecThreads);
     return;

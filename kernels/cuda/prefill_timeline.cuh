@@ -1,0 +1,69 @@
+// An in-kernel timeline of the one-tile lazy prefill kernel (a diagnostic build only): one
+// thread of each role writes the SM's cycle counter at each step of each KV tile, so that the
+// consumers' and the copies' steps can be laid side by side (bench/prefill_timeline.py). Built
+// in only with -DLAZYKV_PREFILL_TIMELINE=ON (CMake), which defines the macro for
+// lazy_prefill_attention.cu alone; otherwise every stamp is nothing and the kernel is unchanged.
+// Included only by lazy_prefill_attention.cu.
+#pragma once
+
+#include <cstdint>
+
+namespace lazykv::cuda {
+namespace {
+
+// Stamps per (CTA, tile): [ctas][tiles][kTimelineEvents]; the first CTAs of the grid (in
+// launch order) up to max_ctas, tiles up to max_tiles. Events: see PrefillTimelineEvent.
+constexpr int kTimelineEvents = 16;
+enum PrefillTimelineEvent {
+  // Consumer c's, at 5 c + e: its keys have landed; its turn; its scores are done; its softmax
+  // is done; its P V is done.
+  kKeysReady = 0,
+  kTurn = 1,
+  kScoresDone = 2,
+  kSoftmaxDone = 3,
+  kValuesDone = 4,
+  // The copy warps' (thread 0): the key slot is free; the keys are issued; the value slot is
+  // free; the values are issued.
+  kKeySlot = 10,
+  kKeysIssued = 11,
+  kValueSlot = 12,
+  kValuesIssued = 13,
+  kCtaStart = 14,  // tile 0 only: the CTA's start; event 15 of tile 0: its SM
+  kSmId = 15,
+};
+
+#ifdef LAZYKV_PREFILL_TIMELINE
+struct PrefillTimeline {
+  long long* stamps = nullptr;
+  int max_ctas = 0;
+  int max_tiles = 0;
+};
+__device__ PrefillTimeline g_prefill_timeline;
+
+__device__ __forceinline__ void TimelineStamp(int tile, int event, long long value) {
+  const PrefillTimeline t = g_prefill_timeline;
+  const int cta = static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+  if (t.stamps == nullptr || cta >= t.max_ctas || tile >= t.max_tiles) return;
+  t.stamps[(static_cast<long long>(cta) * t.max_tiles + tile) * kTimelineEvents + event] = value;
+}
+__device__ __forceinline__ long long SmId() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+// The calling thread's stamp (call it from one thread of the role).
+#define LAZYKV_TIMELINE(tile, event) TimelineStamp((tile), (event), clock64())
+#define LAZYKV_TIMELINE_CTA_START()           \
+  do {                                        \
+    if (threadIdx.x == 0) {                   \
+      TimelineStamp(0, kCtaStart, clock64()); \
+      TimelineStamp(0, kSmId, SmId());        \
+    }                                         \
+  } while (0)
+#else
+#define LAZYKV_TIMELINE(tile, event) ((void)0)
+#define LAZYKV_TIMELINE_CTA_START() ((void)0)
+#endif
+
+}  // namespace
+}  // namespace lazykv::cuda

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""bench/prefill_timeline.py on a made-up timeline: steps computed from stamps written out by
+hand, steady tiles only (a CTA's first two and last left out), CTAs without stamps skipped."""
+import os
+import struct
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import prefill_timeline as tl  # noqa: E402
+
+CTAS, TILES, EVENTS = 2, 6, 16
+
+
+def make():
+    stamps = [[[0] * EVENTS for _ in range(TILES)] for _ in range(CTAS)]
+    # CTA 0: five tiles, a period of 1000 cycles; consumer 1 runs 300 behind consumer 0.
+    for t in range(5):
+        base = 10000 + 1000 * t
+        for c, lag in ((0, 0), (1, 300)):
+            b = 5 * c
+            ev = stamps[0][t]
+            ev[b + tl.KEYS_READY] = base + lag + 50        # 50 after the tile before's values
+            ev[b + tl.TURN] = base + lag + 80
+            ev[b + tl.SCORES_DONE] = base + lag + 380
+            ev[b + tl.SOFTMAX_DONE] = base + lag + 780
+            ev[b + tl.VALUES_DONE] = base + lag + 1000
+        ev = stamps[0][t]
+        ev[tl.KEY_SLOT] = base - 500
+        ev[tl.KEYS_ISSUED] = base - 400
+        ev[tl.VALUE_SLOT] = base - 250
+        ev[tl.VALUES_ISSUED] = base - 200
+    # CTA 1: no stamps at all (not in the recorded waves).
+    flat = [x for cta in stamps for tile in cta for x in tile]
+    return struct.pack("<3i", CTAS, TILES, EVENTS) + struct.pack(f"<{len(flat)}q", *flat)
+
+
+def main():
+    with tempfile.NamedTemporaryFile("wb", delete=False) as f:
+        f.write(make())
+    grid = tl.read(f.name)
+    os.unlink(f.name)
+    steps = tl.summarize(grid)
+    # Five tiles: steady ones are 2 and 3 (first two and the last left out).
+    assert len(steps["tile period"]) == 2, steps["tile period"]
+    want = {
+        "tile period": 1000, "c0 wait keys": 50, "c1 wait keys": 50, "c0 wait turn": 30, "c0 scores": 300,
+        "c0 softmax": 400, "c0 values+PV": 220, "c1 behind c0 (scores done)": 300, "copy wait key slot": 700,
+        "copy keys issue": 100, "copy wait value slot": 150, "copy values issue": 50,
+        "keys issued -> c0 keys ready": 450,
+    }
+    for name, value in want.items():
+        assert steps[name] == [value, value], (name, steps[name])
+    print("prefill_timeline_test: ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -207,7 +207,7 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
 void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, const std::string& path) {
   const int ctas = 4 * sms;
   const int tiles = static_cast<int>((p.max_keys > 0 ? p.max_keys : 16384) / 128 + 2);
-  constexpr int kEvents = 16;
+  constexpr int kEvents = cuda::detail::kPrefillTimelineEvents;
   const size_t count = static_cast<size_t>(ctas) * tiles * kEvents;
   long long* stamps = nullptr;
   CHECK_CUDA(cudaMalloc(&stamps, count * sizeof(long long)));

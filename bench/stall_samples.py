@@ -46,7 +46,7 @@ def roles(code):
     for ins in code:
         if "USETMAXREG" in ins["sass"]:
             regs = int(ins["sass"].split()[-1], 16)
-            current = ("grow to " if "ALLOC" in ins["sass"] and "DEALLOC" not in ins["sass"] else "shrink to ") + str(regs)
+            current = ("shrink to " if "DEALLOC" in ins["sass"] else "grow to ") + str(regs)
         names.append(current)
     # The out-of-line tail: the code after the function's last unconditional EXIT. Each of its
     # blocks runs from a branch target to an unconditional BRA and belongs to the role of the

@@ -96,11 +96,6 @@ namespace detail {
 // copy, rotation and two consumer warpgroups, a CTA per work tile; 3 the same kernel
 // persistent, at most max_ctas CTAs (0: one an SM), each taking many work tiles).
 constexpr int kNumPrefillSchedules = 4;
-// Diagnostic builds (CMake -DLAZYKV_PREFILL_TIMELINE=ON): later launches of the one-tile
-// kernel (schedule 2) write an in-kernel timeline into `stamps`, int64
-// [max_ctas][max_tiles][16] (prefill_timeline.cuh says which stamp is which); null stops it.
-// cudaErrorNotSupported in other builds. Not thread-safe with launches in flight.
-cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles);
 constexpr int kSpecializedSchedule = 2;
 constexpr int kPersistentSchedule = 3;
 // The schedule the default launch takes on a GPU of `sms` SMs: the persistent kernel (3) when
@@ -110,6 +105,13 @@ constexpr int kPersistentMaxKeys = 1024;
 int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms);
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,
                                               int max_ctas = 0);
+// Diagnostic builds (CMake -DLAZYKV_PREFILL_TIMELINE=ON): later launches of the one-tile
+// kernel (schedule 2) write an in-kernel timeline into `stamps`, int64
+// [max_ctas][max_tiles][kPrefillTimelineEvents] (prefill_timeline.cuh says which stamp is
+// which); null stops it. cudaErrorNotSupported in other builds. Not thread-safe with launches
+// in flight.
+constexpr int kPrefillTimelineEvents = 16;
+cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles);
 }  // namespace detail
 
 }  // namespace lazykv::cuda

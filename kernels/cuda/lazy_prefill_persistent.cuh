@@ -37,7 +37,8 @@ namespace {
 // it the consumers' loop ran on vector registers only (48 R2UR against the one-tile kernel's
 // 18, no uniform-datapath instruction against 47, 782 instructions against 701: measured 5-8%
 // slower than that kernel in steady state); with it, 19, 24 and 718
-// (`python3 bench/cubin_inspect.py loops`). NOT yet timed on a GPU.
+// (`python3 bench/cubin_inspect.py loops`): 2-3% faster on the H200
+// (bench/results/prefill_overlap_2026-11-28.md).
 __device__ __forceinline__ void ReconvergeCounter(int* counter) {
   __syncwarp();
   *counter = __reduce_max_sync(0xffffffffu, *counter);

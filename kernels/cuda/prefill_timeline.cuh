@@ -8,12 +8,14 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/lazy_prefill_attention.h"
+
 namespace lazykv::cuda {
 namespace {
 
-// Stamps per (CTA, tile): [ctas][tiles][kTimelineEvents]; the first CTAs of the grid (in
-// launch order) up to max_ctas, tiles up to max_tiles. Events: see PrefillTimelineEvent.
-constexpr int kTimelineEvents = 16;
+// Stamps per (CTA, tile): [ctas][tiles][detail::kPrefillTimelineEvents]; the first CTAs of
+// the grid (in launch order) up to max_ctas, tiles up to max_tiles. Events: see
+// PrefillTimelineEvent.
 enum PrefillTimelineEvent {
   // Consumer c's, at 5 c + e: its keys have landed; its turn; its scores are done; its softmax
   // is done; its P V is done.
@@ -31,6 +33,7 @@ enum PrefillTimelineEvent {
   kCtaStart = 14,  // tile 0 only: the CTA's start; event 15 of tile 0: its SM
   kSmId = 15,
 };
+static_assert(kSmId < detail::kPrefillTimelineEvents, "an event past the stamps of a tile");
 
 #ifdef LAZYKV_PREFILL_TIMELINE
 struct PrefillTimeline {
@@ -44,7 +47,7 @@ __device__ __forceinline__ void TimelineStamp(int tile, int event, long long val
   const PrefillTimeline t = g_prefill_timeline;
   const int cta = static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
   if (t.stamps == nullptr || cta >= t.max_ctas || tile >= t.max_tiles) return;
-  t.stamps[(static_cast<long long>(cta) * t.max_tiles + tile) * kTimelineEvents + event] = value;
+  t.stamps[(static_cast<long long>(cta) * t.max_tiles + tile) * detail::kPrefillTimelineEvents + event] = value;
 }
 __device__ __forceinline__ long long SmId() {
   unsigned id;

@@ -126,56 +126,83 @@ __device__ __forceinline__ void WriteRowsForDelta(const PrefillAttentionParams& 
 }
 
 // The rotation warpgroup's query for a delta d (128 threads, t): R(-d) applied to the whole
-// fp32 tile of R(position) q, rounded once to bf16 into the swizzled query tile. Thread t
-// owns frequencies 8 g .. 8 g + 7 (g = t % (HD / 16)) of rows t / (HD / 16) + i 128 / (HD / 16):
-// 16 values per row, read with 16-byte loads and written with 8- or 16-byte stores, half the
-// frequencies at a time, their sines and cosines kept in registers across rows (made two per
-// lane, fetched by shuffles). Rows are a multiple of 8 apart, so each store's swizzle is fixed
-// per thread. A different split from RotateRowsByPosition's: a barrier goes between them.
+// fp32 tile of R(position) q, rounded once to bf16 into the swizzled query tile. kLanes =
+// HD / 16 threads share a row; in step h thread g of a row reads, with 16-byte loads, the
+// 4 columns at 4 g + 4 kLanes h of the row's first half and their partners HD / 2 further
+// (rotate-half), or the 4 columns at 4 g + 8 kLanes h and 4 kLanes further (interleaved
+// pairs), so the 8 threads of a load's quarter-warp read 128 contiguous bytes: no bank
+// conflicts (with 8 g + 4 h before, two threads shared each bank). Sines and cosines are made
+// two frequencies a lane and fetched by shuffles. Rows are a multiple of 8 apart, so each
+// store's swizzle is fixed per thread; at head dim 128 the two rows of a half-warp's 8-byte
+// stores differ in bit 2, so their swizzled chunks fall in different banks. A different split
+// from RotateRowsByPosition's: a barrier goes between them.
+template <int HD>
+__device__ __forceinline__ int QueryRowForThread(int t) {
+  constexpr int kLanes = HD / 16;
+  if constexpr (kLanes == 8) {  // rows 0 .. 15: warp w, quarter q (two quarters per half-warp)
+    const int w = t / 32, q = (t % 32) / 8;
+    return (w & 1) * 8 + (w >> 1) * 2 + (q & 1) * 4 + (q >> 1);
+  } else {
+    return t / kLanes;
+  }
+}
+
 template <int HD>
 __device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams& p, const float* raw, int delta, int t,
                                                    uint32_t q_tile) {
-  constexpr int kGroups = HD / 16;         // threads per row
-  constexpr int kRowStep = 128 / kGroups;  // 16 or 32: a multiple of 8
-  const int lane = t % 32, g = lane % kGroups, r0 = t / kGroups;
+  constexpr int kLanes = HD / 16;         // threads per row
+  constexpr int kRowStep = 128 / kLanes;  // 16 or 32: a multiple of 8
+  constexpr int kChunksPerStep = kLanes / 2;
+  const int lane = t % 32, g = t % kLanes, r0 = QueryRowForThread<HD>(t);
   float c2[2], s2[2];  // frequencies 2 lane, 2 lane + 1
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     RopeSinCos(__ldg(p.kv.inv_freq + min(2 * lane + j, HD / 2 - 1)), -static_cast<long long>(delta), &s2[j], &c2[j]);
   }
   const bool interleaved = p.kv.rope_style == RopeStyle::kInterleaved;
+  const uint32_t byte_in_chunk = 8 * (g & 1);
 #pragma unroll 1
-  for (int h = 0; h < 2; ++h) {  // frequencies 8 g + 4 h .. 8 g + 4 h + 3, held by lane 4 g + 2 h + j / 2
+  for (int h = 0; h < 2; ++h) {
+    // Frequencies of the step's four values a thread rotates, held by lane f / 2, slot f & 1:
+    // interleaved, 2 g + 4 kLanes h + {0, 1} and 2 kLanes further; rotate-half, the columns
+    // 4 g + 4 kLanes h + {0 .. 3}.
     float c[4], s[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      c[j] = __shfl_sync(0xffffffffu, c2[j & 1], 4 * g + 2 * h + j / 2);
-      s[j] = __shfl_sync(0xffffffffu, s2[j & 1], 4 * g + 2 * h + j / 2);
+      const int src = interleaved ? g + 2 * kLanes * h + (j / 2) * kLanes : 2 * g + 2 * kLanes * h + j / 2;
+      c[j] = __shfl_sync(0xffffffffu, c2[j & 1], src);
+      s[j] = __shfl_sync(0xffffffffu, s2[j & 1], src);
     }
 #pragma unroll 1
     for (int i = 0; i < kBM / kRowStep; ++i) {
       const int r = r0 + i * kRowStep;
       const float* row = raw + RawQueryIndex<HD>(r, 0);
-      if (interleaved) {  // columns 16 g + 8 h .. + 7: one 16-byte chunk of the tile
-        const float4 a = *reinterpret_cast<const float4*>(row + 16 * g + 8 * h);
-        const float4 b = *reinterpret_cast<const float4*>(row + 16 * g + 8 * h + 4);
-        const uint32_t addr = q_tile + wgmma::SwizzledOffset<kBM>(r, 2 * g + h);
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+      if (interleaved) {  // (u0, v0, u1, v1) at 4 g + 8 kLanes h and 4 kLanes further
+        const int col_a = 4 * g + 8 * kLanes * h, col_b = col_a + 4 * kLanes;
+        const float4 a = *reinterpret_cast<const float4*>(row + col_a);
+        const float4 b = *reinterpret_cast<const float4*>(row + col_b);
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(q_tile + wgmma::SwizzledOffset<kBM>(r, col_a / 8) +
+                                                                byte_in_chunk),
                      "r"(PackBf16(a.x * c[0] - a.y * s[0], a.x * s[0] + a.y * c[0])),
-                     "r"(PackBf16(a.z * c[1] - a.w * s[1], a.z * s[1] + a.w * c[1])),
+                     "r"(PackBf16(a.z * c[1] - a.w * s[1], a.z * s[1] + a.w * c[1]))
+                     : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(q_tile + wgmma::SwizzledOffset<kBM>(r, col_b / 8) +
+                                                                byte_in_chunk),
                      "r"(PackBf16(b.x * c[2] - b.y * s[2], b.x * s[2] + b.y * c[2])),
                      "r"(PackBf16(b.z * c[3] - b.w * s[3], b.z * s[3] + b.w * c[3]))
                      : "memory");
-      } else {  // columns 8 g + 4 h .. + 3 and their partners HD / 2 further: half chunks
-        const float4 u = *reinterpret_cast<const float4*>(row + 8 * g + 4 * h);
-        const float4 v = *reinterpret_cast<const float4*>(row + HD / 2 + 8 * g + 4 * h);
-        const uint32_t au = q_tile + wgmma::SwizzledOffset<kBM>(r, g) + 8 * h;
-        const uint32_t av = q_tile + wgmma::SwizzledOffset<kBM>(r, HD / 16 + g) + 8 * h;
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(au),
-                     "r"(PackBf16(u.x * c[0] - v.x * s[0], u.y * c[1] - v.y * s[1])),
-                     "r"(PackBf16(u.z * c[2] - v.z * s[2], u.w * c[3] - v.w * s[3]))
-                     : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(av),
+      } else {  // columns 4 g + 4 kLanes h .. + 3 and their partners HD / 2 further
+        const int col = 4 * g + 4 * kLanes * h;
+        const float4 u = *reinterpret_cast<const float4*>(row + col);
+        const float4 v = *reinterpret_cast<const float4*>(row + HD / 2 + col);
+        const int chunk = g / 2 + kChunksPerStep * h;
+        asm volatile(
+            "st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(q_tile + wgmma::SwizzledOffset<kBM>(r, chunk) + byte_in_chunk),
+            "r"(PackBf16(u.x * c[0] - v.x * s[0], u.y * c[1] - v.y * s[1])),
+            "r"(PackBf16(u.z * c[2] - v.z * s[2], u.w * c[3] - v.w * s[3]))
+            : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(
+                         q_tile + wgmma::SwizzledOffset<kBM>(r, HD / 16 + chunk) + byte_in_chunk),
                      "r"(PackBf16(u.x * s[0] + v.x * c[0], u.y * s[1] + v.y * c[1])),
                      "r"(PackBf16(u.z * s[2] + v.z * c[2], u.w * s[3] + v.w * c[3]))
                      : "memory");

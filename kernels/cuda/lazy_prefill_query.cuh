@@ -152,7 +152,6 @@ __device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams&
                                                    uint32_t q_tile) {
   constexpr int kLanes = HD / 16;         // threads per row
   constexpr int kRowStep = 128 / kLanes;  // 16 or 32: a multiple of 8
-  constexpr int kChunksPerStep = kLanes / 2;
   const int lane = t % 32, g = t % kLanes, r0 = QueryRowForThread<HD>(t);
   float c2[2], s2[2];  // frequencies 2 lane, 2 lane + 1
 #pragma unroll
@@ -160,53 +159,48 @@ __device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams&
     RopeSinCos(__ldg(p.kv.inv_freq + min(2 * lane + j, HD / 2 - 1)), -static_cast<long long>(delta), &s2[j], &c2[j]);
   }
   const bool interleaved = p.kv.rope_style == RopeStyle::kInterleaved;
-  const uint32_t byte_in_chunk = 8 * (g & 1);
 #pragma unroll 1
   for (int h = 0; h < 2; ++h) {
-    // Frequencies of the step's four values a thread rotates, held by lane f / 2, slot f & 1:
-    // interleaved, 2 g + 4 kLanes h + {0, 1} and 2 kLanes further; rotate-half, the columns
-    // 4 g + 4 kLanes h + {0 .. 3}.
+    // The step's two 16-byte loads of a row: interleaved, pairs at 4 g + 8 kLanes h and 4 kLanes
+    // further; rotate-half, the columns 4 g + 4 kLanes h and their partners HD / 2 further.
+    // Each result goes to the same columns, so to chunk col / 8 of the swizzled row.
+    const int col0 = 4 * g + (interleaved ? 8 : 4) * kLanes * h;
+    const int col1 = col0 + (interleaved ? 4 * kLanes : HD / 2);
+    // Frequencies of the four values a thread rotates, held by lane f / 2, slot f & 1:
+    // interleaved, col0 / 2 + {0, 1} and col1 / 2 + {0, 1}; rotate-half, col0 + {0 .. 3}.
     float c[4], s[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int src = interleaved ? g + 2 * kLanes * h + (j / 2) * kLanes : 2 * g + 2 * kLanes * h + j / 2;
+      const int src = interleaved ? (j < 2 ? col0 : col1) / 4 : col0 / 2 + j / 2;
       c[j] = __shfl_sync(0xffffffffu, c2[j & 1], src);
       s[j] = __shfl_sync(0xffffffffu, s2[j & 1], src);
     }
+    // Rows r0 + i kRowStep: the loads step by kRowStep rows of the raw tile and the stores by
+    // kRowStep swizzled rows (r & 7 is the same for all of them).
+    const float* load0 = raw + RawQueryIndex<HD>(r0, col0);
+    const float* load1 = raw + RawQueryIndex<HD>(r0, col1);
+    const uint32_t store0 = q_tile + wgmma::SwizzledOffset<kBM>(r0, col0 / 8) + 8 * (g & 1);
+    const uint32_t store1 = q_tile + wgmma::SwizzledOffset<kBM>(r0, col1 / 8) + 8 * (g & 1);
 #pragma unroll 1
     for (int i = 0; i < kBM / kRowStep; ++i) {
-      const int r = r0 + i * kRowStep;
-      const float* row = raw + RawQueryIndex<HD>(r, 0);
-      if (interleaved) {  // (u0, v0, u1, v1) at 4 g + 8 kLanes h and 4 kLanes further
-        const int col_a = 4 * g + 8 * kLanes * h, col_b = col_a + 4 * kLanes;
-        const float4 a = *reinterpret_cast<const float4*>(row + col_a);
-        const float4 b = *reinterpret_cast<const float4*>(row + col_b);
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(q_tile + wgmma::SwizzledOffset<kBM>(r, col_a / 8) +
-                                                                byte_in_chunk),
-                     "r"(PackBf16(a.x * c[0] - a.y * s[0], a.x * s[0] + a.y * c[0])),
-                     "r"(PackBf16(a.z * c[1] - a.w * s[1], a.z * s[1] + a.w * c[1]))
-                     : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(q_tile + wgmma::SwizzledOffset<kBM>(r, col_b / 8) +
-                                                                byte_in_chunk),
-                     "r"(PackBf16(b.x * c[2] - b.y * s[2], b.x * s[2] + b.y * c[2])),
-                     "r"(PackBf16(b.z * c[3] - b.w * s[3], b.z * s[3] + b.w * c[3]))
-                     : "memory");
-      } else {  // columns 4 g + 4 kLanes h .. + 3 and their partners HD / 2 further
-        const int col = 4 * g + 4 * kLanes * h;
-        const float4 u = *reinterpret_cast<const float4*>(row + col);
-        const float4 v = *reinterpret_cast<const float4*>(row + HD / 2 + col);
-        const int chunk = g / 2 + kChunksPerStep * h;
-        asm volatile(
-            "st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(q_tile + wgmma::SwizzledOffset<kBM>(r, chunk) + byte_in_chunk),
-            "r"(PackBf16(u.x * c[0] - v.x * s[0], u.y * c[1] - v.y * s[1])),
-            "r"(PackBf16(u.z * c[2] - v.z * s[2], u.w * c[3] - v.w * s[3]))
-            : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(
-                         q_tile + wgmma::SwizzledOffset<kBM>(r, HD / 16 + chunk) + byte_in_chunk),
-                     "r"(PackBf16(u.x * s[0] + v.x * c[0], u.y * s[1] + v.y * c[1])),
-                     "r"(PackBf16(u.z * s[2] + v.z * c[2], u.w * s[3] + v.w * c[3]))
-                     : "memory");
+      const float4 x = *reinterpret_cast<const float4*>(load0 + i * kRowStep * HD);
+      const float4 y = *reinterpret_cast<const float4*>(load1 + i * kRowStep * HD);
+      uint32_t w[4];
+      if (interleaved) {  // x, y: (u0, v0, u1, v1) each
+        w[0] = PackBf16(x.x * c[0] - x.y * s[0], x.x * s[0] + x.y * c[0]);
+        w[1] = PackBf16(x.z * c[1] - x.w * s[1], x.z * s[1] + x.w * c[1]);
+        w[2] = PackBf16(y.x * c[2] - y.y * s[2], y.x * s[2] + y.y * c[2]);
+        w[3] = PackBf16(y.z * c[3] - y.w * s[3], y.z * s[3] + y.w * c[3]);
+      } else {  // x: u of four frequencies, y: their v
+        w[0] = PackBf16(x.x * c[0] - y.x * s[0], x.y * c[1] - y.y * s[1]);
+        w[1] = PackBf16(x.z * c[2] - y.z * s[2], x.w * c[3] - y.w * s[3]);
+        w[2] = PackBf16(x.x * s[0] + y.x * c[0], x.y * s[1] + y.y * c[1]);
+        w[3] = PackBf16(x.z * s[2] + y.z * c[2], x.w * s[3] + y.w * c[3]);
       }
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(store0 + i * kRowStep * 128), "r"(w[0]), "r"(w[1])
+                   : "memory");
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(store1 + i * kRowStep * 128), "r"(w[2]), "r"(w[3])
+                   : "memory");
     }
   }
 }

@@ -125,17 +125,10 @@ __device__ __forceinline__ void WriteRowsForDelta(const PrefillAttentionParams& 
   }
 }
 
-// The rotation warpgroup's query for a delta d (128 threads, t): R(-d) applied to the whole
-// fp32 tile of R(position) q, rounded once to bf16 into the swizzled query tile. kLanes =
-// HD / 16 threads share a row; in step h thread g of a row reads, with 16-byte loads, the
-// 4 columns at 4 g + 4 kLanes h of the row's first half and their partners HD / 2 further
-// (rotate-half), or the 4 columns at 4 g + 8 kLanes h and 4 kLanes further (interleaved
-// pairs), so the 8 threads of a load's quarter-warp read 128 contiguous bytes: no bank
-// conflicts (with 8 g + 4 h before, two threads shared each bank). Sines and cosines are made
-// two frequencies a lane and fetched by shuffles. Rows are a multiple of 8 apart, so each
-// store's swizzle is fixed per thread; at head dim 128 the two rows of a half-warp's 8-byte
-// stores differ in bit 2, so their swizzled chunks fall in different banks. A different split
-// from RotateRowsByPosition's: a barrier goes between them.
+// The row (0 .. 128 / (HD / 16) - 1) whose columns thread t of the rotation warpgroup
+// rotates first in WriteQueryForDelta (then every 128 / (HD / 16) rows on). At head dim 128 the
+// two quarter-warps of a half-warp take rows 4 apart, so that their 8-byte stores, whose
+// swizzle XORs the chunk with row & 7, land in different banks.
 template <int HD>
 __device__ __forceinline__ int QueryRowForThread(int t) {
   constexpr int kLanes = HD / 16;
@@ -147,6 +140,17 @@ __device__ __forceinline__ int QueryRowForThread(int t) {
   }
 }
 
+// The rotation warpgroup's query for a delta d (128 threads, t): R(-d) applied to the whole
+// fp32 tile of R(position) q, rounded once to bf16 into the swizzled query tile. kLanes =
+// HD / 16 threads share a row; in step h thread g of a row reads, with 16-byte loads, the
+// 4 columns at 4 g + 4 kLanes h and their partners HD / 2 further (rotate-half), or the 4
+// columns at 4 g + 8 kLanes h and the 4 at 4 kLanes further (interleaved pairs). At head dim
+// 128 a load's quarter-warp then reads 128 contiguous bytes of one row: no bank conflicts
+// (with 8 g + 4 h before, two threads shared each bank; at head dim 64 a quarter-warp still
+// spans two rows). Sines and cosines are made two frequencies a lane and fetched by
+// shuffles. Rows are a multiple of 8 apart, so each store's swizzle is fixed per thread and
+// the addresses step by whole rows. A different split from RotateRowsByPosition's: a
+// barrier goes between them.
 template <int HD>
 __device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams& p, const float* raw, int delta, int t,
                                                    uint32_t q_tile) {

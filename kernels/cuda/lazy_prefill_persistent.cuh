@@ -164,7 +164,7 @@ template <int HD>
 __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const WorkList& list, CtaWork w, int index,
                                       float scale_log2, unsigned char* smem) {
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
-  const int c = threadIdx.x / 128 - 2;
+  const int c = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0) - 2;  // warp-uniform to ptxas
   const int my_row0 = c * 64 + ((threadIdx.x % 128) / 32) * kRowsPerWarp + (threadIdx.x % 32) / 4;
   const PersistentStageInfo* info = reinterpret_cast<const PersistentStageInfo*>(smem + L::kStage);
   const int* col_pos = reinterpret_cast<const int*>(smem + L::kColPos);
@@ -200,7 +200,7 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
       wgmma::FenceProxyAsync();  // the keys' cp.async copies (and the query rows), read next by wgmma
       float s[kBN / 2];
       if (c == 1 || J > 0) TurnSync(c);
-      IssueScores<HD>(s, q_half + (k & 1) * L::kQBytes, ring + ks * L::kKvBytes);
+      IssueScores<HD>(s, q_half + (__shfl_sync(0xffffffffu, k, 0) & 1) * L::kQBytes, ring + ks * L::kKvBytes);
       wgmma::Wait<0>();
       wgmma::PinRegisters(s);
       if (c == 0 || !in.final) TurnArrive(1 - c);  // consumer 0 takes no turn after the CTA's last tile

@@ -210,7 +210,7 @@ __device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork&
 template <int HD>
 __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, float scale_log2, unsigned char* smem) {
   using L = SpecSmemLayout<HD>;
-  const int c = threadIdx.x / 128 - 2;
+  const int c = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0) - 2;  // warp-uniform to ptxas
   const int my_row0 = c * 64 + ((threadIdx.x % 128) / 32) * kRowsPerWarp + (threadIdx.x % 32) / 4;
   const StageInfo* info = reinterpret_cast<const StageInfo*>(smem + L::kStage);
   const int* col_pos = reinterpret_cast<const int*>(smem + L::kColPos);
@@ -238,7 +238,7 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
     float s[kBN / 2];
     if (c == 1 || j > 0) TurnSync(c);
     if (stamps) LAZYKV_TIMELINE(j, 5 * c + kTurn);
-    IssueScores<HD>(s, q_half + (k & 1) * L::kQBytes, ring + ks * L::kKvBytes);
+    IssueScores<HD>(s, q_half + (__shfl_sync(0xffffffffu, k, 0) & 1) * L::kQBytes, ring + ks * L::kKvBytes);
     wgmma::Wait<0>();
     wgmma::PinRegisters(s);
     if (stamps) LAZYKV_TIMELINE(j, 5 * c + kScoresDone);

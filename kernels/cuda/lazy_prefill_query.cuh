@@ -172,12 +172,12 @@ __device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams&
     const int col1 = col0 + (interleaved ? 4 * kLanes : HD / 2);
     // Frequencies of the four values a thread rotates, held by lane f / 2, slot f & 1:
     // interleaved, col0 / 2 + {0, 1} and col1 / 2 + {0, 1}; rotate-half, col0 + {0 .. 3}.
-    float c[4], s[4];
+    float c[2][2], s[2][2];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int src = interleaved ? (j < 2 ? col0 : col1) / 4 : col0 / 2 + j / 2;
-      c[j] = __shfl_sync(0xffffffffu, c2[j & 1], src);
-      s[j] = __shfl_sync(0xffffffffu, s2[j & 1], src);
+      c[j / 2][j % 2] = __shfl_sync(0xffffffffu, c2[j & 1], src);
+      s[j / 2][j % 2] = __shfl_sync(0xffffffffu, s2[j & 1], src);
     }
     // Rows r0 + i kRowStep: the loads step by kRowStep rows of the raw tile and the stores by
     // kRowStep swizzled rows (r & 7 is the same for all of them).
@@ -191,15 +191,18 @@ __device__ __forceinline__ void WriteQueryForDelta(const PrefillAttentionParams&
       const float4 y = *reinterpret_cast<const float4*>(load1 + i * kRowStep * HD);
       uint32_t w[4];
       if (interleaved) {  // x, y: (u0, v0, u1, v1) each
-        w[0] = PackBf16(x.x * c[0] - x.y * s[0], x.x * s[0] + x.y * c[0]);
-        w[1] = PackBf16(x.z * c[1] - x.w * s[1], x.z * s[1] + x.w * c[1]);
-        w[2] = PackBf16(y.x * c[2] - y.y * s[2], y.x * s[2] + y.y * c[2]);
-        w[3] = PackBf16(y.z * c[3] - y.w * s[3], y.z * s[3] + y.w * c[3]);
-      } else {  // x: u of four frequencies, y: their v
-        w[0] = PackBf16(x.x * c[0] - y.x * s[0], x.y * c[1] - y.y * s[1]);
-        w[1] = PackBf16(x.z * c[2] - y.z * s[2], x.w * c[3] - y.w * s[3]);
-        w[2] = PackBf16(x.x * s[0] + y.x * c[0], x.y * s[1] + y.y * c[1]);
-        w[3] = PackBf16(x.z * s[2] + y.z * c[2], x.w * s[3] + y.w * c[3]);
+        const float4 a = Rotate(x, c[0], s[0]), b = Rotate(y, c[1], s[1]);
+        w[0] = PackBf16(a.x, a.y);
+        w[1] = PackBf16(a.z, a.w);
+        w[2] = PackBf16(b.x, b.y);
+        w[3] = PackBf16(b.z, b.w);
+      } else {  // x: u of four frequencies, y: their v; rotated as (u, v) pairs
+        const float4 a = Rotate(make_float4(x.x, y.x, x.y, y.y), c[0], s[0]);
+        const float4 b = Rotate(make_float4(x.z, y.z, x.w, y.w), c[1], s[1]);
+        w[0] = PackBf16(a.x, a.z);
+        w[1] = PackBf16(b.x, b.z);
+        w[2] = PackBf16(a.y, a.w);
+        w[3] = PackBf16(b.y, b.w);
       }
       asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(store0 + i * kRowStep * 128), "r"(w[0]), "r"(w[1])
                    : "memory");

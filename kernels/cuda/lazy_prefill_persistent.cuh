@@ -207,11 +207,11 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
       mbarrier::Arrive(&bars->empty[ks]);
       if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
 
-      uint32_t pa[kBN / 16][4];
-      SoftmaxTile<HD>(s, o, m, l, pa, col_pos + (J & 1) * kBN, in.needs_mask, row_pos, scale_log2);
-      mbarrier::Wait(&bars->full[vs], RingParity(2 * J + 1));
-      wgmma::FenceProxyAsync();  // the values' copies
-      IssueValues<HD>(o, pa, ring + vs * L::kKvBytes);
+      SoftmaxAndIssueValues<HD>(s, o, m, l, col_pos + (J & 1) * kBN, in.needs_mask, row_pos, scale_log2,
+                                ring + vs * L::kKvBytes, [&] {
+                                  mbarrier::Wait(&bars->full[vs], RingParity(2 * J + 1));
+                                  wgmma::FenceProxyAsync();  // the values' copies
+                                });
       wgmma::Wait<0>();
       wgmma::PinRegisters(o);
       mbarrier::Arrive(&bars->empty[vs]);

@@ -14,7 +14,8 @@
 //    the keys.
 //  - Two consumers (warpgroups 2 and 3, 64 query rows each) run the products and the online
 //    softmax; their scores take turns on the tensor cores (named barriers), so one consumer's
-//    softmax runs while the other's products do.
+//    softmax runs while the other's products do, and each issues the first half of a tile's
+//    P V before it makes the second half's exponentials (SoftmaxAndIssueValues).
 // The roles take the registers they need (setmaxnreg): copy 56, rotation 40, consumers 208.
 #pragma once
 
@@ -246,12 +247,12 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
     mbarrier::Arrive(&bars->empty[ks]);
     if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
 
-    uint32_t pa[kBN / 16][4];
-    SoftmaxTile<HD>(s, o, m, l, pa, col_pos + (j & 1) * kBN, in.needs_mask, row_pos, scale_log2);
-    if (stamps) LAZYKV_TIMELINE(j, 5 * c + kSoftmaxDone);
-    mbarrier::Wait(&bars->full[vs], RingParity(2 * j + 1));
-    wgmma::FenceProxyAsync();  // the values' copies
-    IssueValues<HD>(o, pa, ring + vs * L::kKvBytes);
+    SoftmaxAndIssueValues<HD>(s, o, m, l, col_pos + (j & 1) * kBN, in.needs_mask, row_pos, scale_log2,
+                              ring + vs * L::kKvBytes, [&] {
+                                if (stamps) LAZYKV_TIMELINE(j, 5 * c + kSoftmaxDone);  // its first half
+                                mbarrier::Wait(&bars->full[vs], RingParity(2 * j + 1));
+                                wgmma::FenceProxyAsync();  // the values' copies
+                              });
     wgmma::Wait<0>();
     wgmma::PinRegisters(o);
     if (stamps) LAZYKV_TIMELINE(j, 5 * c + kValuesDone);

@@ -71,19 +71,28 @@ __device__ __forceinline__ void MaskScores(float (&s)[kBN / 2], const int* cp, b
   }
 }
 
-// Step 2: the rows' new maxima m; l and O rescaled to them; mb[h] = m_use * scale_log2, the
-// offset of step 3's exponentials (0 for a row with nothing visible yet).
-template <int HD>
-__device__ __forceinline__ void RescaleToTileMax(const float (&s)[kBN / 2], float (&o)[HD / 2], float (&m)[2],
-                                                 float (&l)[2], float (&mb)[2], float scale_log2) {
+// Step 2: each row's maximum over the tile, mx[h] (rows my_row0 and my_row0 + 8; the four
+// threads of a row reduced by shuffles).
+__device__ __forceinline__ void RowMaxima(const float (&s)[kBN / 2], float (&mx)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = -INFINITY;
+    float x = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < kBN / 8; ++n) mx = fmaxf(mx, fmaxf(s[n * 4 + 2 * h], s[n * 4 + 2 * h + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[h], mx);
+    for (int n = 0; n < kBN / 8; ++n) x = fmaxf(x, fmaxf(s[n * 4 + 2 * h], s[n * 4 + 2 * h + 1]));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    mx[h] = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  }
+}
+
+// Step 2': the running maxima m moved to max(m, mx); l and O rescaled to them; mb[h] =
+// m_use * scale_log2, the offset of step 3's exponentials (0 for a row with nothing
+// visible yet).
+template <int HD>
+__device__ __forceinline__ void RescaleToMax(const float (&mx)[2], float (&o)[HD / 2], float (&m)[2], float (&l)[2],
+                                             float (&mb)[2], float scale_log2) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(m[h], mx[h]);
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet
     const float corr = exp2f((m[h] - m_use) * scale_log2);
     m[h] = m_new;
@@ -97,31 +106,27 @@ __device__ __forceinline__ void RescaleToTileMax(const float (&s)[kBN / 2], floa
   }
 }
 
-// Step 3, for the key steps [first, first + kSteps): P = 2^(s scale_log2 - mb) added to the
-// row sums l and left as bf16 in the A-operand layout of m64nNk16 (per warp the m16n8
+// Step 3, for the key steps [first, first + kSteps): P = 2^(s scale_log2 - mb), its row sums
+// added to sum, and P left as bf16 in the A-operand layout of m64nNk16 (per warp the m16n8
 // accumulator layout is the m16k16 operand layout): pa[kt] holds keys 16 kt .. 16 kt + 15.
-// first must be known once the caller's loops are unrolled (registers are not indexed).
+// s is not changed. first must be known once the caller's loops are unrolled (registers are
+// not indexed).
 template <int kSteps>
-__device__ __forceinline__ void ExpScores(int first, float (&s)[kBN / 2], const float (&mb)[2], float scale_log2,
-                                          float (&l)[2], uint32_t (&pa)[kBN / 16][4]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int n = 2 * first; n < 2 * (first + kSteps); ++n) {
-      s[n * 4 + 2 * h] = exp2f(fmaf(s[n * 4 + 2 * h], scale_log2, -mb[h]));
-      s[n * 4 + 2 * h + 1] = exp2f(fmaf(s[n * 4 + 2 * h + 1], scale_log2, -mb[h]));
-      sum += s[n * 4 + 2 * h] + s[n * 4 + 2 * h + 1];
-    }
-    l[h] += sum;
-  }
+__device__ __forceinline__ void ExpScores(int first, const float (&s)[kBN / 2], const float (&mb)[2], float scale_log2,
+                                          float (&sum)[2], uint32_t (&pa)[kBN / 16][4]) {
+  float add[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int kt = first; kt < first + kSteps; ++kt) {
-    pa[kt][0] = PackBf16(s[8 * kt + 0], s[8 * kt + 1]);
-    pa[kt][1] = PackBf16(s[8 * kt + 2], s[8 * kt + 3]);
-    pa[kt][2] = PackBf16(s[8 * kt + 4], s[8 * kt + 5]);
-    pa[kt][3] = PackBf16(s[8 * kt + 6], s[8 * kt + 7]);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // elements 2 r and 2 r + 1: row r % 2
+      const float e0 = exp2f(fmaf(s[8 * kt + 2 * r], scale_log2, -mb[r % 2]));
+      const float e1 = exp2f(fmaf(s[8 * kt + 2 * r + 1], scale_log2, -mb[r % 2]));
+      add[r % 2] += e0 + e1;
+      pa[kt][r] = PackBf16(e0, e1);
+    }
   }
+  sum[0] += add[0];
+  sum[1] += add[1];
 }
 
 // The three steps at once: the tile's scores folded into the running softmax (max m, sum l;
@@ -131,36 +136,52 @@ __device__ __forceinline__ void SoftmaxTile(float (&s)[kBN / 2], float (&o)[HD /
                                             uint32_t (&pa)[kBN / 16][4], const int* cp, bool needs_mask,
                                             const int (&row_pos)[2], float scale_log2) {
   MaskScores(s, cp, needs_mask, row_pos);
-  float mb[2];
-  RescaleToTileMax<HD>(s, o, m, l, mb, scale_log2);
+  float mx[2], mb[2];
+  RowMaxima(s, mx);
+  RescaleToMax<HD>(mx, o, m, l, mb, scale_log2);
   ExpScores<kBN / 16>(0, s, mb, scale_log2, l, pa);
 }
 
 // A tile's softmax and O += P V in two halves of the keys: the first half's P V goes to the
 // tensor cores as soon as its exponentials are made and runs while the second half's are (the
 // consumer then waits only for the products). Four pieces measured no faster than two
-// (bench/results/prefill_split_pv_2026-11-28.md). wait_values() is called once, before the
-// first P V: it must make the values' tile v_stage readable by wgmma. Leaves the P V issued
-// and committed, not waited for.
+// (bench/results/prefill_split_pv_2026-11-28.md).
+// The running maxima are kept while no row's tile maximum passes them by more than
+// kKeptMaxLog2 (FlashAttention-4's conditional rescaling): P is then at most 2^kKeptMaxLog2,
+// which bf16 and the fp32 sums hold exactly as well, and O needs no rescale. The first half's
+// exponentials are made against the kept maxima before the tile's maxima are known (the two
+// overlap), and made again, after the rescale, in a warp where some row's maximum moved
+// further (or a row had seen no key yet): O / l and the (m, l) a split writes stay exact
+// either way, since l counts from the same m as O.
+// wait_values() is called once, before the first P V: it must make the values' tile v_stage
+// readable by wgmma. Leaves the P V issued and committed, not waited for.
 template <int HD, typename WaitValues>
 __device__ __forceinline__ void SoftmaxAndIssueValues(float (&s)[kBN / 2], float (&o)[HD / 2], float (&m)[2],
                                                       float (&l)[2], const int* cp, bool needs_mask,
                                                       const int (&row_pos)[2], float scale_log2, uint32_t v_stage,
                                                       WaitValues wait_values) {
-  constexpr int kPieces = 2;
-  constexpr int kSteps = kBN / 16 / kPieces;  // key steps of 16 in a piece
+  constexpr int kHalf = kBN / 32;  // key steps of 16 in half a tile
+  constexpr float kKeptMaxLog2 = 8.0f;
   uint32_t pa[kBN / 16][4];
-  float mb[2];
+  float mb[2], mx[2], sum[2] = {0.0f, 0.0f};
   MaskScores(s, cp, needs_mask, row_pos);
-  RescaleToTileMax<HD>(s, o, m, l, mb, scale_log2);
-  ExpScores<kSteps>(0, s, mb, scale_log2, l, pa);
-  wait_values();
-  IssueValues<HD, kSteps>(o, pa, v_stage, 0);
 #pragma unroll
-  for (int piece = 1; piece < kPieces; ++piece) {
-    ExpScores<kSteps>(piece * kSteps, s, mb, scale_log2, l, pa);
-    IssueValues<HD, kSteps>(o, pa, v_stage, piece * kSteps);
+  for (int h = 0; h < 2; ++h) mb[h] = m[h] == -INFINITY ? 0.0f : m[h] * scale_log2;
+  ExpScores<kHalf>(0, s, mb, scale_log2, sum, pa);  // against the kept maxima
+  RowMaxima(s, mx);
+  // NaN (both -inf: a row with no key yet) compares false: made again.
+  const bool kept = (mx[0] - m[0]) * scale_log2 <= kKeptMaxLog2 && (mx[1] - m[1]) * scale_log2 <= kKeptMaxLog2;
+  if (!__all_sync(0xffffffffu, kept)) {
+    RescaleToMax<HD>(mx, o, m, l, mb, scale_log2);
+    sum[0] = sum[1] = 0.0f;
+    ExpScores<kHalf>(0, s, mb, scale_log2, sum, pa);
   }
+  wait_values();
+  IssueValues<HD, kHalf>(o, pa, v_stage, 0);
+  ExpScores<kHalf>(kHalf, s, mb, scale_log2, sum, pa);
+  IssueValues<HD, kHalf>(o, pa, v_stage, kHalf);
+  l[0] += sum[0];
+  l[1] += sum[1];
 }
 
 }  // namespace

@@ -41,7 +41,9 @@ struct PrefillTimeline {
   int max_ctas = 0;
   int max_tiles = 0;
 };
-__device__ PrefillTimeline g_prefill_timeline;
+// Constant memory: a stamp reads it from the constant cache, not with a round trip to L2,
+// which delayed the stamping thread (and its role) by the latency of a global load.
+__constant__ PrefillTimeline g_prefill_timeline;
 
 __device__ __forceinline__ void TimelineStamp(int tile, int event, long long value) {
   const PrefillTimeline t = g_prefill_timeline;

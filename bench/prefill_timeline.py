@@ -11,7 +11,10 @@ softmax, the values and their product), and the consumers' offset from each othe
 warps, the waits for free slots and the issue times; and the tile period (consumer 0's
 values-done to values-done), set against the cycles the tensor cores need for a tile (two
 consumers' 64 x 128 x 128 products twice, at 1024 dense bf16 FLOP a cycle per SM quarter).
-Usage: prefill_timeline.py FILE...
+With --absolute, also every role's steps on one axis: each event's median offset from consumer 0's
+keys-ready of a steady tile j, for tiles j - 1, j and j + 1, in time order (which release a wait
+followed, e.g. whether the copy warps took a key slot long after the consumers freed it).
+Usage: prefill_timeline.py [--absolute] FILE...
 """
 import statistics
 import struct
@@ -64,9 +67,35 @@ def summarize(grid):
     return steps
 
 
+EVENT_NAMES = {
+    KEYS_READY: "c0 keys ready", TURN: "c0 turn", SCORES_DONE: "c0 scores done", SOFTMAX_DONE: "c0 softmax done",
+    VALUES_DONE: "c0 values done", 5 + KEYS_READY: "c1 keys ready", 5 + TURN: "c1 turn",
+    5 + SCORES_DONE: "c1 scores done", 5 + SOFTMAX_DONE: "c1 softmax done", 5 + VALUES_DONE: "c1 values done",
+    KEY_SLOT: "copy key slot taken", KEYS_ISSUED: "copy keys issued", VALUE_SLOT: "copy value slot taken",
+    VALUES_ISSUED: "copy values issued"}
+
+
+def absolute(grid):
+    """[(median offset, tile offset, event name)] relative to consumer 0's keys-ready of tile j."""
+    offsets = {}
+    for cta in grid:
+        for t in steady_tiles(cta):
+            if t + 1 >= len(cta):
+                continue
+            ref = cta[t][KEYS_READY]
+            for dt in (-1, 0, 1):
+                for event, stamp in enumerate(cta[t + dt]):
+                    if stamp and event not in (CTA_START, SM_ID):
+                        offsets.setdefault((dt, EVENT_NAMES.get(event, f"event {event}")), []).append(stamp - ref)
+    return sorted((statistics.median(v), dt, name) for (dt, name), v in offsets.items())
+
+
 def main():
-    for path in sys.argv[1:]:
-        steps = summarize(read(path))
+    args = sys.argv[1:]
+    show_absolute = "--absolute" in args
+    for path in [a for a in args if a != "--absolute"]:
+        grid = read(path)
+        steps = summarize(grid)
         n = len(steps["tile period"])
         print(f"== {path}: {n} steady tiles")
         if n == 0:
@@ -78,6 +107,10 @@ def main():
                       f"({statistics.median(values) / period:5.1%} of the median period)")
         print(f"   tensor cycles a tile needs: {TENSOR_CYCLES_PER_TILE} ({TENSOR_CYCLES_PER_TILE / period:.1%} of the "
               "median period)")
+        if show_absolute:
+            print("   median offset from consumer 0's keys ready of tile j:")
+            for offset, dt, name in absolute(grid):
+                print(f"   {offset:8.0f}  tile j{dt:+d}  {name}")
 
 
 if __name__ == "__main__":

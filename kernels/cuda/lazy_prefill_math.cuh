@@ -50,8 +50,9 @@ __device__ __forceinline__ void IssueValues(float (&o)[HD / 2], const uint32_t (
   wgmma::Commit();
 }
 
-// The online softmax of one tile in three steps, so that a caller can issue the first
-// keys' P V before the last keys' exponentials (SoftmaxTile runs all three). Score element i
+// The online softmax of one tile in steps (mask, row maxima, rescale, exponentials over a range
+// of keys), so that a caller can issue the first keys' P V before the last keys' exponentials
+// (SoftmaxTile runs them all in order). Score element i
 // of s: row my_row0 + 8 ((i / 2) % 2), column (i / 4) 8 + 2 t4 + i % 2 (the m64nNk16
 // accumulator layout). Base 2, the 1/sqrt(d) scale folded into scale_log2.
 
@@ -129,7 +130,7 @@ __device__ __forceinline__ void ExpScores(int first, const float (&s)[kBN / 2], 
   sum[1] += add[1];
 }
 
-// The three steps at once: the tile's scores folded into the running softmax (max m, sum l;
+// All the steps in order: the tile's scores folded into the running softmax (max m, sum l;
 // O rescaled), P left in pa.
 template <int HD>
 __device__ __forceinline__ void SoftmaxTile(float (&s)[kBN / 2], float (&o)[HD / 2], float (&m)[2], float (&l)[2],
@@ -148,7 +149,7 @@ __device__ __forceinline__ void SoftmaxTile(float (&s)[kBN / 2], float (&o)[HD /
 // (bench/results/prefill_split_pv_2026-11-28.md).
 // The running maxima are kept while no row's tile maximum passes them by more than
 // kKeptMaxLog2 (FlashAttention-4's conditional rescaling): P is then at most 2^kKeptMaxLog2,
-// which bf16 and the fp32 sums hold exactly as well, and O needs no rescale. The first half's
+// which bf16 and the fp32 sums hold as precisely as P <= 1, and O needs no rescale. The first half's
 // exponentials are made against the kept maxima before the tile's maxima are known (the two
 // overlap), and made again, after the rescale, in a warp where some row's maximum moved
 // further (or a row had seen no key yet): O / l and the (m, l) a split writes stay exact

@@ -79,13 +79,11 @@ def absolute(grid):
     """[(median offset, tile offset, event name)] relative to consumer 0's keys-ready of tile j."""
     offsets = {}
     for cta in grid:
-        for t in steady_tiles(cta):
-            if t + 1 >= len(cta):
-                continue
+        for t in steady_tiles(cta):  # tiles t - 1 .. t + 1 exist and none is tile 0 (CTA_START, SM_ID)
             ref = cta[t][KEYS_READY]
             for dt in (-1, 0, 1):
                 for event, stamp in enumerate(cta[t + dt]):
-                    if stamp and event not in (CTA_START, SM_ID):
+                    if stamp:
                         offsets.setdefault((dt, EVENT_NAMES.get(event, f"event {event}")), []).append(stamp - ref)
     return sorted((statistics.median(v), dt, name) for (dt, name), v in offsets.items())
 

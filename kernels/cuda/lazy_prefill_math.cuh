@@ -52,9 +52,9 @@ __device__ __forceinline__ void IssueValues(float (&o)[HD / 2], const uint32_t (
 
 // The online softmax of one tile in steps (mask, row maxima, rescale, exponentials over a range
 // of keys), so that a caller can issue the first keys' P V before the last keys' exponentials
-// (SoftmaxTile runs them all in order). Score element i
-// of s: row my_row0 + 8 ((i / 2) % 2), column (i / 4) 8 + 2 t4 + i % 2 (the m64nNk16
-// accumulator layout). Base 2, the 1/sqrt(d) scale folded into scale_log2.
+// (SoftmaxTile runs them all in order). Score element i of s: row my_row0 + 8 ((i / 2) % 2),
+// column (i / 4) 8 + 2 t4 + i % 2 (the m64nNk16 accumulator layout). Base 2, the 1/sqrt(d)
+// scale folded into scale_log2.
 
 // Step 1: masks the scores of keys past each row's position (cp: the tile's key positions).
 __device__ __forceinline__ void MaskScores(float (&s)[kBN / 2], const int* cp, bool needs_mask,
@@ -167,8 +167,8 @@ __device__ __forceinline__ void SoftmaxAndIssueValues(float (&s)[kBN / 2], float
   float mb[2], mx[2], sum[2] = {0.0f, 0.0f};
   MaskScores(s, cp, needs_mask, row_pos);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) mb[h] = m[h] == -INFINITY ? 0.0f : m[h] * scale_log2;
-  ExpScores<kHalf>(0, s, mb, scale_log2, sum, pa);  // against the kept maxima
+  for (int h = 0; h < 2; ++h) mb[h] = m[h] == -INFINITY ? 0.0f : m[h] * scale_log2;  // as RescaleToMax's m_use
+  ExpScores<kHalf>(0, s, mb, scale_log2, sum, pa);                                   // against the kept maxima
   RowMaxima(s, mx);
   // NaN (both -inf: a row with no key yet) compares false: made again.
   const bool kept = (mx[0] - m[0]) * scale_log2 <= kKeptMaxLog2 && (mx[1] - m[1]) * scale_log2 <= kKeptMaxLog2;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/prefill_timeline.py on a made-up timeline: steps computed from stamps written out by
-hand, steady tiles only (a CTA's first two and last left out), CTAs without stamps skipped."""
+hand, steady tiles only (a CTA's first two and last left out), CTAs without stamps skipped, and
+--absolute's offsets from consumer 0's keys-ready."""
 import os
 import struct
 import sys
@@ -51,6 +52,16 @@ def main():
     }
     for name, value in want.items():
         assert steps[name] == [value, value], (name, steps[name])
+    # --absolute: every event's median offset from consumer 0's keys-ready of a steady tile, in
+    # time order, for the tiles before and after too.
+    rows = tl.absolute(grid)
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows), rows
+    got = {(dt, name): offset for offset, dt, name in rows}
+    assert got[(0, "c0 keys ready")] == 0, got
+    assert got[(0, "copy key slot taken")] == -550, got
+    assert got[(-1, "copy key slot taken")] == -1550, got
+    assert got[(1, "c1 values done")] == 1000 + 300 + 1000 - 50, got
+    assert len(got) == 3 * 14, len(got)  # 14 events a tile (no CTA start or SM id past tile 0)
     print("prefill_timeline_test: ok")
 
 

@@ -91,6 +91,16 @@ struct PagedProblem {
     for (float& x : q) x = dist(rng);
   }
 
+  // Multiplies the keys of pool blocks [first_block, end_block) by `factor` (after Draw), the
+  // bf16 pool and its fp32 twin alike (exact for a power of two).
+  void ScaleKeys(int first_block, int end_block, float factor) {
+    const size_t block_elems = static_cast<size_t>(block_size) * n_kv_heads * head_dim;
+    for (size_t i = first_block * block_elems; i < end_block * block_elems; ++i) {
+      k_fp[i] *= factor;
+      k_bf[i] = __float2bfloat16(k_fp[i]);
+    }
+  }
+
   int num_seqs() const { return static_cast<int>(query_pos0.size()); }
   int total_queries() const { return query_offsets.back(); }
   size_t q_width() const { return static_cast<size_t>(n_heads) * head_dim; }

@@ -83,13 +83,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   }
   problem.Draw(rng);
   if (s.own_key_scale != 1.0f) {
-    const size_t block_elems = static_cast<size_t>(s.block_size) * s.n_kv_heads * s.head_dim;
-    for (const auto& [first, end] : own_blocks) {
-      for (size_t i = first * block_elems; i < end * block_elems; ++i) {
-        problem.k_fp[i] *= s.own_key_scale;
-        problem.k_bf[i] = __float2bfloat16(problem.k_fp[i]);
-      }
-    }
+    for (const auto& [first, end] : own_blocks) problem.ScaleKeys(first, end, s.own_key_scale);
   }
   const std::vector<float> expected = problem.Reference();
 

@@ -251,6 +251,9 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, sms);
+  if (const char* probe = cuda::detail::PrefillProbeName(); probe != nullptr) {
+    std::printf("PROBE BUILD (%s): outputs are wrong; the one-tile kernel's times bound it from below\n", probe);
+  }
 
   // The mma.sync bf16 ceiling, every SM busy (a lower bound on wgmma's).
   {

@@ -14,6 +14,8 @@ consumers' 64 x 128 x 128 products twice, at 1024 dense bf16 FLOP a cycle per SM
 With --absolute, also every role's steps on one axis: each event's median offset from consumer 0's
 keys-ready of a steady tile j, for tiles j - 1, j and j + 1, in time order (which release a wait
 followed, e.g. whether the copy warps took a key slot long after the consumers freed it).
+Then a CTA's start and end: tile 0's steps after the CTA's start, and the gap from the CTA before
+on the same SM (its last P V) to this one's start, which no tile overlaps in the one-tile kernel.
 Usage: prefill_timeline.py [--absolute] FILE...
 """
 import statistics
@@ -22,6 +24,7 @@ import sys
 
 KEYS_READY, TURN, SCORES_DONE, SOFTMAX_DONE, VALUES_DONE = range(5)
 KEY_SLOT, KEYS_ISSUED, VALUE_SLOT, VALUES_ISSUED, CTA_START, SM_ID = 10, 11, 12, 13, 14, 15
+FIRST_QUERY_MADE = 16  # tile 0 only
 TENSOR_CYCLES_PER_TILE = 2 * 2 * (2 * 64 * 128 * 128) // 4096  # both consumers' S and P V: 2048
 
 
@@ -75,6 +78,34 @@ EVENT_NAMES = {
     VALUES_ISSUED: "copy values issued"}
 
 
+def cta_edges(grid):
+    """A CTA's start and end, in cycles: {name: [values]} of tile 0's steps after the CTA's start
+    (its table walk and barrier setup are before it), and, for CTAs after another on the same SM,
+    the gap from that CTA's last P V (either consumer's) to this CTA's start (the output's stores,
+    the CTA's exit and launch, the table walk)."""
+    edges = {name: [] for name in (
+        "start -> first query made", "start -> copy keys issued", "start -> c0 keys ready",
+        "previous CTA's last P V -> start")}
+    by_sm = {}
+    for cta in grid:
+        first = cta[0]
+        if not first[CTA_START]:
+            continue
+        for name, event in (("first query made", FIRST_QUERY_MADE), ("copy keys issued", KEYS_ISSUED),
+                            ("c0 keys ready", KEYS_READY)):
+            if event < len(first) and first[event]:
+                edges[f"start -> {name}"].append(first[event] - first[CTA_START])
+        done = [ev for ev in cta if ev[VALUES_DONE] and ev[5 + VALUES_DONE]]
+        if done:
+            end = max(done[-1][VALUES_DONE], done[-1][5 + VALUES_DONE])
+            by_sm.setdefault(first[SM_ID], []).append((first[CTA_START], end))
+    for ctas in by_sm.values():
+        ctas.sort()
+        for (_, end), (start, _) in zip(ctas, ctas[1:]):
+            edges["previous CTA's last P V -> start"].append(start - end)
+    return edges
+
+
 def absolute(grid):
     """[(median offset, tile offset, event name)] relative to consumer 0's keys-ready of tile j."""
     offsets = {}
@@ -105,6 +136,10 @@ def main():
                       f"({statistics.median(values) / period:5.1%} of the median period)")
         print(f"   tensor cycles a tile needs: {TENSOR_CYCLES_PER_TILE} ({TENSOR_CYCLES_PER_TILE / period:.1%} of the "
               "median period)")
+        print("   a CTA's start and end (cycles):")
+        for name, values in cta_edges(grid).items():
+            if values:
+                print(f"   {name:40s} median {statistics.median(values):8.0f}  mean {statistics.fmean(values):8.0f}")
         if show_absolute:
             print("   median offset from consumer 0's keys ready of tile j:")
             for offset, dt, name in absolute(grid):

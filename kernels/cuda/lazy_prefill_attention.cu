@@ -206,6 +206,16 @@ cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles) {
 #endif
 }
 
+const char* PrefillProbeName() {
+#if defined(LAZYKV_PREFILL_PROBE_COPY_ONLY)
+  return "copy_only";
+#elif defined(LAZYKV_PREFILL_PROBE_MATH_ONLY)
+  return "math_only";
+#else
+  return nullptr;
+#endif
+}
+
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,
                                               int max_ctas) {
   const bool pow2_block = p.kv.block_size >= 16 && (p.kv.block_size & (p.kv.block_size - 1)) == 0;

@@ -110,8 +110,11 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
 // [max_ctas][max_tiles][kPrefillTimelineEvents] (prefill_timeline.cuh says which stamp is
 // which); null stops it. cudaErrorNotSupported in other builds. Not thread-safe with launches
 // in flight.
-constexpr int kPrefillTimelineEvents = 16;
+constexpr int kPrefillTimelineEvents = 17;
 cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles);
+// "copy_only" or "math_only" in a probe build (CMake -DLAZYKV_PREFILL_PROBE=...; its outputs
+// are wrong, its times bound the kernels), nullptr otherwise.
+const char* PrefillProbeName();
 }  // namespace detail
 
 }  // namespace lazykv::cuda

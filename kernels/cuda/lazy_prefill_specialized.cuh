@@ -7,11 +7,12 @@
 //    3-slot ring: the keys and values of tile j are loads 2 j and 2 j + 1, and load i goes to
 //    slot i % 3 once load i - 3 is done with (K(j + 1) reuses the slot of V(j - 1), V(j + 1)
 //    that of K(j)): two tiles in flight in 96 KB, which leaves room for two query buffers.
-//  - Rotation (warpgroup 1) makes R(p) q in fp32 once, then, for the k-th run of block-table
-//    entries that share a delta d, writes R(p - d) q rounded once to bf16 into query buffer
-//    k & 1 as soon as the consumers have released delta k - 2: a whole delta ahead of them,
-//    so no rotation sits on the consumers' path. The query is rotated once per delta, never
-//    the keys.
+//  - Rotation (warpgroup 1): for the k-th run of block-table entries that share a delta d
+//    (k > 0), writes R(p - d) q rounded once to bf16 into query buffer k & 1, from the fp32
+//    R(p) q tile, as soon as the consumers have released delta k - 2: a whole delta ahead of
+//    them, so no rotation sits on the consumers' path. The query is rotated once per delta,
+//    never the keys. The consumers make the fp32 tile and the first run's query themselves at
+//    the CTA's start (MakeFirstQuery), where they would only wait for it.
 //  - Two consumers (warpgroups 2 and 3, 64 query rows each) run the products and the online
 //    softmax; their scores take turns on the tensor cores (named barriers), so one consumer's
 //    softmax runs while the other's products do, and each issues the first half of a tile's
@@ -47,6 +48,7 @@ struct StageInfo {
 struct SpecBarriers {
   uint64_t full[kRingSlots], empty[kRingSlots];
   uint64_t q_full[2], q_empty[2];
+  uint64_t first_query;  // the one-tile kernel's consumers have made R(p) q and the first query
 };
 
 constexpr int kSpecThreads = 4 * 128;
@@ -72,6 +74,7 @@ __device__ __forceinline__ void InitSpecBarriers(SpecBarriers* bars) {
     mbarrier::Init(&bars->q_full[b], 128);
     mbarrier::Init(&bars->q_empty[b], 256);
   }
+  mbarrier::Init(&bars->first_query, 256);  // each consumer thread
 }
 
 // Named barriers: 1 among the copy warps; 2 + c, consumer c's turn to issue its scores (2 and 3);
@@ -178,32 +181,81 @@ __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, 
   }
 }
 
-// The rotation warpgroup (t: 0 .. 127): R(p) q once, then for each run of the table's
-// visible entries (delta k: the k-th run) R(p - d) q into buffer k & 1, as soon as the
-// consumers have released delta k - 2 — a whole delta ahead of the consumers.
+// The rotation warpgroup (t: 0 .. 127): for each run of the table's visible entries after the
+// first (delta k: the k-th run) R(p - d) q into buffer k & 1, from the fp32 R(p) q tile that
+// the consumers made with the first run's query (MakeFirstQuery), as soon as the consumers
+// have released delta k - 2 — a whole delta ahead of the consumers.
 template <int HD>
 __device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork& w, unsigned char* smem) {
   using L = SpecSmemLayout<HD>;
   const int t = threadIdx.x - 128;
   SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
-  float* raw_q = reinterpret_cast<float*>(smem + L::kRawQ);
+  const float* raw_q = reinterpret_cast<const float*>(smem + L::kRawQ);
   unsigned char* q_buf = smem + L::kQ;
-  LoadRawQuery<HD, 128>(w, SmemAddr(raw_q), t);
-  CpAsyncCommit();
   int e = 0, e_hi = 0;
   SplitEntryRange(p, w, &e, &e_hi);
-  CpAsyncWait<0>();
-  RotationSync();  // every raw row has landed
-  RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t, w.log2_pack);
-  RotationSync();  // the rotations by delta read the tile with another split
+  mbarrier::Wait(&bars->first_query, 0);  // the consumers' R(p) q rows and the first run's query
+  if (t == 0) LAZYKV_TIMELINE(0, kFirstQueryMade);
   for (int k = 0; e < e_hi && __ldg(p.kv.block_starts + e) <= w.pos_hi; ++k) {
     const int delta = __ldg(p.kv.block_deltas + e);
     const int b = k & 1;
-    if (k >= 2) mbarrier::Wait(&bars->q_empty[b], ((k >> 1) - 1) & 1);
-    WriteQueryForDelta<HD>(p, raw_q, delta, t, SmemAddr(q_buf + b * L::kQBytes));
-    wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
+    if (k > 0) {  // the first run's query is the consumers'; its phase of q_full is still counted here
+      if (k >= 2) mbarrier::Wait(&bars->q_empty[b], ((k >> 1) - 1) & 1);
+      WriteQueryForDelta<HD>(p, raw_q, delta, t, SmemAddr(q_buf + b * L::kQBytes));
+      wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
+    }
     mbarrier::Arrive(&bars->q_full[b]);
     e = NextRunStart(p, e, e_hi, delta);
+  }
+}
+
+// At the CTA's start, consumer c's 128 threads (t) make its 64 query rows [64 c, 64 c + 64)
+// of the first run (delta d: desc[0]'s): the raw rows go from global memory straight into
+// registers, all loads in flight at once; R(p) q goes into the fp32 tile (RawQueryIndex's
+// layout, for the rotation warps' later deltas) and R(p - d) q, rounded once to bf16, into
+// its half of query buffer 0, in one pass. The consumers would otherwise wait for the
+// rotation warpgroup, whose single warp per scheduler took ~10000 cycles from the CTA's start
+// to the first query (loads through shared memory, then two latency-bound passes); they
+// are idle then, and have registers to hold the rows. The angle of a thread's first row is
+// formed in double (exact); later rows advance it by a rotation of the row step.
+template <int HD>
+__device__ __forceinline__ void MakeFirstQuery(const PrefillAttentionParams& p, const CtaWork& w, int c, int delta,
+                                               int t, float* tile, unsigned char* q_smem) {
+  using Lanes = QueryLanes<HD, 128>;
+  constexpr int kSteps = 64 / Lanes::kRowsPerStep;
+  const Lanes lanes(p.kv.rope_style, t);
+  const int r0 = 64 * c + lanes.rsub;
+  float4 x[kSteps];
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) {
+    const int r = r0 + i * Lanes::kRowsPerStep;
+    x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // rows past the tile's queries (LoadRawQuery's zeros)
+    if (r < w.rows) {
+      const float* row = w.q_tile + static_cast<size_t>(RowPair(w, r)) * HD;
+      if (lanes.interleaved) {
+        x[i] = __ldg(reinterpret_cast<const float4*>(row + lanes.col_a));
+      } else {
+        const float2 a = __ldg(reinterpret_cast<const float2*>(row + lanes.col_a));
+        const float2 b = __ldg(reinterpret_cast<const float2*>(row + lanes.col_b));
+        x[i] = make_float4(a.x, b.x, a.y, b.y);
+      }
+    }
+  }
+  float cp[2], sp[2], cs[2], ss[2], cd[2], sd[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const double th = __ldg(p.kv.inv_freq + lanes.f0 + j);
+    RopeSinCos(th, w.pos_lo + (r0 >> w.log2_pack), &sp[j], &cp[j]);
+    RopeSinCos(th, Lanes::kRowsPerStep >> w.log2_pack, &ss[j], &cs[j]);
+    RopeSinCos(th, -static_cast<long long>(delta), &sd[j], &cd[j]);
+  }
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) {
+    const int r = r0 + i * Lanes::kRowsPerStep;
+    const float4 y = Rotate(x[i], cp, sp);
+    lanes.Store(tile, r, y);
+    lanes.StoreBf16(q_smem, r, Rotate(y, cd, sd));
+    AdvanceAngle(cp, sp, cs, ss);
   }
 }
 
@@ -224,6 +276,10 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
   for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row_pos[2] = {RowPosition(w, my_row0), RowPosition(w, my_row0 + 8)};
+  MakeFirstQuery<HD>(p, w, c, reinterpret_cast<const TileDesc*>(smem + L::kDesc)[0].delta, threadIdx.x % 128,
+                     reinterpret_cast<float*>(smem + L::kRawQ), smem + L::kQ);
+  wgmma::FenceProxyAsync();  // the query rows, read next by wgmma (async proxy)
+  mbarrier::Arrive(&bars->first_query);
   int k = -1;  // the delta's index
   for (int j = 0;; ++j) {
     const int ks = RingSlot(2 * j), vs = RingSlot(2 * j + 1);
@@ -233,6 +289,14 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
       ++k;
       mbarrier::Wait(&bars->q_full[k & 1], (k >> 1) & 1);
     }
+#ifdef LAZYKV_PREFILL_PROBE_COPY_ONLY  // a diagnostic build (kernels/CMakeLists.txt): the tile's loads only
+    mbarrier::Arrive(&bars->empty[ks]);
+    if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
+    mbarrier::Wait(&bars->full[vs], RingParity(2 * j + 1));
+    mbarrier::Arrive(&bars->empty[vs]);
+    if (in.last) return;
+    continue;
+#endif
     const bool stamps = threadIdx.x % 128 == 0;  // one thread of the consumer (diagnostic builds)
     if (stamps) LAZYKV_TIMELINE(j, 5 * c + kKeysReady);
     wgmma::FenceProxyAsync();  // the keys' cp.async copies (and the query rows), read next by wgmma

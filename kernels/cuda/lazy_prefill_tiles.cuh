@@ -159,6 +159,14 @@ __device__ void NextTile(const PrefillAttentionParams& p, const TileDesc& cur, i
   }
 }
 
+// The bytes a 16-byte copy reads: 0 in the math_only probe build (kernels/CMakeLists.txt), whose
+// copies zero-fill the ring and read no memory, so that the consumers' math runs on zeros.
+#ifdef LAZYKV_PREFILL_PROBE_MATH_ONLY
+constexpr int kProbeCopyBytes = 0;
+#else
+constexpr int kProbeCopyBytes = 16;
+#endif
+
 // Issues the cp.async copies of one KV tile's keys or values (pool: k_pool or v_pool) into
 // dst, swizzled for wgmma, and, when col_pos is not null and the tile needs the mask, each
 // column's logical position (INT_MAX for an empty column). Each of kCopyThreads threads (t)
@@ -196,7 +204,7 @@ __device__ __forceinline__ void LoadTileRows(const PrefillAttentionParams& p, co
     for (int i = 0; i < kRows; i += kChains) {
 #pragma unroll
       for (int u = 0; u < kChains; ++u) {
-        CpAsync16(dst + wgmma::SwizzledOffset<kBN>(r0 + i + u, ch), from[u], 16);
+        CpAsync16(dst + wgmma::SwizzledOffset<kBN>(r0 + i + u, ch), from[u], kProbeCopyBytes);
         from[u] += kChains * slot_stride;
       }
     }
@@ -209,7 +217,7 @@ __device__ __forceinline__ void LoadTileRows(const PrefillAttentionParams& p, co
       // An empty slot is zero-filled (no byte read); its address still lies in the pool: in
       // the same block as the thread's first row, or (no entry) in the pool's first block.
       const bool valid = slot0 + i + u < tokens;
-      CpAsync16(dst + wgmma::SwizzledOffset<kBN>(r0 + i + u, ch), from[u], valid ? 16 : 0);
+      CpAsync16(dst + wgmma::SwizzledOffset<kBN>(r0 + i + u, ch), from[u], valid ? kProbeCopyBytes : 0);
       if (col_pos != nullptr && ch == 0) col_pos[r0 + i + u] = valid ? start + i + u : INT_MAX;
       from[u] += kChains * slot_stride;
     }

@@ -32,8 +32,11 @@ enum PrefillTimelineEvent {
   kValuesIssued = 13,
   kCtaStart = 14,  // tile 0 only: the CTA's start; event 15 of tile 0: its SM
   kSmId = 15,
+  // Tile 0 only: the rotation warps (thread 0 of the role) have seen the consumers' first query
+  // (MakeFirstQuery) made.
+  kFirstQueryMade = 16,
 };
-static_assert(kSmId < detail::kPrefillTimelineEvents, "an event past the stamps of a tile");
+static_assert(kFirstQueryMade < detail::kPrefillTimelineEvents, "an event past the stamps of a tile");
 
 #ifdef LAZYKV_PREFILL_TIMELINE
 struct PrefillTimeline {

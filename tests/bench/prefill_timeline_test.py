@@ -10,7 +10,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import prefill_timeline as tl  # noqa: E402
 
-CTAS, TILES, EVENTS = 2, 6, 16
+CTAS, TILES, EVENTS = 3, 6, 17
 
 
 def make():
@@ -31,7 +31,15 @@ def make():
         ev[tl.KEYS_ISSUED] = base - 400
         ev[tl.VALUE_SLOT] = base - 250
         ev[tl.VALUES_ISSUED] = base - 200
+    stamps[0][0][tl.CTA_START] = 9000
+    stamps[0][0][tl.SM_ID] = 7
+    stamps[0][0][tl.FIRST_QUERY_MADE] = 9700
     # CTA 1: no stamps at all (not in the recorded waves).
+    # CTA 2: after CTA 0 on SM 7, 800 cycles after CTA 0's last P V (consumer 1's, tile 4: 15300);
+    # its first query made 600 cycles after its start; one tile, whose keys were issued at once.
+    ev = stamps[2][0]
+    ev[tl.CTA_START], ev[tl.SM_ID], ev[tl.FIRST_QUERY_MADE], ev[tl.KEYS_ISSUED] = 16100, 7, 16700, 16150
+    ev[tl.KEYS_READY], ev[tl.VALUES_DONE], ev[5 + tl.VALUES_DONE] = 16750, 17500, 17900
     flat = [x for cta in stamps for tile in cta for x in tile]
     return struct.pack("<3i", CTAS, TILES, EVENTS) + struct.pack(f"<{len(flat)}q", *flat)
 
@@ -62,6 +70,13 @@ def main():
     assert got[(-1, "copy key slot taken")] == -1550, got
     assert got[(1, "c1 values done")] == 1000 + 300 + 1000 - 50, got
     assert len(got) == 3 * 14, len(got)  # 14 events a tile (no CTA start or SM id past tile 0)
+    # A CTA's start and end: tile 0's steps after the start, and the gap after the CTA before on
+    # the same SM (CTA 2 follows CTA 0; CTA 1 has no stamps).
+    edges = tl.cta_edges(grid)
+    assert sorted(edges["start -> first query made"]) == [600, 700], edges
+    assert sorted(edges["start -> copy keys issued"]) == [50, 600], edges  # CTA 0's tile 0: 10000 - 400
+    assert sorted(edges["start -> c0 keys ready"]) == [650, 1050], edges
+    assert edges["previous CTA's last P V -> start"] == [800], edges
     print("prefill_timeline_test: ok")
 
 

@@ -203,10 +203,15 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
 // With LAZYKV_PREFILL_TIMELINE_OUT=PREFIX in a diagnostic build (CMake
 // -DLAZYKV_PREFILL_TIMELINE=ON): the one-tile kernel's in-kernel timeline of its first four
 // waves of CTAs for each shape, written to PREFIX_L_scenario as int32 (ctas, tiles, events)
-// then int64 stamps [ctas][tiles][events]; bench/prefill_timeline.py reads it.
-void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, const std::string& path) {
-  const int ctas = 4 * sms;
-  const int tiles = static_cast<int>((p.max_keys > 0 ? p.max_keys : 16384) / 128 + 2);
+// then int64 stamps [ctas][tiles][events]; bench/prefill_timeline.py reads it. With
+// LAZYKV_PREFILL_TIMELINE_SCHEDULE=3, the persistent kernel's instead: its CTAs (one an SM),
+// each CTA's tiles numbered across its work tiles (works: the launch's work tiles).
+void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, int works, const std::string& path) {
+  const char* schedule_env = std::getenv("LAZYKV_PREFILL_TIMELINE_SCHEDULE");
+  const bool persistent = schedule_env != nullptr && std::string(schedule_env) == "3";
+  const int tiles_per_work = static_cast<int>((p.max_keys > 0 ? p.max_keys : 16384) / 128 + 2);
+  const int ctas = persistent ? sms : 4 * sms;
+  const int tiles = persistent ? (works + sms - 1) / sms * tiles_per_work : tiles_per_work;
   constexpr int kEvents = cuda::detail::kPrefillTimelineEvents;
   const size_t count = static_cast<size_t>(ctas) * tiles * kEvents;
   long long* stamps = nullptr;
@@ -218,7 +223,8 @@ void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, const std::str
     CHECK_CUDA(cudaFree(stamps));
     return;
   }
-  CHECK_CUDA(cuda::detail::LaunchLazyPrefillAttentionVariant(p, cuda::detail::kSpecializedSchedule, nullptr));
+  CHECK_CUDA(cuda::detail::LaunchLazyPrefillAttentionVariant(
+      p, persistent ? cuda::detail::kPersistentSchedule : cuda::detail::kSpecializedSchedule, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());
   CHECK_CUDA(cuda::detail::SetPrefillTimeline(nullptr, 0, 0));
   std::vector<long long> host(count);
@@ -287,7 +293,8 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cuda::LaunchLazyPrefillAttention(p, nullptr));
       CHECK_CUDA(cudaDeviceSynchronize());
       if (const char* timeline = std::getenv("LAZYKV_PREFILL_TIMELINE_OUT"); timeline != nullptr) {
-        DumpTimeline(p, sms,
+        const int works = batch * kHeads * ((n_q + 127) / 128);  // unpacked, unsplit: the bench's rows
+        DumpTimeline(p, sms, works,
                      std::string(timeline) + "_" + std::to_string(len) + "_" + (scenario == 0 ? "full" : "last"));
       }
       // Each kernel with and without the rotation (all deltas 0), timed alternately.

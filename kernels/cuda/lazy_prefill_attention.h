@@ -105,8 +105,9 @@ constexpr int kPersistentMaxKeys = 1024;
 int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms);
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,
                                               int max_ctas = 0);
-// Diagnostic builds (CMake -DLAZYKV_PREFILL_TIMELINE=ON): later launches of the one-tile
-// kernel (schedule 2) write an in-kernel timeline into `stamps`, int64
+// Diagnostic builds (CMake -DLAZYKV_PREFILL_TIMELINE=ON): later launches of the one-tile and
+// persistent kernels (schedules 2 and 3; the persistent kernel's tiles are numbered across a
+// CTA's work tiles) write an in-kernel timeline into `stamps`, int64
 // [max_ctas][max_tiles][kPrefillTimelineEvents] (prefill_timeline.cuh says which stamp is
 // which); null stops it. cudaErrorNotSupported in other builds. Not thread-safe with launches
 // in flight.

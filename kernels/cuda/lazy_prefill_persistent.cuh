@@ -26,6 +26,7 @@
 #include "kernels/cuda/lazy_prefill_specialized.cuh"
 #include "kernels/cuda/lazy_prefill_tiles.cuh"
 #include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/prefill_timeline.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace lazykv::cuda {
@@ -101,13 +102,17 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
       // released V(J - 2), the load that the keys of tile J wait for.
       acquire(2 * J);
       if (t == 0) {
+        LAZYKV_TIMELINE(J, kKeySlot);
         info[J & 1] =
             PersistentStageInfo{empty ? 0 : d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0,
                                 last && !more ? 1 : 0,    empty ? 1 : 0};
       }
       issue(2 * J, d, p.kv.k_pool, col_pos + (J & 1) * kBN);
+      if (t == 0) LAZYKV_TIMELINE(J, kKeysIssued);
       acquire(2 * J + 1);
+      if (t == 0) LAZYKV_TIMELINE(J, kValueSlot);
       issue(2 * J + 1, d, p.kv.v_pool, nullptr);
+      if (t == 0) LAZYKV_TIMELINE(J, kValuesIssued);
       if (last) break;
       if (t < 32) NextTile(p, dn, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[(J + 2) % kDescSlots]);
       CopySync();  // desc[J + 2] is written; every copy warp is done with desc[J]
@@ -197,23 +202,29 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
         ++k;
         mbarrier::Wait(&bars->q_full[k & 1], (k >> 1) & 1);
       }
+      const bool stamps = threadIdx.x % 128 == 0;  // one thread of the consumer (diagnostic builds)
+      if (stamps) LAZYKV_TIMELINE(J, 5 * c + kKeysReady);
       wgmma::FenceProxyAsync();  // the keys' cp.async copies (and the query rows), read next by wgmma
       float s[kBN / 2];
       if (c == 1 || J > 0) TurnSync(c);
+      if (stamps) LAZYKV_TIMELINE(J, 5 * c + kTurn);
       IssueScores<HD>(s, q_half + (__shfl_sync(0xffffffffu, k, 0) & 1) * L::kQBytes, ring + ks * L::kKvBytes);
       wgmma::Wait<0>();
       wgmma::PinRegisters(s);
+      if (stamps) LAZYKV_TIMELINE(J, 5 * c + kScoresDone);
       if (c == 0 || !in.final) TurnArrive(1 - c);  // consumer 0 takes no turn after the CTA's last tile
       mbarrier::Arrive(&bars->empty[ks]);
       if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
 
       SoftmaxAndIssueValues<HD>(s, o, m, l, col_pos + (J & 1) * kBN, in.needs_mask, row_pos, scale_log2,
                                 ring + vs * L::kKvBytes, [&] {
+                                  if (stamps) LAZYKV_TIMELINE(J, 5 * c + kSoftmaxDone);  // its first half
                                   mbarrier::Wait(&bars->full[vs], RingParity(2 * J + 1));
                                   wgmma::FenceProxyAsync();  // the values' copies
                                 });
       wgmma::Wait<0>();
       wgmma::PinRegisters(o);
+      if (stamps) LAZYKV_TIMELINE(J, 5 * c + kValuesDone);
       mbarrier::Arrive(&bars->empty[vs]);
       if (in.last) break;
     }
@@ -247,6 +258,7 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   if (threadIdx.x == 0) InitSpecBarriers(reinterpret_cast<SpecBarriers*>(smem + L::kBars));
   WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
   __syncthreads();
+  LAZYKV_TIMELINE_CTA_START();
   if (threadIdx.x < 128) {
     ShrinkRegisters<kCopyRegs>();
     RunPersistentCopyWarps<HD>(p, list, w, index, e_hi, smem);

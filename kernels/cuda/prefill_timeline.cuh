@@ -1,4 +1,5 @@
-// An in-kernel timeline of the one-tile lazy prefill kernel (a diagnostic build only): one
+// An in-kernel timeline of the one-tile and persistent lazy prefill kernels (a diagnostic build
+// only; the persistent kernel numbers a CTA's tiles across its work tiles): one
 // thread of each role writes the SM's cycle counter at each step of each KV tile, so that the
 // consumers' and the copies' steps can be laid side by side (bench/prefill_timeline.py). Built
 // in only with -DLAZYKV_PREFILL_TIMELINE=ON (CMake), which defines the macro for

@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, sms);
   if (const char* probe = cuda::detail::PrefillProbeName(); probe != nullptr) {
-    std::printf("PROBE BUILD (%s): outputs are wrong; the one-tile kernel's times bound it from below\n", probe);
+    std::printf("PROBE BUILD (%s): outputs are wrong; read the one-tile kernel's lines (schedule 2)\n", probe);
   }
 
   // The mma.sync bf16 ceiling, every SM busy (a lower bound on wgmma's).

@@ -52,6 +52,8 @@ def summarize(grid):
         tiles = steady_tiles(cta)
         for t in tiles:
             ev, prev = cta[t], cta[t - 1]
+            if not (prev[VALUES_DONE] and prev[5 + VALUES_DONE]):
+                continue  # the tile before has no consumer stamps (the persistent kernel's empty work tile)
             for c in (0, 1):
                 b = 5 * c
                 steps[f"c{c} wait keys"].append(ev[b + KEYS_READY] - prev[b + VALUES_DONE])
@@ -82,7 +84,8 @@ def cta_edges(grid):
     """A CTA's start and end, in cycles: {name: [values]} of tile 0's steps after the CTA's start
     (its table walk and barrier setup are before it), and, for CTAs after another on the same SM,
     the gap from that CTA's last P V (either consumer's) to this CTA's start (the output's stores,
-    the CTA's exit and launch, the table walk)."""
+    the CTA's exit and launch, the table walk); none after a CTA without a finished tile (no
+    visible key, or tiles past the recorded ones)."""
     edges = {name: [] for name in (
         "start -> first query made", "start -> copy keys issued", "start -> c0 keys ready",
         "previous CTA's last P V -> start")}
@@ -96,13 +99,13 @@ def cta_edges(grid):
             if event < len(first) and first[event]:
                 edges[f"start -> {name}"].append(first[event] - first[CTA_START])
         done = [ev for ev in cta if ev[VALUES_DONE] and ev[5 + VALUES_DONE]]
-        if done:
-            end = max(done[-1][VALUES_DONE], done[-1][5 + VALUES_DONE])
-            by_sm.setdefault(first[SM_ID], []).append((first[CTA_START], end))
+        end = max(done[-1][VALUES_DONE], done[-1][5 + VALUES_DONE]) if done else None
+        by_sm.setdefault(first[SM_ID], []).append((first[CTA_START], end))
     for ctas in by_sm.values():
         ctas.sort()
         for (_, end), (start, _) in zip(ctas, ctas[1:]):
-            edges["previous CTA's last P V -> start"].append(start - end)
+            if end is not None:
+                edges["previous CTA's last P V -> start"].append(start - end)
     return edges
 
 

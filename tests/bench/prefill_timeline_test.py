@@ -10,7 +10,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import prefill_timeline as tl  # noqa: E402
 
-CTAS, TILES, EVENTS = 3, 6, 17
+CTAS, TILES, EVENTS = 5, 6, 17
 
 
 def make():
@@ -40,6 +40,11 @@ def make():
     ev = stamps[2][0]
     ev[tl.CTA_START], ev[tl.SM_ID], ev[tl.FIRST_QUERY_MADE], ev[tl.KEYS_ISSUED] = 16100, 7, 16700, 16150
     ev[tl.KEYS_READY], ev[tl.VALUES_DONE], ev[5 + tl.VALUES_DONE] = 16750, 17500, 17900
+    # CTA 3 on SM 7: no visible key (a start, no finished tile); CTA 4 after it: no gap is measured
+    # from CTA 3, which has no last P V.
+    stamps[3][0][tl.CTA_START], stamps[3][0][tl.SM_ID] = 18000, 7
+    ev = stamps[4][0]
+    ev[tl.CTA_START], ev[tl.SM_ID], ev[tl.VALUES_DONE], ev[5 + tl.VALUES_DONE] = 20000, 7, 21000, 21100
     flat = [x for cta in stamps for tile in cta for x in tile]
     return struct.pack("<3i", CTAS, TILES, EVENTS) + struct.pack(f"<{len(flat)}q", *flat)
 
@@ -76,7 +81,18 @@ def main():
     assert sorted(edges["start -> first query made"]) == [600, 700], edges
     assert sorted(edges["start -> copy keys issued"]) == [50, 600], edges  # CTA 0's tile 0: 10000 - 400
     assert sorted(edges["start -> c0 keys ready"]) == [650, 1050], edges
-    assert edges["previous CTA's last P V -> start"] == [800], edges
+    assert edges["previous CTA's last P V -> start"] == [800, 100], edges
+    # A tile after one without consumer stamps (the persistent kernel's empty work tile) is not a
+    # step: its waits would be measured from zero.
+    cta = [[0] * EVENTS for _ in range(7)]
+    for t in (0, 1, 2, 4, 5, 6):
+        for c in (0, 1):
+            b = 5 * c
+            cta[t][b + tl.KEYS_READY], cta[t][b + tl.TURN] = 1000 * t + 10, 1000 * t + 20
+            cta[t][b + tl.SCORES_DONE], cta[t][b + tl.SOFTMAX_DONE] = 1000 * t + 30, 1000 * t + 40
+            cta[t][b + tl.VALUES_DONE] = 1000 * t + 50
+    got = tl.summarize([cta])
+    assert got["tile period"] == [1000, 1000], got["tile period"]  # tiles 2 and 5; tile 4 follows the empty 3
     print("prefill_timeline_test: ok")
 
 

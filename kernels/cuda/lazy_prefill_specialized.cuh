@@ -219,15 +219,18 @@ __device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork&
 // are idle then, and have registers to hold the rows. The angle of a thread's first row is
 // formed in double (exact); later rows advance it by a rotation of the row step.
 template <int HD>
-__device__ __forceinline__ void MakeFirstQuery(const PrefillAttentionParams& p, const CtaWork& w, int c, int delta,
-                                               int t, float* tile, unsigned char* q_smem) {
+constexpr int kFirstQuerySteps = 64 / QueryLanes<HD, 128>::kRowsPerStep;  // a consumer thread's rows
+
+// The loads of MakeFirstQuery, issued by the kernel right after WaitForPriorGrid, so that they
+// are in flight while copy warp 0 walks the block table and the CTA's barrier waits for it.
+template <int HD>
+__device__ __forceinline__ void LoadFirstQueryRows(const PrefillAttentionParams& p, const CtaWork& w, int c, int t,
+                                                   float4 (&x)[kFirstQuerySteps<HD>]) {
   using Lanes = QueryLanes<HD, 128>;
-  constexpr int kSteps = 64 / Lanes::kRowsPerStep;
   const Lanes lanes(p.kv.rope_style, t);
   const int r0 = 64 * c + lanes.rsub;
-  float4 x[kSteps];
 #pragma unroll
-  for (int i = 0; i < kSteps; ++i) {
+  for (int i = 0; i < kFirstQuerySteps<HD>; ++i) {
     const int r = r0 + i * Lanes::kRowsPerStep;
     x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // rows past the tile's queries (LoadRawQuery's zeros)
     if (r < w.rows) {
@@ -241,6 +244,16 @@ __device__ __forceinline__ void MakeFirstQuery(const PrefillAttentionParams& p, 
       }
     }
   }
+}
+
+// The rest of MakeFirstQuery: x holds LoadFirstQueryRows' rows.
+template <int HD>
+__device__ __forceinline__ void MakeFirstQuery(const PrefillAttentionParams& p, const CtaWork& w, int c, int delta,
+                                               int t, const float4 (&x)[kFirstQuerySteps<HD>], float* tile,
+                                               unsigned char* q_smem) {
+  using Lanes = QueryLanes<HD, 128>;
+  const Lanes lanes(p.kv.rope_style, t);
+  const int r0 = 64 * c + lanes.rsub;
   float cp[2], sp[2], cs[2], ss[2], cd[2], sd[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
@@ -250,7 +263,7 @@ __device__ __forceinline__ void MakeFirstQuery(const PrefillAttentionParams& p, 
     RopeSinCos(th, -static_cast<long long>(delta), &sd[j], &cd[j]);
   }
 #pragma unroll
-  for (int i = 0; i < kSteps; ++i) {
+  for (int i = 0; i < kFirstQuerySteps<HD>; ++i) {
     const int r = r0 + i * Lanes::kRowsPerStep;
     const float4 y = Rotate(x[i], cp, sp);
     lanes.Store(tile, r, y);
@@ -261,7 +274,8 @@ __device__ __forceinline__ void MakeFirstQuery(const PrefillAttentionParams& p, 
 
 // Consumer c (0 or 1): query rows 64 c .. 64 c + 63.
 template <int HD>
-__device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, float scale_log2, unsigned char* smem) {
+__device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, float scale_log2, unsigned char* smem,
+                            const float4 (&first_rows)[kFirstQuerySteps<HD>]) {
   using L = SpecSmemLayout<HD>;
   const int c = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0) - 2;  // warp-uniform to ptxas
   const int my_row0 = c * 64 + ((threadIdx.x % 128) / 32) * kRowsPerWarp + (threadIdx.x % 32) / 4;
@@ -277,7 +291,7 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row_pos[2] = {RowPosition(w, my_row0), RowPosition(w, my_row0 + 8)};
   MakeFirstQuery<HD>(p, w, c, reinterpret_cast<const TileDesc*>(smem + L::kDesc)[0].delta, threadIdx.x % 128,
-                     reinterpret_cast<float*>(smem + L::kRawQ), smem + L::kQ);
+                     first_rows, reinterpret_cast<float*>(smem + L::kRawQ), smem + L::kQ);
   wgmma::FenceProxyAsync();  // the query rows, read next by wgmma (async proxy)
   mbarrier::Arrive(&bars->first_query);
   int k = -1;  // the delta's index
@@ -344,6 +358,8 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
     e_hi = MakeFirstTiles<HD>(p, w, log2bs, &desc[0], &desc[1]);  // copy warp 0 walks the block table
   if (threadIdx.x == 0) InitSpecBarriers(reinterpret_cast<SpecBarriers*>(smem + L::kBars));
   WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
+  float4 first_rows[kFirstQuerySteps<HD>];  // the consumers' raw query rows (MakeFirstQuery)
+  if (threadIdx.x >= 256) LoadFirstQueryRows<HD>(p, w, threadIdx.x / 128 - 2, threadIdx.x % 128, first_rows);
   __syncthreads();
   LAZYKV_TIMELINE_CTA_START();
   if (!desc[0].valid) {
@@ -358,7 +374,7 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
     RunRotationWarps<HD>(p, w, smem);
   } else {
     GrowRegisters<kConsumerRegs>();
-    RunConsumer<HD>(p, w, scale_log2, smem);
+    RunConsumer<HD>(p, w, scale_log2, smem, first_rows);
   }
 }
 

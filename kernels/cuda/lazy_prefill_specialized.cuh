@@ -78,11 +78,17 @@ __device__ __forceinline__ void InitSpecBarriers(SpecBarriers* bars) {
 }
 
 // Named barriers: 1 among the copy warps; 2 + c, consumer c's turn to issue its scores (2 and 3);
-// 4 among the rotation warps.
+// 4 among the rotation warps; 5 + c among consumer c's warps (the one-tile kernel's first query).
 __device__ __forceinline__ void CopySync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 __device__ __forceinline__ void TurnSync(int c) { asm volatile("bar.sync %0, 256;\n" ::"r"(2 + c) : "memory"); }
 __device__ __forceinline__ void TurnArrive(int c) { asm volatile("bar.arrive %0, 256;\n" ::"r"(2 + c) : "memory"); }
 __device__ __forceinline__ void RotationSync() { asm volatile("bar.sync 4, 128;\n" ::: "memory"); }
+__device__ __forceinline__ void ConsumerSync(int c) { asm volatile("bar.sync %0, 128;\n" ::"r"(5 + c) : "memory"); }
+
+// The one-tile kernel's q_full phase parity for run k >= 1: the rotation warps fill no phase for
+// run 0 (the consumers make that query), so buffer k & 1's phases count runs k = 1, 3, 5, ...
+// (buffer 1) and 2, 4, ... (buffer 0): phase (k - 1) >> 1 either way.
+__device__ __forceinline__ int QueryFullParity(int k) { return ((k - 1) >> 1) & 1; }
 
 template <int kRegs>
 __device__ __forceinline__ void ShrinkRegisters() {
@@ -199,12 +205,12 @@ __device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork&
   for (int k = 0; e < e_hi && __ldg(p.kv.block_starts + e) <= w.pos_hi; ++k) {
     const int delta = __ldg(p.kv.block_deltas + e);
     const int b = k & 1;
-    if (k > 0) {  // the first run's query is the consumers'; its phase of q_full is still counted here
+    if (k > 0) {  // the first run's query is the consumers' (no q_full phase: QueryFullParity)
       if (k >= 2) mbarrier::Wait(&bars->q_empty[b], ((k >> 1) - 1) & 1);
       WriteQueryForDelta<HD>(p, raw_q, delta, t, SmemAddr(q_buf + b * L::kQBytes));
       wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
+      mbarrier::Arrive(&bars->q_full[b]);
     }
-    mbarrier::Arrive(&bars->q_full[b]);
     e = NextRunStart(p, e, e_hi, delta);
   }
 }
@@ -236,10 +242,12 @@ __device__ __forceinline__ void LoadFirstQueryRows(const PrefillAttentionParams&
     if (r < w.rows) {
       const float* row = w.q_tile + static_cast<size_t>(RowPair(w, r)) * HD;
       if (lanes.interleaved) {
-        x[i] = __ldg(reinterpret_cast<const float4*>(row + lanes.col_a));
+        x[i] = *reinterpret_cast<const float4*>(row + lanes.col_a);
       } else {
-        const float2 a = __ldg(reinterpret_cast<const float2*>(row + lanes.col_a));
-        const float2 b = __ldg(reinterpret_cast<const float2*>(row + lanes.col_b));
+        // Plain loads, not the read-only path: q was written by the kernel before (a dependent
+        // launch may overlap it until WaitForPriorGrid).
+        const float2 a = *reinterpret_cast<const float2*>(row + lanes.col_a);
+        const float2 b = *reinterpret_cast<const float2*>(row + lanes.col_b);
         x[i] = make_float4(a.x, b.x, a.y, b.y);
       }
     }
@@ -292,16 +300,17 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
   const int row_pos[2] = {RowPosition(w, my_row0), RowPosition(w, my_row0 + 8)};
   MakeFirstQuery<HD>(p, w, c, reinterpret_cast<const TileDesc*>(smem + L::kDesc)[0].delta, threadIdx.x % 128,
                      first_rows, reinterpret_cast<float*>(smem + L::kRawQ), smem + L::kQ);
-  wgmma::FenceProxyAsync();  // the query rows, read next by wgmma (async proxy)
-  mbarrier::Arrive(&bars->first_query);
-  int k = -1;  // the delta's index
+  wgmma::FenceProxyAsync();              // the query rows, read next by wgmma (async proxy)
+  mbarrier::Arrive(&bars->first_query);  // for the rotation warps' later deltas
+  ConsumerSync(c);                       // this consumer's half of the first query is written
+  int k = -1;                            // the delta's index
   for (int j = 0;; ++j) {
     const int ks = RingSlot(2 * j), vs = RingSlot(2 * j + 1);
     mbarrier::Wait(&bars->full[ks], RingParity(2 * j));
     const StageInfo in = info[j & 1];
     if (in.first_of_delta) {
       ++k;
-      mbarrier::Wait(&bars->q_full[k & 1], (k >> 1) & 1);
+      if (k > 0) mbarrier::Wait(&bars->q_full[k & 1], QueryFullParity(k));  // run 0's: ConsumerSync
     }
 #ifdef LAZYKV_PREFILL_PROBE_COPY_ONLY  // a diagnostic build (kernels/CMakeLists.txt): the tile's loads only
     mbarrier::Arrive(&bars->empty[ks]);

@@ -32,13 +32,15 @@ struct QueryLanes {
     col_a = interleaved ? 2 * f0 : f0;
     col_b = f0 + HD / 2;
   }
-  // Row r of the raw tile (RawQueryIndex's layout).
-  __device__ float4 Load(const float* tile, int r) const {  // (u0, v0, u1, v1)
-    if (interleaved) return *reinterpret_cast<const float4*>(tile + RawQueryIndex<HD>(r, col_a));
-    const float2 a = *reinterpret_cast<const float2*>(tile + RawQueryIndex<HD>(r, col_a));
-    const float2 b = *reinterpret_cast<const float2*>(tile + RawQueryIndex<HD>(r, col_b));
+  // The lane's four values of one row of HD floats (shared or global memory; plain loads).
+  __device__ float4 LoadRow(const float* row) const {  // (u0, v0, u1, v1)
+    if (interleaved) return *reinterpret_cast<const float4*>(row + col_a);
+    const float2 a = *reinterpret_cast<const float2*>(row + col_a);
+    const float2 b = *reinterpret_cast<const float2*>(row + col_b);
     return make_float4(a.x, b.x, a.y, b.y);
   }
+  // Row r of the raw tile (RawQueryIndex's layout).
+  __device__ float4 Load(const float* tile, int r) const { return LoadRow(tile + RawQueryIndex<HD>(r, 0)); }
   __device__ void Store(float* tile, int r, float4 x) const {
     if (interleaved) {
       *reinterpret_cast<float4*>(tile + RawQueryIndex<HD>(r, col_a)) = x;

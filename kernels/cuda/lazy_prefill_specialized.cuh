@@ -238,19 +238,11 @@ __device__ __forceinline__ void LoadFirstQueryRows(const PrefillAttentionParams&
 #pragma unroll
   for (int i = 0; i < kFirstQuerySteps<HD>; ++i) {
     const int r = r0 + i * Lanes::kRowsPerStep;
-    x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // rows past the tile's queries (LoadRawQuery's zeros)
-    if (r < w.rows) {
-      const float* row = w.q_tile + static_cast<size_t>(RowPair(w, r)) * HD;
-      if (lanes.interleaved) {
-        x[i] = *reinterpret_cast<const float4*>(row + lanes.col_a);
-      } else {
-        // Plain loads, not the read-only path: q was written by the kernel before (a dependent
-        // launch may overlap it until WaitForPriorGrid).
-        const float2 a = *reinterpret_cast<const float2*>(row + lanes.col_a);
-        const float2 b = *reinterpret_cast<const float2*>(row + lanes.col_b);
-        x[i] = make_float4(a.x, b.x, a.y, b.y);
-      }
-    }
+    // Rows past the tile's queries are zeros (LoadRawQuery's). Plain loads, not the read-only
+    // path: q was written by the kernel before (a dependent launch may overlap it until
+    // WaitForPriorGrid).
+    x[i] = r < w.rows ? lanes.LoadRow(w.q_tile + static_cast<size_t>(RowPair(w, r)) * HD)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 }
 

@@ -6,7 +6,7 @@ for each role. Input: a file written by `cuda_prefill_bench` with LAZYKV_PREFILL
 counter, 0 where none was written).
 
 For each consumer, per tile in steady state (a CTA's tiles after its first two, before its last):
-the median and mean cycles of each step (waiting for the keys, for the turn, the scores, the
+the median, mean and 90th percentile cycles of each step (waiting for the keys, for the turn, the scores, the
 softmax, the values and their product), and the consumers' offset from each other; for the copy
 warps, the waits for free slots and the issue times; and the tile period (consumer 0's
 values-done to values-done), set against the cycles the tensor cores need for a tile (two
@@ -122,6 +122,13 @@ def absolute(grid):
     return sorted((statistics.median(v), dt, name) for (dt, name), v in offsets.items())
 
 
+def percentile(values, q):
+    """The q-quantile by the nearest rank (a step's tail: e.g. the persistent kernel's work-tile
+    boundaries, a few tiles in each work tile's)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def main():
     args = sys.argv[1:]
     show_absolute = "--absolute" in args
@@ -136,7 +143,8 @@ def main():
         for name, values in steps.items():
             if values:
                 print(f"   {name:32s} median {statistics.median(values):8.0f}  mean {statistics.fmean(values):8.0f}  "
-                      f"({statistics.median(values) / period:5.1%} of the median period)")
+                      f"p90 {percentile(values, 0.9):8.0f}  ({statistics.median(values) / period:5.1%} of the median "
+                      "period)")
         print(f"   tensor cycles a tile needs: {TENSOR_CYCLES_PER_TILE} ({TENSOR_CYCLES_PER_TILE / period:.1%} of the "
               "median period)")
         print("   a CTA's start and end (cycles):")

@@ -110,19 +110,17 @@ template <int HD, int kSchedule>
 cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStream_t stream) {
   const dim3 grid(p.n_heads >> a.log2_pack, QueryTiles(p, a.log2_pack), p.num_seqs * a.splits);
   if constexpr (kSchedule == kPersistent) {
-    WorkList list;
-    list.heads = static_cast<int>(grid.x);
-    list.tiles = static_cast<int>(grid.y);
-    list.seqs = static_cast<int>(grid.z);
     const long long count = static_cast<long long>(grid.x) * grid.y * grid.z;
     // A CTA's list index steps by the grid's size in int: it must not pass INT32_MAX.
     if (count + std::min<long long>(count, kMaxPersistentCtas) > INT32_MAX) return cudaErrorInvalidValue;
-    list.count = static_cast<int>(count);
+    const long long ctas =
+        std::min<long long>({count, a.max_ctas > 0 ? a.max_ctas : MultiprocessorCount(), kMaxPersistentCtas});
+    WorkList list;
+    list.order =
+        MakePrefillWorkOrder(static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z), ctas);
     list.log2bs = a.log2bs;
     list.splits = a.splits;
     list.log2_pack = a.log2_pack;
-    const long long ctas =
-        std::min<long long>({count, a.max_ctas > 0 ? a.max_ctas : MultiprocessorCount(), kMaxPersistentCtas});
     const auto kernel = LazyPrefillPersistentKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD, PersistentStageInfo>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);

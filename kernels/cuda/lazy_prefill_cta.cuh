@@ -11,6 +11,7 @@
 #include "kernels/cuda/entry_search.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/lazy_prefill_tiles.cuh"
+#include "kernels/cuda/prefill_work_order.h"
 #include "kernels/cuda/softmax_merge.cuh"
 
 namespace lazykv::cuda {
@@ -88,26 +89,19 @@ __device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, 
   return MakeWork<HD>(p, log2bs, splits, log2_pack, blockIdx.x, gridDim.y - 1 - blockIdx.y, blockIdx.z);
 }
 
-// The work tiles of a launch with a one-dimensional grid, in one list: index i is head group
-// i % heads, then sequence-and-split, then query tile from the last, so the list runs from
-// the tiles with the most causal keys (every sequence's last query tile) to those with the
-// fewest, across sequences. CTA b takes tiles b, b + gridDim.x, b + 2 gridDim.x, ... (one
-// tile when the grid covers the list; a persistent grid of one CTA an SM takes many, and each
-// SM's share of heavy and light tiles comes out about even).
+// The work tiles of a launch with a one-dimensional grid, in one list (prefill_work_order.h:
+// heaviest causal tiles first, in groups that keep the CTAs running at once on one sequence's
+// keys and values).
 struct WorkList {
-  int heads;                      // head groups (n_heads / pack)
-  int tiles;                      // query tiles per sequence
-  int seqs;                       // sequences times splits
-  int count;                      // heads * tiles * seqs (the launcher checks that it fits an int)
+  PrefillWorkOrder order;
   int log2bs, splits, log2_pack;  // what MakeWork needs besides the coordinates
 };
 
-// The work tile at list index `index` (< list.count).
+// The work tile at list index `index` (< list.order.count).
 template <int HD>
 __device__ __forceinline__ CtaWork WorkAt(const PrefillAttentionParams& p, const WorkList& list, int index) {
-  const int hx = index % list.heads, rest = index / list.heads;
-  return MakeWork<HD>(p, list.log2bs, list.splits, list.log2_pack, hx, list.tiles - 1 - rest / list.seqs,
-                      rest % list.seqs);
+  const PrefillWorkCoords c = PrefillWorkAt(list.order, index);
+  return MakeWork<HD>(p, list.log2bs, list.splits, list.log2_pack, c.hx, c.tile, c.sz);
 }
 
 // The first work tile with a query at list index >= *index among the CTA's (the index steps by
@@ -116,7 +110,7 @@ __device__ __forceinline__ CtaWork WorkAt(const PrefillAttentionParams& p, const
 template <int HD>
 __device__ __forceinline__ bool NextWork(const PrefillAttentionParams& p, const WorkList& list, int* index,
                                          CtaWork* w) {
-  for (; *index < list.count; *index += gridDim.x) {
+  for (; *index < list.order.count; *index += gridDim.x) {
     *w = WorkAt<HD>(p, list, *index);
     // The same in every lane; reduced so that the compiler knows the loop's exit is
     // warp-uniform (the persistent kernel's loops after it keep their uniform registers).

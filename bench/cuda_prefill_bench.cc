@@ -325,6 +325,27 @@ int main(int argc, char** argv) {
                     sc, schedule_ms[sc], flops / schedule_ms[sc] / 1e9, schedule_norot_ms[sc],
                     flops / schedule_norot_ms[sc] / 1e9, 100.0 * (schedule_ms[sc] / schedule_norot_ms[sc] - 1.0));
       }
+      // The persistent kernel with its work starts made before it (PrefillAttentionParams::work_starts)
+      // against its own walk at each work tile boundary, alternated.
+      if (const size_t bytes = cuda::PrefillWorkStartsBytes(p); bytes > 0 && splits == 1) {
+        void* starts = nullptr;
+        CHECK_CUDA(cudaMalloc(&starts, bytes));
+        const auto [with_ms, without_ms] = AlternatedMedianMs(
+            [&] {
+              p.work_starts = starts;
+              launch_with(b.deltas, cuda::detail::kPersistentSchedule);
+            },
+            [&] {
+              p.work_starts = nullptr;
+              launch_with(b.deltas, cuda::detail::kPersistentSchedule);
+            });
+        p.work_starts = nullptr;
+        CHECK_CUDA(cudaGetLastError());
+        CHECK_CUDA(cudaFree(starts));
+        std::printf(
+            "  (schedule 3 with work starts: lazy %.3f ms, %.1f TFLOP/s; walking: %.3f ms, %.1f TFLOP/s: %.3fx)\n",
+            with_ms, flops / with_ms / 1e9, without_ms, flops / without_ms / 1e9, without_ms / with_ms);
+      }
       FreeQueries(p);
     }
     FreePagedBatch(b);

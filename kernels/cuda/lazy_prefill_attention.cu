@@ -121,12 +121,24 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     list.log2bs = a.log2bs;
     list.splits = a.splits;
     list.log2_pack = a.log2_pack;
+    // The work starts (PrefillWorkStartsBytes: sized for the unsplit list, which this one is).
+    PersistentWorkStart* starts =
+        a.splits == 1 && p.work_starts != nullptr ? static_cast<PersistentWorkStart*>(p.work_starts) : nullptr;
+    if (starts != nullptr) {
+      constexpr int kStartThreads = 256;  // a warp a work tile (PersistentWorkStartsKernel: 8 a block)
+      const long long blocks = (count * 32 + kStartThreads - 1) / kStartThreads;
+      if (const cudaError_t e = LaunchPrefill(PersistentWorkStartsKernel<HD>, dim3(static_cast<unsigned>(blocks)),
+                                              kStartThreads, 0, stream, p, list, static_cast<int>(ctas), starts);
+          e != cudaSuccess) {
+        return e;
+      }
+    }
     const auto kernel = LazyPrefillPersistentKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD, PersistentStageInfo>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
     if (err != cudaSuccess) return err;
     if (const cudaError_t e = LaunchPrefill(kernel, dim3(static_cast<unsigned>(ctas)), kSpecThreads, kSmem, stream, p,
-                                            list, a.scale_log2);
+                                            list, a.scale_log2, static_cast<const PersistentWorkStart*>(starts));
         e != cudaSuccess) {
       return e;
     }
@@ -173,6 +185,13 @@ cudaError_t LaunchSchedule(const PrefillAttentionParams& p, const KernelArgs& a,
 int ChoosePrefillPack(const PrefillAttentionParams& p) { return PackFor(p, kSpecialized); }
 
 int ChoosePrefillSplits(const PrefillAttentionParams& p) { return SplitsFor(p, ChoosePrefillPack(p)); }
+
+size_t PrefillWorkStartsBytes(const PrefillAttentionParams& p) {
+  const int pack = PackFor(p, kPersistent);
+  if (pack <= 0 || p.num_seqs <= 0 || p.n_heads <= 0) return 0;
+  const size_t count = static_cast<size_t>(p.n_heads / pack) * std::max(1, QueryTiles(p, Log2(pack))) * p.num_seqs;
+  return count * sizeof(PersistentWorkStart);
+}
 
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {
   if (num_splits <= 1) return 0;

@@ -56,6 +56,11 @@ struct PrefillAttentionParams {
   // It needs PrefillWorkspaceBytes(p, ChoosePrefillSplits(p)) bytes here; with no
   // workspace the kernel runs unsplit.
   float* workspace = nullptr;
+  // The persistent kernel's work starts: PrefillWorkStartsBytes(p) bytes, written by a small
+  // kernel launched before it (each work tile's entry range, first two tiles and next work
+  // tile), so that its copy warps read a work tile's start in one round of loads where they
+  // otherwise walk its block table at the boundary. Optional; unused by the other kernels.
+  void* work_starts = nullptr;
   int num_seqs = 0;
   int n_heads = 0;
   int max_queries_per_seq = 0;  // max over s of query_offsets[s + 1] - query_offsets[s]
@@ -84,6 +89,9 @@ int ChoosePrefillPack(const PrefillAttentionParams& p);
 // a launch of another schedule uses no more.
 int ChoosePrefillSplits(const PrefillAttentionParams& p);
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits);
+// The bytes PrefillAttentionParams::work_starts needs for these shapes (the persistent kernel's
+// work tiles, unsplit). Host code (no CUDA call).
+size_t PrefillWorkStartsBytes(const PrefillAttentionParams& p);
 
 // Validates the shapes and launches; errors come back as cudaError_t
 // (cudaErrorInvalidValue for shapes the kernel does not support, checked before any
@@ -100,7 +108,9 @@ constexpr int kSpecializedSchedule = 2;
 constexpr int kPersistentSchedule = 3;
 // The schedule the default launch takes on a GPU of `sms` SMs: the persistent kernel (3) when
 // p.max_keys is known and at most kPersistentMaxKeys and the launch is unsplit with at least
-// two work tiles an SM; else 2. Host code (no CUDA call).
+// two work tiles an SM; else 2. Host code (no CUDA call). (With work starts the persistent
+// kernel wins full causal prefill at 2k keys by 3.5% but loses the last 512 queries by ~1%,
+// bench/results/prefill_order_2026-11-28.md: the bound stays.)
 constexpr int kPersistentMaxKeys = 1024;
 int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms);
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,

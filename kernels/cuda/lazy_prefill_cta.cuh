@@ -162,12 +162,12 @@ __device__ __forceinline__ void SplitEntryRange(const PrefillAttentionParams& p,
 }
 
 // One warp: the split's entry range and its first two tile descriptors (*first, *second),
-// whose keys and values it then asks L2 for; returns the end of the range, which the warp needs
+// whose keys and values it then asks L2 for (unless !prefetch); returns the end of the range, which the warp needs
 // for the later tiles. Reads only the launch's tables, so the kernels call it before they wait
 // for the kernel before them (lazy_prefill_attention.h).
 template <int HD>
 __device__ __forceinline__ int MakeFirstTiles(const PrefillAttentionParams& p, const CtaWork& w, int log2bs,
-                                              TileDesc* first, TileDesc* second) {
+                                              TileDesc* first, TileDesc* second, bool prefetch = true) {
   int e_lo = 0, e_hi = 0;
   SplitEntryRange(p, w, &e_lo, &e_hi);
   MakeTile(p, e_lo, 0, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, first);
@@ -178,8 +178,10 @@ __device__ __forceinline__ int MakeFirstTiles(const PrefillAttentionParams& p, c
     second->valid = 0;
   }
   __syncwarp();  // the lanes wrote the second descriptor's entries
-  PrefetchTileToL2<HD>(p, *first, log2bs, w.kvh);
-  PrefetchTileToL2<HD>(p, *second, log2bs, w.kvh);
+  if (prefetch) {
+    PrefetchTileToL2<HD>(p, *first, log2bs, w.kvh);
+    PrefetchTileToL2<HD>(p, *second, log2bs, w.kvh);
+  }
   return e_hi;
 }
 

@@ -1,8 +1,10 @@
 // The lazy prefill kernel of lazy_prefill_specialized.cuh made persistent (FlashAttention-3's
 // persistent tile scheduler): a grid of at most one CTA an SM, each CTA taking many work tiles
 // (WorkList: tiles b, b + gridDim.x, ... from the heaviest causal tiles down). The roles run
-// on across work tiles: the copy warps walk the next work tile's block table and issue its
-// first loads while the consumers finish the one before, and the rotation warps write its
+// on across work tiles: the copy warps take the next work tile's start (read from the work
+// starts that PersistentWorkStartsKernel made before the kernel, or walked from its block table
+// without them) and issue its first loads while the consumers finish the one before, and the
+// rotation warps write its
 // first delta's query in the same time; the ring, the query buffers and the consumers' turns
 // count across work tiles. Short KV loops gain most (their start and end were exposed: one CTA
 // an SM); the one-work-tile-a-CTA kernel stays for long ones (lazy_prefill_attention.cu
@@ -54,16 +56,71 @@ struct PersistentStageInfo {
   int empty;           // the work tile has no visible key: no copies, its rows are written as zero
 };
 
+// A work tile's start, made before the kernel by PersistentWorkStartsKernel (one per list index;
+// PrefillAttentionParams::work_starts). At a work tile boundary the copy warps read it in one
+// round of independent loads; walking the table there took about 6 rounds of dependent loads
+// queued behind their own copies, ~9% of the kernel's time at 1k keys (a second walk added that
+// much: bench/results/prefill_order_2026-11-28.md).
+struct PersistentWorkStart {
+  TileDesc first, second;  // the first two tiles' descriptors (MakeFirstTiles, no L2 prefetch)
+  int e_hi;                // the entry range's end
+  int kvh, pos_lo, pos_hi;
+  int next;  // the list index of the next work tile with a query for the same CTA, or -1
+};
+
+// One warp a list index: its work start (inactive work tiles, which no CTA starts, are left
+// unwritten). ctas: the persistent grid's size (a CTA's stride in the list). It walks the launch's
+// tables (all it reads) into shared memory before it waits for the grid before it, and writes
+// `starts` only after: a kernel before it may still read them, and the prefill kernel's wait for
+// this grid then also covers that one (what wrote the queries and keys).
+template <int HD>
+__global__ void __launch_bounds__(256) PersistentWorkStartsKernel(const PrefillAttentionParams p, const WorkList list,
+                                                                  int ctas, PersistentWorkStart* starts) {
+  AllowDependentLaunch();
+  __shared__ PersistentWorkStart made[8];  // a warp's
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int index = static_cast<int>(blockIdx.x) * 8 + warp;
+  bool active = false;
+  if (index < list.order.count) {
+    const CtaWork w = WorkAt<HD>(p, list, index);
+    active = w.active;
+    if (active) {
+      PersistentWorkStart* start = &made[warp];
+      const int e_hi = MakeFirstTiles<HD>(p, w, list.log2bs, &start->first, &start->second, /*prefetch=*/false);
+      int next = index + ctas;
+      for (; next < list.order.count; next += ctas) {
+        if (WorkAt<HD>(p, list, next).active) break;
+      }
+      if (lane == 0) {
+        start->e_hi = e_hi;
+        start->kvh = w.kvh;
+        start->pos_lo = w.pos_lo;
+        start->pos_hi = w.pos_hi;
+        start->next = next < list.order.count ? next : -1;
+      }
+      __syncwarp();
+    }
+  }
+  WaitForPriorGrid();
+  if (active) {
+    constexpr int kWords = static_cast<int>(sizeof(PersistentWorkStart) / sizeof(int));
+    const int* from = reinterpret_cast<const int*>(&made[warp]);
+    int* to = reinterpret_cast<int*>(starts + index);
+    for (int i = lane; i < kWords; i += 32) to[i] = from[i];
+  }
+}
+
 // The copy warpgroup (t: 0 .. 127). Tiles are counted across the CTA's work tiles (J): each
 // load waits for its slot (the consumers' release of load i - 3), issues its copies, and
 // arrives twice on the slot's full barrier: once its copies land (.noinc), and once to
 // release its stores of the stage info and column positions. A work tile's first two
-// descriptors are made by warp 0 once the work tile before it has issued its last loads (the
+// descriptors are put in the ring by warp 0 once the work tile before it has issued its last
+// loads: copied from its work start (`starts`), or made by walking its table without them (the
 // CTA's first, before the split); warp 0 makes desc[J + 2] during tile J. A work tile with no
 // visible key passes one empty stage (no copies) so that the consumers write its rows.
 template <int HD>
 __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const WorkList& list, CtaWork w, int index,
-                                       int e_hi, unsigned char* smem) {
+                                       int e_hi, const PersistentWorkStart* starts, unsigned char* smem) {
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   const int t = threadIdx.x;
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
@@ -80,15 +137,18 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
     mbarrier::ArriveOnCopies(full);
     mbarrier::Arrive(full);
   };
+  // Whether a work tile follows, and where: the copy warps have few registers, so the next
+  // one's fields are made (or read from its start) when it starts.
+  int next_index = index + gridDim.x;
+  bool more;
+  if (starts != nullptr) {
+    next_index = starts[index].next;
+    more = next_index >= 0;
+  } else {
+    CtaWork probe;
+    more = NextWork<HD>(p, list, &next_index, &probe);
+  }
   for (int J = 0;; ++J) {
-    // Only whether a work tile follows, and where: the copy warps have few registers, so the
-    // next one's fields are made again when it starts.
-    int next_index = index + gridDim.x;
-    bool more;
-    {
-      CtaWork probe;
-      more = NextWork<HD>(p, list, &next_index, &probe);
-    }
     int prev_delta = 0;
     for (int j = 0;; ++j, ++J) {
       const TileDesc& d = desc[J % kDescSlots];
@@ -120,10 +180,38 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
     if (!more) return;
     ReconvergeCounter(&J);
     index = next_index;
-    w = WorkAt<HD>(p, list, index);
-    CopySync();  // every copy warp is done with this work tile's descriptors
-    if (t < 32) e_hi = MakeFirstTiles<HD>(p, w, list.log2bs, &desc[(J + 1) % kDescSlots], &desc[(J + 2) % kDescSlots]);
-    CopySync();  // the next work tile's first descriptors are written
+    if (starts != nullptr) {
+      const PersistentWorkStart* start = starts + index;
+      w.kvh = start->kvh;
+      w.pos_lo = start->pos_lo;
+      w.pos_hi = start->pos_hi;
+      next_index = start->next;
+      if (t < 32) {  // warp 0 copies the first two descriptors into the ring (one word a lane each)
+        constexpr int kWords = static_cast<int>(sizeof(TileDesc) / sizeof(int));
+        static_assert(kWords <= 32, "a descriptor is one word a lane");
+        const int* from = reinterpret_cast<const int*>(start);
+        const int first = t < kWords ? from[t] : 0, second = t < kWords ? from[kWords + t] : 0;
+        e_hi = start->e_hi;
+        CopySync();  // every copy warp is done with this work tile's descriptors
+        if (t < kWords) {
+          reinterpret_cast<int*>(&desc[(J + 1) % kDescSlots])[t] = first;
+          reinterpret_cast<int*>(&desc[(J + 2) % kDescSlots])[t] = second;
+        }
+      } else {
+        CopySync();
+      }
+      more = next_index >= 0;
+      CopySync();  // the next work tile's first descriptors are written
+    } else {
+      w = WorkAt<HD>(p, list, index);
+      CopySync();  // every copy warp is done with this work tile's descriptors
+      if (t < 32)
+        e_hi = MakeFirstTiles<HD>(p, w, list.log2bs, &desc[(J + 1) % kDescSlots], &desc[(J + 2) % kDescSlots]);
+      CopySync();  // the next work tile's first descriptors are written
+      next_index = index + gridDim.x;
+      CtaWork probe;
+      more = NextWork<HD>(p, list, &next_index, &probe);
+    }
   }
 }
 
@@ -242,7 +330,8 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
 // grid: gridDim.x CTAs over `list`, at most one an SM.
 template <int HD>
 __global__ void __launch_bounds__(kSpecThreads, 1)
-    LazyPrefillPersistentKernel(const PrefillAttentionParams p, const WorkList list, float scale_log2) {
+    LazyPrefillPersistentKernel(const PrefillAttentionParams p, const WorkList list, float scale_log2,
+                                const PersistentWorkStart* starts) {
   AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -261,7 +350,7 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   LAZYKV_TIMELINE_CTA_START();
   if (threadIdx.x < 128) {
     ShrinkRegisters<kCopyRegs>();
-    RunPersistentCopyWarps<HD>(p, list, w, index, e_hi, smem);
+    RunPersistentCopyWarps<HD>(p, list, w, index, e_hi, starts, smem);
   } else if (threadIdx.x < 256) {
     ShrinkRegisters<kRotationRegs>();
     RunPersistentRotationWarps<HD>(p, list, w, index, smem);

@@ -104,6 +104,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   }
   struct Run {
     int forced_splits, schedule, pack_heads, max_ctas;
+    bool work_starts = false;  // the persistent kernel's starts made before it (PrefillWorkStartsBytes)
   };
   std::vector<Run> runs = {{0, -1, 0, 0}, {1, -1, 0, 0}, {0, -1, 1, 0}, {0, -1, most_pack, 0}, {3, -1, most_pack, 0}};
   if (most_pack > 2) runs.push_back({0, -1, 2, 0});
@@ -114,11 +115,17 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   }
   // The persistent schedule on a grid far smaller than its work tiles: each CTA walks many,
   // packed and not, split (where some splits see no key: empty work tiles) and not.
+  // With work starts too (a CTA's next work tile and its first tiles read, not walked), and
+  // the default launch with them (persistent where the shape makes it so).
   for (const int ctas : {1, 3}) {
     runs.push_back({1, cuda::detail::kPersistentSchedule, 0, ctas});
     runs.push_back({3, cuda::detail::kPersistentSchedule, most_pack, ctas});
+    runs.push_back({1, cuda::detail::kPersistentSchedule, 0, ctas, true});
+    runs.push_back({1, cuda::detail::kPersistentSchedule, most_pack, ctas, true});
   }
-  for (const auto& [forced_splits, schedule, pack_heads, max_ctas] : runs) {
+  runs.push_back({1, cuda::detail::kPersistentSchedule, 0, 0, true});
+  runs.push_back({0, -1, 0, 0, true});
+  for (const auto& [forced_splits, schedule, pack_heads, max_ctas, work_starts] : runs) {
     p.num_splits = forced_splits;
     p.pack_heads = pack_heads;
     if (s.default_is_persistent && schedule < 0 && forced_splits <= 1 && pack_heads <= 1) {
@@ -137,20 +144,27 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     if (ws_bytes > 0) {
       CUDA_OK(cudaMalloc(&p.workspace, ws_bytes));
     }
+    p.work_starts = nullptr;
+    if (const size_t bytes = cuda::PrefillWorkStartsBytes(p); work_starts && bytes > 0) {
+      CUDA_OK(cudaMalloc(&p.work_starts, bytes));
+      CUDA_OK(cudaMemset(p.work_starts, 0xff, bytes));  // a start read before it is written fails
+    }
     CUDA_OK(cudaMemset(out, 0xff, expected.size() * sizeof(float)));  // NaN: an unwritten element fails
     CUDA_OK(schedule < 0 ? cuda::LaunchLazyPrefillAttention(p, nullptr)
                          : cuda::detail::LaunchLazyPrefillAttentionVariant(p, schedule, nullptr, max_ctas));
     CUDA_OK(cudaDeviceSynchronize());
     const auto got = ToHost(out, expected.size());
     cudaFree(p.workspace);
+    cudaFree(p.work_starts);
+    p.work_starts = nullptr;
     for (int seq = 0; seq < s.num_seqs; ++seq) {
       const std::vector<float> g = problem.Rows(got, seq), e = problem.Rows(expected, seq);
       const size_t unwritten = std::count_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
       EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
       const double error = RelativeError(g, e);
       EXPECT_LT(error, s.tolerance) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits
-                                    << ", schedule " << schedule << " on " << max_ctas
-                                    << " CTAs (0: as launched), heads per tile " << pack << ", "
+                                    << ", schedule " << schedule << (work_starts ? " with work starts" : "") << " on "
+                                    << max_ctas << " CTAs (0: as launched), heads per tile " << pack << ", "
                                     << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
       std::printf(
           "[          ] %s seq %d, splits %d, schedule %d, heads per tile %d: %d queries from %d, %zu entries, rel "
@@ -292,7 +306,7 @@ TEST(PrefillAttentionShapes, ChoosesHeadsPerTile) {
 
 // The default launch's schedule (host code, no GPU needed): persistent exactly when every query
 // sees at most kPersistentMaxKeys keys (a known hint) and the launch is unsplit with at least
-// two work tiles an SM, counted in packed tiles.
+// two work tiles an SM, counted in packed tiles; and the work starts' size.
 TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
   constexpr int kSms = 132;
   constexpr int kPersistent = cuda::detail::kPersistentSchedule;
@@ -321,6 +335,15 @@ TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   p.num_seqs = 32;  // 256 packed tiles (1024 had each head its own tile)
   EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  // The work starts: one record a work tile (unsplit, heads packed as the persistent kernel
+  // packs them).
+  p.max_queries_per_seq = 2048;
+  p.num_seqs = 8;  // 32 heads x 16 query tiles x 8 = 4096 work tiles
+  const size_t per_tile = cuda::PrefillWorkStartsBytes(p) / 4096;
+  EXPECT_GT(per_tile, 0u);
+  EXPECT_EQ(cuda::PrefillWorkStartsBytes(p), 4096 * per_tile);
+  p.max_queries_per_seq = 16;  // 4 heads a tile: 8 head groups x 1 tile x 8 sequences
+  EXPECT_EQ(cuda::PrefillWorkStartsBytes(p), 64 * per_tile);
 }
 
 TEST(DecodeAttentionShapes, RejectsUnsupported) {

@@ -232,6 +232,7 @@ class CudaBackend : public Backend {
   bool DecodeKernelApplies() const;
   bool PrefillKernelApplies() const;
   absl::Status Attention(PassPlan& plan);
+  absl::Status SetPrefillWorkStarts(cuda::PrefillAttentionParams& p);
   // A decode step's chunk-shared attention plan, when it pays (shared_decode_): appended to
   // `pack`, its device pointers set in `plan` once the pack is uploaded (PointSharedPlan).
   // Returns the pack offsets, or nothing when the step runs the per-sequence kernel.
@@ -282,11 +283,12 @@ class CudaBackend : public Backend {
   void* v_pool_ = nullptr;
   double* inv_freq_ = nullptr;
   int activation_rows_ = 0;
-  int split_counter_slots_ = 0;  // zeroed slots of split_counters_
+  int split_counter_slots_ = 0;                     // zeroed slots of split_counters_
   std::optional<size_t> gemm_plans_after_warm_up_;  // unset: no WarmUp yet
   // Activations: x_, y_, qkv_, q_, attn_, gu_ fp32; xb_, attn_in_, h_ (GEMM inputs) of element_.
   DeviceBuffer x_, y_, xb_, qkv_, q_, attn_, attn_in_, gu_, h_, attn_ws_, meta_;
-  DeviceBuffer split_counters_;  // int32, all zero between decode launches
+  DeviceBuffer work_starts_;        // the persistent prefill kernel's (SetPrefillWorkStarts)
+  DeviceBuffer split_counters_;     // int32, all zero between decode launches
   DeviceBuffer out_rows_, logits_;  // the output layer's gathered rows (element_) and its logits
   DeviceBuffer sample_rows_, sample_out_, sample_ws_, sample_slices_;
   PinnedBuffer meta_host_, logits_host_, sample_rows_host_, sample_out_host_;

@@ -102,6 +102,22 @@ bool CudaBackend::PrefillKernelApplies() const {
 // one-token sequences, prefill for power-of-two blocks of at least 16), the generic kernel
 // else. A mixed step (decoding sequences first, then prefill pieces) runs both: a decode
 // row in the prefill kernel would take a whole 128-query tile over its context.
+// The persistent prefill kernel's work starts (PrefillAttentionParams::work_starts): made by
+// a small kernel before it, so that its copy warps do not walk each work tile's table at its
+// boundary (1.05-1.09x at 1k-2k keys, bench/results/prefill_order_2026-11-28.md). The buffer
+// is the same for every layer: each launch rewrites it after the kernels before it finish.
+// LAZYKV_PREFILL_WORK_STARTS=0: none (the kernel walks), for comparisons.
+absl::Status CudaBackend::SetPrefillWorkStarts(cuda::PrefillAttentionParams& p) {
+  static const bool enabled = EnvSwitchOn("LAZYKV_PREFILL_WORK_STARTS");
+  p.work_starts = nullptr;
+  if (!enabled) return absl::OkStatus();
+  const size_t bytes = cuda::PrefillWorkStartsBytes(p);
+  if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(work_starts_.Reserve(bytes));
+  p.work_starts = work_starts_.as<void>();
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::Attention(PassPlan& plan) {
   cuda::PrefillAttentionParams& p = plan.attention;
   if (plan.decode_seqs > 0) {
@@ -147,6 +163,7 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
     RETURN_IF_ERROR(
         attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(r, cuda::ChoosePrefillSplits(r)))));
     r.workspace = attn_ws_.as<float>();
+    RETURN_IF_ERROR(SetPrefillWorkStarts(r));
     return Cuda(cuda::LaunchLazyPrefillAttention(r, stream_), "prefill attention");
   }
   if (PrefillKernelApplies()) {
@@ -155,6 +172,7 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
     RETURN_IF_ERROR(
         attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(p, cuda::ChoosePrefillSplits(p)))));
     p.workspace = attn_ws_.as<float>();
+    RETURN_IF_ERROR(SetPrefillWorkStarts(p));
     return Cuda(cuda::LaunchLazyPrefillAttention(p, stream_), "prefill attention");
   }
   return Cuda(cuda::LaunchGenericPagedAttention(p, plan.rows, stream_), "generic attention");

@@ -125,7 +125,7 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     PersistentWorkStart* starts =
         a.splits == 1 && p.work_starts != nullptr ? static_cast<PersistentWorkStart*>(p.work_starts) : nullptr;
     if (starts != nullptr) {
-      constexpr int kStartThreads = 256;  // a warp a work tile (PersistentWorkStartsKernel: 8 a block)
+      constexpr int kStartThreads = kWorkStartsWarps * 32;  // a warp a work tile
       const long long blocks = (count * 32 + kStartThreads - 1) / kStartThreads;
       if (const cudaError_t e = LaunchPrefill(PersistentWorkStartsKernel<HD>, dim3(static_cast<unsigned>(blocks)),
                                               kStartThreads, 0, stream, p, list, static_cast<int>(ctas), starts);

@@ -73,13 +73,16 @@ struct PersistentWorkStart {
 // tables (all it reads) into shared memory before it waits for the grid before it, and writes
 // `starts` only after: a kernel before it may still read them, and the prefill kernel's wait for
 // this grid then also covers that one (what wrote the queries and keys).
+constexpr int kWorkStartsWarps = 8;  // PersistentWorkStartsKernel's warps a block (a work tile each)
+
 template <int HD>
-__global__ void __launch_bounds__(256) PersistentWorkStartsKernel(const PrefillAttentionParams p, const WorkList list,
-                                                                  int ctas, PersistentWorkStart* starts) {
+__global__ void __launch_bounds__(kWorkStartsWarps * 32)
+    PersistentWorkStartsKernel(const PrefillAttentionParams p, const WorkList list, int ctas,
+                               PersistentWorkStart* starts) {
   AllowDependentLaunch();
-  __shared__ PersistentWorkStart made[8];  // a warp's
+  __shared__ PersistentWorkStart made[kWorkStartsWarps];  // a warp's
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const int index = static_cast<int>(blockIdx.x) * 8 + warp;
+  const int index = static_cast<int>(blockIdx.x) * kWorkStartsWarps + warp;
   bool active = false;
   if (index < list.order.count) {
     const CtaWork w = WorkAt<HD>(p, list, index);
@@ -181,6 +184,8 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
     ReconvergeCounter(&J);
     index = next_index;
     if (starts != nullptr) {
+      // Only the fields the copy warps read (entries_per_tile is the launch's); a new use of
+      // another field of w here needs it in PersistentWorkStart too.
       const PersistentWorkStart* start = starts + index;
       w.kvh = start->kvh;
       w.pos_lo = start->pos_lo;

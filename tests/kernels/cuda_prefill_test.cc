@@ -147,13 +147,33 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     p.work_starts = nullptr;
     if (const size_t bytes = cuda::PrefillWorkStartsBytes(p); work_starts && bytes > 0) {
       CUDA_OK(cudaMalloc(&p.work_starts, bytes));
-      CUDA_OK(cudaMemset(p.work_starts, 0xff, bytes));  // a start read before it is written fails
+      CUDA_OK(cudaMemset(p.work_starts, 0xff, bytes));  // a start read before it is written: wrong rows or a hang
     }
     CUDA_OK(cudaMemset(out, 0xff, expected.size() * sizeof(float)));  // NaN: an unwritten element fails
     CUDA_OK(schedule < 0 ? cuda::LaunchLazyPrefillAttention(p, nullptr)
                          : cuda::detail::LaunchLazyPrefillAttentionVariant(p, schedule, nullptr, max_ctas));
+    // The backend's reuse of one starts buffer by launches back to back (every layer): a second
+    // launch on 1 CTA, whose starts differ (each CTA's next work tile), rewrites the buffer while
+    // the first may still run; both must come out right.
+    float* out_again = nullptr;
+    const bool reuse = work_starts && schedule == cuda::detail::kPersistentSchedule && max_ctas == 3;
+    if (reuse) {
+      CUDA_OK(cudaMalloc(&out_again, expected.size() * sizeof(float)));
+      CUDA_OK(cudaMemset(out_again, 0xff, expected.size() * sizeof(float)));
+      cuda::PrefillAttentionParams again = p;
+      again.out = out_again;
+      CUDA_OK(cuda::detail::LaunchLazyPrefillAttentionVariant(again, schedule, nullptr, 1));
+    }
     CUDA_OK(cudaDeviceSynchronize());
     const auto got = ToHost(out, expected.size());
+    if (reuse) {
+      const auto got_again = ToHost(out_again, expected.size());
+      cudaFree(out_again);
+      for (int seq = 0; seq < s.num_seqs; ++seq) {
+        EXPECT_LT(RelativeError(problem.Rows(got_again, seq), problem.Rows(expected, seq)), s.tolerance)
+            << "sequence " << seq << ": the second launch on the same work starts";
+      }
+    }
     cudaFree(p.workspace);
     cudaFree(p.work_starts);
     p.work_starts = nullptr;

@@ -98,14 +98,11 @@ bool CudaBackend::PrefillKernelApplies() const {
   return DecodeKernelApplies() && block_size_ >= 16 && (block_size_ & (block_size_ - 1)) == 0;
 }
 
-// The tensor-core kernels where they apply (a bf16 pool, head dims 64 and 128; decode for
-// one-token sequences, prefill for power-of-two blocks of at least 16), the generic kernel
-// else. A mixed step (decoding sequences first, then prefill pieces) runs both: a decode
-// row in the prefill kernel would take a whole 128-query tile over its context.
 // The persistent prefill kernel's work starts (PrefillAttentionParams::work_starts): made by
 // a small kernel before it, so that its copy warps do not walk each work tile's table at its
 // boundary (1.05-1.09x at 1k-2k keys, bench/results/prefill_order_2026-11-28.md). The buffer
 // is the same for every layer: each launch rewrites it after the kernels before it finish.
+// (Reserved for any prefill launch; only an unsplit persistent launch reads it.)
 // LAZYKV_PREFILL_WORK_STARTS=0: none (the kernel walks), for comparisons.
 absl::Status CudaBackend::SetPrefillWorkStarts(cuda::PrefillAttentionParams& p) {
   static const bool enabled = EnvSwitchOn("LAZYKV_PREFILL_WORK_STARTS");
@@ -118,6 +115,10 @@ absl::Status CudaBackend::SetPrefillWorkStarts(cuda::PrefillAttentionParams& p) 
   return absl::OkStatus();
 }
 
+// The tensor-core kernels where they apply (a bf16 pool, head dims 64 and 128; decode for
+// one-token sequences, prefill for power-of-two blocks of at least 16), the generic kernel
+// else. A mixed step (decoding sequences first, then prefill pieces) runs both: a decode
+// row in the prefill kernel would take a whole 128-query tile over its context.
 absl::Status CudaBackend::Attention(PassPlan& plan) {
   cuda::PrefillAttentionParams& p = plan.attention;
   if (plan.decode_seqs > 0) {

@@ -61,6 +61,11 @@ int PackFor(const PrefillAttentionParams& p, int schedule) {
   return pow2 && p.pack_heads <= most && group % p.pack_heads == 0 ? p.pack_heads : 0;
 }
 
+// The work tiles of an unsplit launch with `pack` heads a tile (the persistent kernel's list).
+long long UnsplitWorkTiles(const PrefillAttentionParams& p, int pack) {
+  return static_cast<long long>(p.n_heads / pack) * QueryTiles(p, Log2(pack)) * p.num_seqs;
+}
+
 // One CTA fits on an SM: split the keys only when the launch fills less than one wave.
 int SplitsFor(const PrefillAttentionParams& p, int pack) {
   if (p.num_splits > 0) return std::min(p.num_splits, kMaxSplits);
@@ -189,8 +194,7 @@ int ChoosePrefillSplits(const PrefillAttentionParams& p) { return SplitsFor(p, C
 size_t PrefillWorkStartsBytes(const PrefillAttentionParams& p) {
   const int pack = PackFor(p, kPersistent);
   if (pack <= 0 || p.num_seqs <= 0 || p.n_heads <= 0) return 0;
-  const size_t count = static_cast<size_t>(p.n_heads / pack) * std::max(1, QueryTiles(p, Log2(pack))) * p.num_seqs;
-  return count * sizeof(PersistentWorkStart);
+  return static_cast<size_t>(UnsplitWorkTiles(p, pack)) * sizeof(PersistentWorkStart);
 }
 
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {
@@ -207,7 +211,7 @@ int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms) {
   if (p.max_keys <= 0 || p.max_keys > kPersistentMaxKeys || sms <= 0 || p.num_splits > 1) return kSpecialized;
   const int pack = PackFor(p, kPersistent);
   if (pack <= 0) return kSpecialized;
-  const long long works = static_cast<long long>(p.n_heads / pack) * QueryTiles(p, Log2(pack)) * p.num_seqs;
+  const long long works = UnsplitWorkTiles(p, pack);
   // Under two work tiles an SM the launch may split its keys (SplitsFor), and a second work
   // tile for some CTAs would be all a persistent grid adds.
   return works >= 2LL * sms ? kPersistent : kSpecialized;

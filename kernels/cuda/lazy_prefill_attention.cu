@@ -129,7 +129,7 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     // The work starts (PrefillWorkStartsBytes: sized for the unsplit list, which this one is).
     PersistentWorkStart* starts =
         a.splits == 1 && p.work_starts != nullptr ? static_cast<PersistentWorkStart*>(p.work_starts) : nullptr;
-    if (starts != nullptr) {
+    if (starts != nullptr && !p.work_starts_made) {
       constexpr int kStartThreads = kWorkStartsWarps * 32;  // a warp a work tile
       const long long blocks = (count * 32 + kStartThreads - 1) / kStartThreads;
       if (const cudaError_t e = LaunchPrefill(PersistentWorkStartsKernel<HD>, dim3(static_cast<unsigned>(blocks)),

@@ -77,6 +77,11 @@ struct PrefillAttentionParams {
   // persistent kernel (ChoosePrefillSchedule), whose CTAs overlap one work tile's short KV loop
   // with the next one's start.
   int max_keys = 0;
+  // True where work_starts already holds this launch's starts: an earlier launch on the same
+  // stream with the same tables, queries and shape made them (a step's later layers, whose
+  // launches differ only in the pools), so their small kernel is not launched again. (Last, so
+  // that the kernels' parameter offsets stay as they were.)
+  bool work_starts_made = false;
 };
 
 // The most query heads a tile packs: the rotation warpgroup's rows per step (512 / head_dim).

@@ -53,6 +53,24 @@ struct PrefillShape {
   double tolerance = 1e-2;
 };
 
+// How many graph nodes (kernels) a launch on 1 CTA enqueues, counted in a graph captured from it
+// (not run); 0 where the capture failed.
+size_t CapturedKernels(const cuda::PrefillAttentionParams& p, int schedule) {
+  cudaStream_t stream;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return 0;
+  cudaGraph_t graph = nullptr;
+  size_t nodes = 0;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    const cudaError_t launched = cuda::detail::LaunchLazyPrefillAttentionVariant(p, schedule, stream, 1);
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && launched == cudaSuccess) {
+      cudaGraphGetNodes(graph, nullptr, &nodes);
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
+  return nodes;
+}
+
 class PrefillAttentionGpuTest : public ::testing::TestWithParam<PrefillShape> {};
 
 TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
@@ -156,6 +174,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     // launch on 1 CTA, whose starts differ (each CTA's next work tile), rewrites the buffer while
     // the first may still run; both must come out right.
     float* out_again = nullptr;
+    float* out_made = nullptr;
     const bool reuse = work_starts && schedule == cuda::detail::kPersistentSchedule && max_ctas == 3;
     if (reuse) {
       CUDA_OK(cudaMalloc(&out_again, expected.size() * sizeof(float)));
@@ -163,15 +182,30 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       cuda::PrefillAttentionParams again = p;
       again.out = out_again;
       CUDA_OK(cuda::detail::LaunchLazyPrefillAttentionVariant(again, schedule, nullptr, 1));
+      // A third launch of the same shape (1 CTA) on the starts the second made, as a step's
+      // later layers run: one kernel (counted in a captured graph), the same rows.
+      CUDA_OK(cudaMalloc(&out_made, expected.size() * sizeof(float)));
+      CUDA_OK(cudaMemset(out_made, 0xff, expected.size() * sizeof(float)));
+      cuda::PrefillAttentionParams made = again;
+      made.out = out_made;
+      made.work_starts_made = true;
+      CUDA_OK(cuda::detail::LaunchLazyPrefillAttentionVariant(made, schedule, nullptr, 1));
+      const size_t with_starts_kernel = CapturedKernels(again, schedule), reusing = CapturedKernels(made, schedule);
+      EXPECT_GE(reusing, 1u);
+      EXPECT_EQ(with_starts_kernel, reusing + 1) << "a launch on starts made before runs no starts kernel";
     }
     CUDA_OK(cudaDeviceSynchronize());
     const auto got = ToHost(out, expected.size());
     if (reuse) {
       const auto got_again = ToHost(out_again, expected.size());
+      const auto got_made = ToHost(out_made, expected.size());
       cudaFree(out_again);
+      cudaFree(out_made);
       for (int seq = 0; seq < s.num_seqs; ++seq) {
         EXPECT_LT(RelativeError(problem.Rows(got_again, seq), problem.Rows(expected, seq)), s.tolerance)
             << "sequence " << seq << ": the second launch on the same work starts";
+        EXPECT_LT(RelativeError(problem.Rows(got_made, seq), problem.Rows(expected, seq)), s.tolerance)
+            << "sequence " << seq << ": a launch on work starts made by an earlier launch";
       }
     }
     cudaFree(p.workspace);

@@ -416,6 +416,9 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
           "attention norm"));
       RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.wqkv), q_dim + 2 * kv_dim, qkv_.as<float>()));
     }
+    // The persistent prefill kernel's work starts depend on the step's tables, not the layer:
+    // the first layer's launch makes them for all.
+    ap.work_starts_made = plan.rest.work_starts_made = l > 0;
     kw.kv.k_pool = ap.kv.k_pool = KPool(l);
     kw.kv.v_pool = ap.kv.v_pool = VPool(l);
     if (!plan.decode_writes_kv) RETURN_IF_ERROR(Cuda(cuda::LaunchKvWrite(kw, stream_), "KV write"));

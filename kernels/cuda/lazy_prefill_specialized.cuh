@@ -272,7 +272,27 @@ __device__ __forceinline__ void MakeFirstQuery(const PrefillAttentionParams& p, 
   }
 }
 
-// Consumer c (0 or 1): query rows 64 c .. 64 c + 63.
+// A consumer with no query row in its half (a tile at most half full, as a short question's
+// packed tile is) keeps the ring's and the query buffers' counts tile by tile, without products
+// or turns; it waits for each delta's query as a computing consumer does, so that its release
+// of a query buffer cannot run ahead into the buffer's next use.
+__device__ __forceinline__ void ReleaseTiles(SpecBarriers* bars, const StageInfo* info) {
+  int k = -1;  // the delta's index
+  for (int j = 0;; ++j) {
+    const int ks = RingSlot(2 * j), vs = RingSlot(2 * j + 1);
+    mbarrier::Wait(&bars->full[ks], RingParity(2 * j));
+    const StageInfo in = info[j & 1];
+    if (in.first_of_delta && ++k > 0) mbarrier::Wait(&bars->q_full[k & 1], QueryFullParity(k));
+    mbarrier::Arrive(&bars->empty[ks]);
+    if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
+    mbarrier::Wait(&bars->full[vs], RingParity(2 * j + 1));
+    mbarrier::Arrive(&bars->empty[vs]);
+    if (in.last) return;
+  }
+}
+
+// Consumer c (0 or 1): query rows 64 c .. 64 c + 63. Where the other consumer's rows are all
+// past the tile's (ReleaseTiles), this one takes no turns.
 template <int HD>
 __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, float scale_log2, unsigned char* smem,
                             const float4 (&first_rows)[kFirstQuerySteps<HD>]) {
@@ -295,7 +315,16 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
   wgmma::FenceProxyAsync();              // the query rows, read next by wgmma (async proxy)
   mbarrier::Arrive(&bars->first_query);  // for the rotation warps' later deltas
   ConsumerSync(c);                       // this consumer's half of the first query is written
-  int k = -1;                            // the delta's index
+#ifdef LAZYKV_PREFILL_PROBE_COPY_ONLY    // a diagnostic build (kernels/CMakeLists.txt): the tiles' loads only
+  ReleaseTiles(bars, info);
+  return;
+#endif
+  if (c * 64 >= w.rows) {  // nothing of this consumer's to compute
+    ReleaseTiles(bars, info);
+    return;
+  }
+  const bool turns = w.rows > 64;  // the other consumer computes too
+  int k = -1;                      // the delta's index
   for (int j = 0;; ++j) {
     const int ks = RingSlot(2 * j), vs = RingSlot(2 * j + 1);
     mbarrier::Wait(&bars->full[ks], RingParity(2 * j));
@@ -304,25 +333,17 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
       ++k;
       if (k > 0) mbarrier::Wait(&bars->q_full[k & 1], QueryFullParity(k));  // run 0's: ConsumerSync
     }
-#ifdef LAZYKV_PREFILL_PROBE_COPY_ONLY  // a diagnostic build (kernels/CMakeLists.txt): the tile's loads only
-    mbarrier::Arrive(&bars->empty[ks]);
-    if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
-    mbarrier::Wait(&bars->full[vs], RingParity(2 * j + 1));
-    mbarrier::Arrive(&bars->empty[vs]);
-    if (in.last) return;
-    continue;
-#endif
     const bool stamps = threadIdx.x % 128 == 0;  // one thread of the consumer (diagnostic builds)
     if (stamps) LAZYKV_TIMELINE(j, 5 * c + kKeysReady);
     wgmma::FenceProxyAsync();  // the keys' cp.async copies (and the query rows), read next by wgmma
     float s[kBN / 2];
-    if (c == 1 || j > 0) TurnSync(c);
+    if (turns && (c == 1 || j > 0)) TurnSync(c);
     if (stamps) LAZYKV_TIMELINE(j, 5 * c + kTurn);
     IssueScores<HD>(s, q_half + (__shfl_sync(0xffffffffu, k, 0) & 1) * L::kQBytes, ring + ks * L::kKvBytes);
     wgmma::Wait<0>();
     wgmma::PinRegisters(s);
     if (stamps) LAZYKV_TIMELINE(j, 5 * c + kScoresDone);
-    if (c == 0 || !in.last) TurnArrive(1 - c);  // consumer 0 takes no turn after its last tile
+    if (turns && (c == 0 || !in.last)) TurnArrive(1 - c);  // consumer 0 takes no turn after its last tile
     mbarrier::Arrive(&bars->empty[ks]);
     if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
 

@@ -461,18 +461,17 @@ TEST(WorkerServerTest, TwoWorkersSharingACacheServerComputeEachDocumentOnce) {
   const std::string dir = TempDir("worker_fleet");
   auto cache = StartCacheServer(dir);
   ASSERT_TRUE(cache->started());
+  // A cache call that misses its deadline marks the server down, and the worker then computes
+  // the chunk itself: a floor far above the loaded 2-core CI machine's call times (under TSan
+  // one call once took past 20 ms x 10: a document computed twice).
+  const std::string deadline_floor_ms = std::to_string(100 * SlowdownFactor());
   std::vector<std::unique_ptr<ServerProcess>> workers;
   for (int w = 0; w < 2; ++w) {
-    workers.push_back(
-        StartWorker(dir + "/w" + std::to_string(w),
-                    {"--model", ModelPath("stories260K.bin"), "--tokenizer", ModelPath("tok512.bin"), "--cache-servers",
-                     // A call that misses its deadline marks the server down, and the worker then
-                     // computes the chunk itself: a floor far above the loaded 2-core CI machine's
-                     // call times (under TSan one call once took past 20 ms x 10: a document
-                     // computed twice).
-                     cache->address(), "--cache-min-deadline-ms", std::to_string(100 * SlowdownFactor()),
-                     // single flight is the point here, not fetch-or-recompute
-                     "--fetch-policy", "always"}));
+    workers.push_back(StartWorker(dir + "/w" + std::to_string(w),
+                                  {"--model", ModelPath("stories260K.bin"), "--tokenizer", ModelPath("tok512.bin"),
+                                   "--cache-servers", cache->address(), "--cache-min-deadline-ms", deadline_floor_ms,
+                                   // single flight is the point here, not fetch-or-recompute
+                                   "--fetch-policy", "always"}));
   }
   // 10 random documents (token ids), 12 requests of 3 in random orders, sent to both
   // workers at once, in opposite orders.

@@ -101,8 +101,9 @@ bool CudaBackend::PrefillKernelApplies() const {
 // The persistent prefill kernel's work starts (PrefillAttentionParams::work_starts): made by
 // a small kernel before it, so that its copy warps do not walk each work tile's table at its
 // boundary (1.05-1.09x at 1k-2k keys, bench/results/prefill_order_2026-11-28.md). The buffer
-// is the same for every layer: each launch rewrites it after the kernels before it finish.
-// (Reserved for any prefill launch; only an unsplit persistent launch reads it.)
+// is the same for every layer: the step's first layer makes the starts and the later layers
+// read them (work_starts_made, set by RunLayers). (Reserved for any prefill launch; only an
+// unsplit persistent launch reads it.)
 // LAZYKV_PREFILL_WORK_STARTS=0: none (the kernel walks), for comparisons.
 absl::Status CudaBackend::SetPrefillWorkStarts(cuda::PrefillAttentionParams& p) {
   static const bool enabled = EnvSwitchOn("LAZYKV_PREFILL_WORK_STARTS");

@@ -133,6 +133,7 @@ cuda::PrefillAttentionParams QueryParams(const PagedBatch& b, int batch, int len
   p.n_heads = heads;
   p.max_queries_per_seq = n_q;
   p.max_keys = len;  // every query sees at most the sequence (the launcher's hint)
+  p.total_queries = batch * n_q;
   return p;
 }
 
@@ -177,6 +178,15 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
     const double floor_ms = kv_gb / hbm_gbs * 1e3;
     std::printf("%5d %6d %6d %6.3f %11.4f %13.4f %7.2fx %9.4f %9.2fx %9.0f\n", batch, pack, splits, kv_gb, packed_ms,
                 unpacked_ms, unpacked_ms / packed_ms, floor_ms, packed_ms / floor_ms, hbm_gbs);
+    {  // the packed launch on q rotated at its positions before it (the backend's) against raw q
+      cuda::PrefillAttentionParams rotated = p;
+      rotated.q_rotated = true;
+      const auto [rotated_ms, raw_ms] = AlternatedMedianMs([&] { cuda::LaunchLazyPrefillAttention(rotated, nullptr); },
+                                                           [&] { cuda::LaunchLazyPrefillAttention(p, nullptr); });
+      CHECK_CUDA(cudaGetLastError());
+      std::printf("      packed, q rotated before it (the backend's launch): %.4f ms; raw q: %.4f ms (%.3fx)\n",
+                  rotated_ms, raw_ms, raw_ms / rotated_ms);
+    }
     if (batch <= 8) {  // the split count at small batches (latency-bound): the chosen one against others
       // (up to kMaxSplits; 32 and 64, with the cap raised for a run, were 1.5x and 2.6x slower at batch 1)
       std::printf("      packed, splits forced:");
@@ -205,7 +215,8 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
 // waves of CTAs for each shape, written to PREFIX_L_scenario as int32 (ctas, tiles, events)
 // then int64 stamps [ctas][tiles][events]; bench/prefill_timeline.py reads it. With
 // LAZYKV_PREFILL_TIMELINE_SCHEDULE=3, the persistent kernel's instead: its CTAs (one an SM),
-// each CTA's tiles numbered across its work tiles (works: the launch's work tiles).
+// each CTA's tiles numbered across its work tiles (works: the launch's work tiles), launched
+// with its work starts where the launch can have them.
 void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, int works, const std::string& path) {
   const char* schedule_env = std::getenv("LAZYKV_PREFILL_TIMELINE_SCHEDULE");
   const bool persistent = schedule_env != nullptr && std::string(schedule_env) == "3";
@@ -223,9 +234,18 @@ void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, int works, con
     CHECK_CUDA(cudaFree(stamps));
     return;
   }
+  // The persistent kernel as the backend launches it: with its work starts made before it.
+  cuda::PrefillAttentionParams launch = p;
+  void* starts = nullptr;
+  if (const size_t bytes = cuda::PrefillWorkStartsBytes(p); persistent && bytes > 0) {
+    CHECK_CUDA(cudaMalloc(&starts, bytes));
+    launch.work_starts = starts;
+  }
+  launch.q_rotated = std::getenv("LAZYKV_PREFILL_TIMELINE_Q_ROTATED") != nullptr;  // the backend's q
   CHECK_CUDA(cuda::detail::LaunchLazyPrefillAttentionVariant(
-      p, persistent ? cuda::detail::kPersistentSchedule : cuda::detail::kSpecializedSchedule, nullptr));
+      launch, persistent ? cuda::detail::kPersistentSchedule : cuda::detail::kSpecializedSchedule, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());
+  if (starts != nullptr) CHECK_CUDA(cudaFree(starts));
   CHECK_CUDA(cuda::detail::SetPrefillTimeline(nullptr, 0, 0));
   std::vector<long long> host(count);
   CHECK_CUDA(cudaMemcpy(host.data(), stamps, count * sizeof(long long), cudaMemcpyDeviceToHost));
@@ -325,8 +345,27 @@ int main(int argc, char** argv) {
                     sc, schedule_ms[sc], flops / schedule_ms[sc] / 1e9, schedule_norot_ms[sc],
                     flops / schedule_norot_ms[sc] / 1e9, 100.0 * (schedule_ms[sc] / schedule_norot_ms[sc] - 1.0));
       }
+      // The default launch on q rotated at its positions before it (PrefillAttentionParams::q_rotated,
+      // as the backend's KV write leaves it) against raw q, alternated.
+      {
+        const auto [rotated_ms, raw_ms] = AlternatedMedianMs(
+            [&] {
+              p.q_rotated = true;
+              launch_with(b.deltas, -1);
+            },
+            [&] {
+              p.q_rotated = false;
+              launch_with(b.deltas, -1);
+            });
+        p.q_rotated = false;
+        CHECK_CUDA(cudaGetLastError());
+        std::printf(
+            "  (q rotated before the kernel (the backend's launch): %.3f ms, %.1f TFLOP/s; raw q: %.3f ms, "
+            "%.1f TFLOP/s: %.3fx)\n",
+            rotated_ms, flops / rotated_ms / 1e9, raw_ms, flops / raw_ms / 1e9, raw_ms / rotated_ms);
+      }
       // The persistent kernel with its work starts made before it (PrefillAttentionParams::work_starts)
-      // against its own walk at each work tile boundary, alternated.
+      // against its own walk at each work tile boundary, alternated; then with q rotated before it.
       if (const size_t bytes = cuda::PrefillWorkStartsBytes(p); bytes > 0 && splits == 1) {
         void* starts = nullptr;
         CHECK_CUDA(cudaMalloc(&starts, bytes));
@@ -345,6 +384,26 @@ int main(int argc, char** argv) {
         std::printf(
             "  (schedule 3 with work starts: lazy %.3f ms, %.1f TFLOP/s; walking: %.3f ms, %.1f TFLOP/s: %.3fx)\n",
             with_ms, flops / with_ms / 1e9, without_ms, flops / without_ms / 1e9, without_ms / with_ms);
+        CHECK_CUDA(cudaMalloc(&starts, bytes));
+        const auto [rotated_ms, raw_ms] = AlternatedMedianMs(
+            [&] {
+              p.work_starts = starts;
+              p.q_rotated = true;
+              launch_with(b.deltas, cuda::detail::kPersistentSchedule);
+            },
+            [&] {
+              p.work_starts = starts;
+              p.q_rotated = false;
+              launch_with(b.deltas, cuda::detail::kPersistentSchedule);
+            });
+        p.work_starts = nullptr;
+        p.q_rotated = false;
+        CHECK_CUDA(cudaGetLastError());
+        CHECK_CUDA(cudaFree(starts));
+        std::printf(
+            "  (schedule 3 with work starts, q rotated before: lazy %.3f ms, %.1f TFLOP/s; raw q: %.3f ms, "
+            "%.1f TFLOP/s: %.3fx)\n",
+            rotated_ms, flops / rotated_ms / 1e9, raw_ms, flops / raw_ms / 1e9, raw_ms / rotated_ms);
       }
       FreeQueries(p);
     }

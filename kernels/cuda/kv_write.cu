@@ -1,6 +1,7 @@
 // The new tokens' K/V into the paged pool, keys rotated at their stored position, and
-// their raw q split out of the fused QKV output (CPU twin: the RotateHeads + memcpy in the
-// CPU backend's ForwardOne).
+// their q split out of the fused QKV output, raw or rotated at the query's position
+// (KvWriteParams::q_positions; CPU twin: the RotateHeads + memcpy in the CPU backend's
+// ForwardOne).
 #include <cstdint>
 
 #include "kernels/cuda/dependent_launch.cuh"
@@ -32,7 +33,27 @@ __global__ void __launch_bounds__(kThreads) KvWriteKernel(KvWriteParams p) {
   // Whole float4s when both rows start 16-byte aligned (row_stride and q_dim multiples of 4).
   const bool vec = q_dim % 4 == 0 && row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.qkv) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.q_out) % 16 == 0;
-  if (vec) {
+  if (p.q_positions != nullptr && r >= p.rotated_q_from) {
+    // R(position) q (the keys' arithmetic, StoreRotatedPair, in fp32): each frequency's sine and
+    // cosine made once into shared memory, then a thread per (head, frequency) pair. (A thread per
+    // frequency and run of heads, each making its own, took 6.7 against 4.4 us a layer for a
+    // 16-row step: bench/results/prefill_query_2026-11-29.md.)
+    __shared__ float2 sin_cos[kThreads];  // half <= kThreads (LaunchKvWrite)
+    const long long position = p.q_positions[r];
+    for (int i = threadIdx.x; i < half; i += kThreads) {
+      float s, c;
+      RopeSinCos(p.kv.inv_freq[i], position, &s, &c);
+      sin_cos[i] = make_float2(s, c);
+    }
+    __syncthreads();  // the branch is the CTA's (one row a CTA)
+    for (int j = threadIdx.x; j < p.n_heads * half; j += kThreads) {
+      const int head = j / half, i = j % half;
+      int a, b;
+      RopePair(p.kv.rope_style, hd, i, &a, &b);
+      const float2 sc = sin_cos[i];
+      StoreRotatedPair(row + head * hd, a, b, sc.x, sc.y, q_out + head * hd);
+    }
+  } else if (vec) {
     const float4* __restrict__ src = reinterpret_cast<const float4*>(row);
     float4* __restrict__ dst = reinterpret_cast<float4*>(q_out);
     for (int i = threadIdx.x; i < q_dim / 4; i += kThreads) dst[i] = src[i];
@@ -61,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) KvWriteKernel(KvWriteParams p) {
 
 cudaError_t LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
   if (p.rows < 0 || p.n_heads <= 0 || p.kv.n_kv_heads <= 0 || p.kv.head_dim <= 0 || p.kv.head_dim % 2 != 0 ||
-      p.kv.block_size <= 0) {
+      p.kv.block_size <= 0 || (p.q_positions != nullptr && p.kv.head_dim / 2 > kThreads)) {
     return cudaErrorInvalidValue;
   }
   if (p.rows == 0) return cudaSuccess;

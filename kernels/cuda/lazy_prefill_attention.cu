@@ -11,6 +11,7 @@
 #include "kernels/cuda/lazy_prefill_kernels.cuh"
 #include "kernels/cuda/lazy_prefill_persistent.cuh"
 #include "kernels/cuda/lazy_prefill_specialized.cuh"
+#include "kernels/cuda/query_tensor_map.h"
 #include "kernels/cuda/split_combine.h"
 
 namespace lazykv::cuda {
@@ -138,12 +139,14 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
         return e;
       }
     }
+    CUtensorMap q_map;
+    if (const cudaError_t e = MakeQueryTensorMap(p, 1 << a.log2_pack, &q_map); e != cudaSuccess) return e;
     const auto kernel = LazyPrefillPersistentKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD, PersistentStageInfo>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
     if (err != cudaSuccess) return err;
     if (const cudaError_t e = LaunchPrefill(kernel, dim3(static_cast<unsigned>(ctas)), kSpecThreads, kSmem, stream, p,
-                                            list, a.scale_log2, static_cast<const PersistentWorkStart*>(starts));
+                                            list, a.scale_log2, static_cast<const PersistentWorkStart*>(starts), q_map);
         e != cudaSuccess) {
       return e;
     }
@@ -208,7 +211,10 @@ static_assert(kPersistentSchedule == kPersistent && kSpecializedSchedule == kSpe
               "the header's schedule numbers are the launcher's");
 
 int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms) {
-  if (p.max_keys <= 0 || p.max_keys > kPersistentMaxKeys || sms <= 0 || p.num_splits > 1) return kSpecialized;
+  if (p.max_keys <= 0 || p.max_keys > kPersistentMaxKeys || sms <= 0 || p.num_splits > 1 ||
+      !QueryTensorMapSupported(p)) {
+    return kSpecialized;
+  }
   const int pack = PackFor(p, kPersistent);
   if (pack <= 0) return kSpecialized;
   const long long works = UnsplitWorkTiles(p, pack);
@@ -232,6 +238,8 @@ const char* PrefillProbeName() {
   return "copy_only";
 #elif defined(LAZYKV_PREFILL_PROBE_MATH_ONLY)
   return "math_only";
+#elif defined(LAZYKV_PREFILL_PROBE_QUERY_FREE)
+  return "query_free";
 #else
   return nullptr;
 #endif
@@ -270,14 +278,23 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
 
 }  // namespace detail
 
-cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
-  // The warp-specialized kernel: 1.03-1.34x the two-warpgroup one with the rotation on, its
-  // rotation 1-4% (bench/results/cuda_prefill_2026-11-21e.md); persistent for short KV loops
-  // (bench/results/prefill_persistent_2026-11-28.md).
-  // LAZYKV_PREFILL_PERSISTENT=0: never the persistent kernel, for comparisons.
+namespace {
+
+// The default launch's schedule. The warp-specialized kernel: 1.03-1.34x the two-warpgroup one
+// with the rotation on, its rotation 1-4% (bench/results/cuda_prefill_2026-11-21e.md);
+// persistent for short KV loops (bench/results/prefill_persistent_2026-11-28.md).
+// LAZYKV_PREFILL_PERSISTENT=0: never the persistent kernel, for comparisons.
+int DefaultSchedule(const PrefillAttentionParams& p) {
   static const bool persistent = EnvSwitchOn("LAZYKV_PREFILL_PERSISTENT");
-  const int schedule = persistent ? detail::ChoosePrefillSchedule(p, MultiprocessorCount()) : kSpecialized;
-  return detail::LaunchLazyPrefillAttentionVariant(p, schedule, stream);
+  return persistent ? detail::ChoosePrefillSchedule(p, MultiprocessorCount()) : kSpecialized;
+}
+
+}  // namespace
+
+bool PrefillWantsRotatedQuery(const PrefillAttentionParams& p) { return DefaultSchedule(p) == kPersistent; }
+
+cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
+  return detail::LaunchLazyPrefillAttentionVariant(p, DefaultSchedule(p), stream);
 }
 
 }  // namespace lazykv::cuda

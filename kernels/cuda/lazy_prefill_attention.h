@@ -42,8 +42,8 @@ namespace lazykv::cuda {
 // Device pointers. The pool and its block table are in `kv` (paged_kv.h: the block table's
 // contract); the pools are bf16 here (the generic kernel takes fp32 too).
 struct PrefillAttentionParams {
-  // [total_queries][n_heads][head_dim] fp32, raw (unrotated). Sequence s owns rows
-  // [query_offsets[s], query_offsets[s + 1]); its row i sits at position query_pos0[s] + i.
+  // [total_queries][n_heads][head_dim] fp32, raw (unrotated) unless q_rotated. Sequence s owns
+  // rows [query_offsets[s], query_offsets[s + 1]); its row i sits at position query_pos0[s] + i.
   const float* q = nullptr;
   // n_heads % kv.n_kv_heads == 0 (any group size); kv.head_dim 64 or 128; kv.block_size a
   // power of two, at least 16.
@@ -82,6 +82,15 @@ struct PrefillAttentionParams {
   // launches differ only in the pools), so their small kernel is not launched again. (Last, so
   // that the kernels' parameter offsets stay as they were.)
   bool work_starts_made = false;
+  // True where q holds R(position) q, each row already rotated at its own position (the KV
+  // write does it: KvWriteParams::q_positions), so that the kernels only rotate by -delta; a
+  // work tile's rotation by position had been on the persistent kernel's path at every work
+  // tile's start (bench/results/prefill_query_2026-11-29.md).
+  bool q_rotated = false;
+  // q's rows (query_offsets[num_seqs]); 0: not known. The persistent kernel reads its query rows
+  // through a tensor map over them (query_tensor_map.h), so the default launch takes it only
+  // where this is known.
+  int total_queries = 0;
 };
 
 // The most query heads a tile packs: the rotation warpgroup's rows per step (512 / head_dim).
@@ -103,17 +112,27 @@ size_t PrefillWorkStartsBytes(const PrefillAttentionParams& p);
 // CUDA call, so it needs no GPU).
 cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
 
+// Whether the default launch gains from a query rotated at its positions (q_rotated): where it
+// takes the persistent kernel, whose rotation warps otherwise rotate each work tile's query by
+// position on the path to its first tile (1.09-1.12x at 1k keys). The one-tile kernel and split
+// launches run the same either way, so there the KV write's rotation (~2.2 us a layer of a
+// 16-row step) would only cost (bench/results/prefill_query_2026-11-29.md). Host code (the
+// launch's own choice: the SM count, LAZYKV_PREFILL_PERSISTENT).
+bool PrefillWantsRotatedQuery(const PrefillAttentionParams& p);
+
 namespace detail {
 // For the benchmark and the tests: the launch with a given kernel and schedule of its main
 // loop (lazy_prefill_tiles.cuh: 0 two warpgroups, serial; 1 two warpgroups, staggered; 2 a
 // copy, rotation and two consumer warpgroups, a CTA per work tile; 3 the same kernel
-// persistent, at most max_ctas CTAs (0: one an SM), each taking many work tiles).
+// persistent, at most max_ctas CTAs (0: one an SM), each taking many work tiles; it needs
+// QueryTensorMapSupported(p), else cudaErrorInvalidValue).
 constexpr int kNumPrefillSchedules = 4;
 constexpr int kSpecializedSchedule = 2;
 constexpr int kPersistentSchedule = 3;
 // The schedule the default launch takes on a GPU of `sms` SMs: the persistent kernel (3) when
-// p.max_keys is known and at most kPersistentMaxKeys and the launch is unsplit with at least
-// two work tiles an SM; else 2. Host code (no CUDA call). (With work starts the persistent
+// p.max_keys is known and at most kPersistentMaxKeys, the queries can be read through a tensor
+// map (QueryTensorMapSupported) and the launch is unsplit with at least two work tiles an SM;
+// else 2. Host code (no CUDA call). (With work starts the persistent
 // kernel wins full causal prefill at 2k keys by 3.5% but loses the last 512 queries by ~1%,
 // bench/results/prefill_order_2026-11-28.md: the bound stays.)
 constexpr int kPersistentMaxKeys = 1024;
@@ -126,7 +145,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
 // [max_ctas][max_tiles][kPrefillTimelineEvents] (prefill_timeline.cuh says which stamp is
 // which); null stops it. cudaErrorNotSupported in other builds. Not thread-safe with launches
 // in flight.
-constexpr int kPrefillTimelineEvents = 17;
+constexpr int kPrefillTimelineEvents = 25;
 cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles);
 // "copy_only" or "math_only" in a probe build (CMake -DLAZYKV_PREFILL_PROBE=...; its outputs
 // are wrong, its times bound the kernels), nullptr otherwise.

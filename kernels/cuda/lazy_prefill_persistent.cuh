@@ -4,8 +4,8 @@
 // on across work tiles: the copy warps take the next work tile's start (read from the work
 // starts that PersistentWorkStartsKernel made before the kernel, or walked from its block table
 // without them) and issue its first loads while the consumers finish the one before, and the
-// rotation warps write its
-// first delta's query in the same time; the ring, the query buffers and the consumers' turns
+// rotation warps take its raw query rows (one TMA box: query_tensor_map.h) and write its first
+// delta's query in the same time; the ring, the query buffers and the consumers' turns
 // count across work tiles. Short KV loops gain most (their start and end were exposed: one CTA
 // an SM); the one-work-tile-a-CTA kernel stays for long ones (lazy_prefill_attention.cu
 // chooses). Included only by lazy_prefill_attention.cu.
@@ -29,6 +29,7 @@
 #include "kernels/cuda/lazy_prefill_tiles.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/prefill_timeline.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace lazykv::cuda {
@@ -226,28 +227,59 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
 // the consumers, and the next work tile's first delta is written while they finish this one.
 template <int HD>
 __device__ void RunPersistentRotationWarps(const PrefillAttentionParams& p, const WorkList& list, CtaWork w, int index,
-                                           unsigned char* smem) {
+                                           const CUtensorMap* q_map, unsigned char* smem) {
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   const int t = threadIdx.x - 128;
   SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
   float* raw_q = reinterpret_cast<float*>(smem + L::kRawQ);
   unsigned char* q_buf = smem + L::kQ;
+#ifdef LAZYKV_PREFILL_PROBE_QUERY_FREE  // a diagnostic build (kernels/CMakeLists.txt): no query made
+  for (int i = t; i < 2 * L::kQBytes / 16; i += 128) reinterpret_cast<uint4*>(q_buf)[i] = make_uint4(0, 0, 0, 0);
+  wgmma::FenceProxyAsync();
   for (int k = 0;;) {
-    LoadRawQuery<HD, 128>(w, SmemAddr(raw_q), t);
-    CpAsyncCommit();
     int e = 0, e_hi = 0;
     SplitEntryRange(p, w, &e, &e_hi);
-    CpAsyncWait<0>();
-    RotationSync();  // every raw row has landed
-    RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t, w.log2_pack);
-    RotationSync();  // the rotations by delta read the tile with another split
     for (; e < e_hi && __ldg(p.kv.block_starts + e) <= w.pos_hi; ++k) {
       const int delta = __ldg(p.kv.block_deltas + e);
       const int b = k & 1;
       if (k >= 2) mbarrier::Wait(&bars->q_empty[b], ((k >> 1) - 1) & 1);
+      mbarrier::Arrive(&bars->q_full[b]);
+      e = NextRunStart(p, e, e_hi, delta);
+    }
+    ReconvergeCounter(&k);
+    index += gridDim.x;
+    if (!NextWork<HD>(p, list, &index, &w)) return;
+  }
+  (void)raw_q;
+#endif
+  for (int k = 0, n = 0;; ++n) {  // n: the CTA's work tiles, raw_full's phases
+    if (t == 0) {
+      LAZYKV_TIMELINE(k, kWorkFound);
+      // The work tile's rows: one box of q_map (rows past the tile's queries are another
+      // sequence's or zeros; their outputs are never written).
+      const long long pair = (w.q_tile - p.q) / HD;  // (query row, head) of the tile's first row
+      wgmma::FenceProxyAsync();  // the last work tile's generic reads of the raw tile, then the copy engine's writes
+      tma::ArriveExpectBytes(&bars->raw_full, kBM * HD * 4);
+      tma::Load3d(SmemAddr(raw_q), q_map, 0, static_cast<int>(pair % p.n_heads), static_cast<int>(pair / p.n_heads),
+                  &bars->raw_full);
+      LAZYKV_TIMELINE(k, kRawIssued);
+    }
+    int e = 0, e_hi = 0;
+    SplitEntryRange(p, w, &e, &e_hi);
+    mbarrier::Wait(&bars->raw_full, n & 1);
+    if (t == 0) LAZYKV_TIMELINE(k, kRawLanded);
+    RotateRowsByPosition<HD, 128, kBM>(p, raw_q, 0, w.pos_lo, t, w.log2_pack);
+    RotationSync();  // the rotations by delta read the tile with another split
+    if (t == 0) LAZYKV_TIMELINE(k, kPositionDone);
+    for (; e < e_hi && __ldg(p.kv.block_starts + e) <= w.pos_hi; ++k) {
+      const int delta = __ldg(p.kv.block_deltas + e);
+      const int b = k & 1;
+      if (k >= 2) mbarrier::Wait(&bars->q_empty[b], ((k >> 1) - 1) & 1);
+      if (t == 0) LAZYKV_TIMELINE(k, kBufferFree);
       WriteQueryForDelta<HD>(p, raw_q, delta, t, SmemAddr(q_buf + b * L::kQBytes));
       wgmma::FenceProxyAsync();  // the rows, read next by wgmma (async proxy)
       mbarrier::Arrive(&bars->q_full[b]);
+      if (t == 0) LAZYKV_TIMELINE(k, kQueryWritten);
       e = NextRunStart(p, e, e_hi, delta);
     }
     ReconvergeCounter(&k);
@@ -277,11 +309,13 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
     for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const int row_pos[2] = {RowPosition(w, my_row0), RowPosition(w, my_row0 + 8)};
+    if (c == 0 && threadIdx.x % 128 == 0) TimelineStampValue(J, kWorkIndex, index + 1);
     bool empty = false;
     for (;; ++J) {
       const int ks = RingSlot(2 * J), vs = RingSlot(2 * J + 1);
       mbarrier::Wait(&bars->full[ks], RingParity(2 * J));
       const PersistentStageInfo in = info[J & 1];
+      if (c == 0 && threadIdx.x % 128 == 0) LAZYKV_TIMELINE(J, kKeysLanded);
       if (in.empty) {  // no visible key: no scores, but the turns and the slots go on
         if (c == 1 || J > 0) TurnSync(c);
         if (c == 0 || !in.final) TurnArrive(1 - c);
@@ -336,7 +370,7 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
 template <int HD>
 __global__ void __launch_bounds__(kSpecThreads, 1)
     LazyPrefillPersistentKernel(const PrefillAttentionParams p, const WorkList list, float scale_log2,
-                                const PersistentWorkStart* starts) {
+                                const PersistentWorkStart* starts, const __grid_constant__ CUtensorMap q_map) {
   AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -349,7 +383,11 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
   int e_hi = 0;
   if (threadIdx.x < 32) e_hi = MakeFirstTiles<HD>(p, w, list.log2bs, &desc[0], &desc[1]);  // copy warp 0
-  if (threadIdx.x == 0) InitSpecBarriers(reinterpret_cast<SpecBarriers*>(smem + L::kBars));
+  if (threadIdx.x == 0) {
+    SpecBarriers* bars = reinterpret_cast<SpecBarriers*>(smem + L::kBars);
+    InitSpecBarriers(bars);
+    mbarrier::Init(&bars->raw_full, 1);  // the rotation thread that expects the rows' bytes
+  }
   WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
   __syncthreads();
   LAZYKV_TIMELINE_CTA_START();
@@ -358,7 +396,7 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
     RunPersistentCopyWarps<HD>(p, list, w, index, e_hi, starts, smem);
   } else if (threadIdx.x < 256) {
     ShrinkRegisters<kRotationRegs>();
-    RunPersistentRotationWarps<HD>(p, list, w, index, smem);
+    RunPersistentRotationWarps<HD>(p, list, w, index, &q_map, smem);
   } else {
     GrowRegisters<kConsumerRegs>();
     RunPersistentConsumer<HD>(p, list, w, index, scale_log2, smem);

@@ -86,10 +86,11 @@ __device__ __forceinline__ void AdvanceAngle(float (&c)[2], float (&s)[2], const
 // formed and reduced in double (exact at any position); later rows advance it by a rotation
 // of the row step (error ~1e-6 rad after 32 steps, far under the bf16 rounding that comes
 // later). A thread touches only its own elements, which WriteRowsForDelta reads back with the
-// same (kLaneThreads, row0) split.
+// same (kLaneThreads, row0) split. Nothing to do where the rows came rotated (p.q_rotated).
 template <int HD, int kLaneThreads, int kRows>
 __device__ __forceinline__ void RotateRowsByPosition(const PrefillAttentionParams& p, float* tile, int row0,
                                                      long long pos_lo, int t, int log2_pack = 0) {
+  if (p.q_rotated) return;
   using Lanes = QueryLanes<HD, kLaneThreads>;
   const Lanes lanes(p.kv.rope_style, t);
   float c[2], s[2], cs[2], ss[2];

@@ -49,6 +49,7 @@ struct SpecBarriers {
   uint64_t full[kRingSlots], empty[kRingSlots];
   uint64_t q_full[2], q_empty[2];
   uint64_t first_query;  // the one-tile kernel's consumers have made R(p) q and the first query
+  uint64_t raw_full;     // the persistent kernel's raw query rows have landed (its own init)
 };
 
 constexpr int kSpecThreads = 4 * 128;
@@ -223,7 +224,8 @@ __device__ void RunRotationWarps(const PrefillAttentionParams& p, const CtaWork&
 // rotation warpgroup, whose single warp per scheduler took ~10000 cycles from the CTA's start
 // to the first query (loads through shared memory, then two latency-bound passes); they
 // are idle then, and have registers to hold the rows. The angle of a thread's first row is
-// formed in double (exact); later rows advance it by a rotation of the row step.
+// formed in double (exact); later rows advance it by a rotation of the row step (none where
+// the rows came rotated: p.q_rotated).
 template <int HD>
 constexpr int kFirstQuerySteps = 64 / QueryLanes<HD, 128>::kRowsPerStep;  // a consumer thread's rows
 
@@ -254,12 +256,15 @@ __device__ __forceinline__ void MakeFirstQuery(const PrefillAttentionParams& p, 
   using Lanes = QueryLanes<HD, 128>;
   const Lanes lanes(p.kv.rope_style, t);
   const int r0 = 64 * c + lanes.rsub;
-  float cp[2], sp[2], cs[2], ss[2], cd[2], sd[2];
+  // Rows that came rotated (p.q_rotated) take the identity for R(p), which leaves them exact.
+  float cp[2] = {1.0f, 1.0f}, sp[2] = {0.0f, 0.0f}, cs[2] = {1.0f, 1.0f}, ss[2] = {0.0f, 0.0f}, cd[2], sd[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const double th = __ldg(p.kv.inv_freq + lanes.f0 + j);
-    RopeSinCos(th, w.pos_lo + (r0 >> w.log2_pack), &sp[j], &cp[j]);
-    RopeSinCos(th, Lanes::kRowsPerStep >> w.log2_pack, &ss[j], &cs[j]);
+    if (!p.q_rotated) {
+      RopeSinCos(th, w.pos_lo + (r0 >> w.log2_pack), &sp[j], &cp[j]);
+      RopeSinCos(th, Lanes::kRowsPerStep >> w.log2_pack, &ss[j], &cs[j]);
+    }
     RopeSinCos(th, -static_cast<long long>(delta), &sd[j], &cd[j]);
   }
 #pragma unroll

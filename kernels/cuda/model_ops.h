@@ -60,6 +60,12 @@ struct KvWriteParams {
   const int32_t* rope_positions = nullptr;  // the position the key is stored at (position - delta)
   int rows = 0;
   int n_heads = 0;
+  // Rows [rotated_q_from, rows) get q rotated at q_positions[r], their logical positions (what
+  // the lazy prefill kernels take with PrefillAttentionParams::q_rotated); the rows before, and
+  // every row where q_positions is null, get q raw (the decode kernels rotate it themselves).
+  // With q_positions, head_dim <= 512.
+  const int32_t* q_positions = nullptr;
+  int rotated_q_from = 0;
 };
 cudaError_t LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
 

@@ -36,8 +36,24 @@ enum PrefillTimelineEvent {
   // Tile 0 only: the rotation warps (thread 0 of the role) have seen the consumers' first query
   // (MakeFirstQuery) made.
   kFirstQueryMade = 16,
+  // The persistent kernel only. Consumer 0's keys have landed (before it waits for a new delta's
+  // query; kKeysReady is after both); at a work tile's first tile, the work tile's list index + 1
+  // (a value, not a time).
+  kKeysLanded = 17,
+  kWorkIndex = 18,
+  // The rotation warps' (thread 0), stamped at "tile" k, the CTA's delta index: for a work tile's
+  // first delta, its raw rows have landed and R(position) q is made; for every delta, the wait for
+  // its query buffer has passed and its query is written.
+  kRawLanded = 19,
+  kPositionDone = 20,
+  kBufferFree = 21,
+  kQueryWritten = 22,
+  // The rotation warps', at a work tile's first delta k: its work tile found (NextWork), and its
+  // raw rows' copies issued.
+  kWorkFound = 23,
+  kRawIssued = 24,
 };
-static_assert(kFirstQueryMade < detail::kPrefillTimelineEvents, "an event past the stamps of a tile");
+static_assert(kRawIssued < detail::kPrefillTimelineEvents, "an event past the stamps of a tile");
 
 #ifdef LAZYKV_PREFILL_TIMELINE
 struct PrefillTimeline {
@@ -62,6 +78,7 @@ __device__ __forceinline__ long long SmId() {
 }
 // The calling thread's stamp (call it from one thread of the role).
 #define LAZYKV_TIMELINE(tile, event) TimelineStamp((tile), (event), clock64())
+#define TimelineStampValue(tile, event, value) TimelineStamp((tile), (event), (value))
 #define LAZYKV_TIMELINE_CTA_START()           \
   do {                                        \
     if (threadIdx.x == 0) {                   \
@@ -71,6 +88,7 @@ __device__ __forceinline__ long long SmId() {
   } while (0)
 #else
 #define LAZYKV_TIMELINE(tile, event) ((void)0)
+#define TimelineStampValue(tile, event, value) ((void)0)
 #define LAZYKV_TIMELINE_CTA_START() ((void)0)
 #endif
 

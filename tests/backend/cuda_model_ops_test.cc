@@ -202,9 +202,34 @@ void CheckKvWrite(std::mt19937_64& rng) {
     } else {
       EXPECT_LT(RelativeError(v_got, v_want), kStoreTolerance<T>);
     }
+    // Again with q rotated from row 5 on, at its own positions (not the keys'): the rows before
+    // stay raw, bit for bit; the later ones match the CPU rotation (fp32 products of the same
+    // exactly formed angle).
+    std::vector<int32_t> q_positions(rows);
+    for (int32_t& x : q_positions) x = std::uniform_int_distribution<int32_t>(0, 131072)(rng);
+    const int rotated_from = 5;
+    p.q_positions = ToDevice(q_positions);
+    p.rotated_q_from = rotated_from;
+    CUDA_OK(cudaMemset(p.q_out, 0xff, static_cast<size_t>(rows) * q_dim * sizeof(float)));
+    CUDA_OK(cuda::LaunchKvWrite(p, nullptr));
+    const auto q_rotated = ToHost(p.q_out, static_cast<size_t>(rows) * q_dim);
+    std::vector<float> q_got, q_want;
+    for (int r = 0; r < rows; ++r) {
+      const float* row = &qkv[static_cast<size_t>(r) * (q_dim + 2 * kv_dim)];
+      const float* got = &q_rotated[static_cast<size_t>(r) * q_dim];
+      if (r < rotated_from) {
+        for (int i = 0; i < q_dim; ++i) ASSERT_EQ(got[i], row[i]) << "row " << r << " is before rotated_q_from";
+        continue;
+      }
+      std::vector<float> want(row, row + q_dim);
+      table.RotateHeads(want.data(), c.n_heads, q_positions[r]);
+      q_want.insert(q_want.end(), want.begin(), want.end());
+      q_got.insert(q_got.end(), got, got + q_dim);
+    }
+    EXPECT_LT(RelativeError(q_got, q_want), 1e-5) << "q rotated at its positions, head dim " << c.head_dim;
     for (const void* ptr : {(const void*)p.qkv, (const void*)p.q_out, (const void*)p.kv.k_pool,
                             (const void*)p.kv.v_pool, (const void*)p.slot_blocks, (const void*)p.slot_index,
-                            (const void*)p.rope_positions, (const void*)p.kv.inv_freq}) {
+                            (const void*)p.rope_positions, (const void*)p.kv.inv_freq, (const void*)p.q_positions}) {
       cudaFree(const_cast<void*>(ptr));
     }
   }

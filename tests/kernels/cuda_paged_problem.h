@@ -186,6 +186,7 @@ struct PagedProblem {
     p.n_heads = n_heads;
     p.max_queries_per_seq = max_queries;
     p.max_keys = max_length;  // a query sees at most its sequence
+    p.total_queries = total_queries();
     return p;
   }
 

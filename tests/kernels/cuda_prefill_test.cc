@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <utility>
@@ -123,6 +124,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   struct Run {
     int forced_splits, schedule, pack_heads, max_ctas;
     bool work_starts = false;  // the persistent kernel's starts made before it (PrefillWorkStartsBytes)
+    bool q_rotated = false;    // q comes rotated at its positions (PrefillAttentionParams::q_rotated)
   };
   std::vector<Run> runs = {{0, -1, 0, 0}, {1, -1, 0, 0}, {0, -1, 1, 0}, {0, -1, most_pack, 0}, {3, -1, most_pack, 0}};
   if (most_pack > 2) runs.push_back({0, -1, 2, 0});
@@ -143,14 +145,40 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   }
   runs.push_back({1, cuda::detail::kPersistentSchedule, 0, 0, true});
   runs.push_back({0, -1, 0, 0, true});
-  for (const auto& [forced_splits, schedule, pack_heads, max_ctas, work_starts] : runs) {
+  // q rotated at its positions before the kernel, as the backend's KV write leaves it: the default
+  // launch (split and packed as chosen), every schedule unsplit and in three splits, and the
+  // persistent kernel on 3 CTAs packed and not, with starts.
+  runs.push_back({0, -1, 0, 0, true, true});
+  runs.push_back({3, -1, most_pack, 0, false, true});
+  for (int schedule = 0; schedule < cuda::detail::kNumPrefillSchedules; ++schedule) {
+    runs.push_back({1, schedule, 0, 0, false, true});
+    runs.push_back({3, schedule, 0, 0, false, true});
+  }
+  runs.push_back({1, cuda::detail::kPersistentSchedule, 0, 3, true, true});
+  runs.push_back({1, cuda::detail::kPersistentSchedule, most_pack, 3, true, true});
+  // R(position) q on the host (the CPU reference's rotation), uploaded beside the raw rows.
+  std::vector<float> rotated_q = problem.q;
+  {
+    const cpu::RopeTable table(TestRope(s.style), s.head_dim);
+    for (int seq = 0; seq < problem.num_seqs(); ++seq) {
+      for (int i = q_offsets[seq]; i < q_offsets[seq + 1]; ++i) {
+        table.RotateHeads(rotated_q.data() + i * problem.q_width(), s.n_heads, pos0[seq] + (i - q_offsets[seq]));
+      }
+    }
+  }
+  const float* raw_q = p.q;
+  const float* rotated_q_device = arena.Copy(rotated_q);
+  for (const auto& [forced_splits, schedule, pack_heads, max_ctas, work_starts, q_rotated] : runs) {
     p.num_splits = forced_splits;
     p.pack_heads = pack_heads;
+    p.q_rotated = q_rotated;
+    p.q = q_rotated ? rotated_q_device : raw_q;
     if (s.default_is_persistent && schedule < 0 && forced_splits <= 1 && pack_heads <= 1) {
       int sms = 0;
       CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
       EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, sms), cuda::detail::kPersistentSchedule)
           << "the shape is meant to run the default launch's persistent kernel";
+      EXPECT_TRUE(cuda::PrefillWantsRotatedQuery(p)) << "the persistent kernel gains from a rotated query";
     }
     const int splits = cuda::ChoosePrefillSplits(p);
     const int pack = schedule < 0 || pack_heads > 1 ? cuda::ChoosePrefillPack(p) : 1;
@@ -217,8 +245,9 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       EXPECT_EQ(unwritten, 0u) << "sequence " << seq << ", splits " << splits << ": non-finite outputs";
       const double error = RelativeError(g, e);
       EXPECT_LT(error, s.tolerance) << "sequence " << seq << " of " << s.num_seqs << ", splits " << splits
-                                    << ", schedule " << schedule << (work_starts ? " with work starts" : "") << " on "
-                                    << max_ctas << " CTAs (0: as launched), heads per tile " << pack << ", "
+                                    << ", schedule " << schedule << (work_starts ? " with work starts" : "")
+                                    << (q_rotated ? ", q rotated before" : "") << " on " << max_ctas
+                                    << " CTAs (0: as launched), heads per tile " << pack << ", "
                                     << (q_offsets[seq + 1] - q_offsets[seq]) << " queries from position " << pos0[seq];
       std::printf(
           "[          ] %s seq %d, splits %d, schedule %d, heads per tile %d: %d queries from %d, %zu entries, rel "
@@ -368,6 +397,17 @@ TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
   p.num_seqs = 16;
   p.max_queries_per_seq = 1024;  // 32 heads x 8 query tiles x 16 = 4096 work tiles
   p.max_keys = 1024;
+  // The persistent kernel reads its query rows through a tensor map: q aligned, its rows known
+  // (a pointer never dereferenced here).
+  p.q = reinterpret_cast<const float*>(uintptr_t{1} << 20);
+  p.total_queries = 16 * 1024;
+  EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.total_queries = 0;  // not known
+  EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.total_queries = 16 * 1024;
+  p.q = reinterpret_cast<const float*>((uintptr_t{1} << 20) + 4);  // not 16-byte aligned
+  EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.q = reinterpret_cast<const float*>(uintptr_t{1} << 20);
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   p.max_keys = cuda::detail::kPersistentMaxKeys;
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);

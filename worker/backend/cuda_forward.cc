@@ -24,6 +24,13 @@ bool FusedKvWriteEnabled() {
   return enabled;
 }
 
+// LAZYKV_ROTATE_Q_IN_KV_WRITE=0: the prefill kernels rotate the raw query by its position
+// themselves (PrefillAttentionParams::q_rotated off), for comparisons.
+bool RotateQInKvWrite() {
+  static const bool enabled = EnvSwitchOn("LAZYKV_ROTATE_Q_IN_KV_WRITE");
+  return enabled;
+}
+
 // LAZYKV_SHARED_RESIDUAL_BESIDE=0: the chunk-shared decode's residual kernel on the step's
 // stream after the shared kernel, for comparisons.
 bool ResidualBesideEnabled() {
@@ -184,7 +191,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   wanted->clear();
   for (const SequenceStep& step : steps) RETURN_IF_ERROR(ValidateStep(step, c_, block_size_, num_blocks_));
   // Host metadata: per new token its id, slot and key position; per sequence its table.
-  std::vector<int32_t> tokens, slot_blocks, slot_index, rope_pos;
+  std::vector<int32_t> tokens, slot_blocks, slot_index, rope_pos, query_pos;
   std::vector<int32_t> ids, counts, deltas, starts, table_offsets = {0}, query_offsets = {0}, pos0, last_pos;
   std::vector<size_t> active;  // steps with tokens, in order
   int max_queries = 0;
@@ -215,6 +222,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
         slot_blocks.push_back(ref.block);
         slot_index.push_back(static_cast<int32_t>(slot));
         rope_pos.push_back(static_cast<int32_t>(logical + slot - ref.delta));
+        query_pos.push_back(static_cast<int32_t>(logical + slot));
       }
       logical += ref.num_tokens;
     }
@@ -275,7 +283,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
                o_rp = pack.Add(rope_pos), o_ids = pack.Add(ids), o_counts = pack.Add(counts),
                o_deltas = pack.Add(deltas), o_starts = pack.Add(starts), o_to = pack.Add(table_offsets),
                o_qo = pack.Add(query_offsets), o_pos0 = pack.Add(pos0), o_last = pack.Add(last_pos),
-               o_out = pack.Add(out_rows);
+               o_out = pack.Add(out_rows), o_qp = pack.Add(query_pos);
   step_timing_.MarkFirstLaunch(stream_);
   RETURN_IF_ERROR(pack.Upload(meta_host_, meta_, stream_));
   auto meta = [&](size_t offset) { return meta_.as<int32_t>(offset * sizeof(int32_t)); };
@@ -303,6 +311,9 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   ap.n_heads = c_.n_heads;
   ap.max_queries_per_seq = max_queries;
   ap.max_keys = static_cast<int>(std::min<int64_t>(max_keys, INT32_MAX));
+  ap.total_queries = rows;
+  ap.pack_heads = pack_prefill_heads_ ? 0 : 1;  // as RunPrefillAttention launches it
+  ap.num_splits = ForcedPrefillSplits();
   if (decode_seqs > 0 && decode_seqs < active.size()) {
     cuda::PrefillAttentionParams& r = plan.rest;  // the rows after the decoding sequences'
     r = ap;
@@ -315,7 +326,16 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     r.num_seqs = static_cast<int>(active.size() - decode_seqs);
     r.max_queries_per_seq = rest_max_queries;
     r.max_keys = static_cast<int>(std::min<int64_t>(rest_max_keys, INT32_MAX));
+    r.total_queries = rows - query_offsets[decode_seqs];
   }
+  // Where the prefill launch gains from it (PrefillWantsRotatedQuery: the persistent kernel), the
+  // KV write rotates the prefill rows' query at its positions (q_rotated), so that the kernel
+  // rotates it only by each delta; the decoding rows' stays raw (the decode kernels rotate it
+  // themselves), as does every row for the generic kernel.
+  cuda::PrefillAttentionParams& prefill = decode_seqs > 0 ? plan.rest : ap;
+  const bool rotate_q = decode_seqs < active.size() && PrefillKernelApplies() && RotateQInKvWrite() &&
+                        cuda::PrefillWantsRotatedQuery(prefill);
+  prefill.q_rotated = rotate_q;
   // Pure decode steps without chunk sharing fuse the KV write into the decode kernel where
   // each new token is the last token of its sequence's last entry (as the engine lays
   // tables out); LAZYKV_FUSED_KV_WRITE=0 keeps the KV write kernel, for comparisons.
@@ -349,6 +369,10 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   kw.rope_positions = meta(o_rp);
   kw.rows = rows;
   kw.n_heads = c_.n_heads;
+  if (rotate_q) {
+    kw.q_positions = meta(o_qp);
+    kw.rotated_q_from = query_offsets[decode_seqs];
+  }
   return element_ == cuda::Element::kFp32 ? RunLayers<float>(plan) : RunLayers<bf16>(plan);
 }
 

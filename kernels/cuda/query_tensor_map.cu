@@ -1,0 +1,51 @@
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/query_tensor_map.h"
+
+namespace lazykv::cuda {
+namespace {
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda); null
+// where the driver has none.
+PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();  // leave no sticky error behind
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+bool QueryTensorMapSupported(const PrefillAttentionParams& p) {
+  return p.q != nullptr && reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.total_queries > 0 && p.n_heads > 0 &&
+         p.kv.head_dim > 0 && p.kv.head_dim <= 256;
+}
+
+cudaError_t MakeQueryTensorMap(const PrefillAttentionParams& p, int pack, CUtensorMap* map) {
+  if (!QueryTensorMapSupported(p) || pack <= 0 || pack > 128 || p.n_heads % pack != 0 || EncodeTiled() == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const cuuint64_t hd = static_cast<cuuint64_t>(p.kv.head_dim);
+  const cuuint64_t dims[3] = {hd, static_cast<cuuint64_t>(p.n_heads), static_cast<cuuint64_t>(p.total_queries)};
+  const cuuint64_t strides[2] = {hd * 4, static_cast<cuuint64_t>(p.n_heads) * hd * 4};  // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(hd), static_cast<cuuint32_t>(pack),
+                             static_cast<cuuint32_t>(128 / pack)};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  // Rows past the last query come as zeros (OOB fill NONE fills zeros).
+  const CUresult r = EncodeTiled()(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(p.q), dims, strides, box,
+                                   element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+}  // namespace lazykv::cuda

@@ -1,0 +1,25 @@
+// A tensor map (TMA descriptor) over a lazy prefill launch's query rows, for the persistent
+// kernel's rotation warps: q seen as [total_queries][n_heads][head_dim] fp32 and read in boxes of
+// head_dim x pack heads x 128 / pack queries, a work tile's raw rows in the row-major order of
+// RawQueryIndex (lazy_prefill_tiles.cuh). One copy-engine request a work tile where 128 threads'
+// cp.async copies had taken ~6800 cycles to issue (bench/results/prefill_query_2026-11-29.md).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/lazy_prefill_attention.h"
+
+namespace lazykv::cuda {
+
+// Whether the launch's queries can be read through a tensor map: q 16-byte aligned, its row
+// count known (p.total_queries > 0), head dim at most 256. Host only, no CUDA call.
+bool QueryTensorMapSupported(const PrefillAttentionParams& p);
+
+// The map of p's queries for tiles of `pack` heads (a power of two that divides n_heads, at
+// most 128). cudaErrorInvalidValue where QueryTensorMapSupported is false, the driver has no
+// encoder (any driver for sm_90 has) or refuses the map. Host only; thread-safe (no state but
+// the driver's entry point, found once).
+cudaError_t MakeQueryTensorMap(const PrefillAttentionParams& p, int pack, CUtensorMap* map);
+
+}  // namespace lazykv::cuda

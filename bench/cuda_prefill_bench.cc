@@ -241,7 +241,8 @@ void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, int works, con
     CHECK_CUDA(cudaMalloc(&starts, bytes));
     launch.work_starts = starts;
   }
-  launch.q_rotated = std::getenv("LAZYKV_PREFILL_TIMELINE_Q_ROTATED") != nullptr;  // the backend's q
+  const char* rotated = std::getenv("LAZYKV_PREFILL_TIMELINE_Q_ROTATED");  // =1: the backend's q
+  launch.q_rotated = rotated != nullptr && std::string(rotated) == "1";
   CHECK_CUDA(cuda::detail::LaunchLazyPrefillAttentionVariant(
       launch, persistent ? cuda::detail::kPersistentSchedule : cuda::detail::kSpecializedSchedule, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());

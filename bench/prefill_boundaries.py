@@ -75,6 +75,8 @@ def main():
                                     (VALUE_SLOT, "value slot taken"), (VALUES_ISSUED, "values issued")):
                     if at(c, t, event):
                         add(f"copy warps, boundary: {name} (from consumer 0's previous P V done)", at(c, t, event) - prev)
+    if not rows:
+        sys.exit(f"{sys.argv[1]}: no work tile with the persistent kernel's stamps")
     width = max(len(name) for name in rows)
     for name, values in rows.items():
         print(f"{name:<{width}}  {summary(values)}")

@@ -127,6 +127,8 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     list.log2bs = a.log2bs;
     list.splits = a.splits;
     list.log2_pack = a.log2_pack;
+    CUtensorMap q_map;  // before any launch: a map the driver refuses launches nothing
+    if (const cudaError_t e = MakeQueryTensorMap(p, 1 << a.log2_pack, &q_map); e != cudaSuccess) return e;
     // The work starts (PrefillWorkStartsBytes: sized for the unsplit list, which this one is).
     PersistentWorkStart* starts =
         a.splits == 1 && p.work_starts != nullptr ? static_cast<PersistentWorkStart*>(p.work_starts) : nullptr;
@@ -139,8 +141,6 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
         return e;
       }
     }
-    CUtensorMap q_map;
-    if (const cudaError_t e = MakeQueryTensorMap(p, 1 << a.log2_pack, &q_map); e != cudaSuccess) return e;
     const auto kernel = LazyPrefillPersistentKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD, PersistentStageInfo>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);

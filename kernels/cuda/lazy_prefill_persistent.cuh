@@ -258,7 +258,6 @@ __device__ void RunPersistentRotationWarps(const PrefillAttentionParams& p, cons
       // The work tile's rows: one box of q_map (rows past the tile's queries are another
       // sequence's or zeros; their outputs are never written).
       const long long pair = (w.q_tile - p.q) / HD;  // (query row, head) of the tile's first row
-      wgmma::FenceProxyAsync();  // the last work tile's generic reads of the raw tile, then the copy engine's writes
       tma::ArriveExpectBytes(&bars->raw_full, kBM * HD * 4);
       tma::Load3d(SmemAddr(raw_q), q_map, 0, static_cast<int>(pair % p.n_heads), static_cast<int>(pair / p.n_heads),
                   &bars->raw_full);
@@ -285,6 +284,9 @@ __device__ void RunPersistentRotationWarps(const PrefillAttentionParams& p, cons
     ReconvergeCounter(&k);
     index += gridDim.x;
     if (!NextWork<HD>(p, list, &index, &w)) return;
+    // Every thread's generic accesses to the raw rows (reads, and writes where it rotated them by
+    // position) are ordered before the copy engine's writes of the next work tile's rows.
+    wgmma::FenceProxyAsync();
     RotationSync();  // every thread is done with the raw rows before the next work tile's land
   }
 }

@@ -326,7 +326,15 @@ TEST(CudaBackendTest, DecodeKernelsInMixedAndSharedStepsEqualTheCpu) {
        {Variant{"shared", CudaBackendOptions{.shared_decode = SharedDecode::kAlways}},
         Variant{"per-sequence", CudaBackendOptions{.shared_decode = SharedDecode::kOff}},
         Variant{"prefill kernel for mixed steps",
-                CudaBackendOptions{.shared_decode = SharedDecode::kOff, .decode_in_mixed_steps = false}}}) {
+                CudaBackendOptions{.shared_decode = SharedDecode::kOff, .decode_in_mixed_steps = false}},
+        // The KV write's rotated query in every prefill step, beside decoding rows (whose query
+        // must stay raw) and for every row of a mixed step.
+        Variant{"query rotated by the KV write",
+                CudaBackendOptions{.shared_decode = SharedDecode::kAlways, .rotated_query = RotatedQuery::kAlways}},
+        Variant{"query rotated by the KV write, prefill kernel for mixed steps",
+                CudaBackendOptions{.shared_decode = SharedDecode::kOff,
+                .decode_in_mixed_steps = false,
+                .rotated_query = RotatedQuery::kAlways}}}) {
     SCOPED_TRACE(v.name);
     SharedDecodeStats stats;
     const std::vector<GenerateResult> gpu = run(CreateCudaBackend(weights, 16, 2048, v.options), &stats);

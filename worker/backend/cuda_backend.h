@@ -37,6 +37,14 @@ enum class SharedDecode {
   kOff,     // the per-sequence decode kernel only
 };
 
+// Where the KV write hands the lazy prefill kernels their query already rotated at its positions
+// (PrefillAttentionParams::q_rotated), so that they rotate it only by each delta.
+enum class RotatedQuery {
+  kWherePersistent,  // where the launch takes the persistent kernel, which gains from it (the default)
+  kAlways,           // every prefill step (tests: every schedule takes it)
+  kNever,
+};
+
 struct CudaBackendOptions {
   CudaPrecision precision = CudaPrecision::kBf16;
   SharedDecode shared_decode = SharedDecode::kAuto;
@@ -55,6 +63,8 @@ struct CudaBackendOptions {
   // new tokens (a question over cached documents: PrefillAttentionParams::pack_heads); false:
   // a tile per head always (kept for benchmarks).
   bool pack_prefill_heads = true;
+  // LAZYKV_ROTATE_Q_IN_KV_WRITE=0 in the environment makes it kNever, for comparisons.
+  RotatedQuery rotated_query = RotatedQuery::kWherePersistent;
 };
 
 // Decode steps that ran the chunk-shared attention, and the KV tokens it saved reading (per

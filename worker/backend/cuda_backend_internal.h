@@ -181,6 +181,7 @@ class CudaBackend : public Backend {
         shared_decode_(options.shared_decode),
         decode_in_mixed_steps_(options.decode_in_mixed_steps),
         pack_prefill_heads_(options.pack_prefill_heads),
+        rotated_query_(options.rotated_query),
         budget_(std::make_shared<TransferBudget>(options.transfer_staging_bytes)) {}
   ~CudaBackend() override;
   absl::Status Init(cuda::GemmOptions gemm_options = {});
@@ -268,6 +269,7 @@ class CudaBackend : public Backend {
   const SharedDecode shared_decode_;
   const bool decode_in_mixed_steps_;
   const bool pack_prefill_heads_;
+  const RotatedQuery rotated_query_;
   SharedDecodeStats shared_stats_;
   StepTiming step_timing_;  // small decode steps (cuda_step_timing.h)
   cudaStream_t stream_ = nullptr;

@@ -25,7 +25,8 @@ bool FusedKvWriteEnabled() {
 }
 
 // LAZYKV_ROTATE_Q_IN_KV_WRITE=0: the prefill kernels rotate the raw query by its position
-// themselves (PrefillAttentionParams::q_rotated off), for comparisons.
+// themselves (PrefillAttentionParams::q_rotated off, CudaBackendOptions::rotated_query
+// whatever it says), for comparisons.
 bool RotateQInKvWrite() {
   static const bool enabled = EnvSwitchOn("LAZYKV_ROTATE_Q_IN_KV_WRITE");
   return enabled;
@@ -334,7 +335,8 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   // themselves), as does every row for the generic kernel.
   cuda::PrefillAttentionParams& prefill = decode_seqs > 0 ? plan.rest : ap;
   const bool rotate_q = decode_seqs < active.size() && PrefillKernelApplies() && RotateQInKvWrite() &&
-                        cuda::PrefillWantsRotatedQuery(prefill);
+                        (rotated_query_ == RotatedQuery::kAlways ||
+                         (rotated_query_ == RotatedQuery::kWherePersistent && cuda::PrefillWantsRotatedQuery(prefill)));
   prefill.q_rotated = rotate_q;
   // Pure decode steps without chunk sharing fuse the KV write into the decode kernel where
   // each new token is the last token of its sequence's last entry (as the engine lays

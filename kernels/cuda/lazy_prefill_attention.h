@@ -147,7 +147,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
 // in flight.
 constexpr int kPrefillTimelineEvents = 25;
 cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles);
-// "copy_only" or "math_only" in a probe build (CMake -DLAZYKV_PREFILL_PROBE=...; its outputs
+// "copy_only", "math_only" or "query_free" in a probe build (CMake -DLAZYKV_PREFILL_PROBE=...; its outputs
 // are wrong, its times bound the kernels), nullptr otherwise.
 const char* PrefillProbeName();
 }  // namespace detail

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "common/env_switch.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/gemm.h"
@@ -181,7 +182,8 @@ class CudaBackend : public Backend {
         shared_decode_(options.shared_decode),
         decode_in_mixed_steps_(options.decode_in_mixed_steps),
         pack_prefill_heads_(options.pack_prefill_heads),
-        rotated_query_(options.rotated_query),
+        // LAZYKV_ROTATE_Q_IN_KV_WRITE=0: never, whatever the options say (for comparisons).
+        rotated_query_(EnvSwitchOn("LAZYKV_ROTATE_Q_IN_KV_WRITE") ? options.rotated_query : RotatedQuery::kNever),
         budget_(std::make_shared<TransferBudget>(options.transfer_staging_bytes)) {}
   ~CudaBackend() override;
   absl::Status Init(cuda::GemmOptions gemm_options = {});

@@ -24,14 +24,6 @@ bool FusedKvWriteEnabled() {
   return enabled;
 }
 
-// LAZYKV_ROTATE_Q_IN_KV_WRITE=0: the prefill kernels rotate the raw query by its position
-// themselves (PrefillAttentionParams::q_rotated off, CudaBackendOptions::rotated_query
-// whatever it says), for comparisons.
-bool RotateQInKvWrite() {
-  static const bool enabled = EnvSwitchOn("LAZYKV_ROTATE_Q_IN_KV_WRITE");
-  return enabled;
-}
-
 // LAZYKV_SHARED_RESIDUAL_BESIDE=0: the chunk-shared decode's residual kernel on the step's
 // stream after the shared kernel, for comparisons.
 bool ResidualBesideEnabled() {
@@ -168,8 +160,6 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
     cuda::PrefillAttentionParams r = plan.rest;
     r.kv.k_pool = p.kv.k_pool;
     r.kv.v_pool = p.kv.v_pool;
-    r.pack_heads = pack_prefill_heads_ ? 0 : 1;
-    r.num_splits = ForcedPrefillSplits();
     RETURN_IF_ERROR(
         attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(r, cuda::ChoosePrefillSplits(r)))));
     r.workspace = attn_ws_.as<float>();
@@ -177,8 +167,6 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
     return Cuda(cuda::LaunchLazyPrefillAttention(r, stream_), "prefill attention");
   }
   if (PrefillKernelApplies()) {
-    p.pack_heads = pack_prefill_heads_ ? 0 : 1;
-    p.num_splits = ForcedPrefillSplits();
     RETURN_IF_ERROR(
         attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(p, cuda::ChoosePrefillSplits(p)))));
     p.workspace = attn_ws_.as<float>();
@@ -313,7 +301,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   ap.max_queries_per_seq = max_queries;
   ap.max_keys = static_cast<int>(std::min<int64_t>(max_keys, INT32_MAX));
   ap.total_queries = rows;
-  ap.pack_heads = pack_prefill_heads_ ? 0 : 1;  // as RunPrefillAttention launches it
+  ap.pack_heads = pack_prefill_heads_ ? 0 : 1;  // for the step (the rows after decoding ones too)
   ap.num_splits = ForcedPrefillSplits();
   if (decode_seqs > 0 && decode_seqs < active.size()) {
     cuda::PrefillAttentionParams& r = plan.rest;  // the rows after the decoding sequences'
@@ -334,7 +322,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   // rotates it only by each delta; the decoding rows' stays raw (the decode kernels rotate it
   // themselves), as does every row for the generic kernel.
   cuda::PrefillAttentionParams& prefill = decode_seqs > 0 ? plan.rest : ap;
-  const bool rotate_q = decode_seqs < active.size() && PrefillKernelApplies() && RotateQInKvWrite() &&
+  const bool rotate_q = decode_seqs < active.size() && PrefillKernelApplies() &&
                         (rotated_query_ == RotatedQuery::kAlways ||
                          (rotated_query_ == RotatedQuery::kWherePersistent && cuda::PrefillWantsRotatedQuery(prefill)));
   prefill.q_rotated = rotate_q;

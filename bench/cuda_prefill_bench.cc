@@ -19,6 +19,7 @@
 // not, against reading the batch's keys and values once at the HBM rate of a device copy.
 // usage: cuda_prefill_bench [L [full|last] | questions]   (prints the tables; run on a GPU machine;
 // the arguments keep only that length and scenario, or the questions table, for a profiler)
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include "bench/prefill_bench_device.h"
 #include "common/model_config.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
+#include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/rope_style.h"
 
 namespace {
@@ -243,10 +245,17 @@ void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, int works, con
   }
   const char* rotated = std::getenv("LAZYKV_PREFILL_TIMELINE_Q_ROTATED");  // =1: the backend's q
   launch.q_rotated = rotated != nullptr && std::string(rotated) == "1";
+  const char* bf16_out = std::getenv("LAZYKV_PREFILL_TIMELINE_OUT_BF16");  // =1: the backend's output
+  void* out_bf16 = nullptr;
+  if (bf16_out != nullptr && std::string(bf16_out) == "1") {
+    CHECK_CUDA(cudaMalloc(&out_bf16, static_cast<size_t>(p.total_queries) * p.n_heads * p.kv.head_dim * 2));
+    launch.out_bf16 = out_bf16;
+  }
   CHECK_CUDA(cuda::detail::LaunchLazyPrefillAttentionVariant(
       launch, persistent ? cuda::detail::kPersistentSchedule : cuda::detail::kSpecializedSchedule, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());
   if (starts != nullptr) CHECK_CUDA(cudaFree(starts));
+  if (out_bf16 != nullptr) CHECK_CUDA(cudaFree(out_bf16));
   CHECK_CUDA(cuda::detail::SetPrefillTimeline(nullptr, 0, 0));
   std::vector<long long> host(count);
   CHECK_CUDA(cudaMemcpy(host.data(), stamps, count * sizeof(long long), cudaMemcpyDeviceToHost));
@@ -405,6 +414,66 @@ int main(int argc, char** argv) {
             "  (schedule 3 with work starts, q rotated before: lazy %.3f ms, %.1f TFLOP/s; raw q: %.3f ms, "
             "%.1f TFLOP/s: %.3fx)\n",
             rotated_ms, flops / rotated_ms / 1e9, raw_ms, flops / raw_ms / 1e9, raw_ms / rotated_ms);
+      }
+      // The backend's launch (work starts; q rotated where it gains) with its output wanted in
+      // bf16 for the output GEMM (out_bf16: the unsplit persistent kernel writes only that; other
+      // launches convert after them) against the fp32 output and LaunchToBf16 after it, as the
+      // backend ran them before, alternated.
+      if (const size_t bytes = cuda::PrefillWorkStartsBytes(p); bytes > 0) {
+        void* starts = nullptr;
+        __nv_bfloat16* out_bf16 = nullptr;
+        const size_t n = static_cast<size_t>(p.total_queries) * kHeads * kHd;
+        CHECK_CUDA(cudaMalloc(&starts, bytes));
+        CHECK_CUDA(cudaMalloc(&out_bf16, n * sizeof(__nv_bfloat16)));
+        p.work_starts = starts;
+        p.out_bf16 = out_bf16;
+        p.q_rotated = cuda::PrefillWantsRotatedQuery(p);
+        const auto [bf16_ms, fp32_ms] = AlternatedMedianMs(
+            [&] {
+              p.out_bf16 = out_bf16;
+              launch_with(b.deltas, -1);
+            },
+            [&] {
+              p.out_bf16 = nullptr;
+              launch_with(b.deltas, -1);
+              cuda::LaunchToBf16(p.out, n, out_bf16, nullptr);
+            });
+        // The persistent kernel (q rotated, bf16 output: no conversion after it) against that launch,
+        // where the default takes the one-tile kernel (kPersistentMaxKeys): the bound of its choice.
+        float persistent_ms = 0, default_ms = 0;
+        p.out_bf16 = out_bf16;
+        if (splits == 1 && cuda::detail::ChoosePrefillSchedule(p, sms) != cuda::detail::kPersistentSchedule) {
+          const bool rotate_for_default = p.q_rotated;
+          std::tie(persistent_ms, default_ms) = AlternatedMedianMs(
+              [&] {
+                p.out_bf16 = out_bf16;
+                p.q_rotated = true;
+                launch_with(b.deltas, cuda::detail::kPersistentSchedule);
+              },
+              [&] {
+                p.out_bf16 = out_bf16;
+                p.q_rotated = rotate_for_default;
+                launch_with(b.deltas, -1);
+              });
+        }
+        p.out_bf16 = nullptr;
+        p.work_starts = nullptr;
+        p.q_rotated = false;
+        CHECK_CUDA(cudaGetLastError());
+        CHECK_CUDA(cudaFree(starts));
+        CHECK_CUDA(cudaFree(out_bf16));
+        std::printf(
+            "  (the backend's launch, output in bf16: %.3f ms, %.1f TFLOP/s; fp32 output, then LaunchToBf16: %.3f ms, "
+            "%.1f TFLOP/s: %.3fx)\n",
+            bf16_ms, flops / bf16_ms / 1e9, fp32_ms, flops / fp32_ms / 1e9, fp32_ms / bf16_ms);
+        if (persistent_ms > 0) {
+          std::printf(
+              "  (output in bf16: persistent kernel, q rotated: %.3f ms, %.1f TFLOP/s; the default launch (one-tile "
+              "kernel, conversion): %.3f ms, "
+              "%.1f TFLOP/s: %.3fx)\n",
+              persistent_ms, flops / persistent_ms / 1e9, default_ms, flops / default_ms / 1e9,
+              default_ms / persistent_ms);
+        }
       }
       FreeQueries(p);
     }

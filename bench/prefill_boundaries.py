@@ -11,7 +11,8 @@ Prints, in cycles (quantiles over every CTA):
   its raw rows asked for and landed, R(position) q made, each delta's wait for a query buffer and
   its write;
 - consumer 0 at a work tile's first tile (a boundary) and inside one: the previous tile's P V
-  done to its keys landed, then to its keys and query ready, and the tile period;
+  done to its keys landed, then to its keys and query ready, and the tile period; at a boundary,
+  the previous P V done to its rows written out; consumer 1's P V done to its next keys and query;
 - the copy warps at a boundary: when they took the key and value slots and issued the loads,
   relative to consumer 0's previous P V done.
 Usage: prefill_boundaries.py FILE
@@ -23,6 +24,8 @@ KEYS_READY, VALUES_DONE = 0, 4
 KEY_SLOT, KEYS_ISSUED, VALUE_SLOT, VALUES_ISSUED = 10, 11, 12, 13
 KEYS_LANDED, WORK_INDEX = 17, 18
 RAW_LANDED, POSITION_DONE, BUFFER_FREE, QUERY_WRITTEN, WORK_FOUND, RAW_ISSUED = 19, 20, 21, 22, 23, 24
+OUTPUT_WRITTEN = 25  # consumer 0, at a work tile's last tile (timelines of 26 events a tile and more)
+C1 = 5  # consumer 1's events: C1 + KEYS_READY, ...
 
 
 def read(path):
@@ -31,7 +34,7 @@ def read(path):
     if events <= RAW_ISSUED:
         sys.exit(f"{path}: {events} events a tile; this summary needs the persistent kernel's ({RAW_ISSUED + 1})")
     stamps = struct.unpack_from(f"<{ctas * tiles * events}q", data, 12)
-    return ctas, tiles, lambda c, t, e: stamps[(c * tiles + t) * events + e]
+    return ctas, tiles, lambda c, t, e: stamps[(c * tiles + t) * events + e] if e < events else 0
 
 
 def summary(values):
@@ -70,6 +73,11 @@ def main():
             add(f"consumer 0, {where}: keys landed -> keys and query ready", ready - landed)
             if at(c, t, VALUES_DONE):
                 add(f"consumer 0, {where}: tile period", at(c, t, VALUES_DONE) - prev)
+            if where == "boundary" and at(c, t - 1, OUTPUT_WRITTEN):
+                add("consumer 0, boundary: previous P V done -> its rows written", at(c, t - 1, OUTPUT_WRITTEN) - prev)
+            prev1, ready1 = at(c, t - 1, C1 + VALUES_DONE), at(c, t, C1 + KEYS_READY)
+            if prev1 and ready1:
+                add(f"consumer 1, {where}: previous P V done -> keys and query ready", ready1 - prev1)
             if where == "boundary":
                 for event, name in ((KEY_SLOT, "key slot taken"), (KEYS_ISSUED, "keys issued"),
                                     (VALUE_SLOT, "value slot taken"), (VALUES_ISSUED, "values issued")):

@@ -11,6 +11,7 @@
 #include "kernels/cuda/lazy_prefill_kernels.cuh"
 #include "kernels/cuda/lazy_prefill_persistent.cuh"
 #include "kernels/cuda/lazy_prefill_specialized.cuh"
+#include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/query_tensor_map.h"
 #include "kernels/cuda/split_combine.h"
 
@@ -127,8 +128,12 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     list.log2bs = a.log2bs;
     list.splits = a.splits;
     list.log2_pack = a.log2_pack;
-    CUtensorMap q_map;  // before any launch: a map the driver refuses launches nothing
+    // Before any launch: a map the driver refuses launches nothing.
+    CUtensorMap q_map, out_map = {};
     if (const cudaError_t e = MakeQueryTensorMap(p, 1 << a.log2_pack, &q_map); e != cudaSuccess) return e;
+    if (p.out_bf16 != nullptr && a.splits == 1) {  // the kernel stores bf16 rows by TMA boxes
+      if (const cudaError_t e = MakeOutputTensorMap(p, 1 << a.log2_pack, &out_map); e != cudaSuccess) return e;
+    }
     // The work starts (PrefillWorkStartsBytes: sized for the unsplit list, which this one is).
     PersistentWorkStart* starts =
         a.splits == 1 && p.work_starts != nullptr ? static_cast<PersistentWorkStart*>(p.work_starts) : nullptr;
@@ -145,8 +150,9 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     constexpr int kSmem = SpecSmemLayout<HD, PersistentStageInfo>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
     if (err != cudaSuccess) return err;
-    if (const cudaError_t e = LaunchPrefill(kernel, dim3(static_cast<unsigned>(ctas)), kSpecThreads, kSmem, stream, p,
-                                            list, a.scale_log2, static_cast<const PersistentWorkStart*>(starts), q_map);
+    if (const cudaError_t e =
+            LaunchPrefill(kernel, dim3(static_cast<unsigned>(ctas)), kSpecThreads, kSmem, stream, p, list, a.scale_log2,
+                          static_cast<const PersistentWorkStart*>(starts), q_map, out_map);
         e != cudaSuccess) {
       return e;
     }
@@ -240,6 +246,8 @@ const char* PrefillProbeName() {
   return "math_only";
 #elif defined(LAZYKV_PREFILL_PROBE_QUERY_FREE)
   return "query_free";
+#elif defined(LAZYKV_PREFILL_PROBE_OUT_FREE)
+  return "out_free";
 #else
   return nullptr;
 #endif
@@ -260,7 +268,8 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
   if (p.q == nullptr || p.kv.k_pool == nullptr || p.kv.v_pool == nullptr || p.kv.block_ids == nullptr ||
       p.kv.block_tokens == nullptr || p.kv.block_deltas == nullptr || p.kv.block_starts == nullptr ||
       p.kv.table_offsets == nullptr || p.query_offsets == nullptr || p.query_pos0 == nullptr ||
-      p.kv.inv_freq == nullptr || p.out == nullptr) {
+      p.kv.inv_freq == nullptr || p.out == nullptr ||
+      (p.out_bf16 != nullptr && (p.total_queries <= 0 || reinterpret_cast<uintptr_t>(p.out_bf16) % 16 != 0))) {
     return cudaErrorInvalidValue;
   }
   // Never more splits than ChoosePrefillSplits (the workspace's size): another schedule packs
@@ -273,6 +282,13 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
   const cudaError_t err = p.kv.head_dim == 64 ? LaunchSchedule<64>(p, args, schedule, stream)
                                               : LaunchSchedule<128>(p, args, schedule, stream);
   if (err != cudaSuccess) return err;
+  if (p.out_bf16 != nullptr && !(schedule == kPersistent && splits == 1)) {  // the others write only out
+    const size_t n = static_cast<size_t>(p.total_queries) * p.n_heads * p.kv.head_dim;
+    if (const cudaError_t e = LaunchToBf16(p.out, n, static_cast<__nv_bfloat16*>(p.out_bf16), stream);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
   return cudaGetLastError();
 }
 

@@ -91,6 +91,13 @@ struct PrefillAttentionParams {
   // through a tensor map over them (query_tensor_map.h), so the default launch takes it only
   // where this is known.
   int total_queries = 0;
+  // Optional: [total_queries][n_heads][head_dim] bf16. Where set, the launch also leaves its
+  // output rounded once to bf16 here (to nearest even: LaunchToBf16's rounding of `out`, bit for
+  // bit), for a bf16 output GEMM; `out` is then scratch. The unsplit persistent kernel writes only
+  // this (its fp32 output's stores at every work tile's end held causal 1k back 15%:
+  // bench/results/prefill_epilogue_2026-11-29.md); the other launches write `out` and convert it
+  // after them. Needs total_queries and 16-byte alignment.
+  void* out_bf16 = nullptr;
 };
 
 // The most query heads a tile packs: the rotation warpgroup's rows per step (512 / head_dim).
@@ -134,7 +141,10 @@ constexpr int kPersistentSchedule = 3;
 // map (QueryTensorMapSupported) and the launch is unsplit with at least two work tiles an SM;
 // else 2. Host code (no CUDA call). (With work starts the persistent
 // kernel wins full causal prefill at 2k keys by 3.5% but loses the last 512 queries by ~1%,
-// bench/results/prefill_order_2026-11-28.md: the bound stays.)
+// bench/results/prefill_order_2026-11-28.md: the bound stays. With the output in bf16
+// (out_bf16) it beats the one-tile kernel and its conversion at 2k-16k keys on full rows, but
+// taking it at any length slowed the Zipf trace's lazy steps 2-4%, whose launches mix long KV
+// loops with few rows: bench/results/prefill_epilogue_2026-11-29.md.)
 constexpr int kPersistentMaxKeys = 1024;
 int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms);
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,
@@ -145,7 +155,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
 // [max_ctas][max_tiles][kPrefillTimelineEvents] (prefill_timeline.cuh says which stamp is
 // which); null stops it. cudaErrorNotSupported in other builds. Not thread-safe with launches
 // in flight.
-constexpr int kPrefillTimelineEvents = 25;
+constexpr int kPrefillTimelineEvents = 26;
 cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles);
 // "copy_only", "math_only" or "query_free" in a probe build (CMake -DLAZYKV_PREFILL_PROBE=...; its outputs
 // are wrong, its times bound the kernels), nullptr otherwise.

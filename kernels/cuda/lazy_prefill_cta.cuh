@@ -13,6 +13,7 @@
 #include "kernels/cuda/lazy_prefill_tiles.cuh"
 #include "kernels/cuda/prefill_work_order.h"
 #include "kernels/cuda/softmax_merge.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace lazykv::cuda {
 namespace {
@@ -201,6 +202,16 @@ __device__ __forceinline__ void WriteEmptyRows(const PrefillAttentionParams& p, 
   }
 }
 
+// WriteEmptyRows in bf16 (unsplit, p.out_bf16).
+template <int HD>
+__device__ __forceinline__ void WriteEmptyRowsBf16(const PrefillAttentionParams& p, const CtaWork& w, int t,
+                                                   int threads) {
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out_bf16) + (w.out_tile - p.out);  // the tile's first row
+  for (int i = t; i < w.rows * HD; i += threads) {
+    out[static_cast<size_t>(RowPair(w, i / HD)) * HD + i % HD] = __float2bfloat16(0.0f);
+  }
+}
+
 // One thread's share of the output: rows my_row0 and my_row0 + 8 of the m64nHD accumulator
 // (o), with the row's running max m (raw scores: scale_log2 turns it into log2 units) and
 // this thread's part of its sum l.
@@ -230,6 +241,51 @@ __device__ __forceinline__ void WriteRows(const PrefillAttentionParams& p, const
         w.m_tile[PrefillWorkspacePairs(p) * w.splits + state] = sum;
       }
     }
+  }
+}
+
+// WriteRows in bf16 (unsplit, p.out_bf16), first step: one thread's share of rows my_row0 and
+// my_row0 + 8, rounded once to bf16 into the 128-row tile at `tile` in shared memory, laid out
+// as wgmma's query tiles (SwizzledOffset: 128-byte column blocks, 16-byte chunks XOR-swizzled by
+// row), which is a TMA box's layout with a 128-byte swizzle. The 8 rows of a store instruction
+// land in 8 different bank groups.
+template <int HD>
+__device__ __forceinline__ void StageRowsBf16(const float (&o)[HD / 2], const float (&l)[2], int my_row0,
+                                              uint32_t tile) {
+  const int t4 = threadIdx.x % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = l[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int row = my_row0 + 8 * h;  // columns 8 n + 2 t4 and + 1: chunk n, bytes 4 t4 .. 4 t4 + 3
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wgmma::SwizzledOffset<kBM>(row, n) + 4 * t4),
+                   "r"(PackBf16(o[n * 4 + 2 * h] * inv, o[n * 4 + 2 * h + 1] * inv))
+                   : "memory");
+    }
+  }
+}
+
+// WriteRows in bf16, second step where a TMA box would write rows past the tile's: `threads`
+// threads (t) copy staged rows [row0, row0 + 64) that are the tile's (under w.rows) to
+// p.out_bf16, 16 bytes a thread and store.
+template <int HD>
+__device__ __forceinline__ void StoreStagedRowsBf16(const PrefillAttentionParams& p, const CtaWork& w, int row0,
+                                                    uint32_t tile, int t, int threads) {
+  constexpr int kChunks = HD / 8;                                                       // 16-byte chunks of a bf16 row
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out_bf16) + (w.out_tile - p.out);  // the tile's first row
+  for (int i = t; i < 64 * kChunks; i += threads) {
+    const int r = row0 + i / kChunks, chunk = i % kChunks;
+    if (r >= w.rows) break;  // rows in order: the rest are past too
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(tile + wgmma::SwizzledOffset<kBM>(r, chunk))
+                 : "memory");
+    *reinterpret_cast<uint4*>(out + static_cast<size_t>(RowPair(w, r)) * HD + 8 * chunk) = v;
   }
 }
 

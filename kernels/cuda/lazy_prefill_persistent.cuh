@@ -6,7 +6,9 @@
 // without them) and issue its first loads while the consumers finish the one before, and the
 // rotation warps take its raw query rows (one TMA box: query_tensor_map.h) and write its first
 // delta's query in the same time; the ring, the query buffers and the consumers' turns
-// count across work tiles. Short KV loops gain most (their start and end were exposed: one CTA
+// count across work tiles. Where the output is wanted in bf16 (PrefillAttentionParams::out_bf16)
+// a consumer stages its rows in its half of the last query buffer and one thread stores them as
+// TMA boxes. Short KV loops gain most (their start and end were exposed: one CTA
 // an SM); the one-work-tile-a-CTA kernel stays for long ones (lazy_prefill_attention.cu
 // chooses). Included only by lazy_prefill_attention.cu.
 //
@@ -294,7 +296,7 @@ __device__ void RunPersistentRotationWarps(const PrefillAttentionParams& p, cons
 // Consumer c (0 or 1): query rows 64 c .. 64 c + 63 of each of the CTA's work tiles.
 template <int HD>
 __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const WorkList& list, CtaWork w, int index,
-                                      float scale_log2, unsigned char* smem) {
+                                      float scale_log2, const CUtensorMap& out_map, unsigned char* smem) {
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   const int c = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0) - 2;  // warp-uniform to ptxas
   const int my_row0 = c * 64 + ((threadIdx.x % 128) / 32) * kRowsPerWarp + (threadIdx.x % 32) / 4;
@@ -343,7 +345,8 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
       if (stamps) LAZYKV_TIMELINE(J, 5 * c + kScoresDone);
       if (c == 0 || !in.final) TurnArrive(1 - c);  // consumer 0 takes no turn after the CTA's last tile
       mbarrier::Arrive(&bars->empty[ks]);
-      if (in.last_of_delta) mbarrier::Arrive(&bars->q_empty[k & 1]);
+      // The work tile's last query buffer is released after the output went through it.
+      if (in.last_of_delta && !in.last) mbarrier::Arrive(&bars->q_empty[k & 1]);
 
       SoftmaxAndIssueValues<HD>(s, o, m, l, col_pos + (J & 1) * kBN, in.needs_mask, row_pos, scale_log2,
                                 ring + vs * L::kKvBytes, [&] {
@@ -357,14 +360,56 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
       mbarrier::Arrive(&bars->empty[vs]);
       if (in.last) break;
     }
+#ifdef LAZYKV_PREFILL_PROBE_OUT_FREE  // a diagnostic build (kernels/CMakeLists.txt): no output written
+    if (J < 0) WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);  // never: keeps the work tile's products
+    if (!empty) mbarrier::Arrive(&bars->q_empty[k & 1]);
+#else
     if (empty) {
-      WriteEmptyRows<HD>(p, w, threadIdx.x - 256, 256);
+      if (p.out_bf16 != nullptr && w.splits == 1) {
+        WriteEmptyRowsBf16<HD>(p, w, threadIdx.x - 256, 256);
+      } else {
+        WriteEmptyRows<HD>(p, w, threadIdx.x - 256, 256);
+      }
+    } else if (p.out_bf16 != nullptr && w.splits == 1) {
+      // The rows go through this consumer's half of the last query buffer, which only this
+      // consumer read (its scores are done), into two TMA boxes (one a 128-byte column block of
+      // its 64 rows) that one thread stores. The consumers' own stores, issued as the next work
+      // tile's first keys were on their way, held those keys longer: from the last P V to the
+      // keys landed ~4000 cycles against ~3300 with the boxes, ~1800 with no output at all
+      // (bench/results/prefill_epilogue_2026-11-29.md). Where the boxes would write rows past
+      // the tile's (another sequence's), the consumer stores the rows itself.
+      const uint32_t tile = SmemAddr(smem + L::kQ) + (__shfl_sync(0xffffffffu, k, 0) & 1) * L::kQBytes;
+      StageRowsBf16<HD>(o, l, my_row0, tile);
+      if (c * 64 + 64 <= w.rows) {
+        wgmma::FenceProxyAsync();  // the staged rows, read next by the copy engine (async proxy)
+        ConsumerSync(c);
+        if (threadIdx.x % 128 == 0) {
+          const long long pair = (w.out_tile - p.out) / HD + RowPair(w, c * 64);  // (query row, head)
+#pragma unroll
+          for (int b = 0; b < HD / 64; ++b) {
+            tma::Store3d(&out_map, 64 * b, static_cast<int>(pair % p.n_heads), static_cast<int>(pair / p.n_heads),
+                         tile + b * (kBM * 128) + c * 64 * 128);
+          }
+          tma::CommitGroup();
+          tma::WaitGroupsRead();  // before the buffer goes back to the rotation warps
+        }
+      } else {
+        ConsumerSync(c);
+        StoreStagedRowsBf16<HD>(p, w, c * 64, tile, threadIdx.x % 128, 128);
+      }
+      mbarrier::Arrive(&bars->q_empty[k & 1]);  // the work tile's last delta (its last tile's release)
     } else {
       WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);
+      mbarrier::Arrive(&bars->q_empty[k & 1]);
     }
+#endif
+    if (c == 0 && threadIdx.x % 128 == 0) LAZYKV_TIMELINE(J, kOutputWritten);
     ReconvergeCounter(&J);
     index += gridDim.x;
-    if (!NextWork<HD>(p, list, &index, &w)) return;
+    if (!NextWork<HD>(p, list, &index, &w)) {
+      if (threadIdx.x % 128 == 0) tma::WaitGroups();  // the CTA's last rows written before it ends
+      return;
+    }
   }
 }
 
@@ -372,7 +417,8 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
 template <int HD>
 __global__ void __launch_bounds__(kSpecThreads, 1)
     LazyPrefillPersistentKernel(const PrefillAttentionParams p, const WorkList list, float scale_log2,
-                                const PersistentWorkStart* starts, const __grid_constant__ CUtensorMap q_map) {
+                                const PersistentWorkStart* starts, const __grid_constant__ CUtensorMap q_map,
+                                const __grid_constant__ CUtensorMap out_map) {
   AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -401,7 +447,7 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
     RunPersistentRotationWarps<HD>(p, list, w, index, &q_map, smem);
   } else {
     GrowRegisters<kConsumerRegs>();
-    RunPersistentConsumer<HD>(p, list, w, index, scale_log2, smem);
+    RunPersistentConsumer<HD>(p, list, w, index, scale_log2, out_map, smem);
   }
 }
 

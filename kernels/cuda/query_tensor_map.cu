@@ -48,4 +48,21 @@ cudaError_t MakeQueryTensorMap(const PrefillAttentionParams& p, int pack, CUtens
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+cudaError_t MakeOutputTensorMap(const PrefillAttentionParams& p, int pack, CUtensorMap* map) {
+  if (p.out_bf16 == nullptr || reinterpret_cast<uintptr_t>(p.out_bf16) % 16 != 0 || p.total_queries <= 0 ||
+      p.n_heads <= 0 || (p.kv.head_dim != 64 && p.kv.head_dim != 128) || pack <= 0 || pack > 64 ||
+      p.n_heads % pack != 0 || EncodeTiled() == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const cuuint64_t hd = static_cast<cuuint64_t>(p.kv.head_dim);
+  const cuuint64_t dims[3] = {hd, static_cast<cuuint64_t>(p.n_heads), static_cast<cuuint64_t>(p.total_queries)};
+  const cuuint64_t strides[2] = {hd * 2, static_cast<cuuint64_t>(p.n_heads) * hd * 2};  // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(pack), static_cast<cuuint32_t>(64 / pack)};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = EncodeTiled()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p.out_bf16, dims, strides, box,
+                                   element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 }  // namespace lazykv::cuda

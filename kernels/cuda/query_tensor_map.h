@@ -3,6 +3,8 @@
 // head_dim x pack heads x 128 / pack queries, a work tile's raw rows in the row-major order of
 // RawQueryIndex (lazy_prefill_tiles.cuh). One copy-engine request a work tile where 128 threads'
 // cp.async copies had taken ~6800 cycles to issue (bench/results/prefill_query_2026-11-29.md).
+// And one over its bf16 output rows (PrefillAttentionParams::out_bf16), which the kernel's
+// consumers store as boxes from shared memory.
 #pragma once
 
 #include <cuda.h>
@@ -21,5 +23,13 @@ bool QueryTensorMapSupported(const PrefillAttentionParams& p);
 // encoder (any driver for sm_90 has) or refuses the map. Host only; thread-safe (no state but
 // the driver's entry point, found once).
 cudaError_t MakeQueryTensorMap(const PrefillAttentionParams& p, int pack, CUtensorMap* map);
+
+// The map of p's bf16 output rows (p.out_bf16: [total_queries][n_heads][head_dim], 16-byte
+// aligned) for the persistent kernel's stores: boxes of 64 columns x pack heads x 64 / pack
+// queries (a consumer's 64 rows, one 128-byte column block of them) with a 128-byte swizzle, the
+// layout of a query buffer's half (wgmma::SwizzledOffset). cudaErrorInvalidValue where out_bf16
+// is null or misaligned, total_queries unknown, or the driver refuses the map. Host only;
+// thread-safe.
+cudaError_t MakeOutputTensorMap(const PrefillAttentionParams& p, int pack, CUtensorMap* map);
 
 }  // namespace lazykv::cuda

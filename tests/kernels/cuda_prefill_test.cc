@@ -3,9 +3,10 @@
 // end of every chunk and of the request), many chunks with deltas up to 128k, both RoPE
 // styles, head dims 64 and 128, GQA groups 1, 4 and 8, block sizes 16 to 256, chunked
 // prefill (pos0 > 0) and whole-sequence prefill, and keys whose scores jump mid-row (the
-// running maximum moved far: O rescaled). The GPU tests skip without a GPU; the
-// shape validation (of the prefill and the decode launchers) runs everywhere (it returns
-// before any CUDA call).
+// running maximum moved far: O rescaled). Every launch runs again with its output wanted in
+// bf16 too (out_bf16), which must be the fp32 output's rounding bit for bit. The GPU tests
+// skip without a GPU; the shape validation (of the prefill and the decode launchers) runs
+// everywhere (it returns before any CUDA call).
 //
 // Tolerance: the kernel feeds the tensor cores bf16 operands (the rotated query, the
 // keys, the softmax probabilities, the values); keys and values are bf16 on both sides,
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cuda/lazy_decode_attention.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "tests/kernels/cuda_paged_problem.h"
@@ -224,6 +226,29 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     }
     CUDA_OK(cudaDeviceSynchronize());
     const auto got = ToHost(out, expected.size());
+    // The same launch with its output wanted in bf16 too (out_bf16; out is then scratch, poisoned
+    // again): the fp32 output rounded to nearest even bit for bit, every row written (the
+    // unsplit persistent kernel writes only the bf16 rows, through shared memory; the others
+    // are converted after them).
+    std::vector<uint16_t> got_bf16(expected.size());
+    {
+      void* out_bf16 = nullptr;
+      CUDA_OK(cudaMalloc(&out_bf16, expected.size() * sizeof(uint16_t)));
+      CUDA_OK(cudaMemset(out_bf16, 0xff, expected.size() * sizeof(uint16_t)));  // NaN
+      CUDA_OK(cudaMemset(out, 0xff, expected.size() * sizeof(float)));
+      cuda::PrefillAttentionParams with_bf16 = p;
+      with_bf16.out_bf16 = out_bf16;
+      CUDA_OK(schedule < 0 ? cuda::LaunchLazyPrefillAttention(with_bf16, nullptr)
+                           : cuda::detail::LaunchLazyPrefillAttentionVariant(with_bf16, schedule, nullptr, max_ctas));
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaMemcpy(got_bf16.data(), out_bf16, expected.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+      cudaFree(out_bf16);
+    }
+    size_t bf16_mismatches = 0;
+    for (size_t i = 0; i < got.size(); ++i) bf16_mismatches += got_bf16[i] != cpu::FloatToBf16Bits(got[i]);
+    EXPECT_EQ(bf16_mismatches, 0u) << "of " << got.size() << " bf16 outputs differ from the fp32 output's rounding; "
+                                   << "schedule " << schedule << ", splits " << forced_splits << ", heads per tile "
+                                   << pack_heads << " on " << max_ctas << " CTAs";
     if (reuse) {
       const auto got_again = ToHost(out_again, expected.size());
       const auto got_made = ToHost(out_made, expected.size());

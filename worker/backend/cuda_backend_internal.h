@@ -114,6 +114,9 @@ struct PassPlan {
   int decode_seqs = 0;
   int decode_max_entries = 0;  // the longest block table among them
   cuda::PrefillAttentionParams rest;
+  // The attention output's rows [0, converted_rows) are converted to bf16 for a cuBLASLt output
+  // GEMM; the prefill kernel wrote the rest in bf16 itself (PrefillAttentionParams::out_bf16).
+  int converted_rows = 0;
   // The decoding sequences share chunk blocks: the chunk-shared attention's plan on the
   // device (its `base` is filled per layer from `attention`).
   bool shared_decode = false;
@@ -234,6 +237,12 @@ class CudaBackend : public Backend {
   // (also a power-of-two block of at least 16) run this model.
   bool DecodeKernelApplies() const;
   bool PrefillKernelApplies() const;
+  struct SkinnyStep {
+    bool small = false;  // the skinny GEMM's fused kernels (few rows)
+    bool mma = false;    // the tensor-core skinny kernel's (5-16 rows)
+  };
+  SkinnyStep SkinnyStepFor(int rows) const;
+  bool OutputGemmReadsBf16(int rows) const;
   absl::Status Attention(PassPlan& plan);
   absl::Status SetPrefillWorkStarts(cuda::PrefillAttentionParams& p);
   // A decode step's chunk-shared attention plan, when it pays (shared_decode_): appended to

@@ -46,6 +46,13 @@ bool LastSplitMergeEnabled() {
   return enabled;
 }
 
+// LAZYKV_PREFILL_OUT_BF16=0: the prefill kernel's output in fp32 only, converted for the
+// output GEMM with the decoding rows', for comparisons.
+bool PrefillOutBf16Enabled() {
+  static const bool enabled = EnvSwitchOn("LAZYKV_PREFILL_OUT_BF16");
+  return enabled;
+}
+
 // LAZYKV_DECODE_SPLITS=N: the decode kernel's split count forced (not chosen from the SM
 // count and the context), for measurements of the step at other counts.
 int ForcedDecodeSplits() {
@@ -96,6 +103,23 @@ bool CudaBackend::DecodeKernelApplies() const {
 
 bool CudaBackend::PrefillKernelApplies() const {
   return DecodeKernelApplies() && block_size_ >= 16 && (block_size_ & (block_size_ - 1)) == 0;
+}
+
+// A bf16 pass of `rows` rows: a step of a few rows runs the skinny GEMM's fused kernels (small),
+// one of 5-16 rows the tensor-core skinny kernel's (mma; Gemm::SkinnyMmaRows); neither in fp32.
+CudaBackend::SkinnyStep CudaBackend::SkinnyStepFor(int rows) const {
+  SkinnyStep step;
+  if (element_ != cuda::Element::kBf16) return step;
+  step.small = gemm_->options().skinny_kernel && rows <= cuda::kSkinnyGemmFasterRows;
+  step.mma = !step.small && gemm_->SkinnyMmaRows(rows);
+  return step;
+}
+
+// The output GEMM reads the attention output rounded to bf16 from attn_in_ (cuBLASLt), not fp32
+// from attn_ (a skinny kernel's fused rounding).
+bool CudaBackend::OutputGemmReadsBf16(int rows) const {
+  const SkinnyStep step = SkinnyStepFor(rows);
+  return element_ == cuda::Element::kBf16 && !step.small && !step.mma;
 }
 
 // The persistent prefill kernel's work starts (PrefillAttentionParams::work_starts): made by
@@ -322,6 +346,17 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   // rotates it only by each delta; the decoding rows' stays raw (the decode kernels rotate it
   // themselves), as does every row for the generic kernel.
   cuda::PrefillAttentionParams& prefill = decode_seqs > 0 ? plan.rest : ap;
+  // Where the output GEMM reads bf16 X from attn_in_ (cuBLASLt's: not a fused skinny kernel), the
+  // prefill kernel writes its rows' output there in bf16 (LaunchToBf16's rounding, bit for bit:
+  // PrefillAttentionParams::out_bf16), and only the decoding rows before them are converted
+  // after the attention (1.3-1.4x the attention and its conversion at 1k keys, where the
+  // persistent kernel writes them; bench/results/prefill_epilogue_2026-11-29.md).
+  plan.converted_rows = rows;
+  if (decode_seqs < active.size() && PrefillKernelApplies() && OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled()) {
+    const int prefill_row0 = query_offsets[decode_seqs];
+    prefill.out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(prefill_row0) * c_.q_dim();
+    plan.converted_rows = prefill_row0;
+  }
   const bool rotate_q = decode_seqs < active.size() && PrefillKernelApplies() &&
                         (rotated_query_ == RotatedQuery::kAlways ||
                          (rotated_query_ == RotatedQuery::kWherePersistent && cuda::PrefillWantsRotatedQuery(prefill)));
@@ -382,15 +417,11 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
   // the output GEMM's loads, SwiGLU in the gate/up GEMM's epilogue (both bit for bit the
   // unfused kernels' results), and the two norms of a layer in the loads of the GEMMs after
   // them (LAZYKV_NORM_IN_GEMM=0 keeps the norm kernels, for comparisons in one binary).
-  bool small_step = false;
   // A step of 5-16 rows in bf16 whose GEMMs run the tensor-core skinny kernel (Gemm's
   // SkinnyMmaRows) runs its two exact fusions too: SwiGLU in the gate/up GEMM's epilogue, and the
   // rounding of the attention output as the output GEMM builds its fragments.
-  bool mma_step = false;
-  if constexpr (std::is_same_v<T, bf16>) {
-    small_step = gemm_->options().skinny_kernel && rows <= cuda::kSkinnyGemmFasterRows;
-    mma_step = !small_step && gemm_->SkinnyMmaRows(rows);
-  }
+  const SkinnyStep skinny = SkinnyStepFor(rows);
+  const bool small_step = skinny.small, mma_step = skinny.mma;
   // The residual stream is x. A sublayer's output either waits in y for the next norm kernel
   // to add it (y_pending), or, where the GEMMs after the norms norm x themselves, is added to x
   // by the sublayer's last GEMM (beta 1 in the skinny kernel: the same fp32 sum as the norm
@@ -448,9 +479,11 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
                                                           sublayer_out, sublayer_beta, stream_),
                "attention output GEMM"));
     } else {
-      RETURN_IF_ERROR(
-          Cuda(cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(rows) * q_dim, attn_in_.as<T>(), stream_),
-               "attention output"));
+      if (plan.converted_rows > 0) {  // the rows the prefill kernel did not write in bf16
+        RETURN_IF_ERROR(Cuda(cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(plan.converted_rows) * q_dim,
+                                                attn_in_.as<T>(), stream_),
+                             "attention output"));
+      }
       RETURN_IF_ERROR(gemm_->Run(attn_in_.as<T>(), rows, q_dim, matrix(lw.wo), dim, y));
     }
     if (norms_in_gemm) {

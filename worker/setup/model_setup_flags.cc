@@ -1,5 +1,6 @@
 #include "worker/setup/model_setup_flags.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/chunk_mac.h"
@@ -41,6 +42,9 @@ constexpr char kUsage[] =
   --no-cache-tier        the local KV pool only
   --fetch-policy P       auto | always | never: fetch a chunk the cache tier holds when that is
                          measured to be faster than recomputing it (auto, default), always, or never
+  --lease-wait-min-ms N  floor of the wait for another worker computing a chunk (its lease)
+                         before computing it here as well (default 250; otherwise 3x the chunk's
+                         measured compute time, at most 30 s)
   --publish-budget BYTES computed chunks waiting to be published, at most (default 1GiB); past it a
                          publication is dropped and counted, never waited for
   --chunk-mac-key-file F the fleet's secret (32+ bytes): chunks this worker publishes are signed
@@ -89,6 +93,14 @@ void AddModelSetupFlags(FlagParser& parser, ModelSetupFlags& flags) {
   parser.AddSwitch("--no-cache-tier", &flags.no_cache_tier);
   parser.Add("--fetch-policy", [&s](const std::string& v) -> absl::Status {
     ASSIGN_OR_RETURN(s.engine.pipeline.fetch_policy, ParseFetchPolicy(v));
+    return absl::OkStatus();
+  });
+  parser.Add("--lease-wait-min-ms", [&s](const std::string& v) -> absl::Status {
+    int ms = 0;
+    if (!absl::SimpleAtoi(v, &ms) || ms < 0) {
+      return absl::InvalidArgumentError("--lease-wait-min-ms must be a count of milliseconds, not '" + v + "'");
+    }
+    s.engine.pipeline.min_lease_wait = std::chrono::milliseconds(ms);
     return absl::OkStatus();
   });
   parser.AddByteSize("--publish-budget", &s.engine.pipeline.max_publish_bytes);

@@ -436,7 +436,7 @@ int main(int argc, char** argv) {
             [&] {
               p.out_bf16 = nullptr;
               launch_with(b.deltas, -1);
-              cuda::LaunchToBf16(p.out, n, out_bf16, nullptr);
+              CHECK_CUDA(cuda::LaunchToBf16(p.out, n, out_bf16, nullptr));
             });
         // The persistent kernel (q rotated, bf16 output: no conversion after it) against that launch,
         // where the default takes the one-tile kernel (kPersistentMaxKeys): the bound of its choice.

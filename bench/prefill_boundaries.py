@@ -12,7 +12,7 @@ Prints, in cycles (quantiles over every CTA):
   its write;
 - consumer 0 at a work tile's first tile (a boundary) and inside one: the previous tile's P V
   done to its keys landed, then to its keys and query ready, and the tile period; at a boundary,
-  the previous P V done to its rows written out; consumer 1's P V done to its next keys and query;
+  the previous P V done to its rows handed off (stores issued or TMA boxes read); consumer 1's P V done to its next keys and query;
 - the copy warps at a boundary: when they took the key and value slots and issued the loads,
   relative to consumer 0's previous P V done.
 Usage: prefill_boundaries.py FILE
@@ -24,7 +24,7 @@ KEYS_READY, VALUES_DONE = 0, 4
 KEY_SLOT, KEYS_ISSUED, VALUE_SLOT, VALUES_ISSUED = 10, 11, 12, 13
 KEYS_LANDED, WORK_INDEX = 17, 18
 RAW_LANDED, POSITION_DONE, BUFFER_FREE, QUERY_WRITTEN, WORK_FOUND, RAW_ISSUED = 19, 20, 21, 22, 23, 24
-OUTPUT_WRITTEN = 25  # consumer 0, at a work tile's last tile (timelines of 26 events a tile and more)
+OUTPUT_HANDED_OFF = 25  # consumer 0, at a work tile's last tile (timelines of 26 events a tile and more)
 C1 = 5  # consumer 1's events: C1 + KEYS_READY, ...
 
 
@@ -73,8 +73,8 @@ def main():
             add(f"consumer 0, {where}: keys landed -> keys and query ready", ready - landed)
             if at(c, t, VALUES_DONE):
                 add(f"consumer 0, {where}: tile period", at(c, t, VALUES_DONE) - prev)
-            if where == "boundary" and at(c, t - 1, OUTPUT_WRITTEN):
-                add("consumer 0, boundary: previous P V done -> its rows written", at(c, t - 1, OUTPUT_WRITTEN) - prev)
+            if where == "boundary" and at(c, t - 1, OUTPUT_HANDED_OFF):
+                add("consumer 0, boundary: previous P V done -> its rows handed off", at(c, t - 1, OUTPUT_HANDED_OFF) - prev)
             prev1, ready1 = at(c, t - 1, C1 + VALUES_DONE), at(c, t, C1 + KEYS_READY)
             if prev1 and ready1:
                 add(f"consumer 1, {where}: previous P V done -> keys and query ready", ready1 - prev1)

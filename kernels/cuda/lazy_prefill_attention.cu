@@ -268,9 +268,14 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
   if (p.q == nullptr || p.kv.k_pool == nullptr || p.kv.v_pool == nullptr || p.kv.block_ids == nullptr ||
       p.kv.block_tokens == nullptr || p.kv.block_deltas == nullptr || p.kv.block_starts == nullptr ||
       p.kv.table_offsets == nullptr || p.query_offsets == nullptr || p.query_pos0 == nullptr ||
-      p.kv.inv_freq == nullptr || p.out == nullptr ||
-      (p.out_bf16 != nullptr && (p.total_queries <= 0 || reinterpret_cast<uintptr_t>(p.out_bf16) % 16 != 0))) {
+      p.kv.inv_freq == nullptr || p.out == nullptr) {
     return cudaErrorInvalidValue;
+  }
+  if (p.out_bf16 != nullptr) {  // all rows known, aligned, apart from `out`
+    if (p.total_queries <= 0 || reinterpret_cast<uintptr_t>(p.out_bf16) % 16 != 0) return cudaErrorInvalidValue;
+    const size_t n = static_cast<size_t>(p.total_queries) * p.n_heads * p.kv.head_dim;
+    const uintptr_t out = reinterpret_cast<uintptr_t>(p.out), out_bf16 = reinterpret_cast<uintptr_t>(p.out_bf16);
+    if (out_bf16 < out + n * sizeof(float) && out < out_bf16 + n * 2) return cudaErrorInvalidValue;
   }
   // Never more splits than ChoosePrefillSplits (the workspace's size): another schedule packs
   // no more heads, so it launches at least as many CTAs.
@@ -308,6 +313,8 @@ int DefaultSchedule(const PrefillAttentionParams& p) {
 }  // namespace
 
 bool PrefillWantsRotatedQuery(const PrefillAttentionParams& p) { return DefaultSchedule(p) == kPersistent; }
+
+bool PrefillWritesBf16Output(const PrefillAttentionParams& p) { return DefaultSchedule(p) == kPersistent; }
 
 cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
   return detail::LaunchLazyPrefillAttentionVariant(p, DefaultSchedule(p), stream);

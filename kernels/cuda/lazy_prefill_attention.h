@@ -96,7 +96,8 @@ struct PrefillAttentionParams {
   // bit), for a bf16 output GEMM; `out` is then scratch. The unsplit persistent kernel writes only
   // this (its fp32 output's stores at every work tile's end held causal 1k back 15%:
   // bench/results/prefill_epilogue_2026-11-29.md); the other launches write `out` and convert it
-  // after them. Needs total_queries and 16-byte alignment.
+  // after them. Needs total_queries (all rows: the rows are not bounds-checked against it),
+  // 16-byte alignment, and no overlap with `out`.
   void* out_bf16 = nullptr;
 };
 
@@ -126,6 +127,12 @@ cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStre
 // 16-row step) would only cost (bench/results/prefill_query_2026-11-29.md). Host code (the
 // launch's own choice: the SM count, LAZYKV_PREFILL_PERSISTENT).
 bool PrefillWantsRotatedQuery(const PrefillAttentionParams& p);
+
+// Whether the default launch writes out_bf16 itself (the unsplit persistent kernel), so that
+// asking for it saves the conversion after the launch; elsewhere the launcher converts `out`
+// after the kernel, which a caller that converts other rows too does as well in one kernel.
+// Host code, as PrefillWantsRotatedQuery.
+bool PrefillWritesBf16Output(const PrefillAttentionParams& p);
 
 namespace detail {
 // For the benchmark and the tests: the launch with a given kernel and schedule of its main
@@ -157,7 +164,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
 // in flight.
 constexpr int kPrefillTimelineEvents = 26;
 cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles);
-// "copy_only", "math_only" or "query_free" in a probe build (CMake -DLAZYKV_PREFILL_PROBE=...; its outputs
+// "copy_only", "math_only", "query_free" or "out_free" in a probe build (CMake -DLAZYKV_PREFILL_PROBE=...; its outputs
 // are wrong, its times bound the kernels), nullptr otherwise.
 const char* PrefillProbeName();
 }  // namespace detail

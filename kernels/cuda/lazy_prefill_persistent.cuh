@@ -236,6 +236,7 @@ __device__ void RunPersistentRotationWarps(const PrefillAttentionParams& p, cons
   float* raw_q = reinterpret_cast<float*>(smem + L::kRawQ);
   unsigned char* q_buf = smem + L::kQ;
 #ifdef LAZYKV_PREFILL_PROBE_QUERY_FREE  // a diagnostic build (kernels/CMakeLists.txt): no query made
+  // (Zeroed once: with out_bf16 the consumers stage their rows in these buffers. Time it without.)
   for (int i = t; i < 2 * L::kQBytes / 16; i += 128) reinterpret_cast<uint4*>(q_buf)[i] = make_uint4(0, 0, 0, 0);
   wgmma::FenceProxyAsync();
   for (int k = 0;;) {
@@ -307,6 +308,12 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
   const uint32_t ring = SmemAddr(smem + L::kRing);
 
   int k = -1;  // the delta's index, across work tiles
+#ifdef LAZYKV_PREFILL_PROBE_OUT_FREE
+  const bool stage_output = false;
+#else
+  // The bf16 output goes through the work tile's last query buffer (released after it).
+  const bool stage_output = p.out_bf16 != nullptr && list.splits == 1;
+#endif
   for (int J = 0;; ++J) {
     float o[HD / 2];
 #pragma unroll
@@ -345,8 +352,8 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
       if (stamps) LAZYKV_TIMELINE(J, 5 * c + kScoresDone);
       if (c == 0 || !in.final) TurnArrive(1 - c);  // consumer 0 takes no turn after the CTA's last tile
       mbarrier::Arrive(&bars->empty[ks]);
-      // The work tile's last query buffer is released after the output went through it.
-      if (in.last_of_delta && !in.last) mbarrier::Arrive(&bars->q_empty[k & 1]);
+      // The work tile's last query buffer: released after the output went through it.
+      if (in.last_of_delta && !(in.last && stage_output)) mbarrier::Arrive(&bars->q_empty[k & 1]);
 
       SoftmaxAndIssueValues<HD>(s, o, m, l, col_pos + (J & 1) * kBN, in.needs_mask, row_pos, scale_log2,
                                 ring + vs * L::kKvBytes, [&] {
@@ -362,15 +369,14 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
     }
 #ifdef LAZYKV_PREFILL_PROBE_OUT_FREE  // a diagnostic build (kernels/CMakeLists.txt): no output written
     if (J < 0) WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);  // never: keeps the work tile's products
-    if (!empty) mbarrier::Arrive(&bars->q_empty[k & 1]);
 #else
-    if (empty) {
-      if (p.out_bf16 != nullptr && w.splits == 1) {
+    if (empty) {  // (unsplit, only for a table without the query's own keys)
+      if (stage_output) {
         WriteEmptyRowsBf16<HD>(p, w, threadIdx.x - 256, 256);
       } else {
         WriteEmptyRows<HD>(p, w, threadIdx.x - 256, 256);
       }
-    } else if (p.out_bf16 != nullptr && w.splits == 1) {
+    } else if (stage_output) {
       // The rows go through this consumer's half of the last query buffer, which only this
       // consumer read (its scores are done), into two TMA boxes (one a 128-byte column block of
       // its 64 rows) that one thread stores. The consumers' own stores, issued as the next work
@@ -400,10 +406,9 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
       mbarrier::Arrive(&bars->q_empty[k & 1]);  // the work tile's last delta (its last tile's release)
     } else {
       WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);
-      mbarrier::Arrive(&bars->q_empty[k & 1]);
     }
 #endif
-    if (c == 0 && threadIdx.x % 128 == 0) LAZYKV_TIMELINE(J, kOutputWritten);
+    if (c == 0 && threadIdx.x % 128 == 0) LAZYKV_TIMELINE(J, kOutputHandedOff);
     ReconvergeCounter(&J);
     index += gridDim.x;
     if (!NextWork<HD>(p, list, &index, &w)) {

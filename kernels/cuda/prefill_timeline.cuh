@@ -52,10 +52,11 @@ enum PrefillTimelineEvent {
   // raw rows' copies issued.
   kWorkFound = 23,
   kRawIssued = 24,
-  // The persistent kernel's consumer 0, at a work tile's last tile: its rows are written out.
-  kOutputWritten = 25,
+  // The persistent kernel's consumer 0, at a work tile's last tile: its rows are handed off (its
+  // own stores issued, or the TMA boxes' shared memory read; their global writes may go on).
+  kOutputHandedOff = 25,
 };
-static_assert(kOutputWritten < detail::kPrefillTimelineEvents, "an event past the stamps of a tile");
+static_assert(kOutputHandedOff < detail::kPrefillTimelineEvents, "an event past the stamps of a tile");
 
 #ifdef LAZYKV_PREFILL_TIMELINE
 struct PrefillTimeline {

@@ -230,22 +230,29 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     // again): the fp32 output rounded to nearest even bit for bit, every row written (the
     // unsplit persistent kernel writes only the bf16 rows, through shared memory; the others
     // are converted after them).
-    std::vector<uint16_t> got_bf16(expected.size());
+    // The rows sit between two guard bands of a whole tile's rows (128 x width each), which
+    // must come out untouched: a box or a row stored off its place fails.
+    const size_t guard = 128 * static_cast<size_t>(problem.q_width());
+    std::vector<uint16_t> got_bf16(expected.size() + 2 * guard);
     {
-      void* out_bf16 = nullptr;
-      CUDA_OK(cudaMalloc(&out_bf16, expected.size() * sizeof(uint16_t)));
-      CUDA_OK(cudaMemset(out_bf16, 0xff, expected.size() * sizeof(uint16_t)));  // NaN
+      uint16_t* out_bf16 = nullptr;
+      CUDA_OK(cudaMalloc(&out_bf16, got_bf16.size() * sizeof(uint16_t)));
+      CUDA_OK(cudaMemset(out_bf16, 0xff, got_bf16.size() * sizeof(uint16_t)));  // NaN
       CUDA_OK(cudaMemset(out, 0xff, expected.size() * sizeof(float)));
       cuda::PrefillAttentionParams with_bf16 = p;
-      with_bf16.out_bf16 = out_bf16;
+      with_bf16.out_bf16 = out_bf16 + guard;
       CUDA_OK(schedule < 0 ? cuda::LaunchLazyPrefillAttention(with_bf16, nullptr)
                            : cuda::detail::LaunchLazyPrefillAttentionVariant(with_bf16, schedule, nullptr, max_ctas));
       CUDA_OK(cudaDeviceSynchronize());
-      CUDA_OK(cudaMemcpy(got_bf16.data(), out_bf16, expected.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got_bf16.data(), out_bf16, got_bf16.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
       cudaFree(out_bf16);
     }
-    size_t bf16_mismatches = 0;
-    for (size_t i = 0; i < got.size(); ++i) bf16_mismatches += got_bf16[i] != cpu::FloatToBf16Bits(got[i]);
+    size_t bf16_mismatches = 0, guards_written = 0;
+    for (size_t i = 0; i < got.size(); ++i) bf16_mismatches += got_bf16[guard + i] != cpu::FloatToBf16Bits(got[i]);
+    for (size_t i = 0; i < guard; ++i) {
+      guards_written += (got_bf16[i] != 0xffff) + (got_bf16[guard + got.size() + i] != 0xffff);
+    }
+    EXPECT_EQ(guards_written, 0u) << "bf16 outputs written outside the rows";
     EXPECT_EQ(bf16_mismatches, 0u) << "of " << got.size() << " bf16 outputs differ from the fp32 output's rounding; "
                                    << "schedule " << schedule << ", splits " << forced_splits << ", heads per tile "
                                    << pack_heads << " on " << max_ctas << " CTAs";
@@ -380,6 +387,32 @@ TEST(PrefillAttentionShapes, RejectsUnsupported) {
   ExpectInvalid(
       good, variant, [](auto& p) { p.pack_heads = 2; }, "a packed tile in a schedule that never packs");
   EXPECT_EQ(variant(good), cudaSuccess);
+  // A bf16 output that the launch cannot write: refused after the pointers are checked, before any
+  // kernel (the pointers are never dereferenced).
+  cuda::PrefillAttentionParams with_rows = good;
+  with_rows.max_queries_per_seq = 5;
+  with_rows.total_queries = 5;
+  const auto fake = [](uintptr_t at) { return reinterpret_cast<int32_t*>(at); };
+  with_rows.q = reinterpret_cast<const float*>(uintptr_t{1} << 20);
+  with_rows.kv.k_pool = with_rows.kv.v_pool = reinterpret_cast<void*>(uintptr_t{2} << 20);
+  with_rows.kv.block_ids = with_rows.kv.block_tokens = with_rows.kv.block_deltas = with_rows.kv.block_starts =
+      with_rows.kv.table_offsets = fake(uintptr_t{3} << 20);
+  with_rows.query_offsets = with_rows.query_pos0 = fake(uintptr_t{4} << 20);
+  with_rows.kv.inv_freq = reinterpret_cast<const double*>(uintptr_t{5} << 20);
+  with_rows.out = reinterpret_cast<float*>(uintptr_t{6} << 20);
+  ExpectInvalid(
+      with_rows, variant, [](auto& p) { p.out_bf16 = reinterpret_cast<void*>((uintptr_t{7} << 20) + 8); },
+      "a bf16 output not 16-byte aligned");
+  ExpectInvalid(
+      with_rows, variant,
+      [](auto& p) {
+        p.out_bf16 = reinterpret_cast<void*>(uintptr_t{7} << 20);
+        p.total_queries = 0;
+      },
+      "a bf16 output of unknown rows");
+  ExpectInvalid(
+      with_rows, variant, [](auto& p) { p.out_bf16 = reinterpret_cast<char*>(p.out) + 64; },
+      "a bf16 output over the fp32 one");
 }
 
 // The heads a tile packs (host code, no GPU needed): as many of a KV group as the rotation

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -115,8 +116,9 @@ struct PassPlan {
   int decode_max_entries = 0;  // the longest block table among them
   cuda::PrefillAttentionParams rest;
   // The attention output's rows [0, converted_rows) are converted to bf16 for a cuBLASLt output
-  // GEMM; the prefill kernel wrote the rest in bf16 itself (PrefillAttentionParams::out_bf16).
-  int converted_rows = 0;
+  // GEMM (by default all); the prefill kernel wrote the rest in bf16 itself
+  // (PrefillAttentionParams::out_bf16).
+  int converted_rows = INT32_MAX;
   // The decoding sequences share chunk blocks: the chunk-shared attention's plan on the
   // device (its `base` is filled per layer from `attention`).
   bool shared_decode = false;

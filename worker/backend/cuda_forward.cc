@@ -346,13 +346,15 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   // rotates it only by each delta; the decoding rows' stays raw (the decode kernels rotate it
   // themselves), as does every row for the generic kernel.
   cuda::PrefillAttentionParams& prefill = decode_seqs > 0 ? plan.rest : ap;
-  // Where the output GEMM reads bf16 X from attn_in_ (cuBLASLt's: not a fused skinny kernel), the
-  // prefill kernel writes its rows' output there in bf16 (LaunchToBf16's rounding, bit for bit:
-  // PrefillAttentionParams::out_bf16), and only the decoding rows before them are converted
-  // after the attention (1.3-1.4x the attention and its conversion at 1k keys, where the
-  // persistent kernel writes them; bench/results/prefill_epilogue_2026-11-29.md).
+  // Where the output GEMM reads bf16 X from attn_in_ (cuBLASLt's: not a fused skinny kernel) and
+  // the prefill launch takes the persistent kernel, that kernel writes its rows' output there in
+  // bf16 (LaunchToBf16's rounding, bit for bit: PrefillAttentionParams::out_bf16), and only the
+  // decoding rows before them are converted after the attention (1.3-1.4x the attention and its
+  // conversion at 1k keys; bench/results/prefill_epilogue_2026-11-29.md). Other launches would
+  // only convert their rows apart from the decoding rows'.
   plan.converted_rows = rows;
-  if (decode_seqs < active.size() && PrefillKernelApplies() && OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled()) {
+  if (decode_seqs < active.size() && PrefillKernelApplies() && OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled() &&
+      cuda::PrefillWritesBf16Output(prefill)) {
     const int prefill_row0 = query_offsets[decode_seqs];
     prefill.out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(prefill_row0) * c_.q_dim();
     plan.converted_rows = prefill_row0;
@@ -479,10 +481,10 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
                                                           sublayer_out, sublayer_beta, stream_),
                "attention output GEMM"));
     } else {
-      if (plan.converted_rows > 0) {  // the rows the prefill kernel did not write in bf16
-        RETURN_IF_ERROR(Cuda(cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(plan.converted_rows) * q_dim,
-                                                attn_in_.as<T>(), stream_),
-                             "attention output"));
+      if (const int converted = std::min(rows, plan.converted_rows); converted > 0) {  // not written in bf16
+        RETURN_IF_ERROR(Cuda(
+            cuda::LaunchToBf16(attn_.as<float>(), static_cast<size_t>(converted) * q_dim, attn_in_.as<T>(), stream_),
+            "attention output"));
       }
       RETURN_IF_ERROR(gemm_->Run(attn_in_.as<T>(), rows, q_dim, matrix(lw.wo), dim, y));
     }

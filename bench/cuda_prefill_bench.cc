@@ -427,7 +427,7 @@ int main(int argc, char** argv) {
         CHECK_CUDA(cudaMalloc(&out_bf16, n * sizeof(__nv_bfloat16)));
         p.work_starts = starts;
         p.out_bf16 = out_bf16;
-        p.q_rotated = cuda::PrefillWantsRotatedQuery(p);
+        p.q_rotated = cuda::PrefillTakesPersistentKernel(p);
         const auto [bf16_ms, fp32_ms] = AlternatedMedianMs(
             [&] {
               p.out_bf16 = out_bf16;

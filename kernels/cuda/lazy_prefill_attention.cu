@@ -271,9 +271,10 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
       p.kv.inv_freq == nullptr || p.out == nullptr) {
     return cudaErrorInvalidValue;
   }
+  const size_t out_elements = static_cast<size_t>(std::max(p.total_queries, 0)) * p.n_heads * p.kv.head_dim;
   if (p.out_bf16 != nullptr) {  // all rows known, aligned, apart from `out`
     if (p.total_queries <= 0 || reinterpret_cast<uintptr_t>(p.out_bf16) % 16 != 0) return cudaErrorInvalidValue;
-    const size_t n = static_cast<size_t>(p.total_queries) * p.n_heads * p.kv.head_dim;
+    const size_t n = out_elements;
     const uintptr_t out = reinterpret_cast<uintptr_t>(p.out), out_bf16 = reinterpret_cast<uintptr_t>(p.out_bf16);
     if (out_bf16 < out + n * sizeof(float) && out < out_bf16 + n * 2) return cudaErrorInvalidValue;
   }
@@ -288,8 +289,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
                                               : LaunchSchedule<128>(p, args, schedule, stream);
   if (err != cudaSuccess) return err;
   if (p.out_bf16 != nullptr && !(schedule == kPersistent && splits == 1)) {  // the others write only out
-    const size_t n = static_cast<size_t>(p.total_queries) * p.n_heads * p.kv.head_dim;
-    if (const cudaError_t e = LaunchToBf16(p.out, n, static_cast<__nv_bfloat16*>(p.out_bf16), stream);
+    if (const cudaError_t e = LaunchToBf16(p.out, out_elements, static_cast<__nv_bfloat16*>(p.out_bf16), stream);
         e != cudaSuccess) {
       return e;
     }
@@ -312,9 +312,7 @@ int DefaultSchedule(const PrefillAttentionParams& p) {
 
 }  // namespace
 
-bool PrefillWantsRotatedQuery(const PrefillAttentionParams& p) { return DefaultSchedule(p) == kPersistent; }
-
-bool PrefillWritesBf16Output(const PrefillAttentionParams& p) { return DefaultSchedule(p) == kPersistent; }
+bool PrefillTakesPersistentKernel(const PrefillAttentionParams& p) { return DefaultSchedule(p) == kPersistent; }
 
 cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
   return detail::LaunchLazyPrefillAttentionVariant(p, DefaultSchedule(p), stream);

@@ -120,19 +120,15 @@ size_t PrefillWorkStartsBytes(const PrefillAttentionParams& p);
 // CUDA call, so it needs no GPU).
 cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
 
-// Whether the default launch gains from a query rotated at its positions (q_rotated): where it
-// takes the persistent kernel, whose rotation warps otherwise rotate each work tile's query by
-// position on the path to its first tile (1.09-1.12x at 1k keys). The one-tile kernel and split
-// launches run the same either way, so there the KV write's rotation (~2.2 us a layer of a
-// 16-row step) would only cost (bench/results/prefill_query_2026-11-29.md). Host code (the
-// launch's own choice: the SM count, LAZYKV_PREFILL_PERSISTENT).
-bool PrefillWantsRotatedQuery(const PrefillAttentionParams& p);
-
-// Whether the default launch writes out_bf16 itself (the unsplit persistent kernel), so that
-// asking for it saves the conversion after the launch; elsewhere the launcher converts `out`
-// after the kernel, which a caller that converts other rows too does as well in one kernel.
-// Host code, as PrefillWantsRotatedQuery.
-bool PrefillWritesBf16Output(const PrefillAttentionParams& p);
+// Whether the default launch takes the persistent kernel (the launch's own choice: the SM count,
+// LAZYKV_PREFILL_PERSISTENT; host code). Two things gain only there:
+// - a query rotated at its positions (q_rotated): the persistent kernel's rotation warps
+//   otherwise rotate each work tile's query by position on the path to its first tile
+//   (1.09-1.12x at 1k keys); elsewhere the KV write's rotation (~2.2 us a layer of a 16-row step)
+//   would only cost (bench/results/prefill_query_2026-11-29.md);
+// - asking for out_bf16: that kernel writes it itself; elsewhere the launcher converts `out`
+//   after the kernel, which a caller that converts other rows too does as well in one kernel.
+bool PrefillTakesPersistentKernel(const PrefillAttentionParams& p);
 
 namespace detail {
 // For the benchmark and the tests: the launch with a given kernel and schedule of its main

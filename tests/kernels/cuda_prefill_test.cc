@@ -180,7 +180,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
       EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, sms), cuda::detail::kPersistentSchedule)
           << "the shape is meant to run the default launch's persistent kernel";
-      EXPECT_TRUE(cuda::PrefillWantsRotatedQuery(p)) << "the persistent kernel gains from a rotated query";
+      EXPECT_TRUE(cuda::PrefillTakesPersistentKernel(p)) << "the persistent kernel gains from a rotated query";
     }
     const int splits = cuda::ChoosePrefillSplits(p);
     const int pack = schedule < 0 || pack_heads > 1 ? cuda::ChoosePrefillPack(p) : 1;

@@ -341,28 +341,26 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     r.max_keys = static_cast<int>(std::min<int64_t>(rest_max_keys, INT32_MAX));
     r.total_queries = rows - query_offsets[decode_seqs];
   }
-  // Where the prefill launch gains from it (PrefillWantsRotatedQuery: the persistent kernel), the
-  // KV write rotates the prefill rows' query at its positions (q_rotated), so that the kernel
-  // rotates it only by each delta; the decoding rows' stays raw (the decode kernels rotate it
-  // themselves), as does every row for the generic kernel.
+  // The prefill kernel's rows (those after the decoding sequences'), and whether its launch takes
+  // the persistent kernel, which gains from a query rotated and an output in bf16 made for it.
   cuda::PrefillAttentionParams& prefill = decode_seqs > 0 ? plan.rest : ap;
-  // Where the output GEMM reads bf16 X from attn_in_ (cuBLASLt's: not a fused skinny kernel) and
-  // the prefill launch takes the persistent kernel, that kernel writes its rows' output there in
-  // bf16 (LaunchToBf16's rounding, bit for bit: PrefillAttentionParams::out_bf16), and only the
-  // decoding rows before them are converted after the attention (1.3-1.4x the attention and its
-  // conversion at 1k keys; bench/results/prefill_epilogue_2026-11-29.md). Other launches would
-  // only convert their rows apart from the decoding rows'.
-  plan.converted_rows = rows;
-  if (decode_seqs < active.size() && PrefillKernelApplies() && OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled() &&
-      cuda::PrefillWritesBf16Output(prefill)) {
+  const bool prefill_kernel = decode_seqs < active.size() && PrefillKernelApplies();
+  const bool persistent = prefill_kernel && cuda::PrefillTakesPersistentKernel(prefill);
+  // Where the output GEMM reads bf16 X from attn_in_ (cuBLASLt's: not a fused skinny kernel), the
+  // persistent kernel writes its rows' output there in bf16 (LaunchToBf16's rounding, bit for bit:
+  // PrefillAttentionParams::out_bf16), and only the decoding rows before them are converted
+  // after the attention (1.3-1.4x the attention and its conversion at 1k keys;
+  // bench/results/prefill_epilogue_2026-11-29.md).
+  if (persistent && OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled()) {
     const int prefill_row0 = query_offsets[decode_seqs];
     prefill.out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(prefill_row0) * c_.q_dim();
     plan.converted_rows = prefill_row0;
   }
-  const bool rotate_q = decode_seqs < active.size() && PrefillKernelApplies() &&
-                        (rotated_query_ == RotatedQuery::kAlways ||
-                         (rotated_query_ == RotatedQuery::kWherePersistent && cuda::PrefillWantsRotatedQuery(prefill)));
-  prefill.q_rotated = rotate_q;
+  // The KV write rotates the prefill rows' query at its positions (q_rotated), so that the kernel
+  // rotates it only by each delta; the decoding rows' stays raw (the decode kernels rotate it
+  // themselves), as does every row for the generic kernel.
+  prefill.q_rotated = prefill_kernel && (rotated_query_ == RotatedQuery::kAlways ||
+                                         (rotated_query_ == RotatedQuery::kWherePersistent && persistent));
   // Pure decode steps without chunk sharing fuse the KV write into the decode kernel where
   // each new token is the last token of its sequence's last entry (as the engine lays
   // tables out); LAZYKV_FUSED_KV_WRITE=0 keeps the KV write kernel, for comparisons.
@@ -396,7 +394,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   kw.rope_positions = meta(o_rp);
   kw.rows = rows;
   kw.n_heads = c_.n_heads;
-  if (rotate_q) {
+  if (prefill.q_rotated) {
     kw.q_positions = meta(o_qp);
     kw.rotated_q_from = query_offsets[decode_seqs];
   }

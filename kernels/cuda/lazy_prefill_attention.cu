@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
@@ -216,8 +217,11 @@ namespace detail {
 static_assert(kPersistentSchedule == kPersistent && kSpecializedSchedule == kSpecialized,
               "the header's schedule numbers are the launcher's");
 
-int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms) {
-  if (p.max_keys <= 0 || p.max_keys > kPersistentMaxKeys || sms <= 0 || p.num_splits > 1 ||
+int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms, int max_keys) {
+  // Long KV loops over a long prefill's own rows (queries at least half the keys), where the
+  // kernel writes the bf16 output itself (with an fp32 output it was 0.97x the one-tile kernel).
+  const bool long_prefill = p.out_bf16 != nullptr && static_cast<long long>(p.max_queries_per_seq) * 2 >= p.max_keys;
+  if (p.max_keys <= 0 || (p.max_keys > max_keys && !long_prefill) || sms <= 0 || p.num_splits > 1 ||
       !QueryTensorMapSupported(p)) {
     return kSpecialized;
   }
@@ -304,10 +308,15 @@ namespace {
 // The default launch's schedule. The warp-specialized kernel: 1.03-1.34x the two-warpgroup one
 // with the rotation on, its rotation 1-4% (bench/results/cuda_prefill_2026-11-21e.md);
 // persistent for short KV loops (bench/results/prefill_persistent_2026-11-28.md).
-// LAZYKV_PREFILL_PERSISTENT=0: never the persistent kernel, for comparisons.
+// LAZYKV_PREFILL_PERSISTENT=0: never the persistent kernel; LAZYKV_PREFILL_PERSISTENT_MAX_KEYS=N:
+// its bound at N keys instead of kPersistentMaxKeys (for comparisons).
 int DefaultSchedule(const PrefillAttentionParams& p) {
   static const bool persistent = EnvSwitchOn("LAZYKV_PREFILL_PERSISTENT");
-  return persistent ? detail::ChoosePrefillSchedule(p, MultiprocessorCount()) : kSpecialized;
+  static const int max_keys = [] {
+    const char* v = std::getenv("LAZYKV_PREFILL_PERSISTENT_MAX_KEYS");
+    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : detail::kPersistentMaxKeys;
+  }();
+  return persistent ? detail::ChoosePrefillSchedule(p, MultiprocessorCount(), max_keys) : kSpecialized;
 }
 
 }  // namespace

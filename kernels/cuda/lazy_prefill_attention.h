@@ -121,7 +121,9 @@ size_t PrefillWorkStartsBytes(const PrefillAttentionParams& p);
 cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
 
 // Whether the default launch takes the persistent kernel (the launch's own choice: the SM count,
-// LAZYKV_PREFILL_PERSISTENT; host code). Two things gain only there:
+// LAZYKV_PREFILL_PERSISTENT; host code). A caller that wants the output in bf16 asks with
+// out_bf16 set (a long prefill takes the persistent kernel only then) and, where the answer is
+// no, may clear it and convert `out` with other rows. Two things gain only there:
 // - a query rotated at its positions (q_rotated): the persistent kernel's rotation warps
 //   otherwise rotate each work tile's query by position on the path to its first tile
 //   (1.09-1.12x at 1k keys); elsewhere the KV write's rotation (~2.2 us a layer of a 16-row step)
@@ -140,16 +142,24 @@ constexpr int kNumPrefillSchedules = 4;
 constexpr int kSpecializedSchedule = 2;
 constexpr int kPersistentSchedule = 3;
 // The schedule the default launch takes on a GPU of `sms` SMs: the persistent kernel (3) when
-// p.max_keys is known and at most kPersistentMaxKeys, the queries can be read through a tensor
-// map (QueryTensorMapSupported) and the launch is unsplit with at least two work tiles an SM;
-// else 2. Host code (no CUDA call). (With work starts the persistent
-// kernel wins full causal prefill at 2k keys by 3.5% but loses the last 512 queries by ~1%,
-// bench/results/prefill_order_2026-11-28.md: the bound stays. With the output in bf16
-// (out_bf16) it beats the one-tile kernel and its conversion at 2k-16k keys on full rows, but
-// taking it at any length slowed the Zipf trace's lazy steps 2-4%, whose launches mix long KV
-// loops with few rows: bench/results/prefill_epilogue_2026-11-29.md.)
+// p.max_keys is known, the queries can be read through a tensor map (QueryTensorMapSupported),
+// the launch is unsplit with at least two work tiles an SM, and either every KV loop is short
+// (p.max_keys at most max_keys) or the launch is a long prefill of its own rows (the longest
+// sequence's queries at least half of p.max_keys) that wants its output in bf16 (p.out_bf16);
+// else 2. Host code (no CUDA call).
+// - Why short loops: the persistent kernel hides each work tile's start and end; with its work
+//   starts it wins full causal prefill at 2k keys by 3.5% but loses the last 512 queries of 2k by
+//   ~1% (fp32 output, bench/results/prefill_order_2026-11-28.md).
+// - Why long prefill in bf16: the persistent kernel writes the bf16 output itself, the one-tile
+//   kernel's launch converts after it; so the persistent kernel wins full rows at 2k-16k keys
+//   1.03-1.45x, where with an fp32 output it is 0.97x at 4k-16k
+//   (bench/results/prefill_schedule_2026-11-29.md).
+// - Why not every long loop: a lazy step's launches mix documents' rows with questions' long KV
+//   loops over cached documents; taking the persistent kernel there slowed the Zipf trace's lazy
+//   steps 1-4% (the question tiles' longer loop, and a static work split that a few heavy tiles
+//   unbalance: bench/results/prefill_schedule_2026-11-29.md).
 constexpr int kPersistentMaxKeys = 1024;
-int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms);
+int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms, int max_keys = kPersistentMaxKeys);
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,
                                               int max_ctas = 0);
 // Diagnostic builds (CMake -DLAZYKV_PREFILL_TIMELINE=ON): later launches of the one-tile and

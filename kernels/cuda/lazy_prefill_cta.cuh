@@ -52,11 +52,11 @@ __host__ __device__ inline size_t PrefillWorkspacePairs(const PrefillAttentionPa
   return static_cast<size_t>(p.num_seqs) * p.max_queries_per_seq * p.n_heads;
 }
 
-// The work tile (hx, tile, sz): head group hx (pack heads), query tile `tile` of its sequence,
-// sz = sequence * splits + split.
+// The work tile (hx, from_last, sz): head group hx (pack heads), query tile from_last counted
+// from its sequence's last (prefill_work_order.h), sz = sequence * splits + split.
 template <int HD>
 __device__ __forceinline__ CtaWork MakeWork(const PrefillAttentionParams& p, int log2bs, int splits, int log2_pack,
-                                            int hx, int tile, int sz) {
+                                            int hx, int from_last, int sz) {
   CtaWork w;
   w.log2_pack = log2_pack;
   w.n_heads = p.n_heads;
@@ -66,8 +66,10 @@ __device__ __forceinline__ CtaWork MakeWork(const PrefillAttentionParams& p, int
   w.splits = splits;
   const int q_begin = p.query_offsets[w.seq];
   const int n_q = p.query_offsets[w.seq + 1] - q_begin;
-  const int query0 = tile * (kBM >> log2_pack);  // the tile's first query
-  w.active = query0 < n_q;
+  const int per_tile = kBM >> log2_pack;                             // queries a tile
+  const int tile = (n_q + per_tile - 1) / per_tile - 1 - from_last;  // from the sequence's first
+  w.active = tile >= 0;
+  const int query0 = max(tile, 0) * per_tile;  // the tile's first query (in range where inactive too)
   w.rows = min(kBM, (n_q - query0) << log2_pack);
   w.pos_lo = p.query_pos0[w.seq] + query0;
   w.pos_hi = RowPosition(w, w.rows - 1);
@@ -83,11 +85,11 @@ __device__ __forceinline__ CtaWork MakeWork(const PrefillAttentionParams& p, int
   return w;
 }
 
-// Grid: x = head group (pack heads), y = query tile (longest causal tiles first),
-// z = sequence * splits + split.
+// Grid: x = head group (pack heads), y = query tile counted from the sequence's last (every
+// sequence's longest causal tiles first), z = sequence * splits + split.
 template <int HD>
 __device__ __forceinline__ CtaWork MakeCtaWork(const PrefillAttentionParams& p, int log2bs, int splits, int log2_pack) {
-  return MakeWork<HD>(p, log2bs, splits, log2_pack, blockIdx.x, gridDim.y - 1 - blockIdx.y, blockIdx.z);
+  return MakeWork<HD>(p, log2bs, splits, log2_pack, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
 // The work tiles of a launch with a one-dimensional grid, in one list (prefill_work_order.h:
@@ -102,7 +104,7 @@ struct WorkList {
 template <int HD>
 __device__ __forceinline__ CtaWork WorkAt(const PrefillAttentionParams& p, const WorkList& list, int index) {
   const PrefillWorkCoords c = PrefillWorkAt(list.order, index);
-  return MakeWork<HD>(p, list.log2bs, list.splits, list.log2_pack, c.hx, c.tile, c.sz);
+  return MakeWork<HD>(p, list.log2bs, list.splits, list.log2_pack, c.hx, c.from_last, c.sz);
 }
 
 // The first work tile with a query at list index >= *index among the CTA's (the index steps by

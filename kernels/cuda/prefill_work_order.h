@@ -3,9 +3,15 @@
 // that the list holds every work tile once, heaviest groups first.
 //
 // The list runs from the query tiles with the most causal keys (every sequence's last tiles) to
-// those with the fewest, in groups of `group` query tiles. Within a group, index i is head group
-// i % heads, then query tile (from the group's last), then sequence-and-split; the groups go from
-// the last query tiles to the first, and the last group holds tiles % group when that is not 0.
+// those with the fewest, in groups of `group` query tiles. A query tile is counted from its own
+// sequence's last (`from_last`; MakeWork turns it into the tile), so that sequences of different
+// lengths have their last tiles in the first group alike (counted from the longest sequence's
+// last, a question's one tile over 4k cached keys, the launch's longest KV loop, came last of
+// all beside documents' tiles). The split stays static: within a group the sequences go in
+// order, so heavy tiles of later sequences can still gather on a few CTAs
+// (bench/results/prefill_schedule_2026-11-29.md).
+// Within a group, index i is head group i % heads, then from_last, then sequence-and-split; the
+// groups go from from_last 0 up, and the last group holds tiles % group when that is not 0.
 // CTA b of a persistent grid takes indices b, b + gridDim.x, ...
 //
 // Why groups: the CTAs that run at once (about one grid's worth of consecutive indices) should
@@ -35,15 +41,15 @@ struct PrefillWorkOrder {
   int count = 0;              // heads * tiles * seqs
 };
 
-// A work tile's coordinates: head group, query tile (0 = the sequence's first), sequence * splits
-// + split.
+// A work tile's coordinates: head group, query tile counted from the sequence's last (0: its
+// last; inactive where the sequence has fewer tiles), sequence * splits + split.
 struct PrefillWorkCoords {
-  int hx, tile, sz;
+  int hx, from_last, sz;
 };
 
-// The order of heads * tiles * seqs work tiles (all >= 1) for a grid of `ctas` CTAs: groups of
-// about one grid's worth of work tiles. Precondition: heads * tiles * seqs fits an int (the
-// launcher checks it).
+// The order of heads * tiles * seqs work tiles (all >= 1; tiles: the longest sequence's) for a grid of `ctas` CTAs:
+// groups of about one grid's worth of work tiles. Precondition: heads * tiles * seqs fits an int (the launcher checks
+// it).
 inline PrefillWorkOrder MakePrefillWorkOrder(int heads, int tiles, int seqs, long long ctas) {
   PrefillWorkOrder o;
   o.heads = heads;
@@ -66,7 +72,7 @@ LAZYKV_WORK_ORDER_FN PrefillWorkCoords PrefillWorkAt(const PrefillWorkOrder& o, 
   const int hx = index % o.heads, rest = index / o.heads;
   const int in_group = rest % group, rest2 = rest / group;
   const int from_last = first_from_last + (rest2 / o.seqs) * group + in_group;
-  return PrefillWorkCoords{hx, o.tiles - 1 - from_last, rest2 % o.seqs};
+  return PrefillWorkCoords{hx, from_last, rest2 % o.seqs};
 }
 
 }  // namespace lazykv::cuda

@@ -45,18 +45,19 @@ TEST(PrefillWorkOrderTest, EveryWorkTileOnceHeaviestGroupsFirstFewSequencesAtOnc
     for (const PrefillWorkCoords& c : list) {
       ASSERT_GE(c.hx, 0);
       ASSERT_LT(c.hx, heads);
-      ASSERT_GE(c.tile, 0);
-      ASSERT_LT(c.tile, tiles);
+      ASSERT_GE(c.from_last, 0);
+      ASSERT_LT(c.from_last, tiles);
       ASSERT_GE(c.sz, 0);
       ASSERT_LT(c.sz, seqs);
-      ASSERT_TRUE(seen.emplace(c.hx, c.tile, c.sz).second) << "twice: " << c.hx << " " << c.tile << " " << c.sz;
+      ASSERT_TRUE(seen.emplace(c.hx, c.from_last, c.sz).second)
+          << "twice: " << c.hx << " " << c.from_last << " " << c.sz;
     }
-    // Heaviest first: a later index's query tile is never more than a group's span above an
-    // earlier one's (causal work grows with the tile).
-    int lowest = tiles;
+    // Heaviest first: a later index's tile is never more than a group's span nearer its
+    // sequence's last than an earlier one's (causal work grows toward a sequence's last tile).
+    int farthest = -1;
     for (const PrefillWorkCoords& c : list) {
-      ASSERT_LT(c.tile, lowest + o.group);
-      lowest = std::min(lowest, c.tile);
+      ASSERT_GT(c.from_last, farthest - o.group);
+      farthest = std::max(farthest, c.from_last);
     }
     // What runs at once (a grid's worth of consecutive indices) reads at most three sequences'
     // keys, when a group can hold a grid's worth of a sequence's work tiles (in whole groups:
@@ -79,14 +80,14 @@ TEST(PrefillWorkOrderTest, FirstWaveIsOneSequencesLastFourTiles) {
     const PrefillWorkCoords c = PrefillWorkAt(o, i);
     EXPECT_EQ(c.sz, 0) << i;
     EXPECT_EQ(c.hx, i % 32) << i;
-    EXPECT_EQ(c.tile, 31 - i / 32) << i;
+    EXPECT_EQ(c.from_last, i / 32) << i;
   }
   const PrefillWorkCoords next = PrefillWorkAt(o, 128);  // the next sequence's same tiles
   EXPECT_EQ(next.sz, 1);
-  EXPECT_EQ(next.tile, 31);
+  EXPECT_EQ(next.from_last, 0);
   const PrefillWorkCoords last = PrefillWorkAt(o, o.count - 1);
   EXPECT_EQ(last.sz, 3);
-  EXPECT_EQ(last.tile, 0);
+  EXPECT_EQ(last.from_last, 31);
   EXPECT_EQ(last.hx, 31);
 }
 

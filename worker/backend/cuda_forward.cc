@@ -345,16 +345,22 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   // the persistent kernel, which gains from a query rotated and an output in bf16 made for it.
   cuda::PrefillAttentionParams& prefill = decode_seqs > 0 ? plan.rest : ap;
   const bool prefill_kernel = decode_seqs < active.size() && PrefillKernelApplies();
-  const bool persistent = prefill_kernel && cuda::PrefillTakesPersistentKernel(prefill);
   // Where the output GEMM reads bf16 X from attn_in_ (cuBLASLt's: not a fused skinny kernel), the
   // persistent kernel writes its rows' output there in bf16 (LaunchToBf16's rounding, bit for bit:
   // PrefillAttentionParams::out_bf16), and only the decoding rows before them are converted
   // after the attention (1.3-1.4x the attention and its conversion at 1k keys;
-  // bench/results/prefill_epilogue_2026-11-29.md).
-  if (persistent && OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled()) {
-    const int prefill_row0 = query_offsets[decode_seqs];
+  // bench/results/prefill_epilogue_2026-11-29.md). The launch is asked with the bf16 output
+  // wanted (a long prefill takes the persistent kernel only then); elsewhere every row is
+  // converted in one kernel, as the one-tile kernel's launch would convert its own.
+  const int prefill_row0 = query_offsets[decode_seqs];
+  if (prefill_kernel && OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled()) {
     prefill.out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(prefill_row0) * c_.q_dim();
+  }
+  const bool persistent = prefill_kernel && cuda::PrefillTakesPersistentKernel(prefill);
+  if (prefill.out_bf16 != nullptr && persistent) {
     plan.converted_rows = prefill_row0;
+  } else {
+    prefill.out_bf16 = nullptr;
   }
   // The KV write rotates the prefill rows' query at its positions (q_rotated), so that the kernel
   // rotates it only by each delta; the decoding rows' stays raw (the decode kernels rotate it

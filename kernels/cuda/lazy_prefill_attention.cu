@@ -55,7 +55,8 @@ int PackFor(const PrefillAttentionParams& p, int schedule) {
   const bool specialized = schedule == kSpecialized || schedule == kPersistent;
   const int most = specialized && p.kv.head_dim > 0 ? MaxPrefillPack(p.kv.head_dim) : 1;
   if (p.pack_heads == 0) {
-    if (p.max_queries_per_seq * 2 > kBM) return 1;  // an unpacked tile is at least half full
+    static_assert(kPrefillPackMaxQueries * 2 == kBM, "the header's bound is half a tile");
+    if (p.max_queries_per_seq > kPrefillPackMaxQueries) return 1;  // an unpacked tile is at least half full
     int pack = 1;
     while (pack * 2 <= most && group % (pack * 2) == 0) pack *= 2;
     return pack;

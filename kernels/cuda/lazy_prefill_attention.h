@@ -104,7 +104,11 @@ struct PrefillAttentionParams {
 // The most query heads a tile packs: the rotation warpgroup's rows per step (512 / head_dim).
 constexpr int MaxPrefillPack(int head_dim) { return 512 / head_dim; }
 
-// The heads per tile the default launch uses for these shapes (pack_heads resolved).
+// The heads per tile the default launch uses for these shapes (pack_heads resolved). Packing
+// (pack_heads 0) takes more than one only where every sequence has at most
+// kPrefillPackMaxQueries queries (an unpacked tile would be at most half full), so a caller with
+// few-query sequences beside longer ones gains from two launches.
+constexpr int kPrefillPackMaxQueries = 64;
 int ChoosePrefillPack(const PrefillAttentionParams& p);
 
 // Splits the launcher will use for these shapes on the current device (given a workspace);

@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -260,6 +261,39 @@ TEST_P(SyntheticModelTest, LogitsWithinBf16ToleranceOfCpu) {
 INSTANTIATE_TEST_SUITE_P(Models, SyntheticModelTest, ::testing::Values("tiny", "tiny-llama3", "small"),
                          SyntheticModelParamName);
 
+// Runs `requests` at once on `backend`, prefill cut into pieces of at most max_prefill_tokens;
+// `inspect` sees the backend once they are done. The results in request order.
+std::vector<GenerateResult> RunBatch(absl::StatusOr<std::unique_ptr<Backend>> backend,
+                                     const std::vector<GenerateRequest>& requests, int max_prefill_tokens,
+                                     const std::function<void(const Backend&)>& inspect) {
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  if (!backend.ok()) return std::vector<GenerateResult>(requests.size());
+  const Backend* raw = backend->get();
+  EngineOptions options;
+  options.max_prefill_tokens = max_prefill_tokens;
+  auto engine = Engine::Create(*std::move(backend), options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return std::vector<GenerateResult>(requests.size());
+  std::vector<RequestId> ids;
+  for (const GenerateRequest& request : requests) ids.push_back(*(*engine)->Submit(request));
+  std::map<RequestId, GenerateResult> done;
+  std::vector<EngineEvent> events;
+  while (done.size() < requests.size()) {
+    events.clear();
+    (*engine)->Step(&events);
+    for (EngineEvent& e : events) {
+      EXPECT_NE(e.kind, EngineEvent::Kind::kFailed) << e.status;
+      if (e.kind == EngineEvent::Kind::kFinished) done[e.id] = *e.result;
+      if (e.kind == EngineEvent::Kind::kFailed) done[e.id] = GenerateResult{};
+    }
+  }
+  inspect(*raw);
+  ExpectNoLeakedBlocks(**engine);
+  std::vector<GenerateResult> results;
+  for (RequestId id : ids) results.push_back(done[id]);
+  return results;
+}
+
 // Decode kernels inside batched steps: a batch of requests drawing their documents from a
 // small corpus, submitted at once, so that steps mix decoding sequences (which run the decode
 // kernels, and share chunk blocks at different positions) with prefill pieces. Three CUDA
@@ -289,33 +323,12 @@ TEST(CudaBackendTest, DecodeKernelsInMixedAndSharedStepsEqualTheCpu) {
     request.mode = r % 4 == 3 ? AttentionMode::kBlock : AttentionMode::kLazy;  // block shares no chunk blocks
     requests.push_back(request);
   }
-  // Runs the batch at once on `backend` (prefill cut into 32-token pieces, so that prefill
-  // and decoding sequences meet in one step); the results in request order.
+  // The batch at once (prefill cut into 32-token pieces, so that prefill and decoding sequences
+  // meet in one step).
   auto run = [&](absl::StatusOr<std::unique_ptr<Backend>> backend, SharedDecodeStats* stats) {
-    EXPECT_TRUE(backend.ok()) << backend.status();
-    const Backend* raw = backend->get();
-    EngineOptions options;
-    options.max_prefill_tokens = 32;
-    auto engine = Engine::Create(*std::move(backend), options);
-    EXPECT_TRUE(engine.ok()) << engine.status();
-    std::vector<RequestId> ids;
-    for (const GenerateRequest& request : requests) ids.push_back(*(*engine)->Submit(request));
-    std::map<RequestId, GenerateResult> done;
-    std::vector<EngineEvent> events;
-    while (done.size() < requests.size()) {
-      events.clear();
-      (*engine)->Step(&events);
-      for (EngineEvent& e : events) {
-        EXPECT_NE(e.kind, EngineEvent::Kind::kFailed) << e.status;
-        if (e.kind == EngineEvent::Kind::kFinished) done[e.id] = *e.result;
-        if (e.kind == EngineEvent::Kind::kFailed) done[e.id] = GenerateResult{};
-      }
-    }
-    if (stats != nullptr) *stats = CudaSharedDecodeStats(*raw);
-    ExpectNoLeakedBlocks(**engine);
-    std::vector<GenerateResult> results;
-    for (RequestId id : ids) results.push_back(done[id]);
-    return results;
+    return RunBatch(std::move(backend), requests, /*max_prefill_tokens=*/32, [&](const Backend& raw) {
+      if (stats != nullptr) *stats = CudaSharedDecodeStats(raw);
+    });
   };
   const std::vector<GenerateResult> cpu = run(GpuLikeCpu(weights, 2048), nullptr);
   struct Variant {
@@ -356,6 +369,63 @@ TEST(CudaBackendTest, DecodeKernelsInMixedAndSharedStepsEqualTheCpu) {
         "the CPU's, worst relative logit difference %.2e\n",
         v.name, static_cast<unsigned long long>(stats.steps), static_cast<unsigned long long>(stats.tokens_saved), same,
         total, worst);
+  }
+}
+
+// Few-query sequences beside longer ones: documents of 65-200 tokens, so that their encodings
+// (pieces of more than 64 queries) and the prompts over cached ones (1-9 queries) meet in steps
+// of up to 256 prefill tokens, in the engine's order. Those steps run two prefill launches (the
+// few-query sequences packed, RunModel laying them out first), and every step's logits equal
+// the CPU engine's in GPU-like numerics within bf16 noise, with the same tokens up to near-ties.
+TEST(CudaBackendTest, FewQuerySequencesBesideLongOnesEqualTheCpu) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const ModelConfig config = *SyntheticConfig("small");  // head dim 64, 4 query heads a KV head: packs
+  const ModelWeights weights = MakeSyntheticWeights(config, seed);
+  std::vector<std::vector<int32_t>> corpus;
+  for (int d = 0; d < 8; ++d) {
+    corpus.push_back(RandomTokens(rng, std::uniform_int_distribution<int>(65, 200)(rng), config.vocab_size));
+  }
+  std::vector<GenerateRequest> requests;
+  for (int r = 0; r < 12; ++r) {
+    GenerateRequest request;
+    const int docs = std::uniform_int_distribution<int>(1, 3)(rng);
+    for (int d = 0; d < docs; ++d) request.docs.push_back(corpus[rng() % corpus.size()]);
+    request.prompt = RandomTokens(rng, std::uniform_int_distribution<int>(1, 9)(rng), config.vocab_size);
+    request.sampling.max_tokens = 8;
+    request.record_logits = true;
+    request.mode = r % 4 == 3 ? AttentionMode::kBlock : AttentionMode::kLazy;
+    requests.push_back(request);
+  }
+  constexpr int kMaxPrefillTokens = 256;
+  const std::vector<GenerateResult> cpu =
+      RunBatch(GpuLikeCpu(weights, 4096), requests, kMaxPrefillTokens, [](const Backend&) {});
+  for (const CudaBackendOptions& options :
+       {CudaBackendOptions{}, CudaBackendOptions{.rotated_query = RotatedQuery::kAlways},
+        CudaBackendOptions{.decode_in_mixed_steps = false}}) {
+    uint64_t two_launch_steps = 0;
+    const std::vector<GenerateResult> gpu =
+        RunBatch(CreateCudaBackend(weights, 16, 4096, options), requests, kMaxPrefillTokens,
+                 [&](const Backend& raw) { two_launch_steps = CudaTwoLaunchPrefillSteps(raw); });
+    EXPECT_GT(two_launch_steps, 0u) << "no step had few-query sequences beside longer ones";
+    size_t same = 0, total = 0;
+    double worst = 0;
+    for (size_t r = 0; r < requests.size(); ++r) {
+      const double error = WorstLogitError(gpu[r], cpu[r]);
+      worst = std::max(worst, error);
+      EXPECT_LT(error, 3e-2) << "request " << r;
+      double margin = 0;
+      same += CheckParting(gpu[r], cpu[r], "request " + std::to_string(r), kTieTolerance, &margin);
+      total += cpu[r].tokens.size();
+    }
+    EXPECT_GT(total, 0u);
+    EXPECT_GE(same * 10, total * 7) << "greedy paths part early: " << same << " of " << total;
+    std::printf(
+        "two prefill launches in %llu steps; %zu of %zu tokens equal to the CPU's, worst relative logit "
+        "difference %.2e\n",
+        static_cast<unsigned long long>(two_launch_steps), same, total, worst);
   }
 }
 

@@ -128,6 +128,11 @@ SharedDecodeStats CudaSharedDecodeStats(const Backend& backend) {
   return cuda != nullptr ? cuda->shared_decode_stats() : SharedDecodeStats{};
 }
 
+uint64_t CudaTwoLaunchPrefillSteps(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->two_launch_prefill_steps() : 0;
+}
+
 GemmPlanStats CudaGemmPlanStats(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda != nullptr ? cuda->gemm_plan_stats() : GemmPlanStats{};

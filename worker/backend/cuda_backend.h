@@ -75,6 +75,11 @@ struct SharedDecodeStats {
 };
 SharedDecodeStats CudaSharedDecodeStats(const Backend& backend);
 
+// Steps whose prefill sequences ran as two launches of the prefill kernel (few-query sequences,
+// which pack a KV group's heads into a tile, apart from longer ones) since the backend was made;
+// 0 for a backend that is not CUDA's.
+uint64_t CudaTwoLaunchPrefillSteps(const Backend& backend);
+
 // GEMM shapes the backend has planned (Backend::WarmUp plans ahead; a shape first met in a
 // step is planned there), and how many of them came after its warm-up; zeros for a backend
 // that is not CUDA's.

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -110,11 +111,14 @@ struct PassPlan {
   cuda::PrefillAttentionParams attention;
   cuda::KvWriteParams kv_write;
   // Sequences [0, decode_seqs) run the decode kernel (every one in a decode step; the
-  // leading decoding ones in a mixed step, whose other sequences run `rest`, the prefill
-  // kernel's parameters over their rows); 0: the prefill or generic kernel runs them all.
+  // leading decoding ones in a mixed step); 0: the prefill or generic kernel runs them all.
   int decode_seqs = 0;
   int decode_max_entries = 0;  // the longest block table among them
-  cuda::PrefillAttentionParams rest;
+  // The prefill kernel's launches over the sequences after the decoding ones, in row order: one,
+  // or two where RunModel laid few-query sequences (which pack heads into a tile) before longer
+  // ones (StepOrder). None (num_pieces 0): one launch of `attention` runs every sequence.
+  std::array<cuda::PrefillAttentionParams, 2> pieces;
+  int num_pieces = 0;
   // The attention output's rows [0, converted_rows) are converted to bf16 for a cuBLASLt output
   // GEMM (by default all); the prefill kernel wrote the rest in bf16 itself
   // (PrefillAttentionParams::out_bf16).
@@ -130,7 +134,7 @@ struct PassPlan {
 };
 
 // The rows of logits a forward pass computed: per step that wants logits, a contiguous run
-// of the logits matrix (rows in step order).
+// of the logits matrix (rows in the order RunModel laid the steps out: StepOrder).
 struct LogitsRows {
   size_t step;
   int first;  // row of the logits matrix
@@ -215,6 +219,7 @@ class CudaBackend : public Backend {
   absl::Status WarmUp(int max_rows, int max_logit_rows) override;
   std::string ProfileSummary() const override;
   SharedDecodeStats shared_decode_stats() const { return shared_stats_; }
+  uint64_t two_launch_prefill_steps() const { return two_launch_prefill_steps_; }
   GemmPlanStats gemm_plan_stats() const {
     const uint64_t plans = gemm_->plans();
     return {.warmed_up = gemm_plans_after_warm_up_.has_value(),
@@ -246,7 +251,6 @@ class CudaBackend : public Backend {
   SkinnyStep SkinnyStepFor(int rows) const;
   bool OutputGemmReadsBf16(int rows) const;
   absl::Status Attention(PassPlan& plan);
-  absl::Status SetPrefillWorkStarts(cuda::PrefillAttentionParams& p);
   // A decode step's chunk-shared attention plan, when it pays (shared_decode_): appended to
   // `pack`, its device pointers set in `plan` once the pack is uploaded (PointSharedPlan).
   // Returns the pack offsets, or nothing when the step runs the per-sequence kernel.
@@ -284,7 +288,8 @@ class CudaBackend : public Backend {
   const bool pack_prefill_heads_;
   const RotatedQuery rotated_query_;
   SharedDecodeStats shared_stats_;
-  StepTiming step_timing_;  // small decode steps (cuda_step_timing.h)
+  uint64_t two_launch_prefill_steps_ = 0;  // steps whose prefill ran as two launches (PassPlan::pieces)
+  StepTiming step_timing_;                 // small decode steps (cuda_step_timing.h)
   cudaStream_t stream_ = nullptr;
   // The chunk-shared decode's residual kernel runs on residual_stream_ beside the shared
   // kernel, forked and joined with these events (shared_decode_attention.h).
@@ -302,7 +307,7 @@ class CudaBackend : public Backend {
   std::optional<size_t> gemm_plans_after_warm_up_;  // unset: no WarmUp yet
   // Activations: x_, y_, qkv_, q_, attn_, gu_ fp32; xb_, attn_in_, h_ (GEMM inputs) of element_.
   DeviceBuffer x_, y_, xb_, qkv_, q_, attn_, attn_in_, gu_, h_, attn_ws_, meta_;
-  DeviceBuffer work_starts_;        // the persistent prefill kernel's (SetPrefillWorkStarts)
+  DeviceBuffer work_starts_;        // the persistent prefill kernels' (Attention: a part a launch)
   DeviceBuffer split_counters_;     // int32, all zero between decode launches
   DeviceBuffer out_rows_, logits_;  // the output layer's gathered rows (element_) and its logits
   DeviceBuffer sample_rows_, sample_out_, sample_ws_, sample_slices_;

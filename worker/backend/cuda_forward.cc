@@ -5,7 +5,10 @@
 // inputs and pool (bf16, or fp32 in the backend's fp32 mode).
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "common/env_switch.h"
 #include "kernels/cuda/generic_attention.h"
@@ -44,6 +47,44 @@ bool SharedDecodeExact() {
 bool LastSplitMergeEnabled() {
   static const bool enabled = EnvSwitchOn("LAZYKV_LAST_SPLIT_MERGE");
   return enabled;
+}
+
+// LAZYKV_PREFILL_TWO_LAUNCHES=0: a step's prefill sequences in one launch of the prefill kernel
+// whatever their query counts (StepOrder), for comparisons.
+bool PrefillTwoLaunchesEnabled() {
+  static const bool enabled = EnvSwitchOn("LAZYKV_PREFILL_TWO_LAUNCHES");
+  return enabled;
+}
+
+// The order RunModel lays a step's sequences out in: the engine's, except that with `split`
+// the sequences after the leading run of one-token ones (the decoding sequences, which the
+// engine puts first) go few-query first (at most cuda::kPrefillPackMaxQueries, whose launch
+// packs a KV group's heads into a tile), then the others, each group in the engine's order, so
+// that each group can be its own prefill launch (PassPlan::pieces). A launch takes one
+// heads-per-tile choice: beside a document's 512 queries a question's 16 rows took a whole
+// 128-row tile per head, and two launches took 1.9-2.7x less attention time
+// (bench/results/prefill_schedule_2026-11-29.md). *few_first: where the reordered groups meet
+// (the index, among steps with tokens, of the first longer one), or 0 where nothing was split.
+std::vector<size_t> StepOrder(std::span<const SequenceStep> steps, bool split, size_t* few_first) {
+  std::vector<size_t> order, few, many;
+  size_t s = 0;
+  for (; s < steps.size() && steps[s].tokens.size() <= 1; ++s) order.push_back(s);  // the leading run
+  for (; s < steps.size(); ++s) {
+    const size_t n = steps[s].tokens.size();
+    (n <= static_cast<size_t>(cuda::kPrefillPackMaxQueries) ? few : many).push_back(s);
+  }
+  *few_first = 0;
+  if (split && !few.empty() && !many.empty()) {
+    size_t with_tokens = 0;
+    for (size_t i : order) with_tokens += steps[i].tokens.empty() ? 0 : 1;
+    for (size_t i : few) with_tokens += steps[i].tokens.empty() ? 0 : 1;
+    *few_first = with_tokens;
+    order.insert(order.end(), few.begin(), few.end());
+    order.insert(order.end(), many.begin(), many.end());
+    return order;
+  }
+  for (size_t i = order.size(); i < steps.size(); ++i) order.push_back(i);
+  return order;
 }
 
 // LAZYKV_PREFILL_OUT_BF16=0: the prefill kernel's output in fp32 only, converted for the
@@ -126,19 +167,16 @@ bool CudaBackend::OutputGemmReadsBf16(int rows) const {
 // a small kernel before it, so that its copy warps do not walk each work tile's table at its
 // boundary (1.05-1.09x at 1k-2k keys, bench/results/prefill_order_2026-11-28.md). The buffer
 // is the same for every layer: the step's first layer makes the starts and the later layers
-// read them (work_starts_made, set by RunLayers). (Reserved for any prefill launch; only an
-// unsplit persistent launch reads it.)
-// LAZYKV_PREFILL_WORK_STARTS=0: none (the kernel walks), for comparisons.
-absl::Status CudaBackend::SetPrefillWorkStarts(cuda::PrefillAttentionParams& p) {
+// read them (work_starts_made, set by RunLayers). The bytes a launch's part of it takes
+// (reserved for any prefill launch; only an unsplit persistent launch reads it), 0 with
+// LAZYKV_PREFILL_WORK_STARTS=0 (the kernel walks), for comparisons.
+namespace {
+size_t WorkStartsBytes(const cuda::PrefillAttentionParams& p) {
   static const bool enabled = EnvSwitchOn("LAZYKV_PREFILL_WORK_STARTS");
-  p.work_starts = nullptr;
-  if (!enabled) return absl::OkStatus();
-  const size_t bytes = cuda::PrefillWorkStartsBytes(p);
-  if (bytes == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(work_starts_.Reserve(bytes));
-  p.work_starts = work_starts_.as<void>();
-  return absl::OkStatus();
+  constexpr size_t kAlign = 256;
+  return enabled ? (cuda::PrefillWorkStartsBytes(p) + kAlign - 1) / kAlign * kAlign : 0;
 }
+}  // namespace
 
 // The tensor-core kernels where they apply (a bf16 pool, head dims 64 and 128; decode for
 // one-token sequences, prefill for power-of-two blocks of at least 16), the generic kernel
@@ -180,24 +218,34 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
       RETURN_IF_ERROR(Cuda(cuda::LaunchLazyDecodeAttention(d, stream_), "decode attention"));
     }
     if (plan.decode_seqs == p.num_seqs) return absl::OkStatus();
-    // The prefill pieces after them; the workspace is free again in stream order.
-    cuda::PrefillAttentionParams r = plan.rest;
-    r.kv.k_pool = p.kv.k_pool;
+  } else if (!PrefillKernelApplies()) {
+    return Cuda(cuda::LaunchGenericPagedAttention(p, plan.rows, stream_), "generic attention");
+  }
+  // The prefill launches: the pieces after the decoding sequences (one, or StepOrder's two
+  // groups), else `p` over every sequence. They share one workspace in stream order (each
+  // launch's kernels wait for the grid before them before they write), and each has its own
+  // part of the work starts; both are reserved before the first launch, so that no pointer an
+  // earlier launch (or layer) holds moves.
+  const std::span<cuda::PrefillAttentionParams> launches =
+      plan.num_pieces > 0 ? std::span(plan.pieces.data(), plan.num_pieces) : std::span(&p, 1);
+  size_t ws_bytes = 16, starts_bytes = 0;
+  for (cuda::PrefillAttentionParams& r : launches) {
+    r.kv.k_pool = p.kv.k_pool;  // this layer's pools
     r.kv.v_pool = p.kv.v_pool;
-    RETURN_IF_ERROR(
-        attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(r, cuda::ChoosePrefillSplits(r)))));
+    ws_bytes = std::max(ws_bytes, cuda::PrefillWorkspaceBytes(r, cuda::ChoosePrefillSplits(r)));
+    starts_bytes += WorkStartsBytes(r);
+  }
+  RETURN_IF_ERROR(attn_ws_.Reserve(ws_bytes));
+  if (starts_bytes > 0) RETURN_IF_ERROR(work_starts_.Reserve(starts_bytes));
+  size_t starts_offset = 0;
+  for (cuda::PrefillAttentionParams& r : launches) {
     r.workspace = attn_ws_.as<float>();
-    RETURN_IF_ERROR(SetPrefillWorkStarts(r));
-    return Cuda(cuda::LaunchLazyPrefillAttention(r, stream_), "prefill attention");
+    const size_t bytes = WorkStartsBytes(r);
+    r.work_starts = bytes > 0 ? work_starts_.as<char>() + starts_offset : nullptr;
+    starts_offset += bytes;
+    RETURN_IF_ERROR(Cuda(cuda::LaunchLazyPrefillAttention(r, stream_), "prefill attention"));
   }
-  if (PrefillKernelApplies()) {
-    RETURN_IF_ERROR(
-        attn_ws_.Reserve(std::max<size_t>(16, cuda::PrefillWorkspaceBytes(p, cuda::ChoosePrefillSplits(p)))));
-    p.workspace = attn_ws_.as<float>();
-    RETURN_IF_ERROR(SetPrefillWorkStarts(p));
-    return Cuda(cuda::LaunchLazyPrefillAttention(p, stream_), "prefill attention");
-  }
-  return Cuda(cuda::LaunchGenericPagedAttention(p, plan.rows, stream_), "generic attention");
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vector<LogitsRows>* wanted) {
@@ -212,9 +260,12 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   // The leading run of one-token steps (the engine puts its decoding sequences first); in a
   // decode step, every step.
   size_t lead = 0;
-  int lead_max_entries = 0, rest_max_queries = 0;
-  int64_t max_keys = 0, rest_max_keys = 0;  // the most keys a query sees (the prefill launcher's hint)
-  for (size_t s = 0; s < steps.size(); ++s) {
+  int lead_max_entries = 0;
+  int64_t max_keys = 0;  // the most keys a query sees (the prefill launcher's hint)
+  size_t split_seq = 0;  // where StepOrder's two groups meet in `active` (0: not split)
+  const bool split =
+      PrefillKernelApplies() && pack_prefill_heads_ && c_.group_size() >= 2 && PrefillTwoLaunchesEnabled();
+  for (const size_t s : StepOrder(steps, split, &split_seq)) {
     const SequenceStep& step = steps[s];
     const int n = static_cast<int>(step.tokens.size());
     if (n == 0) continue;
@@ -249,15 +300,12 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     if (n == 1 && lead + 1 == active.size()) {
       ++lead;
       lead_max_entries = std::max<int>(lead_max_entries, step.context.size());
-    } else {
-      rest_max_queries = std::max(rest_max_queries, n);
-      rest_max_keys = std::max(rest_max_keys, total);
     }
   }
   const int rows = static_cast<int>(tokens.size());
   if (rows == 0) return absl::OkStatus();
   RETURN_IF_ERROR(ReserveActivations(rows));
-  // The rows that want logits (a contiguous run of each such step's rows), in step order.
+  // The rows that want logits (a contiguous run of each such step's rows), in row order.
   std::vector<int32_t> out_rows;
   for (size_t a = 0; a < active.size(); ++a) {
     const SequenceStep& step = steps[active[a]];
@@ -286,12 +334,21 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
                                                        .num_seqs = static_cast<int>(decode_seqs)},
                               total_tokens, pack);
   }
-  // The prefill pieces' query offsets from their own first row.
-  std::vector<int32_t> rest_query_offsets;
-  for (size_t a = decode_seqs; decode_seqs > 0 && a <= active.size(); ++a) {
-    rest_query_offsets.push_back(query_offsets[a] - query_offsets[decode_seqs]);
+  // The prefill pieces (PassPlan::pieces), [first, end) in `active`: the sequences after the
+  // decoding ones, in two where StepOrder split them and both groups are prefill rows; none
+  // where one launch runs every sequence. Their query offsets count from their own first row.
+  std::vector<std::pair<size_t, size_t>> piece_ranges;
+  if (split_seq > decode_seqs && split_seq < active.size()) {
+    piece_ranges = {{decode_seqs, split_seq}, {split_seq, active.size()}};
+  } else if (decode_seqs > 0 && decode_seqs < active.size()) {
+    piece_ranges = {{decode_seqs, active.size()}};
   }
-  const size_t o_rest_qo = pack.Add(rest_query_offsets);
+  std::vector<size_t> o_piece_qo;
+  for (const auto& [first, end] : piece_ranges) {
+    std::vector<int32_t> offsets;
+    for (size_t a = first; a <= end; ++a) offsets.push_back(query_offsets[a] - query_offsets[first]);
+    o_piece_qo.push_back(pack.Add(offsets));
+  }
   const size_t o_tokens = pack.Add(tokens), o_sb = pack.Add(slot_blocks), o_si = pack.Add(slot_index),
                o_rp = pack.Add(rope_pos), o_ids = pack.Add(ids), o_counts = pack.Add(counts),
                o_deltas = pack.Add(deltas), o_starts = pack.Add(starts), o_to = pack.Add(table_offsets),
@@ -327,46 +384,63 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   ap.total_queries = rows;
   ap.pack_heads = pack_prefill_heads_ ? 0 : 1;  // for the step (the rows after decoding ones too)
   ap.num_splits = ForcedPrefillSplits();
-  if (decode_seqs > 0 && decode_seqs < active.size()) {
-    cuda::PrefillAttentionParams& r = plan.rest;  // the rows after the decoding sequences'
+  plan.num_pieces = static_cast<int>(piece_ranges.size());
+  if (plan.num_pieces == 2) ++two_launch_prefill_steps_;
+  for (size_t i = 0; i < piece_ranges.size(); ++i) {
+    const auto [first, end] = piece_ranges[i];
+    cuda::PrefillAttentionParams& r = plan.pieces[i];
     r = ap;
-    const size_t row_offset = static_cast<size_t>(query_offsets[decode_seqs]) * c_.q_dim();
+    const size_t row_offset = static_cast<size_t>(query_offsets[first]) * c_.q_dim();
     r.q = ap.q + row_offset;
     r.out = ap.out + row_offset;
-    r.query_offsets = meta(o_rest_qo);
-    r.query_pos0 = ap.query_pos0 + decode_seqs;
-    r.kv.table_offsets = ap.kv.table_offsets + decode_seqs;  // entries index the whole table
-    r.num_seqs = static_cast<int>(active.size() - decode_seqs);
-    r.max_queries_per_seq = rest_max_queries;
-    r.max_keys = static_cast<int>(std::min<int64_t>(rest_max_keys, INT32_MAX));
-    r.total_queries = rows - query_offsets[decode_seqs];
+    r.query_offsets = meta(o_piece_qo[i]);
+    r.query_pos0 = ap.query_pos0 + first;
+    r.kv.table_offsets = ap.kv.table_offsets + first;  // entries index the whole table
+    r.num_seqs = static_cast<int>(end - first);
+    int piece_max_queries = 0;
+    int64_t piece_max_keys = 0;
+    for (size_t a = first; a < end; ++a) {
+      piece_max_queries = std::max(piece_max_queries, query_offsets[a + 1] - query_offsets[a]);
+      piece_max_keys = std::max<int64_t>(piece_max_keys, last_pos[a] + 1);
+    }
+    r.max_queries_per_seq = piece_max_queries;
+    r.max_keys = static_cast<int>(std::min<int64_t>(piece_max_keys, INT32_MAX));
+    r.total_queries = query_offsets[end] - query_offsets[first];
   }
-  // The prefill kernel's rows (those after the decoding sequences'), and whether its launch takes
-  // the persistent kernel, which gains from a query rotated and an output in bf16 made for it.
-  cuda::PrefillAttentionParams& prefill = decode_seqs > 0 ? plan.rest : ap;
-  const bool prefill_kernel = decode_seqs < active.size() && PrefillKernelApplies();
-  // Where the output GEMM reads bf16 X from attn_in_ (cuBLASLt's: not a fused skinny kernel), the
-  // persistent kernel writes its rows' output there in bf16 (LaunchToBf16's rounding, bit for bit:
-  // PrefillAttentionParams::out_bf16), and only the decoding rows before them are converted
-  // after the attention (1.3-1.4x the attention and its conversion at 1k keys;
-  // bench/results/prefill_epilogue_2026-11-29.md). The launch is asked with the bf16 output
-  // wanted (a long prefill takes the persistent kernel only then); elsewhere every row is
-  // converted in one kernel, as the one-tile kernel's launch would convert its own.
-  const int prefill_row0 = query_offsets[decode_seqs];
-  if (prefill_kernel && OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled()) {
-    prefill.out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(prefill_row0) * c_.q_dim();
+  // The prefill kernel's launches in row order, each with its first row.
+  std::vector<std::pair<cuda::PrefillAttentionParams*, int>> launches;
+  if (decode_seqs < active.size() && PrefillKernelApplies()) {
+    if (plan.num_pieces == 0) launches.push_back({&ap, 0});
+    for (int i = 0; i < plan.num_pieces; ++i)
+      launches.push_back({&plan.pieces[i], query_offsets[piece_ranges[i].first]});
   }
-  const bool persistent = prefill_kernel && cuda::PrefillTakesPersistentKernel(prefill);
-  if (prefill.out_bf16 != nullptr && persistent) {
-    plan.converted_rows = prefill_row0;
-  } else {
-    prefill.out_bf16 = nullptr;
+  // Where the output GEMM reads bf16 X from attn_in_ (cuBLASLt's: not a fused skinny kernel), a
+  // launch that takes the persistent kernel writes its rows' output there in bf16 (LaunchToBf16's
+  // rounding, bit for bit: PrefillAttentionParams::out_bf16): 1.3-1.4x the attention and its
+  // conversion at 1k keys (bench/results/prefill_epilogue_2026-11-29.md). Each launch is asked
+  // with the bf16 output wanted (a long prefill takes the persistent kernel only then). The rows
+  // before the first such launch are converted after the attention in one kernel (converted_rows);
+  // a later launch that does not take it keeps out_bf16 and its launcher converts its rows.
+  // The KV write rotates the query at its positions (q_rotated) for the rows from the first launch
+  // that gains from it (the persistent kernel's; every prefill launch with RotatedQuery::kAlways),
+  // so that the kernel rotates it only by each delta; the decoding rows' stays raw (the decode
+  // kernels rotate it themselves), as does every row for the generic kernel.
+  const bool want_bf16 = OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled();
+  bool bf16_written = false;
+  int rotated_from = -1;
+  for (auto& [launch, row0] : launches) {
+    if (want_bf16) launch->out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(row0) * c_.q_dim();
+    const bool persistent = cuda::PrefillTakesPersistentKernel(*launch);
+    if (persistent && launch->out_bf16 != nullptr && !bf16_written) {
+      bf16_written = true;
+      plan.converted_rows = row0;
+    }
+    if (!bf16_written) launch->out_bf16 = nullptr;
+    const bool rotate =
+        rotated_query_ == RotatedQuery::kAlways || (rotated_query_ == RotatedQuery::kWherePersistent && persistent);
+    if (rotate && rotated_from < 0) rotated_from = row0;
+    launch->q_rotated = rotated_from >= 0;
   }
-  // The KV write rotates the prefill rows' query at its positions (q_rotated), so that the kernel
-  // rotates it only by each delta; the decoding rows' stays raw (the decode kernels rotate it
-  // themselves), as does every row for the generic kernel.
-  prefill.q_rotated = prefill_kernel && (rotated_query_ == RotatedQuery::kAlways ||
-                                         (rotated_query_ == RotatedQuery::kWherePersistent && persistent));
   // Pure decode steps without chunk sharing fuse the KV write into the decode kernel where
   // each new token is the last token of its sequence's last entry (as the engine lays
   // tables out); LAZYKV_FUSED_KV_WRITE=0 keeps the KV write kernel, for comparisons.
@@ -400,9 +474,9 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   kw.rope_positions = meta(o_rp);
   kw.rows = rows;
   kw.n_heads = c_.n_heads;
-  if (prefill.q_rotated) {
+  if (rotated_from >= 0) {
     kw.q_positions = meta(o_qp);
-    kw.rotated_q_from = query_offsets[decode_seqs];
+    kw.rotated_q_from = rotated_from;
   }
   return element_ == cuda::Element::kFp32 ? RunLayers<float>(plan) : RunLayers<bf16>(plan);
 }
@@ -470,7 +544,8 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
     }
     // The persistent prefill kernel's work starts depend on the step's tables, not the layer:
     // the first layer's launch makes them for all.
-    ap.work_starts_made = plan.rest.work_starts_made = l > 0;
+    ap.work_starts_made = l > 0;
+    for (cuda::PrefillAttentionParams& piece : plan.pieces) piece.work_starts_made = l > 0;
     kw.kv.k_pool = ap.kv.k_pool = KPool(l);
     kw.kv.v_pool = ap.kv.v_pool = VPool(l);
     if (!plan.decode_writes_kv) RETURN_IF_ERROR(Cuda(cuda::LaunchKvWrite(kw, stream_), "KV write"));

@@ -161,7 +161,8 @@ void MixedBench(const double* inv_freq, int heads, int kv_heads, int hd, int blo
     const int splits = cuda::ChoosePrefillSplits(p);
     const size_t starts_bytes = cuda::PrefillWorkStartsBytes(p);
     if (splits > 1 || starts_bytes == 0) {
-      std::printf("%5d %9d (split %d: no persistent launch)\n", docs, questions, splits);
+      std::printf("%5d %9d (%d splits, %zu bytes of work starts: no persistent launch)\n", docs, questions, splits,
+                  starts_bytes);
     } else {
       void* starts = nullptr;
       __nv_bfloat16* out_bf16 = nullptr;

@@ -231,7 +231,8 @@ int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms, int max_keys
   const long long works = UnsplitWorkTiles(p, pack);
   // Under two work tiles an SM the launch may split its keys (SplitsFor), and a second work
   // tile for some CTAs would be all a persistent grid adds.
-  return works >= 2LL * sms ? kPersistent : kSpecialized;
+  const long long least = p.persistent_min_work_tiles > 0 ? p.persistent_min_work_tiles : 2LL * sms;
+  return works >= least ? kPersistent : kSpecialized;
 }
 
 cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles) {

@@ -99,6 +99,9 @@ struct PrefillAttentionParams {
   // after them. Needs total_queries (all rows: the rows are not bounds-checked against it),
   // 16-byte alignment, and no overlap with `out`.
   void* out_bf16 = nullptr;
+  // The fewest work tiles for which the default launch takes the persistent kernel
+  // (ChoosePrefillSchedule); 0: two an SM. Tests set 1 so that small models take it.
+  int persistent_min_work_tiles = 0;
 };
 
 // The most query heads a tile packs: the rotation warpgroup's rows per step (512 / head_dim).
@@ -147,7 +150,8 @@ constexpr int kSpecializedSchedule = 2;
 constexpr int kPersistentSchedule = 3;
 // The schedule the default launch takes on a GPU of `sms` SMs: the persistent kernel (3) when
 // p.max_keys is known, the queries can be read through a tensor map (QueryTensorMapSupported),
-// the launch is unsplit with at least two work tiles an SM, and either every KV loop is short
+// the launch is unsplit with at least two work tiles an SM (or p.persistent_min_work_tiles where
+// set), and either every KV loop is short
 // (p.max_keys at most max_keys) or the launch is a long prefill of its own rows (the longest
 // sequence's queries at least half of p.max_keys) that wants its output in bf16 (p.out_bf16);
 // else 2. Host code (no CUDA call).
@@ -162,6 +166,10 @@ constexpr int kPersistentSchedule = 3;
 //   loops over cached documents; taking the persistent kernel there slowed the Zipf trace's lazy
 //   steps 1-4% (the question tiles' longer loop, and a static work split that a few heavy tiles
 //   unbalance: bench/results/prefill_schedule_2026-11-29.md).
+// The rule sees the launch's maxima only: a launch with a long prefill of its own rows beside
+// another sequence's long loop over under half as many queries takes the persistent kernel too.
+// The backend's launches rarely do (it launches sequences of at most kPrefillPackMaxQueries
+// apart).
 constexpr int kPersistentMaxKeys = 1024;
 int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms, int max_keys = kPersistentMaxKeys);
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,

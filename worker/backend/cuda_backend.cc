@@ -128,9 +128,9 @@ SharedDecodeStats CudaSharedDecodeStats(const Backend& backend) {
   return cuda != nullptr ? cuda->shared_decode_stats() : SharedDecodeStats{};
 }
 
-uint64_t CudaTwoLaunchPrefillSteps(const Backend& backend) {
+PrefillLaunchStats CudaPrefillLaunchStats(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
-  return cuda != nullptr ? cuda->two_launch_prefill_steps() : 0;
+  return cuda != nullptr ? cuda->prefill_launch_stats() : PrefillLaunchStats{};
 }
 
 GemmPlanStats CudaGemmPlanStats(const Backend& backend) {

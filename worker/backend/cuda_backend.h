@@ -40,7 +40,8 @@ enum class SharedDecode {
 // Where the KV write hands the lazy prefill kernels their query already rotated at its positions
 // (PrefillAttentionParams::q_rotated), so that they rotate it only by each delta.
 enum class RotatedQuery {
-  kWherePersistent,  // where the launch takes the persistent kernel, which gains from it (the default)
+  kWherePersistent,  // from the first prefill launch of a step that takes the persistent kernel,
+                     // which gains from it (the default)
   kAlways,           // every prefill step (tests: every schedule takes it)
   kNever,
 };
@@ -65,6 +66,10 @@ struct CudaBackendOptions {
   bool pack_prefill_heads = true;
   // LAZYKV_ROTATE_Q_IN_KV_WRITE=0 in the environment makes it kNever, for comparisons.
   RotatedQuery rotated_query = RotatedQuery::kWherePersistent;
+  // The fewest work tiles for which a prefill launch takes the persistent kernel
+  // (PrefillAttentionParams::persistent_min_work_tiles); 0: the launcher's (two an SM). Tests
+  // set 1 so that a small model's launches take it.
+  int prefill_persistent_min_work_tiles = 0;
 };
 
 // Decode steps that ran the chunk-shared attention, and the KV tokens it saved reading (per
@@ -75,10 +80,15 @@ struct SharedDecodeStats {
 };
 SharedDecodeStats CudaSharedDecodeStats(const Backend& backend);
 
-// Steps whose prefill sequences ran as two launches of the prefill kernel (few-query sequences,
-// which pack a KV group's heads into a tile, apart from longer ones) since the backend was made;
-// 0 for a backend that is not CUDA's.
-uint64_t CudaTwoLaunchPrefillSteps(const Backend& backend);
+// The prefill kernel's launches since the backend was made; zeros for a backend that is not
+// CUDA's.
+struct PrefillLaunchStats {
+  uint64_t two_launch_steps = 0;     // steps that ran few-query sequences (which pack a KV group's
+                                     // heads into a tile) as a launch apart from longer ones
+  uint64_t mixed_kernel_steps = 0;   // of those, steps whose two launches took different kernels
+  uint64_t persistent_launches = 0;  // launches that took the persistent kernel
+};
+PrefillLaunchStats CudaPrefillLaunchStats(const Backend& backend);
 
 // GEMM shapes the backend has planned (Backend::WarmUp plans ahead; a shape first met in a
 // step is planned there), and how many of them came after its warm-up; zeros for a backend

@@ -120,8 +120,8 @@ struct PassPlan {
   std::array<cuda::PrefillAttentionParams, 2> pieces;
   int num_pieces = 0;
   // The attention output's rows [0, converted_rows) are converted to bf16 for a cuBLASLt output
-  // GEMM (by default all); the prefill kernel wrote the rest in bf16 itself
-  // (PrefillAttentionParams::out_bf16).
+  // GEMM (by default all); the rest are the prefill launches' (PrefillAttentionParams::out_bf16:
+  // the persistent kernel writes them, another launch's launcher converts its own).
   int converted_rows = INT32_MAX;
   // The decoding sequences share chunk blocks: the chunk-shared attention's plan on the
   // device (its `base` is filled per layer from `attention`).
@@ -193,6 +193,7 @@ class CudaBackend : public Backend {
         pack_prefill_heads_(options.pack_prefill_heads),
         // LAZYKV_ROTATE_Q_IN_KV_WRITE=0: never, whatever the options say (for comparisons).
         rotated_query_(EnvSwitchOn("LAZYKV_ROTATE_Q_IN_KV_WRITE") ? options.rotated_query : RotatedQuery::kNever),
+        prefill_persistent_min_work_tiles_(options.prefill_persistent_min_work_tiles),
         budget_(std::make_shared<TransferBudget>(options.transfer_staging_bytes)) {}
   ~CudaBackend() override;
   absl::Status Init(cuda::GemmOptions gemm_options = {});
@@ -219,7 +220,7 @@ class CudaBackend : public Backend {
   absl::Status WarmUp(int max_rows, int max_logit_rows) override;
   std::string ProfileSummary() const override;
   SharedDecodeStats shared_decode_stats() const { return shared_stats_; }
-  uint64_t two_launch_prefill_steps() const { return two_launch_prefill_steps_; }
+  PrefillLaunchStats prefill_launch_stats() const { return prefill_stats_; }
   GemmPlanStats gemm_plan_stats() const {
     const uint64_t plans = gemm_->plans();
     return {.warmed_up = gemm_plans_after_warm_up_.has_value(),
@@ -287,9 +288,10 @@ class CudaBackend : public Backend {
   const bool decode_in_mixed_steps_;
   const bool pack_prefill_heads_;
   const RotatedQuery rotated_query_;
+  const int prefill_persistent_min_work_tiles_;
   SharedDecodeStats shared_stats_;
-  uint64_t two_launch_prefill_steps_ = 0;  // steps whose prefill ran as two launches (PassPlan::pieces)
-  StepTiming step_timing_;                 // small decode steps (cuda_step_timing.h)
+  PrefillLaunchStats prefill_stats_;
+  StepTiming step_timing_;  // small decode steps (cuda_step_timing.h)
   cudaStream_t stream_ = nullptr;
   // The chunk-shared decode's residual kernel runs on residual_stream_ beside the shared
   // kernel, forked and joined with these events (shared_decode_attention.h).

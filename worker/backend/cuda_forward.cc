@@ -63,22 +63,22 @@ bool PrefillTwoLaunchesEnabled() {
 // that each group can be its own prefill launch (PassPlan::pieces). A launch takes one
 // heads-per-tile choice: beside a document's 512 queries a question's 16 rows took a whole
 // 128-row tile per head, and two launches took 1.9-2.7x less attention time
-// (bench/results/prefill_schedule_2026-11-29.md). *few_first: where the reordered groups meet
-// (the index, among steps with tokens, of the first longer one), or 0 where nothing was split.
-std::vector<size_t> StepOrder(std::span<const SequenceStep> steps, bool split, size_t* few_first) {
+// (bench/results/prefill_schedule_2026-11-29.md). *many_first: where the longer group starts (its
+// index among the steps with tokens), or 0 where nothing was split.
+std::vector<size_t> StepOrder(std::span<const SequenceStep> steps, bool split, size_t* many_first) {
   std::vector<size_t> order, few, many;
-  size_t s = 0;
+  size_t s = 0, few_with_tokens = 0;
   for (; s < steps.size() && steps[s].tokens.size() <= 1; ++s) order.push_back(s);  // the leading run
   for (; s < steps.size(); ++s) {
     const size_t n = steps[s].tokens.size();
     (n <= static_cast<size_t>(cuda::kPrefillPackMaxQueries) ? few : many).push_back(s);
+    few_with_tokens += n > 0 && n <= static_cast<size_t>(cuda::kPrefillPackMaxQueries) ? 1 : 0;
   }
-  *few_first = 0;
-  if (split && !few.empty() && !many.empty()) {
-    size_t with_tokens = 0;
+  *many_first = 0;
+  if (split && few_with_tokens > 0 && !many.empty()) {
+    size_t with_tokens = few_with_tokens;
     for (size_t i : order) with_tokens += steps[i].tokens.empty() ? 0 : 1;
-    for (size_t i : few) with_tokens += steps[i].tokens.empty() ? 0 : 1;
-    *few_first = with_tokens;
+    *many_first = with_tokens;
     order.insert(order.end(), few.begin(), few.end());
     order.insert(order.end(), many.begin(), many.end());
     return order;
@@ -224,8 +224,8 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
   // The prefill launches: the pieces after the decoding sequences (one, or StepOrder's two
   // groups), else `p` over every sequence. They share one workspace in stream order (each
   // launch's kernels wait for the grid before them before they write), and each has its own
-  // part of the work starts; both are reserved before the first launch, so that no pointer an
-  // earlier launch (or layer) holds moves.
+  // part of the work starts, at the same offset in every layer; both are reserved before the
+  // first prefill launch, so that neither moves between the two launches.
   const std::span<cuda::PrefillAttentionParams> launches =
       plan.num_pieces > 0 ? std::span(plan.pieces.data(), plan.num_pieces) : std::span(&p, 1);
   size_t ws_bytes = 16, starts_bytes = 0;
@@ -263,8 +263,9 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   int lead_max_entries = 0;
   int64_t max_keys = 0;  // the most keys a query sees (the prefill launcher's hint)
   size_t split_seq = 0;  // where StepOrder's two groups meet in `active` (0: not split)
+  // (Packing takes heads in powers of two: a group of odd size never packs.)
   const bool split =
-      PrefillKernelApplies() && pack_prefill_heads_ && c_.group_size() >= 2 && PrefillTwoLaunchesEnabled();
+      PrefillKernelApplies() && pack_prefill_heads_ && c_.group_size() % 2 == 0 && PrefillTwoLaunchesEnabled();
   for (const size_t s : StepOrder(steps, split, &split_seq)) {
     const SequenceStep& step = steps[s];
     const int n = static_cast<int>(step.tokens.size());
@@ -383,9 +384,9 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   ap.max_keys = static_cast<int>(std::min<int64_t>(max_keys, INT32_MAX));
   ap.total_queries = rows;
   ap.pack_heads = pack_prefill_heads_ ? 0 : 1;  // for the step (the rows after decoding ones too)
+  ap.persistent_min_work_tiles = prefill_persistent_min_work_tiles_;
   ap.num_splits = ForcedPrefillSplits();
   plan.num_pieces = static_cast<int>(piece_ranges.size());
-  if (plan.num_pieces == 2) ++two_launch_prefill_steps_;
   for (size_t i = 0; i < piece_ranges.size(); ++i) {
     const auto [first, end] = piece_ranges[i];
     cuda::PrefillAttentionParams& r = plan.pieces[i];
@@ -427,10 +428,11 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   // kernels rotate it themselves), as does every row for the generic kernel.
   const bool want_bf16 = OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled();
   bool bf16_written = false;
-  int rotated_from = -1;
+  int rotated_from = -1, persistent_launches = 0;
   for (auto& [launch, row0] : launches) {
     if (want_bf16) launch->out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(row0) * c_.q_dim();
     const bool persistent = cuda::PrefillTakesPersistentKernel(*launch);
+    persistent_launches += persistent ? 1 : 0;
     if (persistent && launch->out_bf16 != nullptr && !bf16_written) {
       bf16_written = true;
       plan.converted_rows = row0;
@@ -440,6 +442,11 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
         rotated_query_ == RotatedQuery::kAlways || (rotated_query_ == RotatedQuery::kWherePersistent && persistent);
     if (rotate && rotated_from < 0) rotated_from = row0;
     launch->q_rotated = rotated_from >= 0;
+  }
+  prefill_stats_.persistent_launches += persistent_launches;
+  if (plan.num_pieces == 2) {
+    ++prefill_stats_.two_launch_steps;
+    prefill_stats_.mixed_kernel_steps += persistent_launches == 1 ? 1 : 0;
   }
   // Pure decode steps without chunk sharing fuse the KV write into the decode kernel where
   // each new token is the last token of its sequence's last entry (as the engine lays

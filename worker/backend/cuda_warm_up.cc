@@ -130,7 +130,7 @@ std::string CudaBackend::ProfileSummary() const {
   return absl::StrFormat(
       "chunk-shared decode attention in %d steps (%d KV tokens per layer not read again); prefill in two launches "
       "in %d steps; GEMM shapes planned: %d, %s%s",
-      shared_stats_.steps, shared_stats_.tokens_saved, two_launch_prefill_steps_, gemm.plans,
+      shared_stats_.steps, shared_stats_.tokens_saved, prefill_stats_.two_launch_steps, gemm.plans,
       gemm.warmed_up ? absl::StrFormat("%d of them after the warm-up", gemm.plans_after_warm_up) : "no warm-up ran",
       timing.empty() ? "" : "; " + timing);
 }

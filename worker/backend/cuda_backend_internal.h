@@ -116,7 +116,7 @@ struct PassPlan {
   int decode_max_entries = 0;  // the longest block table among them
   // The prefill kernel's launches over the sequences after the decoding ones, in row order: one,
   // or two where RunModel laid few-query sequences (which pack heads into a tile) before longer
-  // ones (StepOrder). None (num_pieces 0): one launch of `attention` runs every sequence.
+  // ones (PrefillStepOrder, step_order.h). None (num_pieces 0): one launch of `attention` runs every sequence.
   std::array<cuda::PrefillAttentionParams, 2> pieces;
   int num_pieces = 0;
   // The attention output's rows [0, converted_rows) are converted to bf16 for a cuBLASLt output
@@ -134,7 +134,7 @@ struct PassPlan {
 };
 
 // The rows of logits a forward pass computed: per step that wants logits, a contiguous run
-// of the logits matrix (rows in the order RunModel laid the steps out: StepOrder).
+// of the logits matrix (rows in the order RunModel laid the steps out: PrefillStepOrder).
 struct LogitsRows {
   size_t step;
   int first;  // row of the logits matrix

@@ -16,6 +16,7 @@
 #include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/skinny_mma_gemm.h"
 #include "worker/backend/cuda_backend_internal.h"
+#include "worker/backend/step_order.h"
 
 namespace lazykv::cuda_backend {
 
@@ -50,41 +51,10 @@ bool LastSplitMergeEnabled() {
 }
 
 // LAZYKV_PREFILL_TWO_LAUNCHES=0: a step's prefill sequences in one launch of the prefill kernel
-// whatever their query counts (StepOrder), for comparisons.
+// whatever their query counts (PrefillStepOrder), for comparisons.
 bool PrefillTwoLaunchesEnabled() {
   static const bool enabled = EnvSwitchOn("LAZYKV_PREFILL_TWO_LAUNCHES");
   return enabled;
-}
-
-// The order RunModel lays a step's sequences out in: the engine's, except that with `split`
-// the sequences after the leading run of one-token ones (the decoding sequences, which the
-// engine puts first) go few-query first (at most cuda::kPrefillPackMaxQueries, whose launch
-// packs a KV group's heads into a tile), then the others, each group in the engine's order, so
-// that each group can be its own prefill launch (PassPlan::pieces). A launch takes one
-// heads-per-tile choice: beside a document's 512 queries a question's 16 rows took a whole
-// 128-row tile per head, and two launches took 1.9-2.7x less attention time
-// (bench/results/prefill_schedule_2026-11-29.md). *many_first: where the longer group starts (its
-// index among the steps with tokens), or 0 where nothing was split.
-std::vector<size_t> StepOrder(std::span<const SequenceStep> steps, bool split, size_t* many_first) {
-  std::vector<size_t> order, few, many;
-  size_t s = 0, few_with_tokens = 0;
-  for (; s < steps.size() && steps[s].tokens.size() <= 1; ++s) order.push_back(s);  // the leading run
-  for (; s < steps.size(); ++s) {
-    const size_t n = steps[s].tokens.size();
-    (n <= static_cast<size_t>(cuda::kPrefillPackMaxQueries) ? few : many).push_back(s);
-    few_with_tokens += n > 0 && n <= static_cast<size_t>(cuda::kPrefillPackMaxQueries) ? 1 : 0;
-  }
-  *many_first = 0;
-  if (split && few_with_tokens > 0 && !many.empty()) {
-    size_t with_tokens = few_with_tokens;
-    for (size_t i : order) with_tokens += steps[i].tokens.empty() ? 0 : 1;
-    *many_first = with_tokens;
-    order.insert(order.end(), few.begin(), few.end());
-    order.insert(order.end(), many.begin(), many.end());
-    return order;
-  }
-  for (size_t i = order.size(); i < steps.size(); ++i) order.push_back(i);
-  return order;
 }
 
 // LAZYKV_PREFILL_OUT_BF16=0: the prefill kernel's output in fp32 only, converted for the
@@ -221,7 +191,7 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
   } else if (!PrefillKernelApplies()) {
     return Cuda(cuda::LaunchGenericPagedAttention(p, plan.rows, stream_), "generic attention");
   }
-  // The prefill launches: the pieces after the decoding sequences (one, or StepOrder's two
+  // The prefill launches: the pieces after the decoding sequences (one, or PrefillStepOrder's two
   // groups), else `p` over every sequence. They share one workspace in stream order (each
   // launch's kernels wait for the grid before them before they write), and each has its own
   // part of the work starts, at the same offset in every layer; both are reserved before the
@@ -262,11 +232,18 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   size_t lead = 0;
   int lead_max_entries = 0;
   int64_t max_keys = 0;  // the most keys a query sees (the prefill launcher's hint)
-  size_t split_seq = 0;  // where StepOrder's two groups meet in `active` (0: not split)
-  // (Packing takes heads in powers of two: a group of odd size never packs.)
+  size_t split_seq = 0;  // where PrefillStepOrder's longer group starts in `active` (0: not split)
+  // The few-query sequences (at most cuda::kPrefillPackMaxQueries, whose launch packs a KV
+  // group's heads into a tile) go after the decoding ones and before the longer ones, so that
+  // each group can be its own prefill launch (PassPlan::pieces): a launch takes one heads-per-tile
+  // choice, and beside a document's 512 queries a question's 16 rows took a whole 128-row tile
+  // per head; two launches took 1.9-2.7x less attention time
+  // (bench/results/prefill_schedule_2026-11-29.md). Packing takes heads in powers of two: a
+  // group of odd size never packs.
   const bool split =
       PrefillKernelApplies() && pack_prefill_heads_ && c_.group_size() % 2 == 0 && PrefillTwoLaunchesEnabled();
-  for (const size_t s : StepOrder(steps, split, &split_seq)) {
+  const size_t few_max = split ? static_cast<size_t>(cuda::kPrefillPackMaxQueries) : 0;
+  for (const size_t s : PrefillStepOrder(steps, few_max, &split_seq)) {
     const SequenceStep& step = steps[s];
     const int n = static_cast<int>(step.tokens.size());
     if (n == 0) continue;
@@ -336,7 +313,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
                               total_tokens, pack);
   }
   // The prefill pieces (PassPlan::pieces), [first, end) in `active`: the sequences after the
-  // decoding ones, in two where StepOrder split them and both groups are prefill rows; none
+  // decoding ones, in two where PrefillStepOrder split them and both groups are prefill rows; none
   // where one launch runs every sequence. Their query offsets count from their own first row.
   std::vector<std::pair<size_t, size_t>> piece_ranges;
   if (split_seq > decode_seqs && split_seq < active.size()) {

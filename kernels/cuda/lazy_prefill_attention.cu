@@ -219,9 +219,10 @@ static_assert(kPersistentSchedule == kPersistent && kSpecializedSchedule == kSpe
               "the header's schedule numbers are the launcher's");
 
 int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms, int max_keys) {
-  // Long KV loops over a long prefill's own rows (queries at least half the keys), where the
-  // kernel writes the bf16 output itself (with an fp32 output it was 0.97x the one-tile kernel).
-  const bool long_prefill = p.out_bf16 != nullptr && static_cast<long long>(p.max_queries_per_seq) * 2 >= p.max_keys;
+  // Long KV loops over a long prefill's rows (queries at least a quarter of the keys), where
+  // the kernel writes the bf16 output itself (with an fp32 output it was 0.97x the one-tile
+  // kernel at 4k-16k; at an eighth of the keys 1.05x, at a 32nd 0.96x).
+  const bool long_prefill = p.out_bf16 != nullptr && static_cast<long long>(p.max_queries_per_seq) * 4 >= p.max_keys;
   if (p.max_keys <= 0 || (p.max_keys > max_keys && !long_prefill) || sms <= 0 || p.num_splits > 1 ||
       !QueryTensorMapSupported(p)) {
     return kSpecialized;

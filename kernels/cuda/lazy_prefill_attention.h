@@ -153,21 +153,22 @@ constexpr int kPersistentSchedule = 3;
 // the launch is unsplit with at least two work tiles an SM (or p.persistent_min_work_tiles where
 // set), and either every KV loop is short
 // (p.max_keys at most max_keys) or the launch is a long prefill of its own rows (the longest
-// sequence's queries at least half of p.max_keys) that wants its output in bf16 (p.out_bf16);
+// sequence's queries at least a quarter of p.max_keys) that wants its output in bf16 (p.out_bf16);
 // else 2. Host code (no CUDA call).
 // - Why short loops: the persistent kernel hides each work tile's start and end; with its work
 //   starts it wins full causal prefill at 2k keys by 3.5% but loses the last 512 queries of 2k by
 //   ~1% (fp32 output, bench/results/prefill_order_2026-11-28.md).
 // - Why long prefill in bf16: the persistent kernel writes the bf16 output itself, the one-tile
 //   kernel's launch converts after it; so the persistent kernel wins full rows at 2k-16k keys
-//   1.03-1.45x, where with an fp32 output it is 0.97x at 4k-16k
+//   1.03-1.45x and the last 512 queries of 2k 1.18x, where with an fp32 output it is 0.97x at
+//   4k-16k; the last 512 of 4k gain 1.05x, of 16k lose 0.96x, hence a quarter
 //   (bench/results/prefill_schedule_2026-11-29.md).
 // - Why not every long loop: a lazy step's launches mix documents' rows with questions' long KV
 //   loops over cached documents; taking the persistent kernel there slowed the Zipf trace's lazy
 //   steps 1-4% (the question tiles' longer loop, and a static work split that a few heavy tiles
 //   unbalance: bench/results/prefill_schedule_2026-11-29.md).
 // The rule sees the launch's maxima only: a launch with a long prefill of its own rows beside
-// another sequence's long loop over under half as many queries takes the persistent kernel too.
+// another sequence's long loop over under a quarter as many queries takes the persistent kernel too.
 // The backend's launches rarely do (it launches sequences of at most kPrefillPackMaxQueries
 // apart).
 constexpr int kPersistentMaxKeys = 1024;

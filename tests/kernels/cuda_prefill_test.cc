@@ -447,8 +447,8 @@ TEST(PrefillAttentionShapes, ChoosesHeadsPerTile) {
 
 // The default launch's schedule (host code, no GPU needed): persistent exactly when every query
 // sees at most kPersistentMaxKeys keys (a known hint) or the launch wants a bf16 output and its
-// queries are at least half its keys, and the launch is unsplit with at least two work tiles an SM, counted in packed
-// tiles; and the work starts' size.
+// queries are at least a quarter of its keys, and the launch is unsplit with at least two work tiles an SM, counted in
+// packed tiles; and the work starts' size.
 TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
   constexpr int kSms = 132;
   constexpr int kPersistent = cuda::detail::kPersistentSchedule;
@@ -473,21 +473,23 @@ TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
   p.max_keys = cuda::detail::kPersistentMaxKeys + 1;  // long KV loops: one work tile a CTA
   EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   // ... unless the output is wanted in bf16 (a pointer never dereferenced here) and the KV loops
-  // are a long prefill's own rows (queries at least half the keys): then at any length.
+  // are a long prefill's rows (queries at least a quarter of the keys): then at any length.
   p.out_bf16 = reinterpret_cast<void*>(uintptr_t{1} << 24);
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
-  p.max_queries_per_seq = 512;  // over fewer rows than half the keys
+  p.max_queries_per_seq = 256;  // under a quarter of the keys
   EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   p.max_queries_per_seq = 1024;
-  p.max_keys = 2048;
+  p.max_keys = 4096;  // exactly a quarter
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
-  p.max_keys = 2049;
+  p.max_keys = 4097;
   EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   p.max_queries_per_seq = 16384;
   p.max_keys = 16384;
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
-  p.max_queries_per_seq = 512;  // a document's rows beside questions over 4k cached keys
-  p.max_keys = 4112;
+  p.max_queries_per_seq = 512;  // the last 512 queries of 2k
+  p.max_keys = 2048;
+  EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.max_keys = 4112;  // a document's rows beside questions over 4k cached keys
   EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms, /*max_keys=*/1 << 20), kPersistent);  // the bound moved
   p.max_queries_per_seq = 1024;

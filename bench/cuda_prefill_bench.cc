@@ -130,10 +130,10 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
 // answers others runs. Both kernels leave the bf16 output the backend's output GEMM reads: the
 // one-tile kernel (schedule 2) with the conversion after it, the persistent kernel (3, work
 // starts, q rotated) writing it itself; alternated. Then the same rows as two launches, the
-// documents' and the questions' (each the default launch with the bf16 output wanted, converted
-// after it where the launch does not write it), against the one launch: one launch takes one
-// heads-per-tile choice, and with a document's 512 queries in it a question's 16 rows take a
-// whole 128-row tile per head, where alone they pack 4 heads a tile.
+// documents' and the questions' (each the default launch with the bf16 output wanted, which its
+// launcher converts to where its kernel does not write it), against the one launch: one launch
+// takes one heads-per-tile choice, and with a document's 512 queries in it a question's 16 rows
+// take a whole 128-row tile per head, where alone they pack 4 heads a tile.
 void MixedBench(const double* inv_freq, int heads, int kv_heads, int hd, int block, std::mt19937& rng) {
   constexpr int kDocTokens = 512, kCachedDocs = 8, kQuestion = 16;
   std::printf("\nmixed: documents of %d tokens encoded beside questions of %d tokens over %d cached documents\n",
@@ -208,9 +208,7 @@ void MixedBench(const double* inv_freq, int heads, int kv_heads, int hd, int blo
         r.total_queries = count * per;
         r.work_starts = nullptr;
         r.out_bf16 = out_bf16 + static_cast<size_t>(row0) * heads * hd;
-        const bool persistent = cuda::PrefillTakesPersistentKernel(r);
-        r.q_rotated = persistent;
-        if (!persistent) r.out_bf16 = nullptr;
+        r.q_rotated = cuda::PrefillTakesPersistentKernel(r);
         if (const size_t ws = cuda::PrefillWorkspaceBytes(r, cuda::ChoosePrefillSplits(r)); ws > 0) {
           CHECK_CUDA(cudaMalloc(&r.workspace, ws));  // the questions' launch may split their keys
         }
@@ -221,15 +219,9 @@ void MixedBench(const double* inv_freq, int heads, int kv_heads, int hd, int blo
       if (part_starts > 0) CHECK_CUDA(cudaMalloc(&starts2, part_starts));
       const auto [two_ms, one_launch_ms] = AlternatedMedianMs(
           [&] {
-            for (int part = 0; part < 2; ++part) {
-              cuda::PrefillAttentionParams& r = parts[part];
-              r.work_starts = r.out_bf16 != nullptr ? starts2 : nullptr;
+            for (cuda::PrefillAttentionParams& r : parts) {
+              r.work_starts = starts2;  // read only by a persistent launch
               cuda::LaunchLazyPrefillAttention(r, nullptr);
-              if (r.out_bf16 == nullptr) {
-                const size_t row0 = part == 0 ? 0 : static_cast<size_t>(docs) * kDocTokens;
-                CHECK_CUDA(cuda::LaunchToBf16(r.out, static_cast<size_t>(r.total_queries) * heads * hd,
-                                              out_bf16 + row0 * heads * hd, nullptr));
-              }
             }
           },
           [&] {

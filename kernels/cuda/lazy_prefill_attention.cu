@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
@@ -281,9 +280,10 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
   const size_t out_elements = static_cast<size_t>(std::max(p.total_queries, 0)) * p.n_heads * p.kv.head_dim;
   if (p.out_bf16 != nullptr) {  // all rows known, aligned, apart from `out`
     if (p.total_queries <= 0 || reinterpret_cast<uintptr_t>(p.out_bf16) % 16 != 0) return cudaErrorInvalidValue;
-    const size_t n = out_elements;
     const uintptr_t out = reinterpret_cast<uintptr_t>(p.out), out_bf16 = reinterpret_cast<uintptr_t>(p.out_bf16);
-    if (out_bf16 < out + n * sizeof(float) && out < out_bf16 + n * 2) return cudaErrorInvalidValue;
+    if (out_bf16 < out + out_elements * sizeof(float) && out < out_bf16 + out_elements * 2) {
+      return cudaErrorInvalidValue;
+    }
   }
   // Never more splits than ChoosePrefillSplits (the workspace's size): another schedule packs
   // no more heads, so it launches at least as many CTAs.
@@ -315,10 +315,8 @@ namespace {
 // its bound at N keys instead of kPersistentMaxKeys (for comparisons).
 int DefaultSchedule(const PrefillAttentionParams& p) {
   static const bool persistent = EnvSwitchOn("LAZYKV_PREFILL_PERSISTENT");
-  static const int max_keys = [] {
-    const char* v = std::getenv("LAZYKV_PREFILL_PERSISTENT_MAX_KEYS");
-    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : detail::kPersistentMaxKeys;
-  }();
+  static const int forced_max_keys = EnvCount("LAZYKV_PREFILL_PERSISTENT_MAX_KEYS");
+  const int max_keys = forced_max_keys > 0 ? forced_max_keys : detail::kPersistentMaxKeys;
   return persistent ? detail::ChoosePrefillSchedule(p, MultiprocessorCount(), max_keys) : kSpecialized;
 }
 

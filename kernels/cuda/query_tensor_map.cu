@@ -24,6 +24,22 @@ PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
   return fn;
 }
 
+// A map over [total_queries][n_heads][head_dim] rows of `element_bytes` elements at `base`, in
+// boxes of `box` (head dim, heads, rows); elements past the bounds are neither read (zeros come
+// instead) nor written.
+cudaError_t EncodeRowsMap(const PrefillAttentionParams& p, void* base, CUtensorMapDataType type,
+                          cuuint64_t element_bytes, const cuuint32_t (&box)[3], CUtensorMapSwizzle swizzle,
+                          CUtensorMap* map) {
+  const cuuint64_t hd = static_cast<cuuint64_t>(p.kv.head_dim);
+  const cuuint64_t dims[3] = {hd, static_cast<cuuint64_t>(p.n_heads), static_cast<cuuint64_t>(p.total_queries)};
+  const cuuint64_t strides[2] = {hd * element_bytes, static_cast<cuuint64_t>(p.n_heads) * hd * element_bytes};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r =
+      EncodeTiled()(map, type, 3, base, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 }  // namespace
 
 bool QueryTensorMapSupported(const PrefillAttentionParams& p) {
@@ -35,17 +51,11 @@ cudaError_t MakeQueryTensorMap(const PrefillAttentionParams& p, int pack, CUtens
   if (!QueryTensorMapSupported(p) || pack <= 0 || pack > 128 || p.n_heads % pack != 0 || EncodeTiled() == nullptr) {
     return cudaErrorInvalidValue;
   }
-  const cuuint64_t hd = static_cast<cuuint64_t>(p.kv.head_dim);
-  const cuuint64_t dims[3] = {hd, static_cast<cuuint64_t>(p.n_heads), static_cast<cuuint64_t>(p.total_queries)};
-  const cuuint64_t strides[2] = {hd * 4, static_cast<cuuint64_t>(p.n_heads) * hd * 4};  // bytes, dims 1 and 2
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(hd), static_cast<cuuint32_t>(pack),
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(p.kv.head_dim), static_cast<cuuint32_t>(pack),
                              static_cast<cuuint32_t>(128 / pack)};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
   // Rows past the last query come as zeros (OOB fill NONE fills zeros).
-  const CUresult r = EncodeTiled()(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(p.q), dims, strides, box,
-                                   element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  return EncodeRowsMap(p, const_cast<float*>(p.q), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                       map);
 }
 
 cudaError_t MakeOutputTensorMap(const PrefillAttentionParams& p, int pack, CUtensorMap* map) {
@@ -54,15 +64,8 @@ cudaError_t MakeOutputTensorMap(const PrefillAttentionParams& p, int pack, CUten
       p.n_heads % pack != 0 || EncodeTiled() == nullptr) {
     return cudaErrorInvalidValue;
   }
-  const cuuint64_t hd = static_cast<cuuint64_t>(p.kv.head_dim);
-  const cuuint64_t dims[3] = {hd, static_cast<cuuint64_t>(p.n_heads), static_cast<cuuint64_t>(p.total_queries)};
-  const cuuint64_t strides[2] = {hd * 2, static_cast<cuuint64_t>(p.n_heads) * hd * 2};  // bytes, dims 1 and 2
   const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(pack), static_cast<cuuint32_t>(64 / pack)};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult r = EncodeTiled()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p.out_bf16, dims, strides, box,
-                                   element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  return EncodeRowsMap(p, p.out_bf16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, box, CU_TENSOR_MAP_SWIZZLE_128B, map);
 }
 
 }  // namespace lazykv::cuda

@@ -147,13 +147,21 @@ __device__ __forceinline__ void SoftmaxTile(float (&s)[kBN / 2], float (&o)[HD /
 // tensor cores as soon as its exponentials are made and runs while the second half's are (the
 // consumer then waits only for the products). Four pieces measured no faster than two
 // (bench/results/prefill_split_pv_2026-11-28.md).
-// The running maxima are kept while no row's tile maximum passes them by more than
-// kKeptMaxLog2 (FlashAttention-4's conditional rescaling): P is then at most 2^kKeptMaxLog2,
-// which bf16 and the fp32 sums hold as precisely as P <= 1, and O needs no rescale. The first half's
-// exponentials are made against the kept maxima before the tile's maxima are known (the two
-// overlap), and made again, after the rescale, in a warp where some row's maximum moved
-// further (or a row had seen no key yet): O / l and the (m, l) a split writes stay exact
-// either way, since l counts from the same m as O.
+// The running maxima are kept while the tile's exponentials against them stay small
+// (FlashAttention-4's conditional rescaling): O then needs no rescale, and the common tile
+// needs no row maxima at all. A half is kept where every thread's partial row sums of its
+// exponentials are at most kKeptSum (so each P is too, which bf16 and the fp32 sums and O hold
+// as precisely as P <= 1); the sums are made anyway, so the check costs two compares and a
+// vote, where taking the row maxima cost 64 FMNMX and four shuffles a tile
+// (bench/results/prefill_softmax_2026-11-29.md). Where a half is not kept, in some row of
+// the warp:
+//  - the first: the tile's row maxima, the rescale, and the first half made again (a row that
+//    has seen no key yet always lands here: its exponentials are made against +inf);
+//  - the second (rare: its scores pass the kept maxima by about 2^12 where the first half's
+//    did not): O (with the first half's P V, which every tile waits for before this check)
+//    and l (with the first half's sum) are rescaled to the tile's maxima and the second half
+//    is made again. The own_keys_jump_mid_tile shape of cuda_prefill_test lands there.
+// O / l and the (m, l) a split writes stay exact either way, since l counts from the same m as O.
 // wait_values() is called once, before the first P V: it must make the values' tile v_stage
 // readable by wgmma. Leaves the P V issued and committed, not waited for.
 template <int HD, typename WaitValues>
@@ -162,24 +170,38 @@ __device__ __forceinline__ void SoftmaxAndIssueValues(float (&s)[kBN / 2], float
                                                       const int (&row_pos)[2], float scale_log2, uint32_t v_stage,
                                                       WaitValues wait_values) {
   constexpr int kHalf = kBN / 32;  // key steps of 16 in half a tile
-  constexpr float kKeptMaxLog2 = 8.0f;
+  constexpr float kKeptSum = 4096.0f;
   uint32_t pa[kBN / 16][4];
   float mb[2], mx[2], sum[2] = {0.0f, 0.0f};
+  const auto kept = [&] {  // NaN and +inf (a row with no key yet) compare false
+    return __all_sync(0xffffffffu, sum[0] <= kKeptSum && sum[1] <= kKeptSum);
+  };
   MaskScores(s, cp, needs_mask, row_pos);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) mb[h] = m[h] == -INFINITY ? 0.0f : m[h] * scale_log2;  // as RescaleToMax's m_use
-  ExpScores<kHalf>(0, s, mb, scale_log2, sum, pa);                                   // against the kept maxima
-  RowMaxima(s, mx);
-  // NaN (both -inf: a row with no key yet) compares false: made again.
-  const bool kept = (mx[0] - m[0]) * scale_log2 <= kKeptMaxLog2 && (mx[1] - m[1]) * scale_log2 <= kKeptMaxLog2;
-  if (!__all_sync(0xffffffffu, kept)) {
+  for (int h = 0; h < 2; ++h) mb[h] = m[h] * scale_log2;  // -inf: every exponential +inf or NaN
+  ExpScores<kHalf>(0, s, mb, scale_log2, sum, pa);        // against the kept maxima
+  if (!kept()) {
+    RowMaxima(s, mx);
     RescaleToMax<HD>(mx, o, m, l, mb, scale_log2);
     sum[0] = sum[1] = 0.0f;
     ExpScores<kHalf>(0, s, mb, scale_log2, sum, pa);
   }
   wait_values();
   IssueValues<HD, kHalf>(o, pa, v_stage, 0);
+  l[0] += sum[0];
+  l[1] += sum[1];
+  sum[0] = sum[1] = 0.0f;
   ExpScores<kHalf>(kHalf, s, mb, scale_log2, sum, pa);
+  // The first half's P V must be in O before O may be rescaled. The wait is outside the branch:
+  // wgmma.wait_group must be executed by the whole warpgroup alike, and kept() is a warp's vote.
+  // (A vote across the warpgroup by bar.red, with the wait inside the branch, measured the same.)
+  wgmma::Wait<0>();
+  if (!kept()) {
+    RowMaxima(s, mx);
+    RescaleToMax<HD>(mx, o, m, l, mb, scale_log2);
+    sum[0] = sum[1] = 0.0f;
+    ExpScores<kHalf>(kHalf, s, mb, scale_log2, sum, pa);
+  }
   IssueValues<HD, kHalf>(o, pa, v_stage, kHalf);
   l[0] += sum[0];
   l[1] += sum[1];

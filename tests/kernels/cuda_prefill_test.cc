@@ -54,6 +54,7 @@ struct PrefillShape {
   // from the bf16 query grows with the keys, so such a shape gets `tolerance` to match.
   float own_key_scale = 1.0f;
   double tolerance = 1e-2;
+  int exact_chunk_tokens = 0;  // every chunk this long (0: 1 .. max_chunk_tokens at random)
 };
 
 // How many graph nodes (kernels) a launch on 1 CTA enqueues, counted in a graph captured from it
@@ -91,7 +92,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   for (int seq = 0; seq < s.num_seqs; ++seq) {
     for (int c = 0; c < s.chunks; ++c) {
       const int32_t delta = c == 0 && s.first_chunk_delta_zero ? 0 : rand_int(1, s.max_delta);
-      problem.AddSegment(rand_int(1, s.max_chunk_tokens), delta);
+      problem.AddSegment(s.exact_chunk_tokens > 0 ? s.exact_chunk_tokens : rand_int(1, s.max_chunk_tokens), delta);
     }
     int n_queries = rand_int(1, s.max_queries);
     if (seq == 0 && n_queries > 1) n_queries |= 1;  // an odd count
@@ -337,7 +338,13 @@ INSTANTIATE_TEST_SUITE_P(
         // maxima stayed within it. Scores 4x larger: twice the usual tolerance (the kernel before
         // the kept maxima erred by 1.5e-2 with keys 8x).
         PrefillShape{"own_keys_dominate", 128, 16, 4, 16, 2, 4, 512, 100, 300, false, false, RopeStyle::kRotateHalf,
-                     131072, false, 4.0f, 2e-2}),
+                     131072, false, 4.0f, 2e-2},
+        // The same jump in the second half of a KV tile, after a first half whose maxima were
+        // kept: two documents of 100 tokens (7 blocks of 16 each) put the own tokens at block
+        // entries 14 and 15, keys 96-127 of the second tile, so the kernels rescale O between the
+        // two halves' P V (lazy_prefill_math.cuh, SoftmaxAndIssueValues).
+        PrefillShape{"own_keys_jump_mid_tile", 128, 16, 4, 16, 2, 2, 100, 100, 300, false, false,
+                     RopeStyle::kRotateHalf, 131072, false, 4.0f, 2e-2, 100}),
     [](const ::testing::TestParamInfo<PrefillShape>& info) { return info.param.name; });
 
 // Unsupported shapes come back as cudaErrorInvalidValue before any CUDA call (no GPU needed),

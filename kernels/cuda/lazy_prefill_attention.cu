@@ -78,6 +78,21 @@ int SplitsFor(const PrefillAttentionParams& p, int pack) {
   return static_cast<int>(std::max(1LL, std::min<long long>(kMaxSplits, slots / ctas)));
 }
 
+// The splits of a launch with `pack` heads a tile, given a workspace: never more than
+// ChoosePrefillSplits (the workspace's size; another schedule packs no more heads, so it launches
+// at least as many CTAs), nor more groups than the grid's z allows.
+int SplitsWithWorkspace(const PrefillAttentionParams& p, int pack) {
+  int splits = std::min(SplitsFor(p, pack), SplitsFor(p, PackFor(p, kSpecialized)));
+  while (splits > 1 && static_cast<long long>(p.num_seqs) * splits > 65535) --splits;
+  return splits;
+}
+
+// Whether the kernel writes PrefillAttentionParams::out_bf16 itself: the one-tile and the
+// persistent kernels do, unsplit; else the launcher converts `out` after the kernel.
+bool KernelWritesBf16(int schedule, int splits) {
+  return splits == 1 && (schedule == kSpecialized || schedule == kPersistent);
+}
+
 // The combine of a launch's splits: per sequence (grid y) its query rows, a warp per (row, head).
 SplitCombineParams CombineParams(const PrefillAttentionParams& p, int splits) {
   SplitCombineParams c;
@@ -221,7 +236,9 @@ int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms, int max_keys
   // Long KV loops over a long prefill's rows (queries at least a quarter of the keys), where
   // the kernel writes the bf16 output itself (with an fp32 output it was 0.97x the one-tile
   // kernel at 4k-16k; at an eighth of the keys 1.05x, at a 32nd 0.96x).
-  const bool long_prefill = p.out_bf16 != nullptr && static_cast<long long>(p.max_queries_per_seq) * 4 >= p.max_keys;
+  // Up to kLongPrefillMaxKeys: past it the one-tile kernel, which now writes bf16 too, wins.
+  const bool long_prefill = p.out_bf16 != nullptr && static_cast<long long>(p.max_queries_per_seq) * 4 >= p.max_keys &&
+                            p.max_keys <= kLongPrefillMaxKeys;
   if (p.max_keys <= 0 || (p.max_keys > max_keys && !long_prefill) || sms <= 0 || p.num_splits > 1 ||
       !QueryTensorMapSupported(p)) {
     return kSpecialized;
@@ -285,17 +302,14 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
       return cudaErrorInvalidValue;
     }
   }
-  // Never more splits than ChoosePrefillSplits (the workspace's size): another schedule packs
-  // no more heads, so it launches at least as many CTAs.
-  int splits = p.workspace == nullptr ? 1 : std::min(SplitsFor(p, pack), ChoosePrefillSplits(p));
-  while (splits > 1 && static_cast<long long>(p.num_seqs) * splits > 65535) --splits;
+  const int splits = p.workspace == nullptr ? 1 : SplitsWithWorkspace(p, pack);
   const int log2bs = Log2(p.kv.block_size);
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(p.kv.head_dim));
   const KernelArgs args{log2bs, scale_log2, splits, Log2(pack), max_ctas};
   const cudaError_t err = p.kv.head_dim == 64 ? LaunchSchedule<64>(p, args, schedule, stream)
                                               : LaunchSchedule<128>(p, args, schedule, stream);
   if (err != cudaSuccess) return err;
-  if (p.out_bf16 != nullptr && !(schedule == kPersistent && splits == 1)) {  // the others write only out
+  if (p.out_bf16 != nullptr && !KernelWritesBf16(schedule, splits)) {  // the kernel wrote only out
     if (const cudaError_t e = LaunchToBf16(p.out, out_elements, static_cast<__nv_bfloat16*>(p.out_bf16), stream);
         e != cudaSuccess) {
       return e;
@@ -323,6 +337,12 @@ int DefaultSchedule(const PrefillAttentionParams& p) {
 }  // namespace
 
 bool PrefillTakesPersistentKernel(const PrefillAttentionParams& p) { return DefaultSchedule(p) == kPersistent; }
+
+bool PrefillWritesBf16(const PrefillAttentionParams& p) {
+  const int schedule = DefaultSchedule(p);
+  const int pack = PackFor(p, schedule);
+  return p.out_bf16 != nullptr && pack > 0 && KernelWritesBf16(schedule, SplitsWithWorkspace(p, pack));
+}
 
 cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
   return detail::LaunchLazyPrefillAttentionVariant(p, DefaultSchedule(p), stream);

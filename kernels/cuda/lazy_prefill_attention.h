@@ -135,9 +135,16 @@ cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStre
 //   otherwise rotate each work tile's query by position on the path to its first tile
 //   (1.09-1.12x at 1k keys); elsewhere the KV write's rotation (~2.2 us a layer of a 16-row step)
 //   would only cost (bench/results/prefill_query_2026-11-29.md);
-// - asking for out_bf16: that kernel writes it itself; elsewhere the launcher converts `out`
-//   after the kernel, which a caller that converts other rows too does as well in one kernel.
+// - asking for out_bf16 changes the choice for a long prefill (ChoosePrefillSchedule); which
+//   launches then write it themselves, PrefillWritesBf16 says.
 bool PrefillTakesPersistentKernel(const PrefillAttentionParams& p);
+
+// Whether the default launch writes p.out_bf16 itself, given a workspace for
+// ChoosePrefillSplits(p) splits (host code): its kernel, the one-tile or the persistent one,
+// unsplit. Elsewhere the launcher converts `out` after the kernel (a split launch's combine
+// writes fp32), which a caller that converts other rows too may do itself in one kernel (clearing
+// out_bf16). Either way the bf16 output is `out`'s rounding, bit for bit.
+bool PrefillWritesBf16(const PrefillAttentionParams& p);
 
 namespace detail {
 // For the benchmark and the tests: the launch with a given kernel and schedule of its main
@@ -153,16 +160,16 @@ constexpr int kPersistentSchedule = 3;
 // the launch is unsplit with at least two work tiles an SM (or p.persistent_min_work_tiles where
 // set), and either every KV loop is short
 // (p.max_keys at most max_keys) or the launch is a long prefill of its own rows (the longest
-// sequence's queries at least a quarter of p.max_keys) that wants its output in bf16 (p.out_bf16);
-// else 2. Host code (no CUDA call).
+// sequence's queries at least a quarter of p.max_keys, and p.max_keys at most
+// kLongPrefillMaxKeys) that wants its output in bf16 (p.out_bf16); else 2. Host code (no CUDA call).
 // - Why short loops: the persistent kernel hides each work tile's start and end; with its work
 //   starts it wins full causal prefill at 2k keys by 3.5% but loses the last 512 queries of 2k by
 //   ~1% (fp32 output, bench/results/prefill_order_2026-11-28.md).
-// - Why long prefill in bf16: the persistent kernel writes the bf16 output itself, the one-tile
-//   kernel's launch converts after it; so the persistent kernel wins full rows at 2k-16k keys
-//   1.03-1.45x and the last 512 queries of 2k 1.18x, where with an fp32 output it is 0.97x at
-//   4k-16k; the last 512 of 4k gain 1.05x, of 16k lose 0.96x, hence a quarter
-//   (bench/results/prefill_schedule_2026-11-29.md).
+// - Why long prefill in bf16, up to 8k keys: where both kernels write the bf16 output themselves,
+//   the persistent kernel wins full rows 1.45x at 1k, 1.25x at 2k, 1.10x at 4k and 1.02x at 8k,
+//   and loses 0.98x at 16k; it wins the last 512 queries of 2k 1.02x and loses those of 4k
+//   0.96x, hence a quarter (with an fp32 output it is 0.97x at 4k-16k;
+//   bench/results/prefill_softmax_2026-11-29.md, prefill_schedule_2026-11-29.md).
 // - Why not every long loop: a lazy step's launches mix documents' rows with questions' long KV
 //   loops over cached documents; taking the persistent kernel there slowed the Zipf trace's lazy
 //   steps 1-4% (the question tiles' longer loop, and a static work split that a few heavy tiles
@@ -172,6 +179,7 @@ constexpr int kPersistentSchedule = 3;
 // The backend's launches rarely do (it launches sequences of at most kPrefillPackMaxQueries
 // apart).
 constexpr int kPersistentMaxKeys = 1024;
+constexpr int kLongPrefillMaxKeys = 8192;
 int ChoosePrefillSchedule(const PrefillAttentionParams& p, int sms, int max_keys = kPersistentMaxKeys);
 cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, int schedule, cudaStream_t stream,
                                               int max_ctas = 0);

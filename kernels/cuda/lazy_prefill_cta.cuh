@@ -246,7 +246,32 @@ __device__ __forceinline__ void WriteRows(const PrefillAttentionParams& p, const
   }
 }
 
-// WriteRows in bf16 (unsplit, p.out_bf16), first step: one thread's share of rows my_row0 and
+// WriteRows in bf16 (unsplit, p.out_bf16), straight from the registers (the one-tile kernel's:
+// its CTA ends there, so nothing waits behind the stores): each value o / l rounded once, as
+// LaunchToBf16 rounds WriteRows' fp32 values, so the two outputs agree bit for bit.
+template <int HD>
+__device__ __forceinline__ void WriteRowsBf16(const PrefillAttentionParams& p, const CtaWork& w,
+                                              const float (&o)[HD / 2], const float (&l)[2], int my_row0) {
+  const int t4 = threadIdx.x % 4;
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out_bf16) + (w.out_tile - p.out);  // the tile's first row
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = l[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int r = my_row0 + 8 * h;
+    if (r < w.rows) {
+      __nv_bfloat16* dst = out + static_cast<size_t>(RowPair(w, r)) * HD + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + n * 8) = PackBf16(o[n * 4 + 2 * h] * inv, o[n * 4 + 2 * h + 1] * inv);
+      }
+    }
+  }
+}
+
+// WriteRows in bf16 (unsplit, p.out_bf16), the persistent kernel's first step: one thread's share of rows my_row0 and
 // my_row0 + 8, rounded once to bf16 into the 128-row tile at `tile` in shared memory, laid out
 // as wgmma's query tiles (SwizzledOffset: 128-byte column blocks, 16-byte chunks XOR-swizzled by
 // row), which is a TMA box's layout with a 128-byte swizzle. The 8 rows of a store instruction

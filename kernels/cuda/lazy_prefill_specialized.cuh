@@ -364,7 +364,11 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
     mbarrier::Arrive(&bars->empty[vs]);
     if (in.last) break;
   }
-  WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);
+  if (p.out_bf16 != nullptr && w.splits == 1) {
+    WriteRowsBf16<HD>(p, w, o, l, my_row0);
+  } else {
+    WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);
+  }
 }
 
 template <int HD>
@@ -390,7 +394,11 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   __syncthreads();
   LAZYKV_TIMELINE_CTA_START();
   if (!desc[0].valid) {
-    WriteEmptyRows<HD>(p, w, threadIdx.x, kSpecThreads);
+    if (p.out_bf16 != nullptr && splits == 1) {
+      WriteEmptyRowsBf16<HD>(p, w, threadIdx.x, kSpecThreads);
+    } else {
+      WriteEmptyRows<HD>(p, w, threadIdx.x, kSpecThreads);
+    }
     return;
   }
   if (threadIdx.x < 128) {

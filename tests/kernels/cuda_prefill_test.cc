@@ -229,8 +229,8 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     const auto got = ToHost(out, expected.size());
     // The same launch with its output wanted in bf16 too (out_bf16; out is then scratch, poisoned
     // again): the fp32 output rounded to nearest even bit for bit, every row written (the
-    // unsplit persistent kernel writes only the bf16 rows, through shared memory; the others
-    // are converted after them).
+    // unsplit persistent kernel writes only the bf16 rows, through shared memory, the unsplit
+    // one-tile kernel straight from its registers; the others are converted after them).
     // The rows sit between two guard bands of a whole tile's rows (128 x width each), which
     // must come out untouched: a box or a row stored off its place fails.
     const size_t guard = 128 * static_cast<size_t>(problem.q_width());
@@ -246,6 +246,20 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
                            : cuda::detail::LaunchLazyPrefillAttentionVariant(with_bf16, schedule, nullptr, max_ctas));
       CUDA_OK(cudaDeviceSynchronize());
       CUDA_OK(cudaMemcpy(got_bf16.data(), out_bf16, got_bf16.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+      // Which launches write the bf16 rows themselves (the one-tile and the persistent kernels,
+      // unsplit): no conversion kernel after them, in a graph captured from the launch (1 CTA).
+      int sms = 0;
+      CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+      const int chosen = schedule >= 0 ? schedule : cuda::detail::ChoosePrefillSchedule(with_bf16, sms);
+      const size_t fp32_kernels = CapturedKernels(p, chosen), bf16_kernels = CapturedKernels(with_bf16, chosen);
+      EXPECT_GT(fp32_kernels, 0u);
+      EXPECT_LE(bf16_kernels, fp32_kernels + 1) << "at most one conversion after the kernel";
+      if (schedule < 0) {
+        EXPECT_EQ(cuda::PrefillWritesBf16(with_bf16), bf16_kernels == fp32_kernels) << "the backend's question";
+      } else if (forced_splits == 1 &&
+                 (schedule == cuda::detail::kSpecializedSchedule || schedule == cuda::detail::kPersistentSchedule)) {
+        EXPECT_EQ(bf16_kernels, fp32_kernels) << "schedule " << schedule << " unsplit writes bf16 itself";
+      }
       cudaFree(out_bf16);
     }
     size_t bf16_mismatches = 0, guards_written = 0;
@@ -480,7 +494,7 @@ TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
   p.max_keys = cuda::detail::kPersistentMaxKeys + 1;  // long KV loops: one work tile a CTA
   EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   // ... unless the output is wanted in bf16 (a pointer never dereferenced here) and the KV loops
-  // are a long prefill's rows (queries at least a quarter of the keys): then at any length.
+  // are a long prefill's rows (queries at least a quarter of the keys), up to kLongPrefillMaxKeys.
   p.out_bf16 = reinterpret_cast<void*>(uintptr_t{1} << 24);
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   p.max_queries_per_seq = 256;  // under a quarter of the keys
@@ -490,9 +504,12 @@ TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   p.max_keys = 4097;
   EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
-  p.max_queries_per_seq = 16384;
-  p.max_keys = 16384;
+  p.max_queries_per_seq = cuda::detail::kLongPrefillMaxKeys;
+  p.max_keys = cuda::detail::kLongPrefillMaxKeys;
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
+  p.max_queries_per_seq = cuda::detail::kLongPrefillMaxKeys + 1;  // past it the one-tile kernel, bf16 too
+  p.max_keys = cuda::detail::kLongPrefillMaxKeys + 1;
+  EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   p.max_queries_per_seq = 512;  // the last 512 queries of 2k
   p.max_keys = 2048;
   EXPECT_EQ(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);

@@ -393,12 +393,13 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
       launches.push_back({&plan.pieces[i], query_offsets[piece_ranges[i].first]});
   }
   // Where the output GEMM reads bf16 X from attn_in_ (cuBLASLt's: not a fused skinny kernel), a
-  // launch that takes the persistent kernel writes its rows' output there in bf16 (LaunchToBf16's
-  // rounding, bit for bit: PrefillAttentionParams::out_bf16): 1.3-1.4x the attention and its
-  // conversion at 1k keys (bench/results/prefill_epilogue_2026-11-29.md). Each launch is asked
-  // with the bf16 output wanted (a long prefill takes the persistent kernel only then). The rows
-  // before the first such launch are converted after the attention in one kernel (converted_rows);
-  // a later launch that does not take it keeps out_bf16 and its launcher converts its rows.
+  // launch whose kernel writes bf16 (the persistent or the one-tile kernel, unsplit:
+  // cuda::PrefillWritesBf16) writes its rows' output there (LaunchToBf16's rounding, bit for bit:
+  // PrefillAttentionParams::out_bf16): 1.3-1.4x the attention and its conversion at 1k keys
+  // (bench/results/prefill_epilogue_2026-11-29.md). Each launch is asked with the bf16 output
+  // wanted (a long prefill takes the persistent kernel only then). The rows before the first such
+  // launch are converted after the attention in one kernel (converted_rows); a later launch that
+  // does not write bf16 keeps out_bf16 and its launcher converts its rows.
   // The KV write rotates the query at its positions (q_rotated) for the rows from the first launch
   // that gains from it (the persistent kernel's; every prefill launch with RotatedQuery::kAlways),
   // so that the kernel rotates it only by each delta; the decoding rows' stays raw (the decode
@@ -410,7 +411,7 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     if (want_bf16) launch->out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(row0) * c_.q_dim();
     const bool persistent = cuda::PrefillTakesPersistentKernel(*launch);
     persistent_launches += persistent ? 1 : 0;
-    if (persistent && launch->out_bf16 != nullptr && !bf16_written) {
+    if (launch->out_bf16 != nullptr && !bf16_written && cuda::PrefillWritesBf16(*launch)) {
       bf16_written = true;
       plan.converted_rows = row0;
     }

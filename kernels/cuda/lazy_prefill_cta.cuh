@@ -214,6 +214,15 @@ __device__ __forceinline__ void WriteEmptyRowsBf16(const PrefillAttentionParams&
   }
 }
 
+// A row's sum l from the parts its four threads hold (the m64nN accumulator's quad).
+__device__ __forceinline__ float RowSum(float part) {
+  part += __shfl_xor_sync(0xffffffffu, part, 1);
+  return part + __shfl_xor_sync(0xffffffffu, part, 2);
+}
+
+// 1 / l, and 0 for a row that saw no key.
+__device__ __forceinline__ float InverseSum(float sum) { return sum > 0.0f ? 1.0f / sum : 0.0f; }
+
 // One thread's share of the output: rows my_row0 and my_row0 + 8 of the m64nHD accumulator
 // (o), with the row's running max m (raw scores: scale_log2 turns it into log2 units) and
 // this thread's part of its sum l.
@@ -223,10 +232,8 @@ __device__ __forceinline__ void WriteRows(const PrefillAttentionParams& p, const
   const int t4 = threadIdx.x % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float sum = l[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = w.splits > 1 ? 1.0f : (sum > 0.0f ? 1.0f / sum : 0.0f);
+    const float sum = RowSum(l[h]);
+    const float inv = w.splits > 1 ? 1.0f : InverseSum(sum);
     const int r = my_row0 + 8 * h;
     if (r < w.rows) {
       // RowPair times splits first (in int: under kBM * n_heads * kMaxSplits): other forms of
@@ -256,10 +263,7 @@ __device__ __forceinline__ void WriteRowsBf16(const PrefillAttentionParams& p, c
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out_bf16) + (w.out_tile - p.out);  // the tile's first row
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float sum = l[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float inv = InverseSum(RowSum(l[h]));
     const int r = my_row0 + 8 * h;
     if (r < w.rows) {
       __nv_bfloat16* dst = out + static_cast<size_t>(RowPair(w, r)) * HD + 2 * t4;
@@ -271,8 +275,9 @@ __device__ __forceinline__ void WriteRowsBf16(const PrefillAttentionParams& p, c
   }
 }
 
-// WriteRows in bf16 (unsplit, p.out_bf16), the persistent kernel's first step: one thread's share of rows my_row0 and
-// my_row0 + 8, rounded once to bf16 into the 128-row tile at `tile` in shared memory, laid out
+// WriteRows in bf16 (unsplit, p.out_bf16), the persistent kernel's first step: one thread's
+// share of rows my_row0 and my_row0 + 8, rounded once to bf16 into the 128-row tile at `tile` in
+// shared memory, laid out
 // as wgmma's query tiles (SwizzledOffset: 128-byte column blocks, 16-byte chunks XOR-swizzled by
 // row), which is a TMA box's layout with a 128-byte swizzle. The 8 rows of a store instruction
 // land in 8 different bank groups.
@@ -282,10 +287,7 @@ __device__ __forceinline__ void StageRowsBf16(const float (&o)[HD / 2], const fl
   const int t4 = threadIdx.x % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float sum = l[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float inv = InverseSum(RowSum(l[h]));
     const int row = my_row0 + 8 * h;  // columns 8 n + 2 t4 and + 1: chunk n, bytes 4 t4 .. 4 t4 + 3
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) {

@@ -127,11 +127,11 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
 // The mixed table (see the top of the file): one launch of `docs` documents being encoded (each
 // its own 512 queries over its 512 keys) beside `questions` questions (16 queries over 8 cached
 // documents of 512 tokens and themselves), as a lazy step that encodes missed documents and
-// answers others runs. Both kernels leave the bf16 output the backend's output GEMM reads: the
-// one-tile kernel (schedule 2) with the conversion after it, the persistent kernel (3, work
-// starts, q rotated) writing it itself; alternated. Then the same rows as two launches, the
-// documents' and the questions' (each the default launch with the bf16 output wanted, which its
-// launcher converts to where its kernel does not write it), against the one launch: one launch
+// answers others runs. Both kernels write the bf16 output the backend's output GEMM reads
+// themselves: the one-tile kernel (schedule 2) and the persistent kernel (3, work starts, q
+// rotated); alternated. Then the same rows as two launches, the documents' and the questions'
+// (each the default launch with the bf16 output wanted, which its launcher converts to where its
+// kernel does not write it), against the one launch as the backend runs it: one launch
 // takes one heads-per-tile choice, and with a document's 512 queries in it a question's 16 rows
 // take a whole 128-row tile per head, where alone they pack 4 heads a tile.
 void MixedBench(const double* inv_freq, int heads, int kv_heads, int hd, int block, std::mt19937& rng) {
@@ -175,9 +175,8 @@ void MixedBench(const double* inv_freq, int heads, int kv_heads, int hd, int blo
           [&] {
             p.work_starts = nullptr;
             p.q_rotated = false;
-            p.out_bf16 = nullptr;
+            p.out_bf16 = out_bf16;
             cuda::detail::LaunchLazyPrefillAttentionVariant(p, cuda::detail::kSpecializedSchedule, nullptr);
-            CHECK_CUDA(cuda::LaunchToBf16(p.out, n, out_bf16, nullptr));
           },
           [&] {
             p.work_starts = starts;
@@ -225,11 +224,16 @@ void MixedBench(const double* inv_freq, int heads, int kv_heads, int hd, int blo
             }
           },
           [&] {
+            // The one launch as the backend runs it: out_bf16 kept where the launch writes it, else
+            // cleared and the rows converted after it.
             p.work_starts = nullptr;
-            p.q_rotated = false;
-            p.out_bf16 = nullptr;
-            cuda::LaunchLazyPrefillAttention(p, nullptr);  // the one launch as the backend runs it
-            CHECK_CUDA(cuda::LaunchToBf16(p.out, n, out_bf16, nullptr));
+            p.out_bf16 = out_bf16;
+            const bool writes_bf16 = cuda::PrefillWritesBf16(p);
+            if (!writes_bf16) p.out_bf16 = nullptr;
+            p.q_rotated = cuda::PrefillTakesPersistentKernel(p);
+            if (p.q_rotated) p.work_starts = starts;
+            cuda::LaunchLazyPrefillAttention(p, nullptr);
+            if (!writes_bf16) CHECK_CUDA(cuda::LaunchToBf16(p.out, n, out_bf16, nullptr));
           });
       CHECK_CUDA(cudaGetLastError());
       for (int32_t* o : offsets) CHECK_CUDA(cudaFree(o));
@@ -455,9 +459,9 @@ int main(int argc, char** argv) {
             rotated_ms, flops / rotated_ms / 1e9, raw_ms, flops / raw_ms / 1e9, raw_ms / rotated_ms);
       }
       // The backend's launch (work starts; q rotated where it gains) with its output wanted in
-      // bf16 for the output GEMM (out_bf16: the unsplit persistent kernel writes only that; other
-      // launches convert after them) against the fp32 output and LaunchToBf16 after it, as the
-      // backend ran them before, alternated.
+      // bf16 for the output GEMM (out_bf16: the unsplit one-tile and persistent kernels write only
+      // that; other launches convert after them) against the fp32 output and LaunchToBf16 after
+      // it, as the backend ran them before, alternated.
       if (const size_t bytes = cuda::PrefillWorkStartsBytes(p); bytes > 0) {
         void* starts = nullptr;
         __nv_bfloat16* out_bf16 = nullptr;

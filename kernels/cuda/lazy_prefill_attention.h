@@ -93,8 +93,9 @@ struct PrefillAttentionParams {
   int total_queries = 0;
   // Optional: [total_queries][n_heads][head_dim] bf16. Where set, the launch also leaves its
   // output rounded once to bf16 here (to nearest even: LaunchToBf16's rounding of `out`, bit for
-  // bit), for a bf16 output GEMM; `out` is then scratch. The unsplit persistent kernel writes only
-  // this (its fp32 output's stores at every work tile's end held causal 1k back 15%:
+  // bit), for a bf16 output GEMM; `out` is then scratch, and may be left unwritten: the unsplit
+  // persistent and one-tile kernels write only this (PrefillWritesBf16; the persistent kernel's
+  // fp32 stores at every work tile's end held causal 1k back 15%:
   // bench/results/prefill_epilogue_2026-11-29.md); the other launches write `out` and convert it
   // after them. Needs total_queries (all rows: the rows are not bounds-checked against it),
   // 16-byte alignment, and no overlap with `out`.
@@ -129,21 +130,23 @@ cudaError_t LaunchLazyPrefillAttention(const PrefillAttentionParams& p, cudaStre
 
 // Whether the default launch takes the persistent kernel (the launch's own choice: the SM count,
 // LAZYKV_PREFILL_PERSISTENT; host code). A caller that wants the output in bf16 asks with
-// out_bf16 set (a long prefill takes the persistent kernel only then) and, where the answer is
-// no, may clear it and convert `out` with other rows. Two things gain only there:
+// out_bf16 set (a long prefill takes the persistent kernel only then); whether the launch then
+// writes it itself, PrefillWritesBf16 says. Two things gain only there:
 // - a query rotated at its positions (q_rotated): the persistent kernel's rotation warps
 //   otherwise rotate each work tile's query by position on the path to its first tile
 //   (1.09-1.12x at 1k keys); elsewhere the KV write's rotation (~2.2 us a layer of a 16-row step)
 //   would only cost (bench/results/prefill_query_2026-11-29.md);
-// - asking for out_bf16 changes the choice for a long prefill (ChoosePrefillSchedule); which
-//   launches then write it themselves, PrefillWritesBf16 says.
+// - asking for out_bf16 changes the choice for a long prefill (ChoosePrefillSchedule).
 bool PrefillTakesPersistentKernel(const PrefillAttentionParams& p);
 
 // Whether the default launch writes p.out_bf16 itself, given a workspace for
-// ChoosePrefillSplits(p) splits (host code): its kernel, the one-tile or the persistent one,
-// unsplit. Elsewhere the launcher converts `out` after the kernel (a split launch's combine
-// writes fp32), which a caller that converts other rows too may do itself in one kernel (clearing
-// out_bf16). Either way the bf16 output is `out`'s rounding, bit for bit.
+// ChoosePrefillSplits(p) splits, as the backend gives one (host code): its kernel, the one-tile
+// or the persistent one, unsplit. (Without a workspace a launch is unsplit, so it writes bf16
+// wherever its kernel is one of those two, even where this says false.) Elsewhere the launcher
+// converts `out` after the kernel (a split launch's combine writes fp32), which a caller that
+// converts other rows too may do itself in one kernel (clearing out_bf16, which may change the
+// kernel: ask PrefillTakesPersistentKernel after). Either way the bf16 output is `out`'s
+// rounding, bit for bit.
 bool PrefillWritesBf16(const PrefillAttentionParams& p);
 
 namespace detail {

@@ -196,6 +196,7 @@ __device__ __forceinline__ void SoftmaxAndIssueValues(float (&s)[kBN / 2], float
   // wgmma.wait_group must be executed by the whole warpgroup alike, and kept() is a warp's vote.
   // (A vote across the warpgroup by bar.red, with the wait inside the branch, measured the same.)
   wgmma::Wait<0>();
+  wgmma::PinRegisters(o);
   if (!kept()) {
     RowMaxima(s, mx);
     RescaleToMax<HD>(mx, o, m, l, mb, scale_log2);

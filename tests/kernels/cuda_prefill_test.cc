@@ -48,13 +48,15 @@ struct PrefillShape {
   RopeStyle style;
   int max_delta;
   bool default_is_persistent = false;  // the default launch must take the persistent kernel
-  // Keys of each sequence's own tokens scaled by this (a power of two: exact in bf16), so that
-  // a row's maximum score jumps past the documents' by more than 2^8 (in exp2 units) once its
-  // tiles reach them: the kernels then rescale a running O that is not zero. The scores' error
-  // from the bf16 query grows with the keys, so such a shape gets `tolerance` to match.
+  // Keys of each sequence's own tokens scaled by this (a power of two: exact in bf16), from its
+  // own block own_scaled_from on, so that a row's maximum score jumps past the documents' far
+  // enough for the kernels to rescale a running O that is not zero (their kept maxima hold while
+  // a half tile's exponentials sum to at most 2^12 a thread). The scores' error from the bf16
+  // query grows with the keys, so such a shape gets `tolerance` to match.
   float own_key_scale = 1.0f;
   double tolerance = 1e-2;
-  int exact_chunk_tokens = 0;  // every chunk this long (0: 1 .. max_chunk_tokens at random)
+  int own_scaled_from = 0;
+  int min_queries = 1;  // new query tokens per sequence: min_queries .. max_queries
 };
 
 // How many graph nodes (kernels) a launch on 1 CTA enqueues, counted in a graph captured from it
@@ -92,9 +94,9 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   for (int seq = 0; seq < s.num_seqs; ++seq) {
     for (int c = 0; c < s.chunks; ++c) {
       const int32_t delta = c == 0 && s.first_chunk_delta_zero ? 0 : rand_int(1, s.max_delta);
-      problem.AddSegment(s.exact_chunk_tokens > 0 ? s.exact_chunk_tokens : rand_int(1, s.max_chunk_tokens), delta);
+      problem.AddSegment(rand_int(1, s.max_chunk_tokens), delta);
     }
-    int n_queries = rand_int(1, s.max_queries);
+    int n_queries = rand_int(s.min_queries, s.max_queries);
     if (seq == 0 && n_queries > 1) n_queries |= 1;  // an odd count
     const int prior = s.max_prior_own > 0 ? rand_int(0, s.max_prior_own) : 0;
     own_blocks.emplace_back(problem.num_blocks, 0);
@@ -105,7 +107,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   }
   problem.Draw(rng);
   if (s.own_key_scale != 1.0f) {
-    for (const auto& [first, end] : own_blocks) problem.ScaleKeys(first, end, s.own_key_scale);
+    for (const auto& [first, end] : own_blocks) problem.ScaleKeys(first + s.own_scaled_from, end, s.own_key_scale);
   }
   const std::vector<float> expected = problem.Reference();
 
@@ -248,9 +250,9 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       CUDA_OK(cudaMemcpy(got_bf16.data(), out_bf16, got_bf16.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
       // Which launches write the bf16 rows themselves (the one-tile and the persistent kernels,
       // unsplit): no conversion kernel after them, in a graph captured from the launch (1 CTA).
-      int sms = 0;
-      CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-      const int chosen = schedule >= 0 ? schedule : cuda::detail::ChoosePrefillSchedule(with_bf16, sms);
+      const int chosen = schedule >= 0                                   ? schedule
+                         : cuda::PrefillTakesPersistentKernel(with_bf16) ? cuda::detail::kPersistentSchedule
+                                                                         : cuda::detail::kSpecializedSchedule;
       const size_t fp32_kernels = CapturedKernels(p, chosen), bf16_kernels = CapturedKernels(with_bf16, chosen);
       EXPECT_GT(fp32_kernels, 0u);
       EXPECT_LE(bf16_kernels, fp32_kernels + 1) << "at most one conversion after the kernel";
@@ -347,18 +349,20 @@ INSTANTIATE_TEST_SUITE_P(
         // an SM): the default launch takes the persistent kernel, its workspace as the launcher sized it.
         PrefillShape{"many_short_sequences", 128, 32, 8, 16, 12, 2, 128, 0, 256, true, false, RopeStyle::kRotateHalf,
                      131072, true},
-        // The own tokens' keys 4x the documents': a query row's maximum jumps past 2^8 (in exp2
-        // units, about 2^12 for the later rows) when its tiles reach them, after tiles whose
-        // maxima stayed within it. Scores 4x larger: twice the usual tolerance (the kernel before
+        // The own tokens' keys 4x the documents': a query row's maximum jumps (by about 2^12 in
+        // exp2 units for the later rows) when its tiles reach them, after tiles whose maxima were
+        // kept; the own tokens start a KV tile (a tile never spans two deltas), so the jump comes
+        // in a tile's first half. Scores 4x larger: twice the usual tolerance (the kernel before
         // the kept maxima erred by 1.5e-2 with keys 8x).
         PrefillShape{"own_keys_dominate", 128, 16, 4, 16, 2, 4, 512, 100, 300, false, false, RopeStyle::kRotateHalf,
                      131072, false, 4.0f, 2e-2},
         // The same jump in the second half of a KV tile, after a first half whose maxima were
-        // kept: two documents of 100 tokens (7 blocks of 16 each) put the own tokens at block
-        // entries 14 and 15, keys 96-127 of the second tile, so the kernels rescale O between the
-        // two halves' P V (lazy_prefill_math.cuh, SoftmaxAndIssueValues).
-        PrefillShape{"own_keys_jump_mid_tile", 128, 16, 4, 16, 2, 2, 100, 100, 300, false, false,
-                     RopeStyle::kRotateHalf, 131072, false, 4.0f, 2e-2, 100}),
+        // kept: the own tokens' keys scaled from their block 4 on, keys 64-127 of the own run's
+        // first tile (blocks of 16; at least 128 queries, so every sequence has them), so the
+        // kernels rescale O between the two halves' P V (lazy_prefill_math.cuh,
+        // SoftmaxAndIssueValues).
+        PrefillShape{"own_keys_jump_mid_tile", 128, 16, 4, 16, 2, 3, 300, 100, 300, false, false,
+                     RopeStyle::kRotateHalf, 131072, false, 4.0f, 2e-2, 4, 128}),
     [](const ::testing::TestParamInfo<PrefillShape>& info) { return info.param.name; });
 
 // Unsupported shapes come back as cudaErrorInvalidValue before any CUDA call (no GPU needed),

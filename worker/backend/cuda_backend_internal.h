@@ -121,7 +121,8 @@ struct PassPlan {
   int num_pieces = 0;
   // The attention output's rows [0, converted_rows) are converted to bf16 for a cuBLASLt output
   // GEMM (by default all); the rest are the prefill launches' (PrefillAttentionParams::out_bf16:
-  // the persistent kernel writes them, another launch's launcher converts its own).
+  // the one-tile and persistent kernels write them unsplit, cuda::PrefillWritesBf16; another
+  // launch's launcher converts its own).
   int converted_rows = INT32_MAX;
   // The decoding sequences share chunk blocks: the chunk-shared attention's plan on the
   // device (its `base` is filled per layer from `attention`).

@@ -409,13 +409,13 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   int rotated_from = -1, persistent_launches = 0;
   for (auto& [launch, row0] : launches) {
     if (want_bf16) launch->out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(row0) * c_.q_dim();
-    const bool persistent = cuda::PrefillTakesPersistentKernel(*launch);
-    persistent_launches += persistent ? 1 : 0;
     if (launch->out_bf16 != nullptr && !bf16_written && cuda::PrefillWritesBf16(*launch)) {
       bf16_written = true;
       plan.converted_rows = row0;
     }
     if (!bf16_written) launch->out_bf16 = nullptr;
+    const bool persistent = cuda::PrefillTakesPersistentKernel(*launch);  // with out_bf16 as launched
+    persistent_launches += persistent ? 1 : 0;
     const bool rotate =
         rotated_query_ == RotatedQuery::kAlways || (rotated_query_ == RotatedQuery::kWherePersistent && persistent);
     if (rotate && rotated_from < 0) rotated_from = row0;

@@ -277,10 +277,9 @@ __device__ __forceinline__ void WriteRowsBf16(const PrefillAttentionParams& p, c
 
 // WriteRows in bf16 (unsplit, p.out_bf16), the persistent kernel's first step: one thread's
 // share of rows my_row0 and my_row0 + 8, rounded once to bf16 into the 128-row tile at `tile` in
-// shared memory, laid out
-// as wgmma's query tiles (SwizzledOffset: 128-byte column blocks, 16-byte chunks XOR-swizzled by
-// row), which is a TMA box's layout with a 128-byte swizzle. The 8 rows of a store instruction
-// land in 8 different bank groups.
+// shared memory, laid out as wgmma's query tiles (SwizzledOffset: 128-byte column blocks, 16-byte
+// chunks XOR-swizzled by row), which is a TMA box's layout with a 128-byte swizzle. The 8 rows of
+// a store instruction land in 8 different bank groups.
 template <int HD>
 __device__ __forceinline__ void StageRowsBf16(const float (&o)[HD / 2], const float (&l)[2], int my_row0,
                                               uint32_t tile) {

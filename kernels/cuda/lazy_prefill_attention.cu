@@ -82,7 +82,7 @@ int SplitsFor(const PrefillAttentionParams& p, int pack) {
 // ChoosePrefillSplits (the workspace's size; another schedule packs no more heads, so it launches
 // at least as many CTAs), nor more groups than the grid's z allows.
 int SplitsWithWorkspace(const PrefillAttentionParams& p, int pack) {
-  int splits = std::min(SplitsFor(p, pack), SplitsFor(p, PackFor(p, kSpecialized)));
+  int splits = std::min(SplitsFor(p, pack), ChoosePrefillSplits(p));
   while (splits > 1 && static_cast<long long>(p.num_seqs) * splits > 65535) --splits;
   return splits;
 }

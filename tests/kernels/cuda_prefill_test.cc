@@ -472,8 +472,8 @@ TEST(PrefillAttentionShapes, ChoosesHeadsPerTile) {
 
 // The default launch's schedule (host code, no GPU needed): persistent exactly when every query
 // sees at most kPersistentMaxKeys keys (a known hint) or the launch wants a bf16 output and its
-// queries are at least a quarter of its keys, and the launch is unsplit with at least two work tiles an SM, counted in
-// packed tiles; and the work starts' size.
+// queries are at least a quarter of its keys (at most kLongPrefillMaxKeys), and the launch is unsplit with at least two
+// work tiles an SM, counted in packed tiles; and the work starts' size.
 TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
   constexpr int kSms = 132;
   constexpr int kPersistent = cuda::detail::kPersistentSchedule;

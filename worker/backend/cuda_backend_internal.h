@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -119,6 +120,10 @@ struct PassPlan {
   // ones (PrefillStepOrder, step_order.h). None (num_pieces 0): one launch of `attention` runs every sequence.
   std::array<cuda::PrefillAttentionParams, 2> pieces;
   int num_pieces = 0;
+  // The prefill kernel's launches, in row order: the pieces, else `attention` over every sequence.
+  std::span<cuda::PrefillAttentionParams> PrefillLaunches() {
+    return num_pieces > 0 ? std::span(pieces.data(), num_pieces) : std::span(&attention, 1);
+  }
   // The attention output's rows [0, converted_rows) are converted to bf16 for a cuBLASLt output
   // GEMM (by default all); the rest are the prefill launches' (PrefillAttentionParams::out_bf16:
   // the one-tile and persistent kernels write them unsplit, cuda::PrefillWritesBf16; another

@@ -196,8 +196,7 @@ absl::Status CudaBackend::Attention(PassPlan& plan) {
   // launch's kernels wait for the grid before them before they write), and each has its own
   // part of the work starts, at the same offset in every layer; both are reserved before the
   // first prefill launch, so that neither moves between the two launches.
-  const std::span<cuda::PrefillAttentionParams> launches =
-      plan.num_pieces > 0 ? std::span(plan.pieces.data(), plan.num_pieces) : std::span(&p, 1);
+  const std::span<cuda::PrefillAttentionParams> launches = plan.PrefillLaunches();
   size_t ws_bytes = 16, starts_bytes = 0;
   for (cuda::PrefillAttentionParams& r : launches) {
     r.kv.k_pool = p.kv.k_pool;  // this layer's pools
@@ -385,13 +384,10 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
     r.max_keys = static_cast<int>(std::min<int64_t>(piece_max_keys, INT32_MAX));
     r.total_queries = query_offsets[end] - query_offsets[first];
   }
-  // The prefill kernel's launches in row order, each with its first row.
-  std::vector<std::pair<cuda::PrefillAttentionParams*, int>> launches;
-  if (decode_seqs < active.size() && PrefillKernelApplies()) {
-    if (plan.num_pieces == 0) launches.push_back({&ap, 0});
-    for (int i = 0; i < plan.num_pieces; ++i)
-      launches.push_back({&plan.pieces[i], query_offsets[piece_ranges[i].first]});
-  }
+  // The prefill kernel's launches (none where every sequence decodes or the generic kernel runs).
+  const std::span<cuda::PrefillAttentionParams> launches = decode_seqs < active.size() && PrefillKernelApplies()
+                                                               ? plan.PrefillLaunches()
+                                                               : std::span<cuda::PrefillAttentionParams>();
   // Where the output GEMM reads bf16 X from attn_in_ (cuBLASLt's: not a fused skinny kernel), a
   // launch whose kernel writes bf16 (the persistent or the one-tile kernel, unsplit:
   // cuda::PrefillWritesBf16) writes its rows' output there (LaunchToBf16's rounding, bit for bit:
@@ -407,19 +403,20 @@ absl::Status CudaBackend::RunModel(std::span<const SequenceStep> steps, std::vec
   const bool want_bf16 = OutputGemmReadsBf16(rows) && PrefillOutBf16Enabled();
   bool bf16_written = false;
   int rotated_from = -1, persistent_launches = 0;
-  for (auto& [launch, row0] : launches) {
-    if (want_bf16) launch->out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(row0) * c_.q_dim();
-    if (launch->out_bf16 != nullptr && !bf16_written && cuda::PrefillWritesBf16(*launch)) {
+  for (cuda::PrefillAttentionParams& launch : launches) {
+    const int row0 = static_cast<int>((launch.out - ap.out) / c_.q_dim());  // its first row
+    if (want_bf16) launch.out_bf16 = attn_in_.as<bf16>() + static_cast<size_t>(row0) * c_.q_dim();
+    if (launch.out_bf16 != nullptr && !bf16_written && cuda::PrefillWritesBf16(launch)) {
       bf16_written = true;
       plan.converted_rows = row0;
     }
-    if (!bf16_written) launch->out_bf16 = nullptr;
-    const bool persistent = cuda::PrefillTakesPersistentKernel(*launch);  // with out_bf16 as launched
+    if (!bf16_written) launch.out_bf16 = nullptr;
+    const bool persistent = cuda::PrefillTakesPersistentKernel(launch);  // with out_bf16 as launched
     persistent_launches += persistent ? 1 : 0;
     const bool rotate =
         rotated_query_ == RotatedQuery::kAlways || (rotated_query_ == RotatedQuery::kWherePersistent && persistent);
     if (rotate && rotated_from < 0) rotated_from = row0;
-    launch->q_rotated = rotated_from >= 0;
+    launch.q_rotated = rotated_from >= 0;
   }
   prefill_stats_.persistent_launches += persistent_launches;
   if (plan.num_pieces == 2) {

@@ -58,8 +58,10 @@ using lazykv::bench::Upload;
 namespace lazykv {
 namespace {
 
+void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, int works, const std::string& path);
+
 // The questions table (see the top of the file).
-void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int block, std::mt19937& rng) {
+void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int block, int sms, std::mt19937& rng) {
   constexpr int kDocs = 8, kDocTokens = 512, kQuestion = 16;
   std::printf("\nquestions: %d cached documents of %d tokens, %d question tokens per sequence\n", kDocs, kDocTokens,
               kQuestion);
@@ -100,6 +102,33 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
       CHECK_CUDA(cudaGetLastError());
       std::printf("      packed, q rotated before it (the backend's launch): %.4f ms; raw q: %.4f ms (%.3fx)\n",
                   rotated_ms, raw_ms, raw_ms / rotated_ms);
+    }
+    {  // the backend's later layers: the packed launch on work starts an earlier launch made (read
+       // before the kernel's wait), against the same launch walking its table; q rotated (the backend's)
+      cuda::PrefillAttentionParams walking = p, reading = p;
+      walking.q_rotated = reading.q_rotated = true;
+      void* starts = nullptr;
+      CHECK_CUDA(cudaMalloc(&starts, std::max<size_t>(16, cuda::PrefillWorkStartsBytes(p))));
+      reading.work_starts = starts;
+      CHECK_CUDA(cuda::LaunchLazyPrefillAttention(reading, nullptr));  // makes them
+      CHECK_CUDA(cudaDeviceSynchronize());
+      reading.work_starts_made = true;
+      const auto [reading_ms, walking_ms] =
+          AlternatedMedianMs([&] { cuda::LaunchLazyPrefillAttention(reading, nullptr); },
+                             [&] { cuda::LaunchLazyPrefillAttention(walking, nullptr); });
+      CHECK_CUDA(cudaGetLastError());
+      std::printf(
+          "      packed, on work starts made before (the backend's later layers): %.4f ms; walking: %.4f ms "
+          "(%.3fx)\n",
+          reading_ms, walking_ms, walking_ms / reading_ms);
+      if (const char* timeline = std::getenv("LAZYKV_PREFILL_TIMELINE_OUT"); timeline != nullptr && batch <= 8) {
+        DumpTimeline(reading, sms, 0, std::string(timeline) + "_questions_starts_" + std::to_string(batch));
+      }
+      CHECK_CUDA(cudaFree(starts));
+    }
+    if (const char* timeline = std::getenv("LAZYKV_PREFILL_TIMELINE_OUT"); timeline != nullptr && batch <= 8) {
+      // The packed launch's CTAs, a split each at small batches: where their fixed path goes.
+      DumpTimeline(p, sms, 0, std::string(timeline) + "_questions_" + std::to_string(batch));
     }
     if (batch <= 8) {  // the split count at small batches (latency-bound): the chosen one against others
       // (up to kMaxSplits; 32 and 64, with the cap raised for a run, were 1.5x and 2.6x slower at batch 1)
@@ -521,7 +550,7 @@ int main(int argc, char** argv) {
     }
     FreePagedBatch(b);
   }
-  if (only_len == 0 && !only_mixed) lazykv::QuestionBench(inv_freq, kHeads, kKvHeads, kHd, kBlock, rng);
+  if (only_len == 0 && !only_mixed) lazykv::QuestionBench(inv_freq, kHeads, kKvHeads, kHd, kBlock, sms, rng);
   if (only_len == 0 && !only_questions) lazykv::MixedBench(inv_freq, kHeads, kKvHeads, kHd, kBlock, rng);
   return 0;
 }

@@ -52,6 +52,9 @@ int SlowdownFactor() {
 }
 
 uint64_t FreshSeed() {
+  if (const char* fixed = std::getenv("LAZYKV_TEST_SEED"); fixed != nullptr && *fixed != '\0') {
+    return std::strtoull(fixed, nullptr, 10);  // a failure's seed, to reproduce it
+  }
   std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) ^ device();
 }

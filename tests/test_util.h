@@ -36,7 +36,8 @@ std::vector<nlohmann::json> ReadJsonLines(const std::string& path);
 // against real work multiply their times by it.
 int SlowdownFactor();
 
-// A fresh seed per call (printed by the caller's SCOPED_TRACE for reproduction).
+// A fresh seed per call (printed by the caller's SCOPED_TRACE for reproduction), or
+// LAZYKV_TEST_SEED's where set (to run a failure's seed again).
 uint64_t FreshSeed();
 
 // Polls `predicate` every 10 ms until it holds or `limit` (times SlowdownFactor) passes;

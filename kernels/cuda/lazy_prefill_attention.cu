@@ -129,6 +129,17 @@ struct KernelArgs {
   int max_ctas;  // kPersistent: the grid's cap (0: one CTA an SM)
 };
 
+// The work starts of `list` (a warp each), made before a launch on them; ctas: the persistent
+// grid's size (the list's count for the one-tile kernel).
+template <int HD>
+cudaError_t LaunchWorkStarts(const PrefillAttentionParams& p, const WorkList& list, long long ctas,
+                             PrefillWorkStart* starts, cudaStream_t stream) {
+  constexpr int kStartThreads = kWorkStartsWarps * 32;
+  const long long blocks = (static_cast<long long>(list.order.count) * 32 + kStartThreads - 1) / kStartThreads;
+  return LaunchPrefill(PrefillWorkStartsKernel<HD>, dim3(static_cast<unsigned>(blocks)), kStartThreads, 0, stream, p,
+                       list, static_cast<int>(ctas), starts);
+}
+
 template <int HD, int kSchedule>
 cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStream_t stream) {
   const dim3 grid(p.n_heads >> a.log2_pack, QueryTiles(p, a.log2_pack), p.num_seqs * a.splits);
@@ -151,16 +162,10 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
       if (const cudaError_t e = MakeOutputTensorMap(p, 1 << a.log2_pack, &out_map); e != cudaSuccess) return e;
     }
     // The work starts (PrefillWorkStartsBytes: sized for the unsplit list, which this one is).
-    PersistentWorkStart* starts =
-        a.splits == 1 && p.work_starts != nullptr ? static_cast<PersistentWorkStart*>(p.work_starts) : nullptr;
+    PrefillWorkStart* starts =
+        a.splits == 1 && p.work_starts != nullptr ? static_cast<PrefillWorkStart*>(p.work_starts) : nullptr;
     if (starts != nullptr && !p.work_starts_made) {
-      constexpr int kStartThreads = kWorkStartsWarps * 32;  // a warp a work tile
-      const long long blocks = (count * 32 + kStartThreads - 1) / kStartThreads;
-      if (const cudaError_t e = LaunchPrefill(PersistentWorkStartsKernel<HD>, dim3(static_cast<unsigned>(blocks)),
-                                              kStartThreads, 0, stream, p, list, static_cast<int>(ctas), starts);
-          e != cudaSuccess) {
-        return e;
-      }
+      if (const cudaError_t e = LaunchWorkStarts<HD>(p, list, ctas, starts, stream); e != cudaSuccess) return e;
     }
     const auto kernel = LazyPrefillPersistentKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD, PersistentStageInfo>::kAllocBytes;
@@ -168,17 +173,33 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     if (err != cudaSuccess) return err;
     if (const cudaError_t e =
             LaunchPrefill(kernel, dim3(static_cast<unsigned>(ctas)), kSpecThreads, kSmem, stream, p, list, a.scale_log2,
-                          static_cast<const PersistentWorkStart*>(starts), q_map, out_map);
+                          static_cast<const PrefillWorkStart*>(starts), q_map, out_map);
         e != cudaSuccess) {
       return e;
     }
   } else if constexpr (kSchedule == kSpecialized) {
+    // The work starts, where the buffer holds one a CTA (PrefillWorkStartsBytes sizes it for the
+    // default launch's grid; a variant's grid may be larger).
+    const long long count = static_cast<long long>(grid.x) * grid.y * grid.z;
+    const bool fits = count <= INT32_MAX / 2 && count * static_cast<long long>(sizeof(PrefillWorkStart)) <=
+                                                    static_cast<long long>(PrefillWorkStartsBytes(p));
+    PrefillWorkStart* starts =
+        p.work_starts != nullptr && fits ? static_cast<PrefillWorkStart*>(p.work_starts) : nullptr;
+    if (starts != nullptr && !p.work_starts_made) {
+      WorkList list;
+      list.order = OneTileWorkOrder(grid);
+      list.log2bs = a.log2bs;
+      list.splits = a.splits;
+      list.log2_pack = a.log2_pack;
+      if (const cudaError_t e = LaunchWorkStarts<HD>(p, list, count, starts, stream); e != cudaSuccess) return e;
+    }
     const auto kernel = LazyPrefillSpecializedKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
     if (err != cudaSuccess) return err;
     if (const cudaError_t e =
-            LaunchPrefill(kernel, grid, kSpecThreads, kSmem, stream, p, a.log2bs, a.scale_log2, a.splits, a.log2_pack);
+            LaunchPrefill(kernel, grid, kSpecThreads, kSmem, stream, p, a.log2bs, a.scale_log2, a.splits, a.log2_pack,
+                          static_cast<const PrefillWorkStart*>(starts), p.work_starts_made ? 1 : 0);
         e != cudaSuccess) {
       return e;
     }
@@ -217,9 +238,12 @@ int ChoosePrefillPack(const PrefillAttentionParams& p) { return PackFor(p, kSpec
 int ChoosePrefillSplits(const PrefillAttentionParams& p) { return SplitsFor(p, ChoosePrefillPack(p)); }
 
 size_t PrefillWorkStartsBytes(const PrefillAttentionParams& p) {
-  const int pack = PackFor(p, kPersistent);
-  if (pack <= 0 || p.num_seqs <= 0 || p.n_heads <= 0) return 0;
-  return static_cast<size_t>(UnsplitWorkTiles(p, pack)) * sizeof(PersistentWorkStart);
+  const int pack = PackFor(p, kPersistent), one_tile_pack = PackFor(p, kSpecialized);
+  if (pack <= 0 || one_tile_pack <= 0 || p.num_seqs <= 0 || p.n_heads <= 0) return 0;
+  // The persistent kernel's unsplit list, or the one-tile kernel's CTAs as the default launch splits them.
+  const long long starts =
+      std::max(UnsplitWorkTiles(p, pack), UnsplitWorkTiles(p, one_tile_pack) * ChoosePrefillSplits(p));
+  return static_cast<size_t>(starts) * sizeof(PrefillWorkStart);
 }
 
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits) {

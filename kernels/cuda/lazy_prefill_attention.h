@@ -56,10 +56,13 @@ struct PrefillAttentionParams {
   // It needs PrefillWorkspaceBytes(p, ChoosePrefillSplits(p)) bytes here; with no
   // workspace the kernel runs unsplit.
   float* workspace = nullptr;
-  // The persistent kernel's work starts: PrefillWorkStartsBytes(p) bytes, written by a small
-  // kernel launched before it (each work tile's entry range, first two tiles and next work
-  // tile), so that its copy warps read a work tile's start in one round of loads where they
-  // otherwise walk its block table at the boundary. Optional; unused by the other kernels.
+  // The work starts of the persistent and the one-tile kernels: PrefillWorkStartsBytes(p) bytes,
+  // written by a small kernel launched before them (each work tile's entry range, first two
+  // tiles and next work tile), so that the persistent kernel's copy warps read a work tile's
+  // start in one round of loads where they otherwise walk its block table at the boundary, and
+  // a one-tile CTA reads its first tiles instead of searching its split's entry range (a short
+  // question's CTA spent ~4 us of ~13 there: bench/results/question_start_2026-11-29.md).
+  // Optional; unused by the two-warpgroup kernels.
   void* work_starts = nullptr;
   int num_seqs = 0;
   int n_heads = 0;
@@ -79,8 +82,11 @@ struct PrefillAttentionParams {
   int max_keys = 0;
   // True where work_starts already holds this launch's starts: an earlier launch on the same
   // stream with the same tables, queries and shape made them (a step's later layers, whose
-  // launches differ only in the pools), so their small kernel is not launched again. (Last, so
-  // that the kernels' parameter offsets stay as they were.)
+  // launches differ only in the pools), so their small kernel is not launched again. The one-tile
+  // kernel then reads them before it waits for the kernel before it, so the kernel that made
+  // them must have completed before this launch's kernel before it began (in a step, a layer's
+  // other kernels lie between two layers' prefill launches). (Last, so that the kernels'
+  // parameter offsets stay as they were.)
   bool work_starts_made = false;
   // True where q holds R(position) q, each row already rotated at its own position (the KV
   // write does it: KvWriteParams::q_positions), so that the kernels only rotate by -delta; a
@@ -120,7 +126,8 @@ int ChoosePrefillPack(const PrefillAttentionParams& p);
 int ChoosePrefillSplits(const PrefillAttentionParams& p);
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits);
 // The bytes PrefillAttentionParams::work_starts needs for these shapes (the persistent kernel's
-// work tiles, unsplit). Host code (no CUDA call).
+// work tiles, unsplit, or the one-tile kernel's CTAs as the default launch packs and splits them;
+// a launch with more CTAs than that reads no starts). Host code (no CUDA call).
 size_t PrefillWorkStartsBytes(const PrefillAttentionParams& p);
 
 // Validates the shapes and launches; errors come back as cudaError_t
@@ -192,7 +199,7 @@ cudaError_t LaunchLazyPrefillAttentionVariant(const PrefillAttentionParams& p, i
 // [max_ctas][max_tiles][kPrefillTimelineEvents] (prefill_timeline.cuh says which stamp is
 // which); null stops it. cudaErrorNotSupported in other builds. Not thread-safe with launches
 // in flight.
-constexpr int kPrefillTimelineEvents = 26;
+constexpr int kPrefillTimelineEvents = 34;
 cudaError_t SetPrefillTimeline(long long* stamps, int max_ctas, int max_tiles);
 // "copy_only", "math_only", "query_free" or "out_free" in a probe build (CMake -DLAZYKV_PREFILL_PROBE=...; its outputs
 // are wrong, its times bound the kernels), nullptr otherwise.

@@ -2,7 +2,7 @@
 // persistent tile scheduler): a grid of at most one CTA an SM, each CTA taking many work tiles
 // (WorkList: tiles b, b + gridDim.x, ... from the heaviest causal tiles down). The roles run
 // on across work tiles: the copy warps take the next work tile's start (read from the work
-// starts that PersistentWorkStartsKernel made before the kernel, or walked from its block table
+// starts that PrefillWorkStartsKernel made before the kernel, or walked from its block table
 // without them) and issue its first loads while the consumers finish the one before, and the
 // rotation warps take its raw query rows (one TMA box: query_tensor_map.h) and write its first
 // delta's query in the same time; the ring, the query buffers and the consumers' turns
@@ -29,6 +29,7 @@
 #include "kernels/cuda/lazy_prefill_query.cuh"
 #include "kernels/cuda/lazy_prefill_specialized.cuh"
 #include "kernels/cuda/lazy_prefill_tiles.cuh"
+#include "kernels/cuda/lazy_prefill_work_starts.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/prefill_timeline.cuh"
 #include "kernels/cuda/tma.cuh"
@@ -59,63 +60,6 @@ struct PersistentStageInfo {
   int empty;           // the work tile has no visible key: no copies, its rows are written as zero
 };
 
-// A work tile's start, made before the kernel by PersistentWorkStartsKernel (one per list index;
-// PrefillAttentionParams::work_starts). At a work tile boundary the copy warps read it in one
-// round of independent loads; walking the table there took about 6 rounds of dependent loads
-// queued behind their own copies, ~9% of the kernel's time at 1k keys (a second walk added that
-// much: bench/results/prefill_order_2026-11-28.md).
-struct PersistentWorkStart {
-  TileDesc first, second;  // the first two tiles' descriptors (MakeFirstTiles, no L2 prefetch)
-  int e_hi;                // the entry range's end
-  int kvh, pos_lo, pos_hi;
-  int next;  // the list index of the next work tile with a query for the same CTA, or -1
-};
-
-// One warp a list index: its work start (inactive work tiles, which no CTA starts, are left
-// unwritten). ctas: the persistent grid's size (a CTA's stride in the list). It walks the launch's
-// tables (all it reads) into shared memory before it waits for the grid before it, and writes
-// `starts` only after: a kernel before it may still read them, and the prefill kernel's wait for
-// this grid then also covers that one (what wrote the queries and keys).
-constexpr int kWorkStartsWarps = 8;  // PersistentWorkStartsKernel's warps a block (a work tile each)
-
-template <int HD>
-__global__ void __launch_bounds__(kWorkStartsWarps * 32)
-    PersistentWorkStartsKernel(const PrefillAttentionParams p, const WorkList list, int ctas,
-                               PersistentWorkStart* starts) {
-  AllowDependentLaunch();
-  __shared__ PersistentWorkStart made[kWorkStartsWarps];  // a warp's
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const int index = static_cast<int>(blockIdx.x) * kWorkStartsWarps + warp;
-  bool active = false;
-  if (index < list.order.count) {
-    const CtaWork w = WorkAt<HD>(p, list, index);
-    active = w.active;
-    if (active) {
-      PersistentWorkStart* start = &made[warp];
-      const int e_hi = MakeFirstTiles<HD>(p, w, list.log2bs, &start->first, &start->second, /*prefetch=*/false);
-      int next = index + ctas;
-      for (; next < list.order.count; next += ctas) {
-        if (WorkAt<HD>(p, list, next).active) break;
-      }
-      if (lane == 0) {
-        start->e_hi = e_hi;
-        start->kvh = w.kvh;
-        start->pos_lo = w.pos_lo;
-        start->pos_hi = w.pos_hi;
-        start->next = next < list.order.count ? next : -1;
-      }
-      __syncwarp();
-    }
-  }
-  WaitForPriorGrid();
-  if (active) {
-    constexpr int kWords = static_cast<int>(sizeof(PersistentWorkStart) / sizeof(int));
-    const int* from = reinterpret_cast<const int*>(&made[warp]);
-    int* to = reinterpret_cast<int*>(starts + index);
-    for (int i = lane; i < kWords; i += 32) to[i] = from[i];
-  }
-}
-
 // The copy warpgroup (t: 0 .. 127). Tiles are counted across the CTA's work tiles (J): each
 // load waits for its slot (the consumers' release of load i - 3), issues its copies, and
 // arrives twice on the slot's full barrier: once its copies land (.noinc), and once to
@@ -126,7 +70,7 @@ __global__ void __launch_bounds__(kWorkStartsWarps * 32)
 // visible key passes one empty stage (no copies) so that the consumers write its rows.
 template <int HD>
 __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const WorkList& list, CtaWork w, int index,
-                                       int e_hi, const PersistentWorkStart* starts, unsigned char* smem) {
+                                       int e_hi, const PrefillWorkStart* starts, unsigned char* smem) {
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   const int t = threadIdx.x;
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
@@ -188,8 +132,8 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
     index = next_index;
     if (starts != nullptr) {
       // Only the fields the copy warps read (entries_per_tile is the launch's); a new use of
-      // another field of w here needs it in PersistentWorkStart too.
-      const PersistentWorkStart* start = starts + index;
+      // another field of w here needs it in PrefillWorkStart too.
+      const PrefillWorkStart* start = starts + index;
       w.kvh = start->kvh;
       w.pos_lo = start->pos_lo;
       w.pos_hi = start->pos_hi;
@@ -422,7 +366,7 @@ __device__ void RunPersistentConsumer(const PrefillAttentionParams& p, const Wor
 template <int HD>
 __global__ void __launch_bounds__(kSpecThreads, 1)
     LazyPrefillPersistentKernel(const PrefillAttentionParams p, const WorkList list, float scale_log2,
-                                const PersistentWorkStart* starts, const __grid_constant__ CUtensorMap q_map,
+                                const PrefillWorkStart* starts, const __grid_constant__ CUtensorMap q_map,
                                 const __grid_constant__ CUtensorMap out_map) {
   AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
   using L = SpecSmemLayout<HD, PersistentStageInfo>;

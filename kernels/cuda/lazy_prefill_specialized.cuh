@@ -29,6 +29,7 @@
 #include "kernels/cuda/lazy_prefill_math.cuh"
 #include "kernels/cuda/lazy_prefill_query.cuh"
 #include "kernels/cuda/lazy_prefill_tiles.cuh"
+#include "kernels/cuda/lazy_prefill_work_starts.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/prefill_timeline.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -369,13 +370,24 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
   } else {
     WriteRows<HD>(p, w, o, m, l, my_row0, scale_log2);
   }
+  if (threadIdx.x == 256) {
+    LAZYKV_TIMELINE(0, kRowsWritten);
+    LAZYKV_TIMELINE_NS(0, kRowsWrittenNs);
+  }
 }
 
+// starts: null (warp 0 walks the table), or the launch's work starts (OneTileWorkIndex), made
+// before the kernel was launched (starts_made: read before the kernel waits for the grid before
+// it, which therefore must not be what makes them) or by the grid just before it (read after).
 template <int HD>
 __global__ void __launch_bounds__(kSpecThreads, 1)
     LazyPrefillSpecializedKernel(const PrefillAttentionParams p, int log2bs, float scale_log2, int splits,
-                                 int log2_pack) {
+                                 int log2_pack, const PrefillWorkStart* starts, int starts_made) {
   AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
+  if (threadIdx.x == 0) {
+    LAZYKV_TIMELINE(0, kEntry);
+    LAZYKV_TIMELINE_NS(0, kEntryNs);
+  }
   using L = SpecSmemLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -383,12 +395,18 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   // of the block table and the first tiles' requests to L2 overlap the kernel before this one.
   const CtaWork w = MakeCtaWork<HD>(p, log2bs, splits, log2_pack);
   if (!w.active) return;
+  if (threadIdx.x == 0) LAZYKV_TIMELINE(0, kWorkMade);
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
+  if (starts != nullptr && !starts_made) WaitForPriorGrid();  // the grid before makes the starts
   int e_hi = 0;
-  if (threadIdx.x < 32)
-    e_hi = MakeFirstTiles<HD>(p, w, log2bs, &desc[0], &desc[1]);  // copy warp 0 walks the block table
+  if (threadIdx.x < 32) {  // copy warp 0: the first tiles, from the starts or by walking the block table
+    e_hi = starts == nullptr ? MakeFirstTiles<HD>(p, w, log2bs, &desc[0], &desc[1])
+                             : ReadFirstTiles<HD>(p, starts[OneTileWorkIndex()], log2bs, w.kvh, &desc[0], &desc[1]);
+    if (threadIdx.x == 0) LAZYKV_TIMELINE(0, kFirstTilesMade);
+  }
   if (threadIdx.x == 0) InitSpecBarriers(reinterpret_cast<SpecBarriers*>(smem + L::kBars));
   WaitForPriorGrid();  // before anything an earlier kernel wrote (the queries, the new keys) is read
+  if (threadIdx.x == 0) LAZYKV_TIMELINE(0, kPriorGridDone);
   float4 first_rows[kFirstQuerySteps<HD>];  // the consumers' raw query rows (MakeFirstQuery)
   if (threadIdx.x >= 256) LoadFirstQueryRows<HD>(p, w, threadIdx.x / 128 - 2, threadIdx.x % 128, first_rows);
   __syncthreads();
@@ -403,6 +421,7 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   }
   if (threadIdx.x < 128) {
     ShrinkRegisters<kCopyRegs>();
+    if (threadIdx.x == 0) LAZYKV_TIMELINE(0, kCopyStart);
     RunCopyWarps<HD>(p, w, e_hi, log2bs, smem);
   } else if (threadIdx.x < 256) {
     ShrinkRegisters<kRotationRegs>();

@@ -55,8 +55,23 @@ enum PrefillTimelineEvent {
   // The persistent kernel's consumer 0, at a work tile's last tile: its rows are handed off (its
   // own stores issued, or the TMA boxes' shared memory read; their global writes may go on).
   kOutputHandedOff = 25,
+  // Tile 0 only, the one-tile kernel (a short CTA's fixed path, e.g. a question's split): thread 0
+  // at the kernel's entry (cycles, and the GPU's global timer in ns, comparable across SMs), after
+  // its wait for the kernel before (WaitForPriorGrid); consumer 0's first thread once its rows are
+  // written (cycles, ns).
+  kEntry = 26,
+  kEntryNs = 27,
+  kPriorGridDone = 28,
+  kRowsWritten = 29,
+  kRowsWrittenNs = 30,
+  // Tile 0 only, the one-tile kernel's thread 0: its work tile made (MakeCtaWork); its first two
+  // tiles made or read (before the wait, or after it where the starts were just made); the copy
+  // warps' start (past the CTA barrier and their register split).
+  kWorkMade = 31,
+  kFirstTilesMade = 32,
+  kCopyStart = 33,
 };
-static_assert(kOutputHandedOff < detail::kPrefillTimelineEvents, "an event past the stamps of a tile");
+static_assert(kCopyStart < detail::kPrefillTimelineEvents, "an event past the stamps of a tile");
 
 #ifdef LAZYKV_PREFILL_TIMELINE
 struct PrefillTimeline {
@@ -79,8 +94,14 @@ __device__ __forceinline__ long long SmId() {
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
   return id;
 }
+__device__ __forceinline__ long long GlobalNs() {
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return static_cast<long long>(ns);
+}
 // The calling thread's stamp (call it from one thread of the role).
 #define LAZYKV_TIMELINE(tile, event) TimelineStamp((tile), (event), clock64())
+#define LAZYKV_TIMELINE_NS(tile, event) TimelineStamp((tile), (event), GlobalNs())
 #define TimelineStampValue(tile, event, value) TimelineStamp((tile), (event), (value))
 #define LAZYKV_TIMELINE_CTA_START()           \
   do {                                        \
@@ -91,6 +112,7 @@ __device__ __forceinline__ long long SmId() {
   } while (0)
 #else
 #define LAZYKV_TIMELINE(tile, event) ((void)0)
+#define LAZYKV_TIMELINE_NS(tile, event) ((void)0)
 #define TimelineStampValue(tile, event, value) ((void)0)
 #define LAZYKV_TIMELINE_CTA_START() ((void)0)
 #endif

@@ -433,7 +433,13 @@ TEST(CudaBackendTest, FewQuerySequencesBesideLongOnesEqualTheCpu) {
         RunBatch(CreateCudaBackend(weights, 16, 4096, options), requests, kMaxPrefillTokens,
                  [&](const Backend& raw) { stats = CudaPrefillLaunchStats(raw); });
     EXPECT_GT(stats.two_launch_steps, 0u) << "no step had few-query sequences beside longer ones";
-    EXPECT_EQ(stats.persistent_launches > 0, options.prefill_persistent_min_work_tiles > 0);
+    // From 1 work tile every launch takes the persistent kernel; from 25 only a launch that
+    // reaches 25 work tiles does, which depends on the drawn batch (seeds gave 0 and 2 such launches).
+    if (options.prefill_persistent_min_work_tiles == 0) {
+      EXPECT_EQ(stats.persistent_launches, 0u);
+    } else if (options.prefill_persistent_min_work_tiles == 1) {
+      EXPECT_GT(stats.persistent_launches, 0u);
+    }
     const BatchAgreement a = ExpectBatchAgrees(gpu, cpu);
     std::printf(
         "persistent from %d work tiles: two prefill launches in %llu steps (%llu of them on different kernels), "

@@ -227,6 +227,24 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
       EXPECT_GE(reusing, 1u);
       EXPECT_EQ(with_starts_kernel, reusing + 1) << "a launch on starts made before runs no starts kernel";
     }
+    // The one-tile kernel on starts an earlier launch made, as a step's later layers run it: it
+    // reads them before it waits for the kernel before it, so the launch that made them has
+    // completed first (the synchronization). The same rows, and one kernel fewer in the launch.
+    float* out_one_tile = nullptr;
+    const bool one_tile_reuse = work_starts && schedule < 0 && !cuda::PrefillTakesPersistentKernel(p);
+    if (one_tile_reuse) {
+      CUDA_OK(cudaMalloc(&out_one_tile, expected.size() * sizeof(float)));
+      CUDA_OK(cudaMemset(out_one_tile, 0xff, expected.size() * sizeof(float)));
+      CUDA_OK(cudaDeviceSynchronize());
+      cuda::PrefillAttentionParams made = p;
+      made.out = out_one_tile;
+      made.work_starts_made = true;
+      CUDA_OK(cuda::LaunchLazyPrefillAttention(made, nullptr));
+      const size_t making = CapturedKernels(p, cuda::detail::kSpecializedSchedule);
+      const size_t reading = CapturedKernels(made, cuda::detail::kSpecializedSchedule);
+      EXPECT_GE(reading, 1u);
+      EXPECT_EQ(making, reading + 1) << "the one-tile launch makes its starts, or reads those made before";
+    }
     CUDA_OK(cudaDeviceSynchronize());
     const auto got = ToHost(out, expected.size());
     // The same launch with its output wanted in bf16 too (out_bf16; out is then scratch, poisoned
@@ -283,6 +301,14 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
             << "sequence " << seq << ": the second launch on the same work starts";
         EXPECT_LT(RelativeError(problem.Rows(got_made, seq), problem.Rows(expected, seq)), s.tolerance)
             << "sequence " << seq << ": a launch on work starts made by an earlier launch";
+      }
+    }
+    if (one_tile_reuse) {
+      const auto got_one_tile = ToHost(out_one_tile, expected.size());
+      cudaFree(out_one_tile);
+      for (int seq = 0; seq < s.num_seqs; ++seq) {
+        EXPECT_LT(RelativeError(problem.Rows(got_one_tile, seq), problem.Rows(expected, seq)), s.tolerance)
+            << "sequence " << seq << ": the one-tile kernel on work starts made by an earlier launch";
       }
     }
     cudaFree(p.workspace);
@@ -539,14 +565,16 @@ TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
   p.num_seqs = 32;  // 256 packed tiles (1024 had each head its own tile)
   EXPECT_NE(cuda::detail::ChoosePrefillSchedule(p, kSms), kPersistent);
   // The work starts: one record a work tile (unsplit, heads packed as the persistent kernel
-  // packs them).
+  // packs them), or a one-tile CTA where the default launch splits into more.
   p.max_queries_per_seq = 2048;
   p.num_seqs = 8;  // 32 heads x 16 query tiles x 8 = 4096 work tiles
+  ASSERT_EQ(cuda::ChoosePrefillSplits(p), 1);
   const size_t per_tile = cuda::PrefillWorkStartsBytes(p) / 4096;
   EXPECT_GT(per_tile, 0u);
   EXPECT_EQ(cuda::PrefillWorkStartsBytes(p), 4096 * per_tile);
-  p.max_queries_per_seq = 16;  // 4 heads a tile: 8 head groups x 1 tile x 8 sequences
-  EXPECT_EQ(cuda::PrefillWorkStartsBytes(p), 64 * per_tile);
+  p.max_queries_per_seq = 16;  // 4 heads a tile: 8 head groups x 1 tile x 8 sequences, split
+  EXPECT_GT(cuda::ChoosePrefillSplits(p), 1);
+  EXPECT_EQ(cuda::PrefillWorkStartsBytes(p), 64 * per_tile * cuda::ChoosePrefillSplits(p));
 }
 
 TEST(DecodeAttentionShapes, RejectsUnsupported) {

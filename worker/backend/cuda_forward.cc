@@ -133,13 +133,14 @@ bool CudaBackend::OutputGemmReadsBf16(int rows) const {
   return element_ == cuda::Element::kBf16 && !step.small && !step.mma;
 }
 
-// The persistent prefill kernel's work starts (PrefillAttentionParams::work_starts): made by
-// a small kernel before it, so that its copy warps do not walk each work tile's table at its
-// boundary (1.05-1.09x at 1k-2k keys, bench/results/prefill_order_2026-11-28.md). The buffer
-// is the same for every layer: the step's first layer makes the starts and the later layers
-// read them (work_starts_made, set by RunLayers). The bytes a launch's part of it takes
-// (reserved for any prefill launch; only an unsplit persistent launch reads it), 0 with
-// LAZYKV_PREFILL_WORK_STARTS=0 (the kernel walks), for comparisons.
+// The prefill kernels' work starts (PrefillAttentionParams::work_starts): made by a small
+// kernel before them, so that the persistent kernel's copy warps do not walk each work tile's
+// table at its boundary (1.05-1.09x at 1k-2k keys, bench/results/prefill_order_2026-11-28.md)
+// and a one-tile CTA (a question's split) does not search its entry range before its first
+// copies. The buffer is the same for every layer: the step's first layer makes the starts and
+// the later layers read them (work_starts_made, set by RunLayers). The bytes a launch's part of
+// it takes (reserved for any prefill launch), 0 with LAZYKV_PREFILL_WORK_STARTS=0 (the kernels
+// walk), for comparisons.
 namespace {
 size_t WorkStartsBytes(const cuda::PrefillAttentionParams& p) {
   static const bool enabled = EnvSwitchOn("LAZYKV_PREFILL_WORK_STARTS");
@@ -524,8 +525,11 @@ absl::Status CudaBackend::RunLayers(PassPlan& plan) {
           "attention norm"));
       RETURN_IF_ERROR(gemm_->Run(xb, rows, dim, matrix(lw.wqkv), q_dim + 2 * kv_dim, qkv_.as<float>()));
     }
-    // The persistent prefill kernel's work starts depend on the step's tables, not the layer:
-    // the first layer's launch makes them for all.
+    // The prefill kernels' work starts depend on the step's tables, not the layer: the first
+    // layer's launch makes them for all. A later layer's one-tile kernel reads them before its
+    // wait for the kernel before it (the header's contract): the layer's GEMMs between let their
+    // successors start only as they end (no early trigger), after their own waits, so the starts
+    // kernel has completed long before.
     ap.work_starts_made = l > 0;
     for (cuda::PrefillAttentionParams& piece : plan.pieces) piece.work_starts_made = l > 0;
     kw.kv.k_pool = ap.kv.k_pool = KPool(l);

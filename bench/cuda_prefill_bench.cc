@@ -202,7 +202,7 @@ void MixedBench(const double* inv_freq, int heads, int kv_heads, int hd, int blo
       const int chosen = cuda::PrefillTakesPersistentKernel(p) ? 3 : 2;
       const auto [one_ms, persistent_ms] = AlternatedMedianMs(
           [&] {
-            p.work_starts = nullptr;
+            p.work_starts = starts;  // each kernel makes its own starts, as the backend's first layer does
             p.q_rotated = false;
             p.out_bf16 = out_bf16;
             cuda::detail::LaunchLazyPrefillAttentionVariant(p, cuda::detail::kSpecializedSchedule, nullptr);
@@ -248,7 +248,7 @@ void MixedBench(const double* inv_freq, int heads, int kv_heads, int hd, int blo
       const auto [two_ms, one_launch_ms] = AlternatedMedianMs(
           [&] {
             for (cuda::PrefillAttentionParams& r : parts) {
-              r.work_starts = starts2;  // read only by a persistent launch
+              r.work_starts = starts2;  // made by each launch in turn, as the backend's first layer does
               cuda::LaunchLazyPrefillAttention(r, nullptr);
             }
           },
@@ -260,7 +260,7 @@ void MixedBench(const double* inv_freq, int heads, int kv_heads, int hd, int blo
             const bool writes_bf16 = cuda::PrefillWritesBf16(p);
             if (!writes_bf16) p.out_bf16 = nullptr;
             p.q_rotated = cuda::PrefillTakesPersistentKernel(p);
-            if (p.q_rotated) p.work_starts = starts;
+            p.work_starts = starts;  // every launch's, as the backend passes them
             cuda::LaunchLazyPrefillAttention(p, nullptr);
             if (!writes_bf16) CHECK_CUDA(cuda::LaunchToBf16(p.out, n, out_bf16, nullptr));
           });
@@ -307,12 +307,14 @@ void DumpTimeline(const cuda::PrefillAttentionParams& p, int sms, int works, con
     CHECK_CUDA(cudaFree(stamps));
     return;
   }
-  // The persistent kernel as the backend launches it: with its work starts made before it.
+  // The persistent kernel as the backend launches it: with its work starts, made by this launch
+  // (the one-tile kernel keeps p's: a caller's made starts, or none).
   cuda::PrefillAttentionParams launch = p;
   void* starts = nullptr;
   if (const size_t bytes = cuda::PrefillWorkStartsBytes(p); persistent && bytes > 0) {
     CHECK_CUDA(cudaMalloc(&starts, bytes));
     launch.work_starts = starts;
+    launch.work_starts_made = false;
   }
   const char* rotated = std::getenv("LAZYKV_PREFILL_TIMELINE_Q_ROTATED");  // =1: the backend's q
   launch.q_rotated = rotated != nullptr && std::string(rotated) == "1";

@@ -9,6 +9,7 @@ Per step, the median over the CTAs of its offset from the CTA's entry (cycles, a
 clock that the CTAs' own cycle and global-timer stamps give), in time order; then the launch's
 span on the global timer: the first CTA's entry to the last CTA's rows, and how far apart the
 CTAs enter and finish.
+CTAs whose split sees no key (they write empty rows, unstamped) are left out.
 Usage: prefill_short_ctas.py FILE...
 """
 import statistics
@@ -42,8 +43,9 @@ def summarize(grid):
         for name, tile, event in STEPS:
             if tile < len(cta) and cta[tile][event]:
                 offsets[name].append(cta[tile][event] - entry)
-    ghz = statistics.median((c[0][ROWS_WRITTEN] - c[0][ENTRY]) / (c[0][ROWS_WRITTEN_NS] - c[0][ENTRY_NS])
-                            for c in ctas if c[0][ROWS_WRITTEN_NS] > c[0][ENTRY_NS])
+    rates = [(c[0][ROWS_WRITTEN] - c[0][ENTRY]) / (c[0][ROWS_WRITTEN_NS] - c[0][ENTRY_NS])
+             for c in ctas if c[0][ROWS_WRITTEN_NS] > c[0][ENTRY_NS]]
+    ghz = statistics.median(rates) if rates else float("nan")
     entries = [c[0][ENTRY_NS] for c in ctas]
     ends = [c[0][ROWS_WRITTEN_NS] for c in ctas]
     return ctas, offsets, ghz, entries, ends
@@ -52,7 +54,13 @@ def summarize(grid):
 def main():
     for path in sys.argv[1:]:
         grid = read(path)
+        if not grid or not grid[0] or len(grid[0][0]) <= COPY_START:
+            print(f"== {path}: no prologue stamps (a timeline from before they were added)")
+            continue
         ctas, offsets, ghz, entries, ends = summarize(grid)
+        if not ctas:  # a CTA whose split sees no key writes its rows without these stamps
+            print(f"== {path}: no CTA with both its entry and its rows stamped")
+            continue
         print(f"== {path}: {len(ctas)} CTAs, SM clock {ghz:.2f} GHz (cycles / global-timer ns)")
         rows = sorted(((statistics.median(v), name, len(v)) for name, v in offsets.items() if v))
         for median, name, n in rows:

@@ -37,7 +37,7 @@ std::vector<nlohmann::json> ReadJsonLines(const std::string& path);
 int SlowdownFactor();
 
 // A fresh seed per call (printed by the caller's SCOPED_TRACE for reproduction), or
-// LAZYKV_TEST_SEED's where set (to run a failure's seed again).
+// LAZYKV_TEST_SEED's where set, for every call (to run a failure's seed again: filter to its test).
 uint64_t FreshSeed();
 
 // Polls `predicate` every 10 ms until it holds or `limit` (times SlowdownFactor) passes;

@@ -13,6 +13,10 @@
 // and cost it ~10% in the skinny GEMM; letting them in only for its tail cost too) and its
 // successor starts when it ends. The lazy prefill kernels (compute-bound, one CTA an SM) do
 // call it first, measured faster: their successor is the small combine of their splits.
+// A kernel that starts its successor only as it ends, after its own wait, also orders every
+// kernel after it behind every kernel before it; the one-tile prefill kernel relies on that
+// (it reads work starts that an earlier layer's launch made before its own wait:
+// PrefillAttentionParams::work_starts_made), so a layer's GEMMs must keep it.
 // Launched without the attribute (<<<>>>), both calls are no-ops and the kernel runs as always.
 //
 // LAZYKV_DEPENDENT_LAUNCH=0 in the environment makes LaunchDependent an ordinary launch (for

@@ -178,8 +178,9 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
       return e;
     }
   } else if constexpr (kSchedule == kSpecialized) {
-    // The work starts, where the buffer holds one a CTA (PrefillWorkStartsBytes sizes it for the
-    // default launch's grid; a variant's grid may be larger).
+    // The work starts, a record a CTA: PrefillWorkStartsBytes sizes them for the default launch's
+    // grid, which no launch of this kernel exceeds (the same pack; SplitsWithWorkspace at most
+    // ChoosePrefillSplits); the check keeps it so, and the list's indices in int.
     const long long count = static_cast<long long>(grid.x) * grid.y * grid.z;
     const bool fits = count <= INT32_MAX / 2 && count * static_cast<long long>(sizeof(PrefillWorkStart)) <=
                                                     static_cast<long long>(PrefillWorkStartsBytes(p));
@@ -238,11 +239,10 @@ int ChoosePrefillPack(const PrefillAttentionParams& p) { return PackFor(p, kSpec
 int ChoosePrefillSplits(const PrefillAttentionParams& p) { return SplitsFor(p, ChoosePrefillPack(p)); }
 
 size_t PrefillWorkStartsBytes(const PrefillAttentionParams& p) {
-  const int pack = PackFor(p, kPersistent), one_tile_pack = PackFor(p, kSpecialized);
-  if (pack <= 0 || one_tile_pack <= 0 || p.num_seqs <= 0 || p.n_heads <= 0) return 0;
-  // The persistent kernel's unsplit list, or the one-tile kernel's CTAs as the default launch splits them.
-  const long long starts =
-      std::max(UnsplitWorkTiles(p, pack), UnsplitWorkTiles(p, one_tile_pack) * ChoosePrefillSplits(p));
+  const int pack = PackFor(p, kSpecialized);  // the persistent kernel's too (PackFor)
+  if (pack <= 0 || p.num_seqs <= 0 || p.n_heads <= 0) return 0;
+  // The persistent kernel's list is unsplit; the one-tile kernel's CTAs are as the default launch splits them.
+  const long long starts = UnsplitWorkTiles(p, pack) * std::max(1, ChoosePrefillSplits(p));
   return static_cast<size_t>(starts) * sizeof(PrefillWorkStart);
 }
 

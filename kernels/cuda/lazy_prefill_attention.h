@@ -25,9 +25,11 @@
 // uploaded by a copy on the stream (or earlier) and written by no kernel on the stream since,
 // as the backend uploads a step's tables before the step's first kernel. q is read, and the
 // pools and outputs are read or written, only after the wait (the pools get only the L2 hint
-// before it). A CTA whose query tile is empty returns before the wait, so at least one CTA must
-// have queries (max_queries_per_seq must be the largest of query_offsets' runs, as the launcher
-// assumes): otherwise the launch could end before the kernel before it.
+// before it). The one-tile kernel also reads work_starts before the wait where they were made by
+// an earlier launch (work_starts_made: that field's contract). A CTA whose query tile is empty
+// returns before the wait, so at least one CTA must have queries (max_queries_per_seq must be
+// the largest of query_offsets' runs, as the launcher assumes): otherwise the launch could end
+// before the kernel before it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -82,11 +84,15 @@ struct PrefillAttentionParams {
   int max_keys = 0;
   // True where work_starts already holds this launch's starts: an earlier launch on the same
   // stream with the same tables, queries and shape made them (a step's later layers, whose
-  // launches differ only in the pools), so their small kernel is not launched again. The one-tile
-  // kernel then reads them before it waits for the kernel before it, so the kernel that made
-  // them must have completed before this launch's kernel before it began (in a step, a layer's
-  // other kernels lie between two layers' prefill launches). (Last, so that the kernels'
-  // parameter offsets stay as they were.)
+  // launches differ only in the pools) on the same kernel (the persistent and the one-tile
+  // kernels lay their starts out differently), so their small kernel is not launched again. The
+  // one-tile kernel then reads them before it waits for the kernel before it, so the kernel that
+  // made them must have completed before the kernel before this launch began: some kernel
+  // between the two launches must start its successor only as it ends, after its own wait (a
+  // dependent launch that starts its successor at once, as the prefill kernels and their combine
+  // do, passes the ordering on by one kernel). In the backend a layer's GEMMs are such kernels
+  // (the skinny kernels do not start their successors early, cuBLASLt's are ordinary launches).
+  // (Last, so that the kernels' parameter offsets stay as they were.)
   bool work_starts_made = false;
   // True where q holds R(position) q, each row already rotated at its own position (the KV
   // write does it: KvWriteParams::q_positions), so that the kernels only rotate by -delta; a
@@ -125,9 +131,10 @@ int ChoosePrefillPack(const PrefillAttentionParams& p);
 // a launch of another schedule uses no more.
 int ChoosePrefillSplits(const PrefillAttentionParams& p);
 size_t PrefillWorkspaceBytes(const PrefillAttentionParams& p, int num_splits);
-// The bytes PrefillAttentionParams::work_starts needs for these shapes (the persistent kernel's
-// work tiles, unsplit, or the one-tile kernel's CTAs as the default launch packs and splits them;
-// a launch with more CTAs than that reads no starts). Host code (no CUDA call).
+// The bytes PrefillAttentionParams::work_starts needs for these shapes: a record for each of the
+// persistent kernel's work tiles (unsplit), or of the one-tile kernel's CTAs (as split by
+// ChoosePrefillSplits, which follows the current device's SM count: size the buffer on the
+// device that launches). Host code.
 size_t PrefillWorkStartsBytes(const PrefillAttentionParams& p);
 
 // Validates the shapes and launches; errors come back as cudaError_t

@@ -376,9 +376,10 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
   }
 }
 
-// starts: null (warp 0 walks the table), or the launch's work starts (OneTileWorkIndex), made
-// before the kernel was launched (starts_made: read before the kernel waits for the grid before
-// it, which therefore must not be what makes them) or by the grid just before it (read after).
+// starts: null (warp 0 walks the table), or the launch's work starts (OneTileWorkIndex), made by
+// an earlier launch (starts_made: read before the kernel waits for the grid before it, so the
+// kernel that made them must have completed before that grid began:
+// PrefillAttentionParams::work_starts_made) or by the grid just before it (read after the wait).
 template <int HD>
 __global__ void __launch_bounds__(kSpecThreads, 1)
     LazyPrefillSpecializedKernel(const PrefillAttentionParams p, int log2bs, float scale_log2, int splits,
@@ -391,8 +392,9 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   using L = SpecSmemLayout<HD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
-  // Until WaitForPriorGrid, only the launch's tables are read (the header's contract): the walk
-  // of the block table and the first tiles' requests to L2 overlap the kernel before this one.
+  // Until WaitForPriorGrid, only the launch's tables, and starts made by an earlier launch, are
+  // read (the header's contract): the walk of the block table (or the starts' read) and the first
+  // tiles' requests to L2 overlap the kernel before this one.
   const CtaWork w = MakeCtaWork<HD>(p, log2bs, splits, log2_pack);
   if (!w.active) return;
   if (threadIdx.x == 0) LAZYKV_TIMELINE(0, kWorkMade);

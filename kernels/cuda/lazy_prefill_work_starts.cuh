@@ -5,6 +5,7 @@
 // about five rounds of dependent loads). Included only by the prefill kernel headers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/dependent_launch.cuh"
@@ -85,17 +86,18 @@ __device__ __forceinline__ int OneTileWorkIndex() {
 }
 
 // One warp (all lanes): MakeFirstTiles from a work start: the first two descriptors copied (a
-// word a lane) and their keys and values asked of L2; returns the entry range's end. Plain loads:
-// a kernel wrote the start.
+// word a lane) and their keys and values asked of L2; returns the entry range's end. The loads
+// go to L2 (ld.global.cg): another kernel wrote the start, on other SMs.
 template <int HD>
 __device__ __forceinline__ int ReadFirstTiles(const PrefillAttentionParams& p, const PrefillWorkStart& start,
                                               int log2bs, int kvh, TileDesc* first, TileDesc* second) {
   constexpr int kWords = static_cast<int>(sizeof(TileDesc) / sizeof(int));
   static_assert(kWords <= 32, "a descriptor is one word a lane");
+  static_assert(offsetof(PrefillWorkStart, second) == sizeof(TileDesc), "the two descriptors back to back");
   const int lane = threadIdx.x & 31;
   const int* from = reinterpret_cast<const int*>(&start);
-  const int a = lane < kWords ? from[lane] : 0, b = lane < kWords ? from[kWords + lane] : 0;
-  const int e_hi = start.e_hi;
+  const int a = lane < kWords ? __ldcg(from + lane) : 0, b = lane < kWords ? __ldcg(from + kWords + lane) : 0;
+  const int e_hi = __ldcg(&start.e_hi);
   if (lane < kWords) {
     reinterpret_cast<int*>(first)[lane] = a;
     reinterpret_cast<int*>(second)[lane] = b;

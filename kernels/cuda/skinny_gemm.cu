@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   constexpr int kCols = kEpilogue == Epilogue::kStore ? kWRows : kWRows / 2;  // outputs per group
   constexpr int kGroupsPerBlock = kWarpsPerBlock / kKSplit;
   // No AllowDependentLaunch: a successor's CTAs waiting beside this memory-bound kernel cost
-  // it ~10% (they poll); they are launched when it ends.
+  // it ~10% (they poll); they are launched when it ends. (That also orders a layer's prefill
+  // launch behind the last one's work starts: dependent_launch.cuh.)
   WaitForPriorGrid();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int part = warp % kKSplit;  // which part of K this warp takes

@@ -209,7 +209,9 @@ __global__ void __launch_bounds__(kThreads)
   const int product_cols = kEpilogue == Epilogue::kStore ? out : 2 * out;
 
   // W (weights: no kernel before this one writes them) is in flight before the wait for the
-  // kernel that writes X.
+  // kernel that writes X. No AllowDependentLaunch (as the CUDA-core skinny kernel): the successor
+  // starts as this ends, which also orders a layer's prefill launch behind the last one's work
+  // starts (dependent_launch.cuh).
 #pragma unroll
   for (int s = 0; s < kStagesInFlight - 1; ++s) {
     if (s < stages) LoadW<kEpilogue>(sm, s, w, in, out, tile0, (first + s) * kStageK);

@@ -128,7 +128,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   }
   struct Run {
     int forced_splits, schedule, pack_heads, max_ctas;
-    bool work_starts = false;  // the persistent kernel's starts made before it (PrefillWorkStartsBytes)
+    bool work_starts = false;  // the launch's work starts, made by it (PrefillWorkStartsBytes)
     bool q_rotated = false;    // q comes rotated at its positions (PrefillAttentionParams::q_rotated)
   };
   std::vector<Run> runs = {{0, -1, 0, 0}, {1, -1, 0, 0}, {0, -1, 1, 0}, {0, -1, most_pack, 0}, {3, -1, most_pack, 0}};
@@ -150,6 +150,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   }
   runs.push_back({1, cuda::detail::kPersistentSchedule, 0, 0, true});
   runs.push_back({0, -1, 0, 0, true});
+  runs.push_back({3, cuda::detail::kSpecializedSchedule, most_pack, 0, true});  // the one-tile kernel's starts, split
   // q rotated at its positions before the kernel, as the backend's KV write leaves it: the default
   // launch (split and packed as chosen), every schedule unsplit and in three splits, and the
   // persistent kernel on 3 CTAs packed and not, with starts.
@@ -572,9 +573,11 @@ TEST(PrefillAttentionShapes, ChoosesPersistentForShortKeyLoops) {
   const size_t per_tile = cuda::PrefillWorkStartsBytes(p) / 4096;
   EXPECT_GT(per_tile, 0u);
   EXPECT_EQ(cuda::PrefillWorkStartsBytes(p), 4096 * per_tile);
-  p.max_queries_per_seq = 16;  // 4 heads a tile: 8 head groups x 1 tile x 8 sequences, split
-  EXPECT_GT(cuda::ChoosePrefillSplits(p), 1);
-  EXPECT_EQ(cuda::PrefillWorkStartsBytes(p), 64 * per_tile * cuda::ChoosePrefillSplits(p));
+  p.max_queries_per_seq = 16;  // 4 heads a tile: 8 head groups x 1 tile x 8 sequences
+  p.num_splits = 1;
+  EXPECT_EQ(cuda::PrefillWorkStartsBytes(p), 64 * per_tile);
+  p.num_splits = 3;  // the one-tile kernel's CTAs, three a work tile
+  EXPECT_EQ(cuda::PrefillWorkStartsBytes(p), 3 * 64 * per_tile);
 }
 
 TEST(DecodeAttentionShapes, RejectsUnsupported) {

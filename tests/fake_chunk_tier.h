@@ -62,7 +62,7 @@ class FakeChunkTier final : public ChunkTier {
       if (it == stored_.end()) {
         hits.emplace_back();
       } else {
-        hits.push_back(TierHit{ChunkSource::kHost, it->second.size(), ""});
+        hits.push_back(TierHit{ChunkSource::kHost, it->second.size(), "", ""});
       }
     }
     return hits;

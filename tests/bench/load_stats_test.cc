@@ -81,8 +81,9 @@ RequestResult RandomResult(std::mt19937_64& rng, int id) {
   for (int i = rng() % 6; i > 0; --i) r.itl_ms.push_back(1 + rng() % 50);
   r.mode = rng() % 2 ? "lazy" : "block";
   auto count = [&] { return static_cast<int64_t>(rng() % 1000); };
-  r.usage = UsageCounts{count(), count(), count(), count(), count(),        count(),       count(),
-                        count(), count(), count(), count(), rng() % 100000, rng() % 100000};
+  auto large = [&] { return static_cast<int64_t>(rng() % 100000); };
+  r.usage = UsageCounts{count(), count(), count(), count(), count(), count(), count(),
+                        count(), count(), count(), count(), large(), large()};
   r.usage.cached_documents = static_cast<int64_t>(rng() % 5);
   r.server_queue_ms = rng() % 20;
   r.server_ttft_ms = rng() % 200;

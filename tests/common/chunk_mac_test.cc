@@ -152,7 +152,9 @@ TEST(ChunkValuesTest, NonFiniteValuesAreFoundWhereverThePiecesSplit) {
     found += !finite;
     const auto pieces = Split(bytes, rng);
     EXPECT_EQ(CheckPayloadFinite(dtype, pieces).ok(), finite) << "round " << round;
-    if (!finite) EXPECT_EQ(CheckPayloadFinite(dtype, pieces).code(), absl::StatusCode::kDataLoss);
+    if (!finite) {
+      EXPECT_EQ(CheckPayloadFinite(dtype, pieces).code(), absl::StatusCode::kDataLoss);
+    }
   }
   EXPECT_GT(found, 50);
 }

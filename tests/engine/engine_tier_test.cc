@@ -186,7 +186,9 @@ TEST(EngineTierTest, FullCorruptOrDyingTiersCostComputationsNeverWrongOutputs) {
     engine->pipeline()->Flush();
     testing::ExpectNoLeakedBlocks(*engine);
     EXPECT_EQ(tier->outstanding_leases(), 0u) << variant;
-    if (variant > 0) EXPECT_GT(engine->pipeline()->stats().computed_failed, 0u) << variant;
+    if (variant > 0) {
+      EXPECT_GT(engine->pipeline()->stats().computed_failed, 0u) << variant;
+    }
   }
 }
 

@@ -93,7 +93,9 @@ TEST(CudaFiniteCheckTest, MatchesTheCpuCheckOnRandomPayloads) {
     EXPECT_EQ(DeviceFirstBad(element, payload, misalign), want)
         << cuda::ElementName(element) << ", " << elements << " elements, " << planted << " planted, misaligned "
         << misalign;
-    if (planted > 0) EXPECT_NE(want, std::numeric_limits<uint64_t>::max());
+    if (planted > 0) {
+      EXPECT_NE(want, std::numeric_limits<uint64_t>::max());
+    }
   }
 }
 

@@ -423,7 +423,9 @@ TEST_F(OpenAiServerTest, OverloadIsShedWith429) {
   for (int i = 0; i < 8; ++i) {
     ok += statuses[i] == 200;
     shed += statuses[i] == 429;
-    if (statuses[i] == 429) EXPECT_EQ(retry_after[i], "1");
+    if (statuses[i] == 429) {
+      EXPECT_EQ(retry_after[i], "1");
+    }
   }
   EXPECT_EQ(ok + shed, 8) << ::testing::PrintToString(statuses);
   EXPECT_GE(ok, 2);
@@ -513,7 +515,9 @@ TEST_F(OpenAiServerTest, ShutdownFinishesStreamsAndRefusesNewRequests) {
   auto client_owner = HttpClient(worker->http_address());
   httplib::Client& client = *client_owner;
   auto refused = client.Post("/v1/completions", json{{"model", kModel}, {"prompt", "x"}}.dump(), "application/json");
-  if (refused) EXPECT_EQ(refused->status, 503) << refused->body;  // or the port is already closed
+  if (refused) {
+    EXPECT_EQ(refused->status, 503) << refused->body;  // or the port is already closed
+  }
   stream.join();
   EXPECT_EQ(streamed["status"], 200) << streamed.dump();
   EXPECT_TRUE(streamed["done"].get<bool>());

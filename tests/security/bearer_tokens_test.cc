@@ -64,7 +64,9 @@ TEST(TokenTableTest, FindsExactlyTheTokensItHoldsWithTheirRoles) {
     EXPECT_FALSE(table->Find(token + "x").has_value());
     std::string changed = token;
     changed[rng() % changed.size()] ^= 1;
-    if (!expected.contains(changed)) EXPECT_FALSE(table->Find(changed).has_value());
+    if (!expected.contains(changed)) {
+      EXPECT_FALSE(table->Find(changed).has_value());
+    }
   }
   EXPECT_FALSE(table->Find("").has_value());
 }

@@ -451,7 +451,9 @@ TEST(WorkerServerTest, AnOverloadIsShedAtOnceAndWhatIsAcceptedFinishes) {
   ExpectNoBlocksHeldByRequests(page);
   // Memory held: the overload cost no more than a few MiB beyond the preallocated pool.
   const int64_t peak = ProcStatusKb(worker->pid(), "VmHWM");
-  if (rss_before > 0 && peak > 0) EXPECT_LT(peak - rss_before, 64 * 1024) << "peak " << peak << " kB";
+  if (rss_before > 0 && peak > 0) {
+    EXPECT_LT(peak - rss_before, 64 * 1024) << "peak " << peak << " kB";
+  }
   stub.reset();
   EXPECT_EQ(worker->Stop(SIGTERM), 0);
 }

@@ -44,7 +44,7 @@ class CudaIpcMapping {
   char* const base_;
   const uint64_t bytes_;
   const uint64_t page_bytes_;
-  const int device_;
+  [[maybe_unused]] const int device_;  // read by the CUDA build only
   const bool peer_;
 };
 

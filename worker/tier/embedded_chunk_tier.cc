@@ -30,7 +30,7 @@ std::vector<std::optional<TierHit>> EmbeddedChunkTier::Lookup(std::span<const Ha
   std::vector<std::optional<TierHit>> out;
   for (const Hash128& key : keys) {
     if (const auto where = store_->Lookup(key)) {
-      out.push_back(TierHit{SourceOf(where->tier), where->bytes, ""});
+      out.push_back(TierHit{SourceOf(where->tier), where->bytes, "", ""});
     } else {
       out.push_back(std::nullopt);
     }

@@ -67,7 +67,11 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
               kQuestion);
   std::printf("%5s %6s %6s %6s %11s %13s %8s %9s %10s %9s\n", "batch", "pack", "splits", "kv_GB", "packed_ms",
               "unpacked_ms", "speedup", "floor_ms", "of_floor", "HBM_GB/s");
+  // LAZYKV_PREFILL_TIMELINE_OUT: the packed launch's timelines at small batches (a split a CTA),
+  // walking its table and on starts made before: where a CTA's fixed path goes.
+  const char* timeline = std::getenv("LAZYKV_PREFILL_TIMELINE_OUT");
   for (int batch : {1, 8, 32, 64}) {
+    const bool dump_timeline = timeline != nullptr && batch <= 8;
     PagedBatch b = MakePagedBatch(batch, kDocs, kDocTokens, kQuestion, block, kv_heads, hd, rng);
     // The HBM rate of this run: a device copy of one pool (reads and writes it).
     void* scratch = nullptr;
@@ -121,15 +125,12 @@ void QuestionBench(const double* inv_freq, int heads, int kv_heads, int hd, int 
           "      packed, on work starts made before (the backend's later layers): %.4f ms; walking: %.4f ms "
           "(%.3fx)\n",
           reading_ms, walking_ms, walking_ms / reading_ms);
-      if (const char* timeline = std::getenv("LAZYKV_PREFILL_TIMELINE_OUT"); timeline != nullptr && batch <= 8) {
+      if (dump_timeline) {
         DumpTimeline(reading, sms, 0, std::string(timeline) + "_questions_starts_" + std::to_string(batch));
       }
       CHECK_CUDA(cudaFree(starts));
     }
-    if (const char* timeline = std::getenv("LAZYKV_PREFILL_TIMELINE_OUT"); timeline != nullptr && batch <= 8) {
-      // The packed launch's CTAs, a split each at small batches: where their fixed path goes.
-      DumpTimeline(p, sms, 0, std::string(timeline) + "_questions_" + std::to_string(batch));
-    }
+    if (dump_timeline) DumpTimeline(p, sms, 0, std::string(timeline) + "_questions_" + std::to_string(batch));
     if (batch <= 8) {  // the split count at small batches (latency-bound): the chosen one against others
       // (up to kMaxSplits; 32 and 64, with the cap raised for a run, were 1.5x and 2.6x slower at batch 1)
       std::printf("      packed, splits forced:");

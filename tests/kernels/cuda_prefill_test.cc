@@ -174,6 +174,20 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
   }
   const float* raw_q = p.q;
   const float* rotated_q_device = arena.Copy(rotated_q);
+  // A second launch's output: allocated poisoned with NaN (an element left unwritten fails), then
+  // every sequence's rows checked against the reference and the buffer freed.
+  const auto new_poisoned_output = [&](float** d) {
+    CUDA_OK(cudaMalloc(d, expected.size() * sizeof(float)));
+    CUDA_OK(cudaMemset(*d, 0xff, expected.size() * sizeof(float)));
+  };
+  const auto expect_rows_match = [&](float* d, const char* what) {
+    const std::vector<float> rows = ToHost(d, expected.size());
+    cudaFree(d);
+    for (int seq = 0; seq < s.num_seqs; ++seq) {
+      EXPECT_LT(RelativeError(problem.Rows(rows, seq), problem.Rows(expected, seq)), s.tolerance)
+          << "sequence " << seq << ": " << what;
+    }
+  };
   for (const auto& [forced_splits, schedule, pack_heads, max_ctas, work_starts, q_rotated] : runs) {
     p.num_splits = forced_splits;
     p.pack_heads = pack_heads;
@@ -211,15 +225,13 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     float* out_made = nullptr;
     const bool reuse = work_starts && schedule == cuda::detail::kPersistentSchedule && max_ctas == 3;
     if (reuse) {
-      CUDA_OK(cudaMalloc(&out_again, expected.size() * sizeof(float)));
-      CUDA_OK(cudaMemset(out_again, 0xff, expected.size() * sizeof(float)));
+      new_poisoned_output(&out_again);
       cuda::PrefillAttentionParams again = p;
       again.out = out_again;
       CUDA_OK(cuda::detail::LaunchLazyPrefillAttentionVariant(again, schedule, nullptr, 1));
       // A third launch of the same shape (1 CTA) on the starts the second made, as a step's
       // later layers run: one kernel (counted in a captured graph), the same rows.
-      CUDA_OK(cudaMalloc(&out_made, expected.size() * sizeof(float)));
-      CUDA_OK(cudaMemset(out_made, 0xff, expected.size() * sizeof(float)));
+      new_poisoned_output(&out_made);
       cuda::PrefillAttentionParams made = again;
       made.out = out_made;
       made.work_starts_made = true;
@@ -234,8 +246,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     float* out_one_tile = nullptr;
     const bool one_tile_reuse = work_starts && schedule < 0 && !cuda::PrefillTakesPersistentKernel(p);
     if (one_tile_reuse) {
-      CUDA_OK(cudaMalloc(&out_one_tile, expected.size() * sizeof(float)));
-      CUDA_OK(cudaMemset(out_one_tile, 0xff, expected.size() * sizeof(float)));
+      new_poisoned_output(&out_one_tile);
       CUDA_OK(cudaDeviceSynchronize());
       cuda::PrefillAttentionParams made = p;
       made.out = out_one_tile;
@@ -293,25 +304,10 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
                                    << "schedule " << schedule << ", splits " << forced_splits << ", heads per tile "
                                    << pack_heads << " on " << max_ctas << " CTAs";
     if (reuse) {
-      const auto got_again = ToHost(out_again, expected.size());
-      const auto got_made = ToHost(out_made, expected.size());
-      cudaFree(out_again);
-      cudaFree(out_made);
-      for (int seq = 0; seq < s.num_seqs; ++seq) {
-        EXPECT_LT(RelativeError(problem.Rows(got_again, seq), problem.Rows(expected, seq)), s.tolerance)
-            << "sequence " << seq << ": the second launch on the same work starts";
-        EXPECT_LT(RelativeError(problem.Rows(got_made, seq), problem.Rows(expected, seq)), s.tolerance)
-            << "sequence " << seq << ": a launch on work starts made by an earlier launch";
-      }
+      expect_rows_match(out_again, "the second launch on the same work starts");
+      expect_rows_match(out_made, "a launch on work starts made by an earlier launch");
     }
-    if (one_tile_reuse) {
-      const auto got_one_tile = ToHost(out_one_tile, expected.size());
-      cudaFree(out_one_tile);
-      for (int seq = 0; seq < s.num_seqs; ++seq) {
-        EXPECT_LT(RelativeError(problem.Rows(got_one_tile, seq), problem.Rows(expected, seq)), s.tolerance)
-            << "sequence " << seq << ": the one-tile kernel on work starts made by an earlier launch";
-      }
-    }
+    if (one_tile_reuse) expect_rows_match(out_one_tile, "the one-tile kernel on work starts made by an earlier launch");
     cudaFree(p.workspace);
     cudaFree(p.work_starts);
     p.work_starts = nullptr;

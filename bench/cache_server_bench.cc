@@ -96,8 +96,13 @@ int Main(int argc, char** argv) {
     return 1;
   }
   // Lookups lease nothing here: the lookup rate is that of the index, as before lookups leased.
-  auto tier = *RemoteChunkTier::Create(RemoteTierOptions{
-      .servers = {server.address()}, .holder = "bench", .lookup_lease_hold = std::chrono::milliseconds(0)});
+  // Assigned member by member: a designated temporary sets off GCC 12's -Wmaybe-uninitialized in
+  // the string members it leaves defaulted.
+  RemoteTierOptions tier_options;
+  tier_options.servers = {server.address()};
+  tier_options.holder = "bench";
+  tier_options.lookup_lease_hold = std::chrono::milliseconds(0);
+  auto tier = *RemoteChunkTier::Create(std::move(tier_options));
   // For Delete between configurations (the worker's client has no use for it).
   auto stub = v1::KvCache::NewStub(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
   const Hash128 fingerprint{1, 2};

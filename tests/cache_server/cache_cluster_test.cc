@@ -128,11 +128,14 @@ TEST(CacheClusterTest, ThreeServersOneKilledMidRunLosesOnlyItsKeys) {
       // Generous deadlines, scaled for slow builds: a spurious "down" (a loaded machine, seen
       // in CI at 20 ms) would turn fetches into computations. The killed server refuses
       // connections at once, so detecting it does not need short deadlines.
-      auto tier = RemoteChunkTier::Create(
-          RemoteTierOptions{.servers = addresses,
-                            .holder = "test",
-                            .initial_call_deadline = std::chrono::milliseconds(500 * SlowdownFactor()),
-                            .min_call_deadline = std::chrono::milliseconds(200 * SlowdownFactor())});
+      // Assigned member by member: a designated temporary sets off GCC 12's
+      // -Wmaybe-uninitialized in the string members it leaves defaulted.
+      RemoteTierOptions tier_options;
+      tier_options.servers = addresses;
+      tier_options.holder = "test";
+      tier_options.initial_call_deadline = std::chrono::milliseconds(500 * SlowdownFactor());
+      tier_options.min_call_deadline = std::chrono::milliseconds(200 * SlowdownFactor());
+      auto tier = RemoteChunkTier::Create(std::move(tier_options));
       EXPECT_TRUE(tier.ok());
       options.tier = *std::move(tier);
       options.pipeline.fetch_policy = FetchPolicy::kAlways;  // this test is about where chunks come from

@@ -5,9 +5,12 @@
 # build of it packed in the bundle), ROUNDS times, the
 # first round of each with --kernel-trace, while the call's time lasts (BUDGET_S, default
 # 480 s from the start), and cuda_decode_bench's split sweep if bundled. SHOW_TTFT_TRACE=1 also
-# prints the TTFT step's kernel trace; E2E_BATCHED=1 adds the trace under load per variant.
+# prints the TTFT step's kernel trace; E2E_BATCHED=1 adds the trace under load per variant;
+# SERVED=1 (with lazykv-worker and lazykv-bench in the bundle) adds the served trace at
+# concurrency 1 per variant and round (TTFT p50 by cached documents; the variant's settings are
+# the worker's environment).
 # Here: LAZYKV_MODELS_DIR=../shared/models bash bench/bundle_backend_gpu.sh OUT build cuda_backend_bench \
-#   [cuda_decode_bench] [tests] && cp bench/run_decode_step_gpu.sh OUT/data/
+#   [cuda_decode_bench] [lazykv-worker lazykv-bench] [tests] && cp bench/run_decode_step_gpu.sh OUT/data/
 # There: bash OUT/data/run_decode_step_gpu.sh OUT LOGDIR; the logs come back as LOGDIR/logs.tar.xz.
 set -uo pipefail
 bundle=$1; out=$2
@@ -65,6 +68,27 @@ if [[ -n ${E2E_BATCHED:-} ]]; then
         --max-concurrency 64 > "$log" 2>&1 || status=1
       echo "== e2e batched $name round $round ($vars)"
       grep -E "^mode|^lazy" "$log" | head -n 4
+    done
+  done
+fi
+# SERVED=1: the cached-TTFT trace served at concurrency 1 (60 requests, 24 of them with all 8
+# documents cached) through `lazykv-worker --no-cache-tier`, per variant, alternated, ROUNDS times.
+if [[ -n ${SERVED:-} ]] && command -v lazykv-worker > /dev/null && command -v lazykv-bench > /dev/null; then
+  trace=/tmp/served_c1_trace.jsonl
+  lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests 60 --doc-lengths fixed:512 \
+    --question-tokens 16 --max-tokens 16 --vocab 128000 --concurrency 1 --seed 1 --out "$trace" > /dev/null
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for variant in ${VARIANTS:-base}; do
+      if (( SECONDS - start > budget )); then echo "time budget spent: stopping before served $variant"; break 2; fi
+      name=${variant%%=*}; vars=; [[ $variant == *=* ]] && vars=${variant#*=}
+      variant_program "$vars"  # its settings; the worker is the bundle's
+      dir="$logs/served_${name}_$round"
+      (cd /tmp && env "${settings[@]}" timeout 300 lazykv-bench compare --worker "$(command -v lazykv-worker)" \
+        --trace "$trace" --modes lazy --model synthetic:llama3-8b --worker-arg --kv-pool --worker-arg 20GiB \
+        --worker-arg --no-cache-tier --out-dir "$dir" > "$dir.txt" 2>&1) || status=1
+      echo "== served $name round $round ($vars)"
+      grep -E "^mode|^lazy" "$dir.txt" | head -n 3
+      find "$dir" -type f ! -name compare.json -delete 2> /dev/null
     done
   done
 fi

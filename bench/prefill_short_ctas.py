@@ -15,13 +15,9 @@ Usage: prefill_short_ctas.py FILE...
 import statistics
 import sys
 
-from prefill_timeline import read
-
-KEYS_READY, TURN, SCORES_DONE, SOFTMAX_DONE, VALUES_DONE = range(5)
-KEY_SLOT, KEYS_ISSUED, VALUE_SLOT, VALUES_ISSUED, CTA_START = 10, 11, 12, 13, 14
-FIRST_QUERY_MADE = 16
-ENTRY, ENTRY_NS, PRIOR_GRID_DONE, ROWS_WRITTEN, ROWS_WRITTEN_NS = 26, 27, 28, 29, 30
-WORK_MADE, FIRST_TILES_MADE, COPY_START = 31, 32, 33
+from prefill_timeline import (COPY_START, CTA_START, ENTRY, ENTRY_NS, FIRST_QUERY_MADE, FIRST_TILES_MADE,
+                              KEY_SLOT, KEYS_ISSUED, KEYS_READY, PRIOR_GRID_DONE, ROWS_WRITTEN, ROWS_WRITTEN_NS,
+                              SCORES_DONE, SOFTMAX_DONE, VALUE_SLOT, VALUES_DONE, VALUES_ISSUED, WORK_MADE, read)
 
 # (name, tile, event): the steps read, all in cycles on the CTA's SM.
 STEPS = [("work tile made", 0, WORK_MADE), ("first tiles made or read", 0, FIRST_TILES_MADE),

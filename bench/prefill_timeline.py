@@ -25,6 +25,9 @@ import sys
 KEYS_READY, TURN, SCORES_DONE, SOFTMAX_DONE, VALUES_DONE = range(5)
 KEY_SLOT, KEYS_ISSUED, VALUE_SLOT, VALUES_ISSUED, CTA_START, SM_ID = 10, 11, 12, 13, 14, 15
 FIRST_QUERY_MADE = 16  # tile 0 only
+# Tile 0 only, the one-tile kernel's prologue (prefill_short_ctas.py reads them).
+ENTRY, ENTRY_NS, PRIOR_GRID_DONE, ROWS_WRITTEN, ROWS_WRITTEN_NS = 26, 27, 28, 29, 30
+WORK_MADE, FIRST_TILES_MADE, COPY_START = 31, 32, 33
 TENSOR_CYCLES_PER_TILE = 2 * 2 * (2 * 64 * 128 * 128) // 4096  # both consumers' S and P V: 2048
 
 

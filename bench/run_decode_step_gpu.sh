@@ -23,12 +23,14 @@ start=$SECONDS
 budget=${BUDGET_S:-480}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/device.txt"
 status=0
-# A variant's settings (ENV=VALUE,ENV=VALUE) into `settings` for env, and the program to run:
-# cuda_backend_bench, or the one a BIN=PROGRAM setting names (an earlier build packed beside).
+# A variant (NAME or NAME=ENV=VALUE,ENV=VALUE) into `name`, `vars` (its settings as written),
+# `settings` for env, and the program to run: cuda_backend_bench, or the one a BIN=PROGRAM
+# setting names (an earlier build packed beside).
 variant_program() {
+  name=${1%%=*}; vars=; [[ $1 == *=* ]] && vars=${1#*=}
   program=cuda_backend_bench; settings=()
   local setting
-  for setting in ${1//,/ }; do
+  for setting in ${vars//,/ }; do
     if [[ $setting == BIN=* ]]; then program=${setting#BIN=}; else settings+=("$setting"); fi
   done
 }
@@ -44,10 +46,9 @@ done
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for variant in ${VARIANTS:-base}; do
     if (( SECONDS - start > budget )); then echo "time budget spent: stopping before $variant round $round"; break 2; fi
-    name=${variant%%=*}; vars=; [[ $variant == *=* ]] && vars=${variant#*=}
+    variant_program "$variant"
     trace=; [[ $round == 1 ]] && trace=--kernel-trace
     log="$logs/${name}_$round.txt"
-    variant_program "$vars"
     env "${settings[@]}" timeout 200 "$program" $trace > "$log" 2>&1 || status=1
     echo "== $name round $round ($vars) $trace"
     grep -E "^decode step|^TTFT|^a step's GEMMs at 1 row|tensor-core skinny kernel" "$log"
@@ -61,9 +62,8 @@ if [[ -n ${E2E_BATCHED:-} ]]; then
   for round in $(seq 1 "${ROUNDS:-2}"); do
     for variant in ${VARIANTS:-base}; do
       if (( SECONDS - start > budget )); then echo "time budget spent: stopping before e2e $variant"; break 2; fi
-      name=${variant%%=*}; vars=; [[ $variant == *=* ]] && vars=${variant#*=}
+      variant_program "$variant"
       log="$logs/e2e_${name}_$round.txt"
-      variant_program "$vars"
       env "${settings[@]}" timeout 300 "$program" --e2e-batched --modes lazy --requests 160 --max-tokens 64 \
         --max-concurrency 64 > "$log" 2>&1 || status=1
       echo "== e2e batched $name round $round ($vars)"
@@ -80,8 +80,7 @@ if [[ -n ${SERVED:-} ]] && command -v lazykv-worker > /dev/null && command -v la
   for round in $(seq 1 "${ROUNDS:-2}"); do
     for variant in ${VARIANTS:-base}; do
       if (( SECONDS - start > budget )); then echo "time budget spent: stopping before served $variant"; break 2; fi
-      name=${variant%%=*}; vars=; [[ $variant == *=* ]] && vars=${variant#*=}
-      variant_program "$vars"  # its settings; the worker is the bundle's
+      variant_program "$variant"  # its settings; the worker is the bundle's
       dir="$logs/served_${name}_$round"
       (cd /tmp && env "${settings[@]}" timeout 300 lazykv-bench compare --worker "$(command -v lazykv-worker)" \
         --trace "$trace" --modes lazy --model synthetic:llama3-8b --worker-arg --kv-pool --worker-arg 20GiB \

@@ -57,7 +57,8 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
   done
 done
 # E2E_BATCHED=1: the trace under load (160 requests, 64 tokens out, concurrency 64,
-# lazy) per variant, alternated, ROUNDS times: served-shaped throughput of each variant.
+# lazy; E2E_CONCURRENCY sets it, 16 keeps decode batches within the tensor-core skinny kernel's
+# 5-16 rows) per variant, alternated, ROUNDS times: served-shaped throughput of each variant.
 if [[ -n ${E2E_BATCHED:-} ]]; then
   for round in $(seq 1 "${ROUNDS:-2}"); do
     for variant in ${VARIANTS:-base}; do
@@ -65,7 +66,7 @@ if [[ -n ${E2E_BATCHED:-} ]]; then
       variant_program "$variant"
       log="$logs/e2e_${name}_$round.txt"
       env "${settings[@]}" timeout 300 "$program" --e2e-batched --modes lazy --requests 160 --max-tokens 64 \
-        --max-concurrency 64 > "$log" 2>&1 || status=1
+        --max-concurrency "${E2E_CONCURRENCY:-64}" > "$log" 2>&1 || status=1
       echo "== e2e batched $name round $round ($vars)"
       grep -E "^mode|^lazy" "$log" | head -n 4
     done

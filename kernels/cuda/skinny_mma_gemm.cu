@@ -52,7 +52,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kStageK = 64;           // columns of K a stage: 128 bytes of a bf16 row
 constexpr int kChunks = kStageK / 8;  // 16-byte chunks of a bf16 row in a stage
-constexpr int kMaxSplits = 4;         // parts of K at most (chosen, not forced)
 constexpr int kMinStagesPerPart = 4;  // a part shorter than the pipeline wastes its fill
 constexpr int kCtasPerSm = 4;         // CTAs resident an SM (4-5 fit in shared memory)
 constexpr int kWChunksPerThread = kSkinnyMmaTileOut * kChunks / kThreads;
@@ -364,7 +363,9 @@ template <typename XT, Epilogue kEpilogue>
 cudaError_t Launch(const XT* x, int rows, int in, const bf16* w, int out, int product_cols, float* y, float beta,
                    bf16* h, const SkinnyMmaScratch& scratch, cudaStream_t stream, int splits) {
   if (splits == 0) {
-    splits = SkinnyMmaSplits(rows, in, product_cols, scratch);
+    const bool after_attention = std::is_same_v<XT, float>;  // fp32 X: the output projection
+    splits = SkinnyMmaSplits(rows, in, product_cols, scratch,
+                             after_attention ? kSkinnyMmaSplitCapAfterAttention : kSkinnyMmaSplitCap);
   } else if (splits < 1 || splits > TotalStages(in) || splits > 65535 ||
              (splits > 1 && !ScratchHolds(splits, rows, product_cols, scratch))) {
     return cudaErrorInvalidValue;
@@ -395,11 +396,11 @@ bool SkinnyMmaGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* 
          Aligned16(w);
 }
 
-int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch) {
+int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch, int cap) {
   static const int forced = EnvCount("LAZYKV_SKINNY_MMA_SPLITS");
-  static const int cap = EnvCount("LAZYKV_SKINNY_MMA_MAX_SPLITS");
+  static const int env_cap = EnvCount("LAZYKV_SKINNY_MMA_MAX_SPLITS");
   const int tiles = Tiles(out);
-  int splits = forced > 0 ? forced : std::min(cap > 0 ? cap : kMaxSplits, kCtasPerSm * MultiprocessorCount() / tiles);
+  int splits = forced > 0 ? forced : std::min(env_cap > 0 ? env_cap : cap, kCtasPerSm * MultiprocessorCount() / tiles);
   splits = std::clamp(splits, 1, std::max(1, TotalStages(in) / kMinStagesPerPart));
   return splits > 1 && ScratchHolds(splits, rows, out, scratch) ? splits : 1;
 }

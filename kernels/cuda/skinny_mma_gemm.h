@@ -44,16 +44,25 @@ struct SkinnyMmaScratch {
 // a multiple of 8, x and w 16-byte aligned.
 bool SkinnyMmaGemmApplies(const void* x, int rows, int in, const __nv_bfloat16* w);
 
+// Parts of K a launch chooses at most: kSkinnyMmaSplitCap for bf16 X, and for fp32 X (the
+// output projection, whose kernel before, the attention, leaves the memory mostly idle) twice
+// as many, so that twice the CTAs are resident and load their first stages of W while the
+// attention ends (dependent launch). 8 for every product made the cached TTFT 2-3% faster on
+// the H200 but the products back to back 2% slower (bench/results/skinny_mma_parts_2026-11-29.md).
+inline constexpr int kSkinnyMmaSplitCap = 4;
+inline constexpr int kSkinnyMmaSplitCapAfterAttention = 8;
+
 // How many parts K is split into for this shape (1: no split, no scratch used): enough CTAs
-// to keep the memory busy where W has few rows, at most 4, at least 4 stages of K each, and
-// only where `scratch` holds the partial sums and counters. LAZYKV_SKINNY_MMA_SPLITS=N asks N
-// for every shape (past the cap of 4, still at least 4 stages a part and within the scratch),
-// and LAZYKV_SKINNY_MMA_MAX_SPLITS=N sets the cap to N (only shapes with few tiles of W take
+// to keep the memory busy where W has few rows, at most `cap`, at least 4 stages of K each,
+// and only where `scratch` holds the partial sums and counters. LAZYKV_SKINNY_MMA_SPLITS=N asks
+// N for every shape (past the cap, still at least 4 stages a part and within the scratch),
+// and LAZYKV_SKINNY_MMA_MAX_SPLITS=N sets every cap to N (only shapes with few tiles of W take
 // more), for measurements.
-int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch);
+int SkinnyMmaSplits(int rows, int in, int out, const SkinnyMmaScratch& scratch, int cap = kSkinnyMmaSplitCap);
 
 // y = x w^T (beta 0; y is not read) or y += x w^T (beta 1), on `stream`. `splits` 0 takes
-// SkinnyMmaSplits; otherwise that many parts (for tests), which `scratch` must hold.
+// SkinnyMmaSplits (with kSkinnyMmaSplitCap); otherwise that many parts (for tests), which
+// `scratch` must hold.
 // cudaErrorInvalidValue where !SkinnyMmaGemmApplies, out < 1, beta not 0 or 1, or the split
 // does not fit the scratch.
 cudaError_t LaunchSkinnyMmaGemm(const __nv_bfloat16* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
@@ -61,7 +70,8 @@ cudaError_t LaunchSkinnyMmaGemm(const __nv_bfloat16* x, int rows, int in, const 
 
 // The same for fp32 x of at most kSkinnyMmaRoundingMaxRows rows, each value rounded to bf16 as
 // the kernel builds its fragments (as LaunchToBf16 rounds it): bit for bit LaunchToBf16 then
-// LaunchSkinnyMmaGemm (same splits), without the bf16 copy of x and its kernel.
+// LaunchSkinnyMmaGemm at the same splits, without the bf16 copy of x and its kernel. `splits`
+// 0 takes SkinnyMmaSplits with kSkinnyMmaSplitCapAfterAttention.
 cudaError_t LaunchSkinnyMmaGemmRoundingX(const float* x, int rows, int in, const __nv_bfloat16* w, int out, float* y,
                                          float beta, const SkinnyMmaScratch& scratch, cudaStream_t stream,
                                          int splits = 0);

@@ -5,11 +5,13 @@
 // chooses and with a random forced split (uneven parts of K included), beta 0 over NaN and
 // beta 1; counters left at zero; its fp32-X and SwiGLU fusions bit for bit the unfused kernels; back-to-back split
 // launches on one stream; X and y read only after the kernel before it (dependent launches); cuBLASLt's workspace
-// shared in stream order; the arguments it refuses; and Gemm running it at 5 to kSkinnyMmaFasterRows (16) rows where asked (no cuBLASLt plan).
+// shared in stream order; the arguments it refuses; and Gemm running it at 5 to kSkinnyMmaFasterRows (16) rows where
+// asked (no cuBLASLt plan).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -47,10 +49,11 @@ constexpr double kRelative = 5e-6;
 
 constexpr int kStageK = 64;  // the kernel's columns of K a stage (skinny_mma_gemm.cu)
 
-// Scratch for up to 6 parts of kSkinnyMmaMaxRows rows of `out` outputs.
+// Scratch for up to kParts parts of kSkinnyMmaMaxRows rows of `out` outputs.
+constexpr int kParts = 8;  // the most parts a launch chooses (kSkinnyMmaSplitCapAfterAttention)
 struct Scratch {
   Scratch(DeviceArena& arena, int out) {
-    s.workspace_bytes = static_cast<size_t>(6) * cuda::kSkinnyMmaMaxRows * out * sizeof(float);
+    s.workspace_bytes = static_cast<size_t>(kParts) * cuda::kSkinnyMmaMaxRows * out * sizeof(float);
     s.workspace = arena.Alloc<float>(s.workspace_bytes / sizeof(float));
     s.counter_slots = (out + cuda::kSkinnyMmaTileOut - 1) / cuda::kSkinnyMmaTileOut;
     s.counters = arena.Alloc<int32_t>(s.counter_slots);
@@ -86,7 +89,7 @@ TEST(CudaSkinnyMmaGemmTest, MatchesAPlainProductOnRandomShapes) {
     const int in = ins[rng() % 6];
     const int out = 1 + static_cast<int>(rng() % (in >= 4096 ? 700 : 3000));
     const int stages = (in + kStageK - 1) / kStageK;
-    const int forced = 1 + static_cast<int>(rng() % std::min(6, stages));
+    const int forced = 1 + static_cast<int>(rng() % std::min(kParts, stages));
     SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out << ", forced split " << forced);
     std::vector<__nv_bfloat16> xb, wb;
     std::vector<float> x, w;
@@ -182,10 +185,10 @@ TEST(CudaSkinnyMmaGemmTest, BackToBackSplitLaunchesEachGetTheirOwnSums) {
   Stream stream;
   ASSERT_TRUE(stream.ok);
   CUDA_OK(cudaDeviceSynchronize());      // the copies above (the legacy stream's) have landed
-  for (int l = 0; l < kLaunches; ++l) {  // 3 then 4 parts: the counts differ between neighbours too
+  for (int l = 0; l < kLaunches; ++l) {  // 3 then 8 parts: the counts differ between neighbours too
     ASSERT_NE(products.ys[l], nullptr);
     ASSERT_EQ(cuda::LaunchSkinnyMmaGemm(products.xs[l], rows, in, wd, out, products.ys[l], 0.0f, scratch.s, stream.s,
-                                        3 + l % 2),
+                                        l % 2 == 0 ? 3 : kParts),
               cudaSuccess);
   }
   CUDA_OK(cudaStreamSynchronize(stream.s));
@@ -286,7 +289,7 @@ TEST(CudaSkinnyMmaGemmTest, FusedKernelsEqualTheUnfusedOnes) {
     const int in = 8 * (1 + static_cast<int>(rng() % 600));
     const int out = 1 + static_cast<int>(rng() % 900);  // also the SwiGLU's hidden: odd ones too
     const int stages = (in + kStageK - 1) / kStageK;
-    const int splits = trial % 2 == 0 ? 0 : 1 + static_cast<int>(rng() % std::min(4, stages));
+    const int splits = trial % 2 == 0 ? 0 : 1 + static_cast<int>(rng() % std::min(kParts, stages));
     SCOPED_TRACE(::testing::Message() << rows << " x " << in << " x " << out << ", splits " << splits);
     DeviceArena arena;
     Scratch scratch(arena, 2 * out);
@@ -313,14 +316,20 @@ TEST(CudaSkinnyMmaGemmTest, FusedKernelsEqualTheUnfusedOnes) {
       float* y_unfused = NanFilled(arena, static_cast<size_t>(rows) * out);
       float* y_fused = NanFilled(arena, static_cast<size_t>(rows) * out);
       ASSERT_TRUE(y_unfused != nullptr && y_fused != nullptr);
+      // Chosen (0), the fused launch's split has its own cap: the unfused one is given it.
+      const int same_splits =
+          splits != 0 ? splits
+                      : cuda::SkinnyMmaSplits(rows, in, out, scratch.s, cuda::kSkinnyMmaSplitCapAfterAttention);
       CUDA_OK(cuda::LaunchToBf16(x32d, x32.size(), x_rounded, nullptr));
-      CUDA_OK(cuda::LaunchSkinnyMmaGemm(x_rounded, rows, in, wd, out, y_unfused, 0.0f, scratch.s, nullptr, splits));
+      CUDA_OK(
+          cuda::LaunchSkinnyMmaGemm(x_rounded, rows, in, wd, out, y_unfused, 0.0f, scratch.s, nullptr, same_splits));
       CUDA_OK(cuda::LaunchSkinnyMmaGemmRoundingX(x32d, rows, in, wd, out, y_fused, 0.0f, scratch.s, nullptr, splits));
       const std::vector<float> a = ToHost(y_unfused, static_cast<size_t>(rows) * out);
       const std::vector<float> b = ToHost(y_fused, a.size());
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rounding in the fragments";
       ExpectGuardIntact(y_fused + a.size());
-      CUDA_OK(cuda::LaunchSkinnyMmaGemm(x_rounded, rows, in, wd, out, y_unfused, 1.0f, scratch.s, nullptr, splits));
+      CUDA_OK(
+          cuda::LaunchSkinnyMmaGemm(x_rounded, rows, in, wd, out, y_unfused, 1.0f, scratch.s, nullptr, same_splits));
       CUDA_OK(cuda::LaunchSkinnyMmaGemmRoundingX(x32d, rows, in, wd, out, y_fused, 1.0f, scratch.s, nullptr, splits));
       const std::vector<float> a2 = ToHost(y_unfused, a.size());
       const std::vector<float> b2 = ToHost(y_fused, a.size());
@@ -398,6 +407,17 @@ TEST(CudaSkinnyMmaGemmTest, RefusesWhatItCannotTake) {
       << "no h";
   // Without scratch it chooses no split, and computes.
   EXPECT_EQ(cuda::SkinnyMmaSplits(rows, 4096, out, cuda::SkinnyMmaScratch{}), 1);
+  // With it, a shape of 5 tiles and 64 stages takes as many parts as its cap allows (any GPU
+  // of 10 SMs or more has the CTA slots), and the output projection's cap is the larger.
+  static_assert(cuda::kSkinnyMmaSplitCapAfterAttention > cuda::kSkinnyMmaSplitCap);
+  static_assert(cuda::kSkinnyMmaSplitCapAfterAttention <= kParts, "the test's scratch holds it");
+  if (std::getenv("LAZYKV_SKINNY_MMA_SPLITS") == nullptr && std::getenv("LAZYKV_SKINNY_MMA_MAX_SPLITS") == nullptr) {
+    EXPECT_EQ(cuda::SkinnyMmaSplits(rows, 4096, out, scratch.s), cuda::kSkinnyMmaSplitCap);
+    EXPECT_EQ(cuda::SkinnyMmaSplits(rows, 4096, out, scratch.s, cuda::kSkinnyMmaSplitCapAfterAttention),
+              cuda::kSkinnyMmaSplitCapAfterAttention);
+    EXPECT_EQ(cuda::SkinnyMmaSplits(rows, 1024, out, scratch.s, cuda::kSkinnyMmaSplitCapAfterAttention), 4)
+        << "16 stages: 4 a part at least";
+  }
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

@@ -31,12 +31,13 @@ class HttpConnectionPool : public httplib::TaskQueue {
  private:
   void Work(std::deque<std::function<void()>>* jobs, bool refusing) ABSL_LOCKS_EXCLUDED(mu_);
 
+  const size_t threads_serving_;
   const size_t max_queued_;
   Mutex mu_;
   CondVar ready_;  // a job was queued, or shutdown
   std::deque<std::function<void()>> serving_ ABSL_GUARDED_BY(mu_);
   std::deque<std::function<void()>> overflow_ ABSL_GUARDED_BY(mu_);
-  size_t idle_ ABSL_GUARDED_BY(mu_) = 0;  // serving threads waiting for a job
+  size_t busy_ ABSL_GUARDED_BY(mu_) = 0;  // serving threads running a connection
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;  // set in the constructor, joined by shutdown()
 };

@@ -129,6 +129,11 @@ struct KernelArgs {
   int max_ctas;  // kPersistent: the grid's cap (0: one CTA an SM)
 };
 
+// The list of `order` with what MakeWork needs from the launch's arguments.
+WorkList ListOf(const PrefillWorkOrder& order, const KernelArgs& a) {
+  return WorkList{order, a.log2bs, a.splits, a.log2_pack};
+}
+
 // The work starts of `list` (a warp each), made before a launch on them; ctas: the persistent
 // grid's size (the list's count for the one-tile kernel).
 template <int HD>
@@ -149,12 +154,8 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     if (count + std::min<long long>(count, kMaxPersistentCtas) > INT32_MAX) return cudaErrorInvalidValue;
     const long long ctas =
         std::min<long long>({count, a.max_ctas > 0 ? a.max_ctas : MultiprocessorCount(), kMaxPersistentCtas});
-    WorkList list;
-    list.order =
-        MakePrefillWorkOrder(static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z), ctas);
-    list.log2bs = a.log2bs;
-    list.splits = a.splits;
-    list.log2_pack = a.log2_pack;
+    const WorkList list = ListOf(
+        MakePrefillWorkOrder(static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z), ctas), a);
     // Before any launch: a map the driver refuses launches nothing.
     CUtensorMap q_map, out_map = {};
     if (const cudaError_t e = MakeQueryTensorMap(p, 1 << a.log2_pack, &q_map); e != cudaSuccess) return e;
@@ -187,12 +188,10 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     PrefillWorkStart* starts =
         p.work_starts != nullptr && fits ? static_cast<PrefillWorkStart*>(p.work_starts) : nullptr;
     if (starts != nullptr && !p.work_starts_made) {
-      WorkList list;
-      list.order = OneTileWorkOrder(grid);
-      list.log2bs = a.log2bs;
-      list.splits = a.splits;
-      list.log2_pack = a.log2_pack;
-      if (const cudaError_t e = LaunchWorkStarts<HD>(p, list, count, starts, stream); e != cudaSuccess) return e;
+      if (const cudaError_t e = LaunchWorkStarts<HD>(p, ListOf(OneTileWorkOrder(grid), a), count, starts, stream);
+          e != cudaSuccess) {
+        return e;
+      }
     }
     const auto kernel = LazyPrefillSpecializedKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD>::kAllocBytes;

@@ -101,11 +101,16 @@ void GpuTier::PromoterLoop() {
     std::optional<Pending> next(std::move(pending_.front()));
     pending_.pop_front();
     counts_.pending_promotions = pending_.size();
+    // In flight from here, under the lock that unqueued it: a Delete between the two (the key
+    // neither queued nor in flight) found nothing to stop, and the chunk came back.
+    const bool claimed = ClaimLocked(next->key);
     promoting_ = true;
     lock.Unlock();
     Demotions demote;
-    if (absl::Status s = PromoteInto(next->key, next->chunk, &demote); !s.ok()) {
-      spdlog::debug("GPU tier: promotion of {} skipped: {}", next->key.ToHex(), s.ToString());
+    if (claimed) {
+      if (absl::Status s = PromoteClaimed(next->key, next->chunk, &demote); !s.ok()) {
+        spdlog::debug("GPU tier: promotion of {} skipped: {}", next->key.ToHex(), s.ToString());
+      }
     }
     next.reset();  // its host pages go back before the demotions need room there
     Demote(std::move(demote));
@@ -152,7 +157,8 @@ void GpuTier::ReadBackOrDrop(Victims victims, Demotions* demote) {
         }
         demote->emplace_back(key, *std::move(bytes));
       } else {
-        spdlog::warn("GPU tier: reading back {} failed ({}); the chunk is lost", key.ToHex(), bytes.status().ToString());
+        spdlog::warn("GPU tier: reading back {} failed ({}); the chunk is lost", key.ToHex(),
+                     bytes.status().ToString());
       }
     }
     value.reset();  // its pages go back (unless a reader holds them)
@@ -180,22 +186,21 @@ absl::Status GpuTier::Promote(const Hash128& key, const ChunkReader& chunk) {
   return status;
 }
 
+bool GpuTier::ClaimLocked(const Hash128& key) {
+  if (index_.contains(key) || in_flight_.contains(key)) return false;
+  in_flight_.insert(key);
+  return true;
+}
+
 absl::Status GpuTier::PromoteInto(const Hash128& key, const ChunkReader& chunk, Demotions* demote) {
-  const uint64_t size = chunk.size();
-  if (size < kChunkHeaderBytes) return absl::InvalidArgumentError("GPU tier: not a stored chunk");
-  const uint64_t pages_needed = arena_->PagesFor(size);
-  if (pages_needed > arena_->num_pages()) {
-    return absl::ResourceExhaustedError(absl::StrFormat("chunk of %d bytes is larger than the GPU tier", size));
-  }
-  std::vector<uint32_t> pages;
-  Victims victims;
   {
     MutexLock lock(&mu_);
-    if (index_.contains(key) || in_flight_.contains(key)) return absl::OkStatus();
-    in_flight_.insert(key);
-    EvictForLocked(pages_needed, &victims);
-    UpdateGaugesLocked();
+    if (!ClaimLocked(key)) return absl::OkStatus();  // stored, or under way
   }
+  return PromoteClaimed(key, chunk, demote);
+}
+
+absl::Status GpuTier::PromoteClaimed(const Hash128& key, const ChunkReader& chunk, Demotions* demote) {
   // However it ends, the key is no longer in flight (and a tombstone for it is spent).
   struct Landed {
     GpuTier* tier;
@@ -206,6 +211,19 @@ absl::Status GpuTier::PromoteInto(const Hash128& key, const ChunkReader& chunk, 
       tier->tombstones_.erase(key);
     }
   } landed{this, key};
+  const uint64_t size = chunk.size();
+  if (size < kChunkHeaderBytes) return absl::InvalidArgumentError("GPU tier: not a stored chunk");
+  const uint64_t pages_needed = arena_->PagesFor(size);
+  if (pages_needed > arena_->num_pages()) {
+    return absl::ResourceExhaustedError(absl::StrFormat("chunk of %d bytes is larger than the GPU tier", size));
+  }
+  std::vector<uint32_t> pages;
+  Victims victims;
+  {
+    MutexLock lock(&mu_);
+    EvictForLocked(pages_needed, &victims);
+    UpdateGaugesLocked();
+  }
   ReadBackOrDrop(std::move(victims), demote);  // the victims' pages go back here
   if (!arena_->TryAllocate(pages_needed, &pages)) {
     return absl::ResourceExhaustedError("GPU tier: no room (pages held by readers)");

@@ -120,6 +120,11 @@ class GpuTier {
   // stored below once the promoted chunk's reader has let go of its host pages (storing
   // them may need those pages).
   absl::Status PromoteInto(const Hash128& key, const ChunkReader& chunk, Demotions* demote) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for a key the caller has put in in_flight_ (so that a Delete from then on leaves
+  // a tombstone); takes it out however it ends.
+  absl::Status PromoteClaimed(const Hash128& key, const ChunkReader& chunk, Demotions* demote) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `key` may be promoted now (neither stored nor under way); if so, marks it in flight.
+  bool ClaimLocked(const Hash128& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts until `pages` are free or nothing is left to evict; the victims into *victims.
   void EvictForLocked(uint64_t pages, Victims* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads back the victims no lower tier holds into *demote, then lets every victim go.

@@ -8,7 +8,7 @@
 # prints the TTFT step's kernel trace; E2E_BATCHED=1 adds the trace under load per variant;
 # SERVED=1 (with lazykv-worker and lazykv-bench in the bundle) adds the served trace at
 # concurrency 1 per variant and round (TTFT p50 by cached documents; the variant's settings are
-# the worker's environment).
+# the worker's environment; SKIP_BENCH=1 leaves out the cuda_backend_bench rounds; a setting WARG=--flag=value is given to the worker as a flag instead).
 # Here: LAZYKV_MODELS_DIR=../shared/models bash bench/bundle_backend_gpu.sh OUT build cuda_backend_bench \
 #   [cuda_decode_bench] [lazykv-worker lazykv-bench] [tests] && cp bench/run_decode_step_gpu.sh OUT/data/
 # There: bash OUT/data/run_decode_step_gpu.sh OUT LOGDIR; the logs come back as LOGDIR/logs.tar.xz.
@@ -28,10 +28,12 @@ status=0
 # setting names (an earlier build packed beside).
 variant_program() {
   name=${1%%=*}; vars=; [[ $1 == *=* ]] && vars=${1#*=}
-  program=cuda_backend_bench; settings=()
+  program=cuda_backend_bench; settings=(); worker_args=()
   local setting
   for setting in ${vars//,/ }; do
-    if [[ $setting == BIN=* ]]; then program=${setting#BIN=}; else settings+=("$setting"); fi
+    if [[ $setting == BIN=* ]]; then program=${setting#BIN=}
+    elif [[ $setting == WARG=* ]]; then worker_args+=(--worker-arg "${setting#WARG=}")
+    else settings+=("$setting"); fi
   done
 }
 # A test named ENV=VALUE:test runs with that variable set (its log named ENV=VALUE_test.log).
@@ -44,6 +46,7 @@ for entry in ${TESTS:-}; do
   grep -E '^\[  FAILED  \]' "$log" | head -n 5
 done
 for round in $(seq 1 "${ROUNDS:-2}"); do
+  [[ -n ${SKIP_BENCH:-} ]] && break  # SKIP_BENCH=1: only the tests and what E2E_BATCHED / SERVED add
   for variant in ${VARIANTS:-base}; do
     if (( SECONDS - start > budget )); then echo "time budget spent: stopping before $variant round $round"; break 2; fi
     variant_program "$variant"
@@ -85,9 +88,10 @@ if [[ -n ${SERVED:-} ]] && command -v lazykv-worker > /dev/null && command -v la
       dir="$logs/served_${name}_$round"
       (cd /tmp && env "${settings[@]}" timeout 300 lazykv-bench compare --worker "$(command -v lazykv-worker)" \
         --trace "$trace" --modes lazy --model synthetic:llama3-8b --worker-arg --kv-pool --worker-arg 20GiB \
-        --worker-arg --no-cache-tier --out-dir "$dir" > "$dir.txt" 2>&1) || status=1
+        --worker-arg --no-cache-tier "${worker_args[@]}" --out-dir "$dir" > "$dir.txt" 2>&1) || status=1
       echo "== served $name round $round ($vars)"
-      grep -E "^mode|^lazy" "$dir.txt" | head -n 3
+      grep -E "^mode|^lazy" "$dir.txt" | head -n 4
+      [[ -f $bundle/data/served_transit.py && -f $dir/compare.json ]] && python3 "$bundle/data/served_transit.py" "$dir/compare.json" 8
       find "$dir" -type f ! -name compare.json -delete 2> /dev/null
     done
   done

@@ -1,5 +1,6 @@
 #include "worker/serve/generation_loop.h"
 
+#include "common/cpu_relax.h"
 #include "spdlog/spdlog.h"
 
 namespace lazykv {
@@ -23,8 +24,9 @@ void RequestStream::Push(EngineEvent event) {
   ready_.Signal();
 }
 
-GenerationLoop::GenerationLoop(std::unique_ptr<Engine> engine, std::shared_ptr<WorkerMetrics> metrics)
-    : engine_(std::move(engine)), metrics_(std::move(metrics)), thread_([this] { Run(); }) {}
+GenerationLoop::GenerationLoop(std::unique_ptr<Engine> engine, std::shared_ptr<WorkerMetrics> metrics,
+                               GenerationLoopOptions options)
+    : engine_(std::move(engine)), metrics_(std::move(metrics)), options_(options), thread_([this] { Run(); }) {}
 
 GenerationLoop::~GenerationLoop() { Stop(); }
 
@@ -37,6 +39,7 @@ std::shared_ptr<RequestStream> GenerationLoop::Submit(GenerateRequest request) {
       return stream;
     }
     inbox_.emplace_back(stream, std::move(request));
+    posted_.fetch_add(1, std::memory_order_release);
   }
   wake_.Signal();
   return stream;
@@ -47,6 +50,7 @@ void GenerationLoop::Cancel(const std::shared_ptr<RequestStream>& stream, absl::
   {
     MutexLock lock(&mu_);
     controls_.push_back(Control{stream, std::move(reason)});
+    posted_.fetch_add(1, std::memory_order_release);
   }
   wake_.Signal();
 }
@@ -55,6 +59,7 @@ void GenerationLoop::StopEarly(const std::shared_ptr<RequestStream>& stream) {
   {
     MutexLock lock(&mu_);
     controls_.push_back(Control{stream, absl::OkStatus()});
+    posted_.fetch_add(1, std::memory_order_release);
   }
   wake_.Signal();
 }
@@ -64,20 +69,41 @@ void GenerationLoop::Stop() {
     MutexLock lock(&mu_);
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
+    posted_.fetch_add(1, std::memory_order_release);
   }
   wake_.Signal();
   if (thread_.joinable()) thread_.join();
 }
 
+void GenerationLoop::SpinWhileIdle(uint64_t seen) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.idle_spin;
+  while (true) {
+    for (int i = 0; i < 64; ++i) {  // (a clock read costs about as much as 64 pauses)
+      if (posted_.load(std::memory_order_acquire) != seen) {
+        spins_caught_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      CpuRelax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      spins_expired_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
 void GenerationLoop::Run() {
   std::vector<EngineEvent> events;
+  uint64_t seen = 0;  // posted_ when the queues were last taken (all of it is in them)
   while (true) {
     decltype(inbox_) inbox;
     std::vector<Control> controls;
     bool stopping = false;
+    if (options_.idle_spin.count() > 0 && !engine_->HasWork()) SpinWhileIdle(seen);
     {
       MutexLock lock(&mu_);
       while (!stopping_ && inbox_.empty() && controls_.empty() && !engine_->HasWork()) wake_.Wait(&mu_);
+      seen = posted_.load(std::memory_order_relaxed);  // posts change it under mu_
       inbox.swap(inbox_);
       controls.swap(controls_);
       stopping = stopping_;

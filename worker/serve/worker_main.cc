@@ -44,6 +44,12 @@ constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PAT
                            warm-up (default: 512 on a GPU; off on the CPU, whose passes are slow
                            and where fetching wins anyway; 0: off, the cost is then learned
                            from steps alone)
+  --idle-spin-us N          when the engine runs out of work, its thread watches for the next
+                           request this long before it sleeps: a request arriving meanwhile
+                           starts without a thread wake-up (at most one core, N us after each
+                           time the engine goes idle; default: 2000 on a GPU, 0 on the CPU,
+                           whose steps are too slow for a wake-up to matter; 0: sleep at once;
+                           at most 1000000)
   --no-warm-up             serve without the backend warm-up: on a GPU, every GEMM shape a step
                            can have is otherwise planned and run once before serving (about a
                            second for an 8B model), where the first steps would pay for it
@@ -75,6 +81,7 @@ struct WorkerFlags {
   uint64_t http_max_body_bytes = 16 << 20;
   int calibrate_prefill_tokens = -1;  // -1: 512 on a GPU, off on the CPU
   bool no_warm_up = false;
+  int idle_spin_us = -1;  // -1: 2000 on a GPU, 0 on the CPU
 };
 
 absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
@@ -84,6 +91,7 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   parser.AddInt("--max-threads", &f.max_threads);
   parser.AddInt("--calibrate-prefill-tokens", &f.calibrate_prefill_tokens);
   parser.AddSwitch("--no-warm-up", &f.no_warm_up);
+  parser.AddInt("--idle-spin-us", &f.idle_spin_us);
   parser.AddString("--listen", &f.listen);
   parser.AddString("--metrics-listen", &f.metrics_listen);
   parser.AddInt("--max-running-requests", &f.model.setup.engine.max_running_requests);
@@ -106,6 +114,9 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   }
   if (f.service.default_max_tokens <= 0) return absl::InvalidArgumentError("--default-max-tokens must be positive");
   if (f.max_threads <= 0) return absl::InvalidArgumentError("--max-threads must be positive");
+  if (f.idle_spin_us < -1 || f.idle_spin_us > 1000000) {
+    return absl::InvalidArgumentError("--idle-spin-us must be within 0-1000000");
+  }
   if (absl::Status s = CheckServerSecurity(f.listen, f.security); !s.ok()) return s;
   if (f.http.threads <= 0) return absl::InvalidArgumentError("--http-threads must be positive");
   if (f.http.max_queued_connections < 0) return absl::InvalidArgumentError("--http-max-queued must be >= 0");
@@ -137,10 +148,10 @@ void LogStepProfile(const Engine& engine) {
   ChunkPipeline* pipeline = engine.pipeline();
   if (pipeline == nullptr) return;
   spdlog::info("chunk pipeline: {}", FormatPipelineStats(pipeline->stats()));
-  if (const TransportStats s = pipeline->tier().transport_stats(); s.grpc_chunks + s.shm_chunks + s.cuda_ipc_chunks +
-                                                                       s.nccl_chunks > 0) {
-    spdlog::info("fetched by transport: grpc {}, shm {}, cuda_ipc {}, nccl {} chunks ({} shm fallbacks)",
-                 s.grpc_chunks, s.shm_chunks, s.cuda_ipc_chunks, s.nccl_chunks, s.shm_fallbacks);
+  if (const TransportStats s = pipeline->tier().transport_stats();
+      s.grpc_chunks + s.shm_chunks + s.cuda_ipc_chunks + s.nccl_chunks > 0) {
+    spdlog::info("fetched by transport: grpc {}, shm {}, cuda_ipc {}, nccl {} chunks ({} shm fallbacks)", s.grpc_chunks,
+                 s.shm_chunks, s.cuda_ipc_chunks, s.nccl_chunks, s.shm_fallbacks);
   }
   for (const auto& e : pipeline->cost_model().Sources()) {
     spdlog::info("fetch cost: {}: {:.3f} ms + {:.2f} GB/s over {} fetches", e.source, e.latency_seconds * 1e3,
@@ -164,7 +175,8 @@ int Serve(int argc, char** argv) {
   }
   if (!flags.no_warm_up) {
     // Not fatal: an unprepared shape is prepared at its first step instead.
-    if (absl::Status s = loaded->engine->WarmUpBackend(); !s.ok()) spdlog::warn("backend warm-up failed: {}", s.ToString());
+    if (absl::Status s = loaded->engine->WarmUpBackend(); !s.ok())
+      spdlog::warn("backend warm-up failed: {}", s.ToString());
   }
   const int calibrate_tokens =
       flags.calibrate_prefill_tokens >= 0 ? flags.calibrate_prefill_tokens : (loaded->on_gpu ? 512 : 0);
@@ -188,7 +200,9 @@ int Serve(int argc, char** argv) {
     spdlog::error("{}", std::string(metrics_server.status().message()));
     return 1;
   }
-  GenerationLoop loop(std::move(loaded->engine), metrics);
+  const int idle_spin_us = flags.idle_spin_us >= 0 ? flags.idle_spin_us : (loaded->on_gpu ? 2000 : 0);
+  GenerationLoop loop(std::move(loaded->engine), metrics,
+                      GenerationLoopOptions{.idle_spin = std::chrono::microseconds(idle_spin_us)});
   GenerationService service(&loop, loaded->tokenizer.get(), flags.service, authorizer->get());
 
   std::unique_ptr<OpenAiServer> http;

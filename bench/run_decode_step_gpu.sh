@@ -76,11 +76,13 @@ if [[ -n ${E2E_BATCHED:-} ]]; then
   done
 fi
 # SERVED=1: the cached-TTFT trace served at concurrency 1 (60 requests, 24 of them with all 8
-# documents cached) through `lazykv-worker --no-cache-tier`, per variant, alternated, ROUNDS times.
+# documents cached; SERVED_CONCURRENCY and SERVED_REQUESTS change both) through
+# `lazykv-worker --no-cache-tier`, per variant, alternated, ROUNDS times.
 if [[ -n ${SERVED:-} ]] && command -v lazykv-worker > /dev/null && command -v lazykv-bench > /dev/null; then
-  trace=/tmp/served_c1_trace.jsonl
-  lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests 60 --doc-lengths fixed:512 \
-    --question-tokens 16 --max-tokens 16 --vocab 128000 --concurrency 1 --seed 1 --out "$trace" > /dev/null
+  trace=/tmp/served_trace.jsonl
+  lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests "${SERVED_REQUESTS:-60}" \
+    --doc-lengths fixed:512 --question-tokens 16 --max-tokens 16 --vocab 128000 \
+    --concurrency "${SERVED_CONCURRENCY:-1}" --seed 1 --out "$trace" > /dev/null
   for round in $(seq 1 "${ROUNDS:-2}"); do
     for variant in ${VARIANTS:-base}; do
       if (( SECONDS - start > budget )); then echo "time budget spent: stopping before served $variant"; break 2; fi
@@ -92,7 +94,8 @@ if [[ -n ${SERVED:-} ]] && command -v lazykv-worker > /dev/null && command -v la
       echo "== served $name round $round ($vars)"
       grep -E "^mode|^lazy" "$dir.txt" | head -n 4
       [[ -f $bundle/data/served_transit.py && -f $dir/compare.json ]] && python3 "$bundle/data/served_transit.py" "$dir/compare.json" 8
-      find "$dir" -type f ! -name compare.json -delete 2> /dev/null
+      find "$dir" -type f ! -name compare.json ! -name 'worker-*.log' -delete 2> /dev/null
+      grep -h "idle watches\|\] steps: " "$dir"/worker-*.log 2> /dev/null | sed 's/^.*\] //'
     done
   done
 fi

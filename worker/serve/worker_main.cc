@@ -264,6 +264,11 @@ int Serve(int argc, char** argv) {
   if (http != nullptr) http->Stop();
   if (tier != nullptr) tier->Flush();  // computed chunks reach the cache tier
   LogStepProfile(loop.engine());
+  if (idle_spin_us > 0) {
+    const GenerationLoop::IdleSpins spins = loop.idle_spins();
+    spdlog::info("engine idle watches: {} took a request, {} ran out ({} us each)", spins.caught, spins.expired,
+                 idle_spin_us);
+  }
   spdlog::info("stopped cleanly");
   return 0;
 }

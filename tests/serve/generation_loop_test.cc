@@ -1,7 +1,8 @@
 // GenerationLoop's idle spin (GenerationLoopOptions::idle_spin): a request posted while the idle
 // engine thread watches is taken by the watch (counted as caught), one posted after the watch
 // ran out wakes the sleeping thread, Stop ends a watch at once, and every request still gets
-// the tokens it gets alone; with no spin nothing is counted.
+// the tokens it gets alone; with no spin nothing is counted. The watches' outcomes are the
+// worker's metric lazykv_worker_engine_idle_watches_total.
 #include "worker/serve/generation_loop.h"
 
 #include <chrono>
@@ -36,6 +37,20 @@ absl::StatusOr<std::vector<int32_t>> Drain(RequestStream& stream) {
   }
 }
 
+// The value of lazykv_worker_engine_idle_watches_total{outcome}.
+double IdleWatches(const WorkerMetrics& metrics, const std::string& outcome) {
+  for (const prometheus::MetricFamily& family : metrics.registry()->Collect()) {
+    if (family.name != "lazykv_worker_engine_idle_watches_total") continue;
+    for (const prometheus::ClientMetric& metric : family.metric) {
+      for (const prometheus::ClientMetric::Label& label : metric.label) {
+        if (label.name == "outcome" && label.value == outcome) return metric.counter.value;
+      }
+    }
+  }
+  ADD_FAILURE() << "no idle watches counter with outcome " << outcome;
+  return -1;
+}
+
 struct Fixture {
   explicit Fixture(uint64_t seed) : weights(MakeSyntheticWeights(*SyntheticConfig("tiny"), seed)) {
     std::mt19937_64 rng(seed);
@@ -52,8 +67,8 @@ TEST(GenerationLoopTest, IdleSpinTakesWhatIsPostedWhileItWatches) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Fixture f(seed);
   constexpr auto kSpin = milliseconds(1500);
-  GenerationLoop loop(MakeEngine(f.weights, AttentionMode::kLazy), std::make_shared<WorkerMetrics>(),
-                      GenerationLoopOptions{.idle_spin = kSpin});
+  auto metrics = std::make_shared<WorkerMetrics>();
+  GenerationLoop loop(MakeEngine(f.weights, AttentionMode::kLazy), metrics, GenerationLoopOptions{.idle_spin = kSpin});
   // The loop starts idle and watching: the first request is caught, and so is the second,
   // posted as soon as the first has ended.
   auto first = Drain(*loop.Submit(f.request));
@@ -75,13 +90,16 @@ TEST(GenerationLoopTest, IdleSpinTakesWhatIsPostedWhileItWatches) {
   loop.Stop();
   EXPECT_LT(steady_clock::now() - stop_start, kSpin / 2);
   EXPECT_EQ(loop.idle_spins().caught, 3u) << "Stop posted";
+  EXPECT_EQ(IdleWatches(*metrics, "took_work"), 3);
+  EXPECT_EQ(IdleWatches(*metrics, "ran_out"), 1);
 }
 
 TEST(GenerationLoopTest, NoSpinSleepsAtOnce) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Fixture f(seed);
-  GenerationLoop loop(MakeEngine(f.weights, AttentionMode::kLazy), std::make_shared<WorkerMetrics>());
+  auto metrics = std::make_shared<WorkerMetrics>();
+  GenerationLoop loop(MakeEngine(f.weights, AttentionMode::kLazy), metrics);
   auto first = Drain(*loop.Submit(f.request));
   ASSERT_TRUE(first.ok()) << first.status();
   auto second = Drain(*loop.Submit(f.request));
@@ -90,6 +108,8 @@ TEST(GenerationLoopTest, NoSpinSleepsAtOnce) {
   loop.Stop();
   EXPECT_EQ(loop.idle_spins().caught, 0u);
   EXPECT_EQ(loop.idle_spins().expired, 0u);
+  EXPECT_EQ(IdleWatches(*metrics, "took_work"), 0);
+  EXPECT_EQ(IdleWatches(*metrics, "ran_out"), 0);
 }
 
 }  // namespace

@@ -49,6 +49,10 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                         "Arrival to admission (KV blocks reserved)", r)
                      .Add({}, kLatencyBuckets);
   generated_tokens_ = Counter("lazykv_worker_generated_tokens_total", "Tokens generated and streamed to clients", r);
+  auto& watches = Family(prometheus::BuildCounter(), "lazykv_worker_engine_idle_watches_total",
+                         "Idle engine's watches for work (--idle-spin-us), by how they ended", r);
+  idle_watch_took_ = &watches.Add({{"outcome", "took_work"}});
+  idle_watch_ran_out_ = &watches.Add({{"outcome", "ran_out"}});
   auto& prompt = Family(prometheus::BuildCounter(), "lazykv_worker_prompt_tokens_total",
                         "Prompt tokens, by where their KV came from", r);
   prompt_tokens_pool_ = &prompt.Add({{"source", "gpu"}});

@@ -29,6 +29,9 @@ class WorkerMetrics {
   // outcome: "ok", or a gRPC status code name.
   void CountRequest(const std::string& outcome);
   void CountGenerated(int tokens) { generated_tokens_->Increment(tokens); }  // streamed to a client
+  // An idle engine's watch for work (GenerationLoopOptions::idle_spin) ended: it took posted
+  // work, or it ran out and the thread went to sleep.
+  void CountIdleWatch(bool took_work) { (took_work ? idle_watch_took_ : idle_watch_ran_out_)->Increment(); }
   void SetEngineState(const EngineStats& stats);
   // The chunk pipeline's counters so far (its decisions, publications, lease waits): the
   // metrics advance by the difference from the last snapshot. Called by one thread.
@@ -43,6 +46,8 @@ class WorkerMetrics {
   prometheus::Histogram* inter_token_;
   prometheus::Histogram* queue_time_;
   prometheus::Counter* generated_tokens_;
+  prometheus::Counter* idle_watch_took_;
+  prometheus::Counter* idle_watch_ran_out_;
   prometheus::Counter* prompt_tokens_pool_;
   prometheus::Counter* prompt_tokens_host_;
   prometheus::Counter* prompt_tokens_disk_;

@@ -96,12 +96,13 @@ void GenerationLoop::SpinWhileIdle(uint64_t seen) {
 
 void GenerationLoop::Run() {
   std::vector<EngineEvent> events;
-  uint64_t seen = 0;  // posted_ when the queues were last taken (all of it is in them)
+  uint64_t seen = 0;        // posted_ when the queues were last taken (all of it is in them)
+  bool stop_taken = false;  // no watch once stopping: nothing is posted after Stop
   while (true) {
     decltype(inbox_) inbox;
     std::vector<Control> controls;
     bool stopping = false;
-    if (options_.idle_spin.count() > 0 && !engine_->HasWork()) SpinWhileIdle(seen);
+    if (options_.idle_spin.count() > 0 && !stop_taken && !engine_->HasWork()) SpinWhileIdle(seen);
     {
       MutexLock lock(&mu_);
       while (!stopping_ && inbox_.empty() && controls_.empty() && !engine_->HasWork()) wake_.Wait(&mu_);
@@ -109,6 +110,7 @@ void GenerationLoop::Run() {
       inbox.swap(inbox_);
       controls.swap(controls_);
       stopping = stopping_;
+      stop_taken = stopping;
     }
     // Controls first: a request cancelled before it reached the engine never starts.
     for (Control& c : controls) {

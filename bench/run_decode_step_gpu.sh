@@ -28,10 +28,11 @@ status=0
 # setting names (an earlier build packed beside).
 variant_program() {
   name=${1%%=*}; vars=; [[ $1 == *=* ]] && vars=${1#*=}
-  program=cuda_backend_bench; settings=(); worker_args=()
+  program=cuda_backend_bench; settings=(); worker_args=(--worker-arg --no-cache-tier)
   local setting
   for setting in ${vars//,/ }; do
     if [[ $setting == BIN=* ]]; then program=${setting#BIN=}
+    elif [[ $setting == TIER=default ]]; then worker_args=("${worker_args[@]:2}")  # the worker's default tier
     elif [[ $setting == WARG=* ]]; then worker_args+=(--worker-arg "${setting#WARG=}")
     else settings+=("$setting"); fi
   done
@@ -77,7 +78,8 @@ if [[ -n ${E2E_BATCHED:-} ]]; then
 fi
 # SERVED=1: the cached-TTFT trace served at concurrency 1 (60 requests, 24 of them with all 8
 # documents cached; SERVED_CONCURRENCY and SERVED_REQUESTS change both) through
-# `lazykv-worker --no-cache-tier`, per variant, alternated, ROUNDS times.
+# `lazykv-worker --no-cache-tier` (a variant's TIER=default: with the worker's default tier), per
+# variant, alternated, ROUNDS times.
 if [[ -n ${SERVED:-} ]] && command -v lazykv-worker > /dev/null && command -v lazykv-bench > /dev/null; then
   trace=/tmp/served_trace.jsonl
   lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests "${SERVED_REQUESTS:-60}" \
@@ -90,7 +92,7 @@ if [[ -n ${SERVED:-} ]] && command -v lazykv-worker > /dev/null && command -v la
       dir="$logs/served_${name}_$round"
       (cd /tmp && env "${settings[@]}" timeout 300 lazykv-bench compare --worker "$(command -v lazykv-worker)" \
         --trace "$trace" --modes lazy --model synthetic:llama3-8b --worker-arg --kv-pool --worker-arg 20GiB \
-        --worker-arg --no-cache-tier "${worker_args[@]}" --out-dir "$dir" > "$dir.txt" 2>&1) || status=1
+        "${worker_args[@]}" --out-dir "$dir" > "$dir.txt" 2>&1) || status=1
       echo "== served $name round $round ($vars)"
       grep -E "^mode|^lazy" "$dir.txt" | head -n 4
       [[ -f $bundle/data/served_transit.py && -f $dir/compare.json ]] && python3 "$bundle/data/served_transit.py" "$dir/compare.json" 8

@@ -6,6 +6,9 @@
 // on the same English-like text and on the reference vectors' long documents (an English
 // essay; all nine: prose, Markdown, C++, Python, HTML, JSON, a CSV log, several languages)
 // repeated to --max-bytes. The target is >= 10 MB/s on one core for English.
+// Last, a RAG request's document texts (8 of 100 documents of ~512 tokens, Zipf s = 1.1, as
+// lazykv-bench's trace draws them) tokenized as a worker's handler does, with and without the
+// DocumentTokenCache, alternated request by request: the time each request spends there.
 // usage: tokenizer_bench [--models DIR] [--hf DIR|tokenizer.json] [--max-bytes N] [--seed S]
 #include <algorithm>
 #include <chrono>
@@ -16,8 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/load_stats.h"
 #include "common/flag_parser.h"
+#include "common/zipf.h"
 #include "nlohmann/json.hpp"
+#include "worker/tokenizer/document_token_cache.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace lazykv {
@@ -71,6 +77,49 @@ std::string RepeatedDocuments(const std::string& vectors_path, const std::vector
   return text;
 }
 
+// Per request, its 8 documents' texts tokenized directly and through a DocumentTokenCache
+// (64 MiB, from empty), alternated request by request.
+void BenchDocumentTexts(const Tokenizer& tokenizer, uint64_t seed) {
+  constexpr int kDocuments = 100, kPerRequest = 8, kRequests = 2000;
+  std::vector<std::string> docs;
+  size_t tokens = 0;
+  for (int d = 0; d < kDocuments; ++d) {
+    docs.push_back(EnglishLikeText(2300, seed * 1000 + d));
+    tokens += tokenizer.Encode(docs.back()).size();
+  }
+  const ZipfSampler zipf(kDocuments, 1.1);
+  uint64_t rng = seed;
+  DocumentTokenCache cache(&tokenizer, 64 << 20);
+  std::vector<double> direct_us, cached_us;
+  size_t checksum = 0;
+  for (int r = 0; r < kRequests; ++r) {
+    std::vector<size_t> picked;
+    while (static_cast<int>(picked.size()) < kPerRequest) {
+      const size_t k = zipf.Sample(rng);
+      if (std::find(picked.begin(), picked.end(), k) == picked.end()) picked.push_back(k);
+    }
+    auto start = std::chrono::steady_clock::now();
+    for (size_t k : picked) checksum += tokenizer.Encode(docs[k]).size();
+    direct_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    start = std::chrono::steady_clock::now();
+    for (size_t k : picked) checksum -= cache.Encode(docs[k]).size();
+    cached_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  const DocumentTokenCache::Stats st = cache.stats();
+  const Distribution direct = Summarize(direct_us), cached = Summarize(cached_us);
+  std::printf(
+      "\na RAG request's document texts (%d of %d documents, %.0f tokens each on average, Zipf 1.1, %d "
+      "requests):\n",
+      kPerRequest, kDocuments, static_cast<double>(tokens) / kDocuments, kRequests);
+  std::printf("  tokenized each time: mean %.1f us, p50 %.1f, p90 %.1f a request\n", direct.mean, direct.p50,
+              direct.p90);
+  std::printf(
+      "  DocumentTokenCache:  mean %.1f us, p50 %.1f, p90 %.1f a request (%.1f%% of texts from the cache; "
+      "%zu entries, %.2f MB)\n",
+      cached.mean, cached.p50, cached.p90, 100.0 * st.hits / (st.hits + st.misses), st.entries, st.bytes / 1e6);
+  std::printf("  mean ratio %.1fx%s\n", direct.mean / cached.mean, checksum == 0 ? "" : " (TOKEN COUNTS DIFFER)");
+}
+
 void BenchHf(const std::string& path, uint64_t max_bytes, uint64_t seed) {
   const auto load_start = std::chrono::steady_clock::now();
   auto hf = LoadTokenizer(path);
@@ -93,6 +142,7 @@ void BenchHf(const std::string& path, uint64_t max_bytes, uint64_t seed) {
   row("essay (doc_essay_en)", RepeatedDocuments(dir + "/vectors.jsonl", {"doc_essay_en"}, max_bytes));
   row("all 9 long documents", RepeatedDocuments(dir + "/vectors.jsonl", {}, max_bytes));
   std::printf("(MB/s best of several runs, one thread)\n");
+  BenchDocumentTexts(**hf, seed);
 }
 
 int Main(int argc, char** argv) {

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 export CCACHE_NOHASHDIR=1
 build_dir=${1:-build-tsan}
 jobs=${JOBS:-$(nproc)}
-tests=(cache_store_test host_arena_test chunk_pipeline_test lease_keeper_test engine_tier_test embedded_chunk_tier_test remote_chunk_tier_test engine_batching_test generation_loop_test worker_server_test cache_cluster_test cache_server_security_test openai_server_test shm_lease_table_test shm_arena_mapping_test shm_transport_test fifo_gate_test gpu_tier_test cache_server_gpu_tier_test peer_link_test staging_pool_test cache_server_peer_link_test)
+tests=(cache_store_test host_arena_test chunk_pipeline_test lease_keeper_test engine_tier_test embedded_chunk_tier_test remote_chunk_tier_test engine_batching_test generation_loop_test document_token_cache_test worker_server_test cache_cluster_test cache_server_security_test openai_server_test shm_lease_table_test shm_arena_mapping_test shm_transport_test fifo_gate_test gpu_tier_test cache_server_gpu_tier_test peer_link_test staging_pool_test cache_server_peer_link_test)
 
 if [[ ! -f $build_dir/CMakeCache.txt ]]; then
   cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -1,5 +1,6 @@
 // ToEngineRequest: a call abandoned while its texts are tokenized stops at the next text,
-// and the limits are checked before any tokenizing.
+// the limits are checked before any tokenizing, and with a DocumentTokenCache a document
+// text seen before is not tokenized again (the prompt always is).
 #include <gtest/gtest.h>
 
 #include "worker/serve/generation_service.h"
@@ -48,6 +49,21 @@ TEST(ToEngineRequestTest, AWantedCallIsTokenizedWhole) {
   ASSERT_EQ(request->docs.size(), 4u);
   EXPECT_EQ(request->docs[3].size(), 103u);
   EXPECT_EQ(request->prompt.size(), 8u);
+}
+
+TEST(ToEngineRequestTest, DocumentTextsSeenBeforeComeFromTheCache) {
+  CountingTokenizer tokenizer;
+  DocumentTokenCache cache(&tokenizer, 1 << 20);
+  const GenerationServiceOptions options{.document_tokens = &cache};
+  auto first = ToEngineRequest(TextCall(4), tokenizer, options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(tokenizer.encoded, 5);  // 4 documents and the prompt
+  auto second = ToEngineRequest(TextCall(4), tokenizer, options);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(tokenizer.encoded, 6) << "only the prompt tokenized again";
+  EXPECT_EQ(second->docs, first->docs);
+  EXPECT_EQ(second->prompt, first->prompt);
+  EXPECT_EQ(cache.stats().hits, 4u);
 }
 
 TEST(ToEngineRequestTest, AnOversizedTextIsRefusedBeforeAnyTokenizing) {

@@ -93,7 +93,8 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& call,
     switch (doc.content_case()) {
       case v1::Document::kText:
         if (absl::Status wanted = check_wanted(); !wanted.ok()) return wanted;
-        tokens = tokenizer.Encode(doc.text());
+        tokens = options.document_tokens != nullptr ? options.document_tokens->Encode(doc.text())
+                                                    : tokenizer.Encode(doc.text());
         break;
       case v1::Document::kTokens:
         tokens.assign(doc.tokens().ids().begin(), doc.tokens().ids().end());

@@ -12,6 +12,7 @@
 #include "common/security/call_authorizer.h"
 #include "proto/generate.grpc.pb.h"
 #include "worker/serve/generation_loop.h"
+#include "worker/tokenizer/document_token_cache.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace lazykv {
@@ -23,6 +24,9 @@ struct GenerationServiceOptions {
   size_t max_stop_bytes = 256;
   // Each document's text and the prompt text, checked before anything is tokenized.
   size_t max_text_bytes = 1 << 20;
+  // Where documents' texts are tokenized, when set (not owned; it outlives the service): a
+  // popular document is then tokenized once, not on every call (prompts are not cached).
+  DocumentTokenCache* document_tokens = nullptr;
 };
 
 // The engine request a call asks for; INVALID_ARGUMENT names the offending field.

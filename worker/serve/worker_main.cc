@@ -36,6 +36,9 @@ constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PAT
   --default-max-tokens N   when a call does not set sampling.max_tokens (default 64)
   --max-message-bytes B    largest gRPC message (default 16MiB)
   --max-text-bytes B       largest document text or prompt text, checked before tokenizing (default 1MiB)
+  --document-token-cache-bytes B  document texts and their tokens kept, so that a popular
+                           document sent as text is tokenized once (least recently used go
+                           first; default 64MiB; 0: tokenize every time)
   --shutdown-grace-ms N    time given to in-flight calls on SIGTERM (default 10000)
   --max-threads N          gRPC handler threads (each Generate in flight holds one); calls past
                            them get RESOURCE_EXHAUSTED (default 1024)
@@ -82,6 +85,7 @@ struct WorkerFlags {
   int calibrate_prefill_tokens = -1;  // -1: 512 on a GPU, off on the CPU
   bool no_warm_up = false;
   int idle_spin_us = -1;  // -1: 2000 on a GPU, 0 on the CPU
+  uint64_t document_token_cache_bytes = 64 << 20;
 };
 
 absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
@@ -99,6 +103,7 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   parser.AddInt("--default-max-tokens", &f.service.default_max_tokens);
   parser.AddByteSize("--max-message-bytes", &f.max_message_bytes);
   parser.AddByteSize("--max-text-bytes", &f.service.max_text_bytes);
+  parser.AddByteSize("--document-token-cache-bytes", &f.document_token_cache_bytes);
   parser.AddInt("--shutdown-grace-ms", &f.shutdown_grace_ms);
   parser.AddString("--http-listen", &f.http.listen);
   parser.AddString("--served-model-name", &f.served_model_names);
@@ -203,6 +208,13 @@ int Serve(int argc, char** argv) {
   const int idle_spin_us = flags.idle_spin_us >= 0 ? flags.idle_spin_us : (loaded->on_gpu ? 2000 : 0);
   GenerationLoop loop(std::move(loaded->engine), metrics,
                       GenerationLoopOptions{.idle_spin = std::chrono::microseconds(idle_spin_us)});
+  std::unique_ptr<DocumentTokenCache> document_tokens;
+  if (flags.document_token_cache_bytes > 0) {
+    document_tokens = std::make_unique<DocumentTokenCache>(
+        loaded->tokenizer.get(), flags.document_token_cache_bytes,
+        [metrics = metrics.get()](bool cached) { metrics->CountDocumentTokens(cached); });
+    flags.service.document_tokens = document_tokens.get();  // the gRPC and the HTTP API alike
+  }
   GenerationService service(&loop, loaded->tokenizer.get(), flags.service, authorizer->get());
 
   std::unique_ptr<OpenAiServer> http;

@@ -53,6 +53,10 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                          "Idle engine's watches for work (--idle-spin-us), by how they ended", r);
   idle_watch_took_ = &watches.Add({{"outcome", "took_work"}});
   idle_watch_ran_out_ = &watches.Add({{"outcome", "ran_out"}});
+  auto& texts = Family(prometheus::BuildCounter(), "lazykv_worker_document_texts_total",
+                       "Document texts of calls, by whether their tokens came from the cache", r);
+  document_text_hits_ = &texts.Add({{"tokens", "cached"}});
+  document_text_misses_ = &texts.Add({{"tokens", "tokenized"}});
   auto& prompt = Family(prometheus::BuildCounter(), "lazykv_worker_prompt_tokens_total",
                         "Prompt tokens, by where their KV came from", r);
   prompt_tokens_pool_ = &prompt.Add({{"source", "gpu"}});

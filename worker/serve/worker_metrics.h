@@ -32,6 +32,8 @@ class WorkerMetrics {
   // An idle engine's watch for work (GenerationLoopOptions::idle_spin) ended: it took posted
   // work, or it ran out and the thread went to sleep.
   void CountIdleWatch(bool took_work) { (took_work ? idle_watch_took_ : idle_watch_ran_out_)->Increment(); }
+  // A document text's tokens taken from the DocumentTokenCache, or tokenized.
+  void CountDocumentTokens(bool cached) { (cached ? document_text_hits_ : document_text_misses_)->Increment(); }
   void SetEngineState(const EngineStats& stats);
   // The chunk pipeline's counters so far (its decisions, publications, lease waits): the
   // metrics advance by the difference from the last snapshot. Called by one thread.
@@ -48,6 +50,8 @@ class WorkerMetrics {
   prometheus::Counter* generated_tokens_;
   prometheus::Counter* idle_watch_took_;
   prometheus::Counter* idle_watch_ran_out_;
+  prometheus::Counter* document_text_hits_;
+  prometheus::Counter* document_text_misses_;
   prometheus::Counter* prompt_tokens_pool_;
   prometheus::Counter* prompt_tokens_host_;
   prometheus::Counter* prompt_tokens_disk_;

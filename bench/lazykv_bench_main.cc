@@ -78,6 +78,8 @@ questions go as token ids, greedy sampling.
   --mode MODE          per-request mode override: lazy | block | prefix | none (default: the worker's)
   --out FILE           the results as JSON (summary and every request)
   --deadline-ms N      per-request deadline; 0: none (default 0)
+  --document-text N    send each document as about N bytes of text made from its id, which the
+                       worker tokenizes (as an OpenAI-API client must); 0: token ids (default)
 Security (a worker with --tls-cert, --auth-tokens):
 )";
 
@@ -98,6 +100,7 @@ throughput per mode; needs python3-matplotlib).
   --modes LIST         comma-separated (default lazy,block,prefix,none)
   --out-dir DIR        (default compare-results)
   --deadline-ms N      per-request deadline; 0: none (default 0)
+  --document-text N    documents as about N bytes of text each (see load); 0: token ids
   --plot-script PATH   (default the source tree's bench/plot_compare.py)
 Security towards --target (a worker with --tls-cert, --auth-tokens):
 )";
@@ -131,6 +134,7 @@ int Load(int argc, char** argv) {
   });
   parser.AddString("--out", &out_path);
   parser.AddInt("--deadline-ms", &options.deadline_ms);
+  parser.AddInt("--document-text", &options.document_text_bytes);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return FlagExit(s);
   if (options.target.empty() || trace_path.empty()) return FlagExit(absl::InvalidArgumentError(parser.usage()));
   if (absl::Status s = CheckClientSecurity(options.target, options.security); !s.ok()) {
@@ -182,6 +186,7 @@ int Compare(int argc, char** argv) {
   parser.AddString("--modes", &modes);
   parser.AddString("--out-dir", &options.out_dir);
   parser.AddInt("--deadline-ms", &options.deadline_ms);
+  parser.AddInt("--document-text", &options.document_text_bytes);
   parser.AddString("--plot-script", &options.plot_script);
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return FlagExit(s);
   if (!modes.empty()) {

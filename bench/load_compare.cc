@@ -26,6 +26,7 @@ ReplayOptions ReplayOptionsFor(const CompareOptions& o, const std::string& targe
   if (target == o.target) replay.security = o.target_security;  // a worker it started itself is plaintext on loopback
   replay.mode = mode;
   replay.deadline_ms = o.deadline_ms;
+  replay.document_text_bytes = o.document_text_bytes;
   replay.progress = o.progress;
   return replay;
 }

@@ -23,6 +23,7 @@ struct CompareOptions {
   std::vector<std::string> modes = {"lazy", "block", "prefix", "none"};
   std::string out_dir = "compare-results";
   int deadline_ms = 0;
+  int document_text_bytes = 0;  // ReplayOptions::document_text_bytes
   bool progress = false;
   std::string python = "/usr/bin/python3";
   std::string plot_script;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "bench/document_text.h"
 #include "common/grpc_util.h"
 #include "common/monotonic_clock.h"
 #include "common/mutex.h"
@@ -144,6 +145,10 @@ class Replayer {
     v1::GenerateRequest request;
     request.set_request_id(absl::StrFormat("trace-%d", r.id));
     for (int d : r.doc_ids) {
+      if (options_.document_text_bytes > 0) {
+        request.add_documents()->set_text(DocumentText(d, options_.document_text_bytes));
+        continue;
+      }
       const auto& tokens = trace_.documents[d];
       request.add_documents()->mutable_tokens()->mutable_ids()->Add(tokens.begin(), tokens.end());
     }

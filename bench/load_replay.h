@@ -20,6 +20,9 @@ struct ReplayOptions {
   std::string mode{};                // the per-request mode override; empty: the worker's --mode
   int deadline_ms = 0;               // per request; 0: none
   bool progress = false;             // a progress bar on stderr
+  // > 0: each document goes as text of about this many bytes (bench/document_text.h, from its
+  // id), which the worker tokenizes, as an OpenAI-API client's documents; 0: as token ids.
+  int document_text_bytes = 0;
 };
 
 struct ReplayRun {

@@ -79,8 +79,11 @@ fi
 # SERVED=1: the cached-TTFT trace served at concurrency 1 (60 requests, 24 of them with all 8
 # documents cached; SERVED_CONCURRENCY and SERVED_REQUESTS change both) through
 # `lazykv-worker --no-cache-tier` (a variant's TIER=default: with the worker's default tier), per
-# variant, alternated, ROUNDS times.
+# variant, alternated, ROUNDS times. SERVED_TEXT_BYTES=N sends documents as N bytes of text each
+# (lazykv-bench --document-text), tokenized by the Llama 3 tokenizer.json copied into data/.
 if [[ -n ${SERVED:-} ]] && command -v lazykv-worker > /dev/null && command -v lazykv-bench > /dev/null; then
+  text_args=()  # SERVED_TEXT_BYTES=N: documents sent as text (the bundle's data/tokenizer.json tokenizes them)
+  [[ -n ${SERVED_TEXT_BYTES:-} ]] && text_args=(--document-text "$SERVED_TEXT_BYTES" --tokenizer "$(cd "$bundle" && pwd)/data/tokenizer.json")
   trace=/tmp/served_trace.jsonl
   lazykv-bench trace --docs 100 --docs-per-request 8 --zipf-s 1.1 --requests "${SERVED_REQUESTS:-60}" \
     --doc-lengths fixed:512 --question-tokens 16 --max-tokens 16 --vocab 128000 \
@@ -92,7 +95,7 @@ if [[ -n ${SERVED:-} ]] && command -v lazykv-worker > /dev/null && command -v la
       dir="$logs/served_${name}_$round"
       (cd /tmp && env "${settings[@]}" timeout 300 lazykv-bench compare --worker "$(command -v lazykv-worker)" \
         --trace "$trace" --modes lazy --model synthetic:llama3-8b --worker-arg --kv-pool --worker-arg 20GiB \
-        "${worker_args[@]}" --out-dir "$dir" > "$dir.txt" 2>&1) || status=1
+        "${text_args[@]}" "${worker_args[@]}" --out-dir "$dir" > "$dir.txt" 2>&1) || status=1
       echo "== served $name round $round ($vars)"
       grep -E "^mode|^lazy" "$dir.txt" | head -n 4
       [[ -f $bundle/data/served_transit.py && -f $dir/compare.json ]] && python3 "$bundle/data/served_transit.py" "$dir/compare.json" 8

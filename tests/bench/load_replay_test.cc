@@ -1,7 +1,8 @@
 // The gRPC replay against an in-process fake Generation service, which records what it
 // receives and serves documents from a set of contents seen before: the requests carry
 // the trace's tokens and settings, closed loops keep their concurrency, open loops their
-// arrival times, errors are counted by code, and compare --target writes its results.
+// arrival times, errors are counted by code, compare --target writes its results, and
+// --document-text sends each document as its own text, the same in every request.
 #include "bench/load_replay.h"
 
 #include <grpcpp/grpcpp.h>
@@ -9,10 +10,12 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 
+#include "bench/document_text.h"
 #include "bench/load_compare.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -185,6 +188,41 @@ TEST_F(LoadReplayTest, ClosedLoopSendsTheTraceAtItsConcurrency) {
   }
   EXPECT_DOUBLE_EQ(s.hit_ratio, 1.0 - static_cast<double>(DistinctDocumentTokens(trace)) / requested);
   EXPECT_EQ(s.usage.completion_tokens, 30 * 5);
+}
+
+TEST_F(LoadReplayTest, DocumentTextSendsEachDocumentAsItsOwnText) {
+  Start();
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(seed);
+  const RagTrace trace = *GenerateTrace(TraceOptions{.num_docs = 6,
+                                                     .docs_per_request = 3,
+                                                     .num_requests = 12,
+                                                     .doc_lengths = "fixed:8",
+                                                     .question_tokens = 4,
+                                                     .max_tokens = 1,
+                                                     .concurrency = 2,
+                                                     .seed = seed});
+  auto run = ReplayTrace(trace, ReplayOptions{.target = target_, .document_text_bytes = 300});
+  ASSERT_TRUE(run.ok()) << run.status();
+  std::map<int, std::string> text_of;  // document id -> the text it went as
+  std::set<std::string> texts;
+  for (const auto& s : fake_.seen()) {
+    const v1::GenerateRequest& got = s.request;
+    const TraceRequest& want = trace.requests[std::stoi(got.request_id().substr(got.request_id().find('-') + 1))];
+    ASSERT_EQ(got.documents_size(), 3);
+    EXPECT_EQ(Ids(got.prompt_tokens()), want.question) << "the question still goes as ids";
+    for (int d = 0; d < 3; ++d) {
+      ASSERT_EQ(got.documents(d).content_case(), v1::Document::kText);
+      const std::string& text = got.documents(d).text();
+      EXPECT_GE(text.size(), 300u);
+      EXPECT_LT(text.size(), 330u);
+      auto [it, fresh] = text_of.emplace(want.doc_ids[d], text);
+      EXPECT_EQ(it->second, text) << "document " << want.doc_ids[d] << " went as another text";
+      texts.insert(text);
+    }
+  }
+  EXPECT_EQ(texts.size(), text_of.size()) << "two documents went as the same text";
+  EXPECT_EQ(DocumentText(3, 300), DocumentText(3, 300)) << "the same in every run";
 }
 
 TEST_F(LoadReplayTest, OpenLoopKeepsTheArrivalTimes) {

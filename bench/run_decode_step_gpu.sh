@@ -28,14 +28,17 @@ status=0
 # setting names (an earlier build packed beside).
 variant_program() {
   name=${1%%=*}; vars=; [[ $1 == *=* ]] && vars=${1#*=}
-  program=cuda_backend_bench; settings=(); worker_args=(--worker-arg --no-cache-tier)
-  local setting
+  program=cuda_backend_bench; settings=(); worker_args=()
+  local setting tier=none
   for setting in ${vars//,/ }; do
     if [[ $setting == BIN=* ]]; then program=${setting#BIN=}
-    elif [[ $setting == TIER=default ]]; then worker_args=("${worker_args[@]:2}")  # the worker's default tier
+    elif [[ $setting == TIER=* ]]; then
+      tier=${setting#TIER=}
+      [[ $tier == default || $tier == none ]] || { echo "TIER=$tier: default or none" >&2; exit 2; }
     elif [[ $setting == WARG=* ]]; then worker_args+=(--worker-arg "${setting#WARG=}")
     else settings+=("$setting"); fi
   done
+  [[ $tier == none ]] && worker_args=(--worker-arg --no-cache-tier "${worker_args[@]}")
 }
 # A test named ENV=VALUE:test runs with that variable set (its log named ENV=VALUE_test.log).
 for entry in ${TESTS:-}; do

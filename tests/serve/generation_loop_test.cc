@@ -66,7 +66,8 @@ TEST(GenerationLoopTest, IdleSpinTakesWhatIsPostedWhileItWatches) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Fixture f(seed);
-  constexpr auto kSpin = milliseconds(1500);
+  // Long enough for the test thread's next post under ThreadSanitizer too.
+  const auto kSpin = milliseconds(1500) * SlowdownFactor();
   auto metrics = std::make_shared<WorkerMetrics>();
   GenerationLoop loop(MakeEngine(f.weights, AttentionMode::kLazy), metrics, GenerationLoopOptions{.idle_spin = kSpin});
   // The loop starts idle and watching: the first request is caught, and so is the second,

@@ -38,7 +38,7 @@ constexpr char kUsage[] = R"(usage: lazykv-worker --listen HOST:PORT --model PAT
   --max-text-bytes B       largest document text or prompt text, checked before tokenizing (default 1MiB)
   --document-token-cache-bytes B  document texts and their tokens kept, so that a popular
                            document sent as text is tokenized once (least recently used go
-                           first; default 64MiB; 0: tokenize every time)
+                           first; default 64MiB, at least 64KiB; 0: tokenize every time)
   --shutdown-grace-ms N    time given to in-flight calls on SIGTERM (default 10000)
   --max-threads N          gRPC handler threads (each Generate in flight holds one); calls past
                            them get RESOURCE_EXHAUSTED (default 1024)
@@ -119,6 +119,9 @@ absl::Status ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   }
   if (f.service.default_max_tokens <= 0) return absl::InvalidArgumentError("--default-max-tokens must be positive");
   if (f.max_threads <= 0) return absl::InvalidArgumentError("--max-threads must be positive");
+  if (f.document_token_cache_bytes != 0 && f.document_token_cache_bytes < (64 << 10)) {
+    return absl::InvalidArgumentError("--document-token-cache-bytes must be 0 (off) or at least 64KiB");
+  }
   if (f.idle_spin_us < -1 || f.idle_spin_us > 1000000) {
     return absl::InvalidArgumentError("--idle-spin-us must be within 0-1000000");
   }

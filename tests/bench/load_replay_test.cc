@@ -125,6 +125,11 @@ class LoadReplayTest : public ::testing::Test {
 
 std::vector<int32_t> Ids(const v1::TokenIds& t) { return {t.ids().begin(), t.ids().end()}; }
 
+// The trace index a replayed request carries in its id ("trace-N").
+int TraceIndex(const v1::GenerateRequest& request) {
+  return std::stoi(request.request_id().substr(request.request_id().find('-') + 1));
+}
+
 TEST_F(LoadReplayTest, ClosedLoopSendsTheTraceAtItsConcurrency) {
   Start();
   const uint64_t seed = FreshSeed();
@@ -149,7 +154,7 @@ TEST_F(LoadReplayTest, ClosedLoopSendsTheTraceAtItsConcurrency) {
   for (const auto& s : seen) {
     const v1::GenerateRequest& got = s.request;
     ids.insert(got.request_id());
-    const int id = std::stoi(got.request_id().substr(got.request_id().find('-') + 1));
+    const int id = TraceIndex(got);
     const TraceRequest& want = trace.requests[id];
     ASSERT_EQ(got.documents_size(), 3);
     for (int d = 0; d < 3; ++d) EXPECT_EQ(Ids(got.documents(d).tokens()), trace.documents[want.doc_ids[d]]);
@@ -213,7 +218,7 @@ TEST_F(LoadReplayTest, DocumentTextSendsEachDocumentAsItsOwnText) {
   std::set<std::string> texts;
   for (const auto& s : fake_.seen()) {
     const v1::GenerateRequest& got = s.request;
-    const TraceRequest& want = trace.requests[std::stoi(got.request_id().substr(got.request_id().find('-') + 1))];
+    const TraceRequest& want = trace.requests[TraceIndex(got)];
     ASSERT_EQ(got.documents_size(), 3);
     EXPECT_EQ(Ids(got.prompt_tokens()), want.question) << "the question still goes as ids";
     for (int d = 0; d < 3; ++d) {

@@ -80,14 +80,12 @@ void GenerationLoop::SpinWhileIdle(uint64_t seen) {
   while (true) {
     for (int i = 0; i < 64; ++i) {  // (a clock read costs about as much as 64 pauses)
       if (posted_.load(std::memory_order_acquire) != seen) {
-        spins_caught_.fetch_add(1, std::memory_order_relaxed);
         metrics_->CountIdleWatch(true);
         return;
       }
       CpuRelax();
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      spins_expired_.fetch_add(1, std::memory_order_relaxed);
       metrics_->CountIdleWatch(false);
       return;
     }

@@ -69,14 +69,13 @@ class GenerationLoop {
   const Engine& engine() const { return *engine_; }
   WorkerMetrics& metrics() const { return *metrics_; }  // thread-safe (Prometheus counters)
 
-  // Idle spins that ended because work was posted, and those that ran out (any thread).
+  // Idle spins that ended because work was posted, and those that ran out (any thread; the
+  // metric lazykv_worker_engine_idle_watches_total, counted since this loop's metrics began).
   struct IdleSpins {
     uint64_t caught = 0;
     uint64_t expired = 0;
   };
-  IdleSpins idle_spins() const {
-    return {spins_caught_.load(std::memory_order_relaxed), spins_expired_.load(std::memory_order_relaxed)};
-  }
+  IdleSpins idle_spins() const { return {metrics_->IdleWatches(true), metrics_->IdleWatches(false)}; }
 
  private:
   struct Control {
@@ -99,8 +98,6 @@ class GenerationLoop {
   // loop thread can watch for work without the lock.
   std::atomic<uint64_t> posted_{0};
   const GenerationLoopOptions options_;
-  std::atomic<uint64_t> spins_caught_{0};
-  std::atomic<uint64_t> spins_expired_{0};
   std::unordered_map<RequestId, std::shared_ptr<RequestStream>> streams_;  // loop thread only
   std::thread thread_;
 };

@@ -183,8 +183,9 @@ int Serve(int argc, char** argv) {
   }
   if (!flags.no_warm_up) {
     // Not fatal: an unprepared shape is prepared at its first step instead.
-    if (absl::Status s = loaded->engine->WarmUpBackend(); !s.ok())
+    if (absl::Status s = loaded->engine->WarmUpBackend(); !s.ok()) {
       spdlog::warn("backend warm-up failed: {}", s.ToString());
+    }
   }
   const int calibrate_tokens =
       flags.calibrate_prefill_tokens >= 0 ? flags.calibrate_prefill_tokens : (loaded->on_gpu ? 512 : 0);

@@ -32,6 +32,9 @@ class WorkerMetrics {
   // An idle engine's watch for work (GenerationLoopOptions::idle_spin) ended: it took posted
   // work, or it ran out and the thread went to sleep.
   void CountIdleWatch(bool took_work) { (took_work ? idle_watch_took_ : idle_watch_ran_out_)->Increment(); }
+  uint64_t IdleWatches(bool took_work) const {
+    return static_cast<uint64_t>((took_work ? idle_watch_took_ : idle_watch_ran_out_)->Value());
+  }
   // A document text's tokens taken from the DocumentTokenCache, or tokenized.
   void CountDocumentTokens(bool cached) { (cached ? document_text_hits_ : document_text_misses_)->Increment(); }
   void SetEngineState(const EngineStats& stats);

@@ -49,7 +49,6 @@ std::vector<int32_t> DocumentTokenCache::Encode(std::string_view text) {
     EraseLocked(std::prev(lru_.end()));
     ++stats_.evictions;
   }
-  stats_.entries = lru_.size();
   return tokens;
 }
 
@@ -57,12 +56,13 @@ void DocumentTokenCache::EraseLocked(Lru::iterator it) {
   stats_.bytes -= EntryBytes(it->text.size(), it->tokens.size());
   index_.erase(it->key);
   lru_.erase(it);
-  stats_.entries = lru_.size();
 }
 
 DocumentTokenCache::Stats DocumentTokenCache::stats() const {
   MutexLock lock(&mu_);
-  return stats_;
+  Stats stats = stats_;
+  stats.entries = lru_.size();
+  return stats;
 }
 
 }  // namespace lazykv

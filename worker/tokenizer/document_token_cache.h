@@ -45,7 +45,7 @@ class DocumentTokenCache {
     uint64_t hits = 0;
     uint64_t misses = 0;
     uint64_t evictions = 0;
-    size_t entries = 0;
+    size_t entries = 0;  // (read from the list by stats())
     size_t bytes = 0;
   };
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);

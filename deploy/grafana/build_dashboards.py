@@ -254,6 +254,22 @@ def workers():
             (f"{rate(W + 'document_tokens_total')}\n  - {rate(W + 'document_cached_tokens_total')}", "computed"),
         ), "short", "Document tokens requested, reused and prefilled per second."),
     ]
+    host_path = [
+        ts("Document texts/s", targets((rate(W + "document_texts_total", by="tokens"), "{{tokens}}")), "ops",
+           "Documents sent as text (the OpenAI API sends only text), by where their tokens came from: cached "
+           "(the worker's document token cache, --document-token-cache-bytes) or tokenized on the handler "
+           "thread, before the engine sees the request.", stack=True),
+        ts("Document texts from the token cache", targets((ratio(
+            rate(W + "document_texts_total", extra='tokens="cached"'),
+            rate(W + "document_texts_total"),
+        ), "cached")), "percentunit",
+           "Document texts whose tokens came from the cache over all document texts. Low with popular "
+           "documents: the cache is smaller than the hot set (or off).", maximum=1),
+        ts("Engine idle watches/s", targets((rate(W + "engine_idle_watches_total", by="outcome"), "{{outcome}}")),
+           "ops", "When the engine runs out of work, its thread watches for the next request for --idle-spin-us "
+                  "before it sleeps: took_work (the next request skipped the thread's wake-up), ran_out (it slept). "
+                  "None under steady load; each watch holds a core for up to that long.", stack=True),
+    ]
     pipeline = [
         ts("Chunk pipeline decisions/s", targets((rate(W + "chunk_decisions_total", by="decision"), "{{decision}}")),
            "ops", "One per chunk missing from the pool: fetch, miss (held nowhere), recompute_chosen (computing "
@@ -308,6 +324,7 @@ def workers():
             row("Requests", requests),
             row("Latency", latency),
             row("Reuse", reuse),
+            row("Host path", host_path),
             row("Chunk pipeline", pipeline),
             row("KV pool", pool),
             row("Bytes moved", bytes_, collapsed=True),

@@ -14,8 +14,10 @@
 #   cache-1     plaintext, no tokens, 2 MiB host RAM (so chunks are demoted to disk and promoted)
 #   cache-2     plaintext, --auth-tokens (the worker role for tier calls, admin for /metrics)
 #   worker      --auth-tokens, both cache servers with a worker token, a 2 MiB KV pool (chunks
-#               leave the pool and come back from the tier); a Zipf trace through lazykv-bench,
-#               then calls without a token, with the wrong role and with a bad max_tokens
+#               leave the pool and come back from the tier), an idle watch (--idle-spin-us, off
+#               on a CPU by default); a Zipf trace through lazykv-bench, again with documents
+#               as text (tokenized, then from the token cache), then calls without a token,
+#               with the wrong role and with a bad max_tokens
 #   worker-bad-role, worker-no-token   send a client token / no token to cache-2 (refused there)
 #   worker-mac  --chunk-mac-key-file: refuses the unsigned chunks it fetches and reports them
 #   worker-2    loads a fresh trace at the same time as worker, so the tier's leases are waited on
@@ -47,17 +49,22 @@ CACHES="$cache1_ADDR,$cache2_ADDR"
 
 start worker "$BIN/lazykv-worker" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${MODEL_ARGS[@]}" \
   --kv-pool 2MiB --auth-tokens "$STATE/tokens" --cache-servers "$CACHES" \
-  --cache-auth-token "$STATE/worker.token"
+  --cache-auth-token "$STATE/worker.token" --idle-spin-us 200
 
 "$BIN/lazykv-bench" trace --docs 40 --docs-per-request 4 --doc-lengths uniform:48:96 --requests 150 \
   --concurrency 4 --max-tokens 24 --seed 1 --out "$STATE/trace1.jsonl" >/dev/null
 "$BIN/lazykv-bench" trace --docs 30 --docs-per-request 4 --doc-lengths uniform:48:96 --requests 60 \
   --concurrency 4 --max-tokens 16 --seed 2 --out "$STATE/trace2.jsonl" >/dev/null
+"$BIN/lazykv-bench" trace --docs 20 --docs-per-request 4 --doc-lengths uniform:48:96 --requests 40 \
+  --concurrency 4 --max-tokens 8 --seed 3 --out "$STATE/trace-text.jsonl" >/dev/null
 head -n 8 "$STATE/trace1.jsonl" >"$STATE/trace-small.jsonl"
 
 log "load: 150 requests through worker"
 "$BIN/lazykv-bench" load --target "$worker_ADDR" --trace "$STATE/trace1.jsonl" \
   --auth-token "$STATE/client.token" | grep -E 'requests:|hit ratio|fleet compute' >&2
+log "load: 40 requests with documents as text"
+"$BIN/lazykv-bench" load --target "$worker_ADDR" --trace "$STATE/trace-text.jsonl" --document-text 200 \
+  --auth-token "$STATE/client.token" | grep -E 'requests:' >&2
 
 log "refused and failed calls"
 gen() { "$BIN/lazykv" generate --server "$worker_ADDR" --doc "Lily had a red ball." --prompt "One day" \

@@ -86,7 +86,7 @@ start cache2 "$BIN/lazykv-cache-server" --listen "$H:$CACHE2_PORT" --metrics-lis
 # come back from the cache servers, and the burst has to queue.
 start worker "$BIN/lazykv-worker" --listen "$H:$WORKER_PORT" --metrics-listen "$H:$WORKER_METRICS_PORT" \
   "${MODEL_ARGS[@]}" --kv-pool 2MiB --cache-servers "$H:$CACHE1_PORT,$H:$CACHE2_PORT" \
-  "${SERVER_SEC[@]}" "${WORKER_CACHE_SEC[@]}"
+  --idle-spin-us 200 "${SERVER_SEC[@]}" "${WORKER_CACHE_SEC[@]}"
 
 # ------------------------------------------------------------------ Prometheus
 PROM_CFG=$STATE/prometheus.yml
@@ -173,19 +173,20 @@ trace() {  # OUT SEED RATE SECONDS DOCS
   "$BIN/lazykv-bench" trace --docs "$5" --docs-per-request 4 --doc-lengths uniform:48:96 --zipf-s 1.1 \
     --requests "$n" --rate "$3" --max-tokens 24 --seed "$2" --out "$1" >/dev/null
 }
-phase() {  # NAME SEED RATE SECONDS DOCS
-  log "load: $1 ($3 requests/s for $4 s, $5 documents, seed $2)"
+phase() {  # NAME SEED RATE SECONDS DOCS [LOAD ARGS...]
+  log "load: $1 ($3 requests/s for $4 s, $5 documents, seed $2) ${*:6}"
   trace "$STATE/trace-$1.jsonl" "$2" "$3" "$4" "$5"
   "$BIN/lazykv-bench" load --target "$H:$WORKER_PORT" --trace "$STATE/trace-$1.jsonl" --deadline-ms 20000 \
-    "${CLIENT_SEC[@]}" 2>/dev/null | grep -E '^(throughput|hit ratio|fleet compute)' | sed 's/^/    /' >&2 || true
+    "${CLIENT_SEC[@]}" "${@:6}" 2>/dev/null | grep -E '^(throughput|hit ratio|fleet compute)' | sed 's/^/    /' >&2 || true
 }
 fraction() { awk -v d="$DURATION" -v f="$1" 'BEGIN { printf "%d", d * f < 1 ? 1 : d * f }'; }
 
 sleep 5  # a first scrape before the load
 # A corpus of 40 documents; then a new one of 300 (more than the cache servers hold:
 # misses, publications, evictions from disk); a burst past what the worker sustains
-# (queueing, RESOURCE_EXHAUSTED); the first corpus again.
-phase warm 1 15 "$(fraction 0.35)" 40
+# (queueing, RESOURCE_EXHAUSTED); the first corpus again. The first corpus's documents go as
+# text, as the OpenAI API sends them (the worker's document token cache), the new one's as ids.
+phase warm 1 15 "$(fraction 0.35)" 40 --document-text 160
 phase new-corpus 2 15 "$(fraction 0.2)" 300
 if [[ $SECURE == 1 ]]; then
   log "refused calls: two misconfigured workers (a client token, no token) towards the cache servers"
@@ -207,8 +208,8 @@ if [[ $SECURE == 1 ]]; then
       --prompt "One day" >/dev/null 2>&1 || true
   done
 fi
-phase burst 1 90 "$(fraction 0.1)" 40
-phase steady 1 15 "$(fraction 0.35)" 40
+phase burst 1 90 "$(fraction 0.1)" 40 --document-text 160
+phase steady 1 15 "$(fraction 0.35)" 40 --document-text 160
 sleep 10  # the last scrapes and rule evaluations
 
 log "alerts now: $(curl -fsS "$PROMETHEUS_URL/api/v1/alerts" | python3 -c '

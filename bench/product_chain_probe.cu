@@ -1,0 +1,594 @@
+// Probe for a step-wide kernel (issue 25): of what separates a cached question's step from one
+// pass over the weights, how much do the kernel boundaries between its weight products cost, and
+// what else holds the products' stream? Results: bench/results/product_chain_2026-11-29.md.
+//
+// The 16-row products of every layer of the Llama-3-8B shape (QKV 4096 -> 6144, output 4096 ->
+// 4096, gate/up 4096 -> 28672, down 14336 -> 4096) run, alternated in pairs in one process:
+//   launched    one launch a product, as the backend launches them (LaunchSkinnyMmaGemm, or
+//               LaunchSkinnyMmaGemmRoundingX for fp32 X; dependent launches, the backend's split);
+//   persistent  one cooperative kernel for all of them: the same staged tensor-core product
+//               (skinny_mma_stages.cuh), each CTA taking an equal share of every product's
+//               (tile of 64 rows of W, stage of 64 columns of K) pairs (stream-K), adding its
+//               partial sums into y with atomics, a grid barrier between products, and the
+//               first stages of the next product's W issued before the barrier (variants: after
+//               it; W packed as contiguous 8 KB blocks in the stages' layout; W by TMA boxes;
+//               rings of 5 stages at 4 CTAs an SM; W by TMA through rings of 8, 11 or 20 stages
+//               in dynamic shared memory, at 1-2 CTAs an SM; X loaded
+//               only in a share's first stages, a timing probe whose sums are wrong);
+//   read        a plain read of the same weights: the floor.
+// Each persistent variant is checked product by product against the launched kernel on the same
+// X (but the X-once probe).
+//
+// --x fp32: each product's X is the last product's y (a chain, rounded to bf16 as loaded);
+// --x bf16: every product reads one fixed X (the backend's QKV, gate/up and down read bf16 X;
+// the output projection fp32). Not the backend's step: no attention, norms or SwiGLU between the
+// products, atomics make the persistent sums' order vary from run to run, and the persistent
+// kernel zeroes the next product's y while it runs (16 rows, 0.6% of the bytes it reads).
+//
+//   product_chain_probe [--layers N] [--reps N] [--x fp32|bf16] [--only qkv|output|gate_up|down]
+//                       [--ctas-per-sm N]
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "bench/cuda_bench_util.h"
+#include "common/flag_parser.h"
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/skinny_mma_gemm.h"
+#include "kernels/cuda/skinny_mma_stages.cuh"
+#include "kernels/cuda/tma.cuh"
+
+namespace lazykv::bench {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using cuda::async_copy::CpAsyncCommit;
+using cuda::async_copy::CpAsyncWait;
+using cuda::skinny_mma::Epilogue;
+using cuda::skinny_mma::kStageK;
+using cuda::skinny_mma::kThreads;
+using cuda::skinny_mma::LoadW;
+using cuda::skinny_mma::LoadX;
+using cuda::skinny_mma::MultiplyStage;
+
+constexpr int kRows = 16;
+constexpr int kNTiles = kRows / 8;
+
+struct Product {
+  CUtensorMap w_map;  // W [out][in] in boxes of 64 x 64, 128-byte swizzle: LoadW's layout
+  const bf16* w;      // [out][in]
+  const void* x;      // [kRows][in], float or bf16 (the kernel's XT)
+  float* y;           // [kRows][out], zero before the product (the kernel zeroes the next one's)
+  int in, out;
+  const bf16* w_packed;  // W as 8 KB blocks, one a (tile, K stage) in its shared-memory layout
+};
+
+__device__ __forceinline__ int Tiles(const Product& p) { return (p.out + 63) / 64; }
+__device__ __forceinline__ int KStages(const Product& p) { return (p.in + kStageK - 1) / kStageK; }
+
+// Every CTA counts in on `counter`; returns once it reaches `target` (the launch's base plus the
+// grid size times the barriers so far). Needs every CTA resident: a cooperative launch.
+__device__ void GridBarrier(unsigned long long* counter, unsigned long long target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(counter, 1ull);
+    unsigned long long seen, start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(counter) : "memory");
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+      if (now - start > 2000000000ull) __trap();  // 2 s: a miscounted barrier fails instead of hanging
+    } while (seen < target);
+  }
+  __syncthreads();
+}
+
+// CTA b's share of the product's tiles x K-stages pairs (tile-major), [begin, end).
+__device__ __forceinline__ void Share(const Product& p, int& begin, int& end) {
+  const long long total = static_cast<long long>(Tiles(p)) * KStages(p);
+  begin = static_cast<int>(total * blockIdx.x / gridDim.x);
+  end = static_cast<int>(total * (blockIdx.x + 1) / gridDim.x);
+}
+
+// How a stage of W reaches shared memory: LoadW's cp.async copies (W as it is), a contiguous
+// copy of the packed block, or one TMA box (W as it is).
+enum class WLoad { kCpAsync, kPacked, kTma };
+
+// The stages: static shared memory at the default count, dynamic for a deeper ring (kDeep).
+template <typename S, bool kDynamic>
+__device__ __forceinline__ S& StageStorage() {
+  if constexpr (kDynamic) {
+    extern __shared__ __align__(1024) unsigned char dynamic_stages[];  // S plus 1 KB to align it
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(dynamic_stages) + 1023) & ~uintptr_t{1023};
+    return *reinterpret_cast<S*>(at);
+  } else {
+    __shared__ __align__(1024) S stages;
+    return stages;
+  }
+}
+
+// kDeep > 0: that many stages in dynamic shared memory (1 or 2 CTAs an SM) instead of the
+// kernels' 3-4 in static shared memory, for the bytes of W in flight.
+template <typename XT, WLoad kW, bool kXOnce = false, int kDeep = 0>
+__global__ void __launch_bounds__(kThreads)
+    ProductChainKernel(const Product* __restrict__ products, int count, unsigned long long* barrier,
+                       unsigned long long base, bool prefetch) {
+  constexpr int kStagesInFlight = kDeep > 0 ? kDeep : cuda::skinny_mma::kStages<kNTiles, XT>;
+  static_assert(kStagesInFlight <= 32, "w_phases has a bit a stage");
+  using StagesT = cuda::skinny_mma::Stages<kNTiles, XT, kStagesInFlight>;
+  StagesT& sm = StageStorage<StagesT, (kDeep > 0)>();
+  __shared__ uint64_t w_full[kStagesInFlight];  // kTma: a buffer's W has landed
+  if constexpr (kW == WLoad::kTma) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStagesInFlight; ++s) cuda::mbarrier::Init(&w_full[s], 1);
+    }
+    __syncthreads();
+  }
+  uint32_t w_phases = 0;  // kTma: bit b, the parity of buffer b's next phase
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned long long grid = gridDim.x;
+  // y of product 0 zeroed by every CTA's share, then the first barrier.
+  auto zero_share = [&](const Product& p) {
+    const int n = kRows * p.out;
+    for (int i = blockIdx.x * kThreads + threadIdx.x; i < n; i += gridDim.x * kThreads) p.y[i] = 0.0f;
+  };
+  zero_share(products[0]);
+  int barriers = 0;
+  GridBarrier(barrier, base + grid * ++barriers);
+
+  for (int i = 0; i < count; ++i) {
+    const Product p = products[i];
+    const int k_stages = KStages(p);
+    int begin, end;
+    Share(p, begin, end);
+    const int n = end - begin;
+    // Stage f of the share: tile (begin + f) / k_stages, K stage (begin + f) % k_stages.
+    auto tile0 = [&](int f) { return (begin + f) / k_stages * 64; };
+    auto k0 = [&](int f) { return (begin + f) % k_stages * kStageK; };
+    // Stage f's W into `buffer`: packed, block begin + f is a contiguous copy.
+    auto load_w = [&](int buffer, int f) {
+      if constexpr (kW == WLoad::kTma) {
+        if (threadIdx.x == 0) {
+          cuda::tma::ArriveExpectBytes(&w_full[buffer], sizeof(sm.w[0]));
+          cuda::tma::Load3d(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.w[buffer][0])), &products[i].w_map,
+                            k0(f), tile0(f), 0, &w_full[buffer]);
+        }
+      } else if constexpr (kW == WLoad::kPacked) {
+        const uint4* block = reinterpret_cast<const uint4*>(p.w_packed) + static_cast<size_t>(begin + f) * 512;
+#pragma unroll
+        for (int j = 0; j < 512 / kThreads; ++j) {
+          const int q = threadIdx.x + j * kThreads;
+          cuda::async_copy::CpAsync16Streamed(&sm.w[buffer][q], block + q, 16);
+        }
+      } else {
+        LoadW<Epilogue::kStore>(sm, buffer, p.w, p.in, p.out, tile0(f), k0(f));
+      }
+    };
+    if (i > 0) {
+      if (prefetch) {
+        for (int s = 0; s < kStagesInFlight - 1 && s < n; ++s) load_w(s, s);
+      }
+      GridBarrier(barrier, base + grid * ++barriers);  // product i - 1's sums are all in p.x
+      if (!prefetch) {
+        for (int s = 0; s < kStagesInFlight - 1 && s < n; ++s) load_w(s, s);
+      }
+    } else {
+      for (int s = 0; s < kStagesInFlight - 1 && s < n; ++s) load_w(s, s);
+    }
+    if (i + 1 < count) zero_share(products[i + 1]);
+    for (int s = 0; s < kStagesInFlight - 1; ++s) {
+      if (s < n) LoadX(sm, s, static_cast<const XT*>(p.x), kRows, p.in, k0(s));
+      CpAsyncCommit();
+    }
+    float acc[kNTiles][4] = {};
+    for (int f = 0; f < n; ++f) {
+      CpAsyncWait<kStagesInFlight - 2>();
+      if constexpr (kW == WLoad::kTma) {
+        const int b = f % kStagesInFlight;
+        cuda::mbarrier::Wait(&w_full[b], (w_phases >> b) & 1);
+        w_phases ^= 1u << b;
+      }
+      __syncthreads();
+      const int next = f + kStagesInFlight - 1;
+      if (next < n) {
+        load_w(next % kStagesInFlight, next);
+        if (!kXOnce) LoadX(sm, next % kStagesInFlight, static_cast<const XT*>(p.x), kRows, p.in, k0(next));
+      }
+      CpAsyncCommit();
+      MultiplyStage(sm, f % kStagesInFlight, warp, lane, acc);
+      // The end of a tile's run in this share: its partial sums into y.
+      if (f == n - 1 || (begin + f) % k_stages == k_stages - 1) {
+        const int t0 = tile0(f);
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int m = 16 * warp + lane / 4 + 8 * (e / 2), r = 8 * nt + 2 * (lane % 4) + e % 2;
+            if (t0 + m < p.out) atomicAdd(p.y + static_cast<size_t>(r) * p.out + t0 + m, acc[nt][e]);
+            acc[nt][e] = 0.0f;
+          }
+        }
+      }
+    }
+    CpAsyncWait<0>();
+    __syncthreads();  // every warp is past its last stage before the buffers take the next product's W
+  }
+}
+
+// W [out][in] (in a multiple of 64) as blocks [tile][K stage] of 512 16-byte chunks, chunk c of
+// row r at r * 8 + (c ^ (r % 8)): what LoadW puts in shared memory. Rows past `out` repeat the
+// last, as LoadW loads them.
+__global__ void PackWeights(const uint4* __restrict__ w, int in, int out, uint4* __restrict__ packed) {
+  const int k_stages = in / kStageK, row_chunks = in / 8;
+  const size_t total = static_cast<size_t>((out + 63) / 64) * k_stages * 512;
+  for (size_t q = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; q < total;
+       q += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t block = q / 512;
+    const int within = static_cast<int>(q % 512), r = within / 8, c = (within % 8) ^ (r % 8);
+    const int tile = static_cast<int>(block / k_stages), ks = static_cast<int>(block % k_stages);
+    const int row = min(tile * 64 + r, out - 1);
+    packed[q] = w[static_cast<size_t>(row) * row_chunks + ks * 8 + c];
+  }
+}
+
+__global__ void FillUniform(bf16* w, size_t n, float bound, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24);  // [0, 1)
+    w[i] = __float2bfloat16((2.0f * u - 1.0f) * bound);
+  }
+}
+
+// Reads every byte of the weights (16 bytes a load, several in flight); writes only if an
+// impossible sum comes out, so the loads are not removed.
+__global__ void ReadWeights(const uint4* __restrict__ w, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = __ldcs(w + i), b = __ldcs(w + i + stride), c = __ldcs(w + i + 2 * stride),
+                d = __ldcs(w + i + 3 * stride);
+    acc ^= a.x ^ b.y ^ c.z ^ d.w;
+  }
+  for (; i < n; i += stride) acc ^= __ldcs(w + i).x;
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// A map over W [out][in] bf16 in boxes of 64 columns x 64 rows with the 128-byte swizzle (chunk c of
+// row r at r * 8 + (c ^ (r % 8)), LoadW's layout); rows past `out` come as zeros.
+bool EncodeWeightMap(const bf16* w, int in, int out, CUtensorMap* map) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    return false;
+  }
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(in), static_cast<cuuint64_t>(out), 1};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(in) * 2, static_cast<cuuint64_t>(in) * out * 2};
+  const cuuint32_t box[3] = {64, 64, 1}, element_strides[3] = {1, 1, 1};
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)(
+             map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(w), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+struct Shape {
+  const char* name;
+  int in, out;
+  int cap;  // the backend's split cap for it
+};
+
+int Main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  int layers = 32, reps = 20, ctas_per_sm = 4;
+  std::string x_type = "fp32", only;
+  FlagParser parser(
+      "product_chain_probe [--layers N] [--reps N] [--x fp32|bf16] [--only qkv|output|gate_up|down]\n"
+      "                    [--ctas-per-sm N]\n"
+      "  --x fp32: each product's X is the last one's y (rounded as loaded); bf16: a fixed input each\n"
+      "  --only: that product of every layer only");
+  parser.AddInt("--layers", &layers);
+  parser.AddInt("--reps", &reps);
+  parser.AddString("--x", &x_type);
+  parser.AddString("--only", &only);
+  parser.AddInt("--ctas-per-sm", &ctas_per_sm);
+  CheckOk(parser.Parse(argc, argv), "flags");
+  const Shape all[] = {{"qkv", 4096, 6144, cuda::kSkinnyMmaSplitCap},
+                       {"output", 4096, 4096, cuda::kSkinnyMmaSplitCapAfterAttention},
+                       {"gate_up", 4096, 28672, cuda::kSkinnyMmaSplitCap},
+                       {"down", 14336, 4096, cuda::kSkinnyMmaSplitCap}};
+  std::vector<Shape> shapes;
+  for (const Shape& s : all) {
+    if (only.empty() || only == s.name) shapes.push_back(s);
+  }
+  const bool bf16_x = x_type == "bf16";
+  if (layers < 1 || reps < 3 || shapes.empty() || (!bf16_x && x_type != "fp32") || ctas_per_sm < 1) {
+    std::fprintf(stderr,
+                 "--layers >= 1, --reps >= 3, --x fp32|bf16, --only qkv|output|gate_up|down, --ctas-per-sm >= 1\n");
+    return 2;
+  }
+  const int per_layer = static_cast<int>(shapes.size());
+  const int count = per_layer * layers;
+  auto shape = [&](int i) -> const Shape& { return shapes[i % per_layer]; };
+
+  // Weights, products' outputs for both ways, X.
+  std::vector<size_t> w_offset(count), y_offset(count);
+  size_t w_elems = 0, y_elems = 0, max_out = 0, max_in = 0;
+  for (int i = 0; i < count; ++i) {
+    w_offset[i] = w_elems;
+    y_offset[i] = y_elems;
+    w_elems += static_cast<size_t>(shape(i).in) * shape(i).out;
+    y_elems += static_cast<size_t>(kRows) * shape(i).out;
+    max_out = std::max<size_t>(max_out, shape(i).out);
+    max_in = std::max<size_t>(max_in, shape(i).in);
+  }
+  bf16 *w, *x_bf16;
+  float *x0, *y_persistent, *y_launched, *y_check;
+  CHECK_CUDA(cudaMalloc(&w, w_elems * sizeof(bf16)));
+  CHECK_CUDA(cudaMalloc(&x0, kRows * max_in * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&x_bf16, kRows * max_in * sizeof(bf16)));
+  CHECK_CUDA(cudaMalloc(&y_persistent, y_elems * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&y_launched, y_elems * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&y_check, kRows * max_out * sizeof(float)));
+  for (int i = 0; i < count; ++i) {
+    FillUniform<<<1024, 256>>>(w + w_offset[i], static_cast<size_t>(shape(i).in) * shape(i).out,
+                               std::sqrt(3.0f / shape(i).in), 7919u * i);
+  }
+  {
+    std::mt19937 rng(42);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(kRows * max_in);
+    for (float& v : x) v = normal(rng);
+    std::vector<bf16> xb(x.size());
+    for (size_t k = 0; k < x.size(); ++k) xb[k] = __float2bfloat16(x[k]);
+    CHECK_CUDA(cudaMemcpy(x0, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(x_bf16, xb.data(), xb.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+  }
+  // fp32: product i reads the first kRows * in values of product i - 1's y as its X (a chain, so
+  // in <= the last out, as in the model); bf16: every product reads x_bf16.
+  auto x_of = [&](int i, float* ys) -> const void* {
+    if (bf16_x) return x_bf16;
+    return i == 0 ? x0 : ys + y_offset[i - 1];
+  };
+  for (int i = 1; i < count && !bf16_x; ++i) {
+    if (shape(i).in > shape(i - 1).out) {
+      std::fprintf(stderr, "--x fp32 chains products: --only %s needs --x bf16\n", only.c_str());
+      return 2;
+    }
+  }
+  // The packed copy of every product's W (in is a multiple of 64 for these shapes).
+  std::vector<size_t> packed_offset(count);
+  size_t packed_elems = 0;
+  for (int i = 0; i < count; ++i) {
+    packed_offset[i] = packed_elems;
+    packed_elems += static_cast<size_t>((shape(i).out + 63) / 64) * 64 * shape(i).in;
+  }
+  bf16* w_packed;
+  CHECK_CUDA(cudaMalloc(&w_packed, packed_elems * sizeof(bf16)));
+  for (int i = 0; i < count; ++i) {
+    PackWeights<<<1024, 256>>>(reinterpret_cast<const uint4*>(w + w_offset[i]), shape(i).in, shape(i).out,
+                               reinterpret_cast<uint4*>(w_packed + packed_offset[i]));
+  }
+  std::vector<Product> persistent(count);
+  for (int i = 0; i < count; ++i) {
+    persistent[i] = {{},          w + w_offset[i], x_of(i, y_persistent),      y_persistent + y_offset[i],
+                     shape(i).in, shape(i).out,    w_packed + packed_offset[i]};
+    if (!EncodeWeightMap(persistent[i].w, shape(i).in, shape(i).out, &persistent[i].w_map)) {
+      std::fprintf(stderr, "cuTensorMapEncodeTiled failed or is missing\n");
+      return 1;
+    }
+  }
+  Product* products = Upload(persistent);
+
+  cuda::SkinnyMmaScratch scratch;
+  scratch.workspace_bytes = 16ull * kRows * max_out * sizeof(float);
+  scratch.counter_slots = static_cast<int>(max_out / 64);
+  CHECK_CUDA(cudaMalloc(&scratch.workspace, scratch.workspace_bytes));
+  CHECK_CUDA(cudaMalloc(&scratch.counters, scratch.counter_slots * sizeof(int32_t)));
+  CHECK_CUDA(cudaMemset(scratch.counters, 0, scratch.counter_slots * sizeof(int32_t)));
+  std::vector<int> splits(per_layer);
+  for (int s = 0; s < per_layer; ++s) {
+    splits[s] = cuda::SkinnyMmaSplits(kRows, shapes[s].in, shapes[s].out, scratch, shapes[s].cap);
+  }
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto launch_one = [&](int i, const void* x, float* y) {
+    const Shape& s = shape(i);
+    if (bf16_x) {
+      return cuda::LaunchSkinnyMmaGemm(static_cast<const bf16*>(x), kRows, s.in, w + w_offset[i], s.out, y, 0.0f,
+                                       scratch, stream, splits[i % per_layer]);
+    }
+    return cuda::LaunchSkinnyMmaGemmRoundingX(static_cast<const float*>(x), kRows, s.in, w + w_offset[i], s.out, y,
+                                              0.0f, scratch, stream, splits[i % per_layer]);
+  };
+  auto launched = [&] {
+    for (int i = 0; i < count; ++i) CHECK_CUDA(launch_one(i, x_of(i, y_launched), y_launched + y_offset[i]));
+  };
+
+  // [W as it is, packed W, packed W with X loaded only in the first stages of each share (a
+  // timing probe of what X's loads cost: its sums are wrong, so it is not checked), W by TMA].
+  constexpr int kTmaKernel = 3, kDeepFirst = 4;
+  struct Variant {
+    const char* name;
+    void* kernel;
+    size_t dynamic_smem;        // 0: the kernel's static stages
+    int baseline = kTmaKernel;  // the variant a deeper ring is timed against
+    int ctas = 0;
+  };
+  auto kernel_of = [&](auto w_load, auto x_once) -> void* {
+    constexpr WLoad kW = decltype(w_load)::value;
+    constexpr bool kXOnce = decltype(x_once)::value;
+    return bf16_x ? reinterpret_cast<void*>(ProductChainKernel<bf16, kW, kXOnce>)
+                  : reinterpret_cast<void*>(ProductChainKernel<float, kW, kXOnce>);
+  };
+  using std::integral_constant;
+  // [W as it is, packed W, packed W with X loaded only in the first stages of each share (a
+  // timing probe of what X's loads cost: its sums are wrong, so it is not checked), W by TMA,
+  // and for bf16 X rings of 5 stages (4 CTAs an SM: a third more of W in flight) loaded each
+  // way, and W by TMA through rings of 8, 11 and 20 stages (fewer CTAs an SM)].
+  std::vector<Variant> variants = {
+      {"W as it is", kernel_of(integral_constant<WLoad, WLoad::kCpAsync>{}, std::false_type{}), 0},
+      {"packed W", kernel_of(integral_constant<WLoad, WLoad::kPacked>{}, std::false_type{}), 0},
+      {"packed W, X once (probe)", kernel_of(integral_constant<WLoad, WLoad::kPacked>{}, std::true_type{}), 0},
+      {"W by TMA", kernel_of(integral_constant<WLoad, WLoad::kTma>{}, std::false_type{}), 0}};
+  if (bf16_x) {
+    variants.push_back({"W as it is, 5 stages",
+                        reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kCpAsync, false, 5>),
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>) + 1024, 0});
+    variants.push_back({"packed W, 5 stages",
+                        reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kPacked, false, 5>),
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>) + 1024, 1});
+    variants.push_back({"W by TMA, 5 stages", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 5>),
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>) + 1024});
+    variants.push_back({"W by TMA, 8 stages", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 8>),
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 8>) + 1024});
+    variants.push_back({"W by TMA, 11 stages",
+                        reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 11>),
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 11>) + 1024});
+    variants.push_back({"W by TMA, 20 stages",
+                        reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 20>),
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 20>) + 1024});
+  }
+  for (Variant& v : variants) {
+    if (v.dynamic_smem > 0) {
+      CHECK_CUDA(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(v.dynamic_smem)));
+    }
+    int per_sm = 0;
+    CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v.kernel, kThreads, v.dynamic_smem));
+    v.ctas = std::min(per_sm, ctas_per_sm) * cuda::MultiprocessorCount();
+  }
+  const int ctas = variants[0].ctas;
+  unsigned long long* barrier;
+  CHECK_CUDA(cudaMalloc(&barrier, sizeof(unsigned long long)));
+  CHECK_CUDA(cudaMemset(barrier, 0, sizeof(unsigned long long)));
+  unsigned long long barrier_base = 0;
+  auto persistent_run = [&](int variant, bool prefetch = true) {
+    const Variant& v = variants[variant];
+    int n = count;
+    void* args[] = {&products, &n, &barrier, &barrier_base, &prefetch};
+    CHECK_CUDA(cudaLaunchCooperativeKernel(v.kernel, dim3(v.ctas), dim3(kThreads), args, v.dynamic_smem, stream));
+    barrier_base += static_cast<unsigned long long>(v.ctas) * count;  // the first barrier and one a later product
+  };
+
+  unsigned* sink;
+  CHECK_CUDA(cudaMalloc(&sink, sizeof(unsigned)));
+  auto read = [&] {
+    ReadWeights<<<cuda::MultiprocessorCount() * 8, 512, 0, stream>>>(reinterpret_cast<const uint4*>(w),
+                                                                     w_elems * sizeof(bf16) / 16, sink);
+  };
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  // Check: each persistent product (W as it is, then packed) against the launched kernel on the
+  // same X.
+  // (fp32 X: no TMA variant, whose mbarriers would take static shared memory past 48 KB.)
+  for (int variant = 0; variant < static_cast<int>(variants.size()); ++variant) {
+    if (variant == 2 || (variant == kTmaKernel && !bf16_x)) continue;
+    persistent_run(variant);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    double worst = 0.0;
+    int bad = 0;
+    for (int i = 0; i < count; ++i) {
+      const Shape& s = shape(i);
+      CHECK_CUDA(launch_one(i, persistent[i].x, y_check));
+      std::vector<float> want(kRows * s.out), got(kRows * s.out);
+      CHECK_CUDA(cudaMemcpyAsync(want.data(), y_check, want.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
+      CHECK_CUDA(
+          cudaMemcpyAsync(got.data(), persistent[i].y, got.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      double scale = 0.0, diff = 0.0;
+      for (size_t j = 0; j < want.size(); ++j) {
+        scale = std::max(scale, std::fabs(static_cast<double>(want[j])));
+        diff = std::max(diff, std::fabs(static_cast<double>(want[j]) - got[j]));
+      }
+      const double rel = diff / std::max(scale, 1e-6);
+      worst = std::max(worst, rel);
+      if (!(rel <= 1e-4) || scale < 0.1) ++bad;
+    }
+    std::printf(
+        "check (%s, %d CTAs): %d products, worst max|diff| / max|y| %.2e, %d out of bounds (1e-4, or y "
+        "vanished)\n",
+        variants[variant].name, variants[variant].ctas, count, worst, bad);
+    if (bad > 0) return 1;
+  }
+
+  const double gbytes = w_elems * sizeof(bf16) / 1e9;
+  std::printf("%d layers, %d products (%s) of %d rows, %s X, %.2f GB of weights, %d CTAs (%d an SM), launched splits",
+              layers, count, only.empty() ? "all four" : only.c_str(), kRows, x_type.c_str(), gbytes, ctas,
+              ctas / cuda::MultiprocessorCount());
+  for (int s : splits) std::printf(" %d", s);
+  std::printf("\n");
+  const auto [t_launched, t_persistent] = AlternatedMedianMs(
+      launched, [&] { persistent_run(0); }, reps, stream);
+  const auto [t_persistent2, t_packed] =
+      AlternatedMedianMs([&] { persistent_run(0); }, [&] { persistent_run(1); }, reps, stream);
+  const auto [t_launched2, t_packed2] = AlternatedMedianMs(
+      launched, [&] { persistent_run(1); }, reps, stream);
+  const auto [t_read, t_no_prefetch] = AlternatedMedianMs(
+      read, [&] { persistent_run(0, false); }, reps, stream);
+  const auto [t_packed3, t_x_once] =
+      AlternatedMedianMs([&] { persistent_run(1); }, [&] { persistent_run(2); }, reps, stream);
+  float t_packed4 = 0, t_tma = 0, t_launched3 = 0, t_tma2 = 0;
+  if (bf16_x) {
+    std::tie(t_packed4, t_tma) =
+        AlternatedMedianMs([&] { persistent_run(1); }, [&] { persistent_run(kTmaKernel); }, reps, stream);
+    std::tie(t_launched3, t_tma2) = AlternatedMedianMs(
+        launched, [&] { persistent_run(kTmaKernel); }, reps, stream);
+  }
+  auto line = [&](const char* what, float ms) { std::printf("  %-30s %7.3f ms  %6.3f TB/s\n", what, ms, gbytes / ms); };
+  line("read (floor)", t_read);
+  line("launched", t_launched);
+  line("launched (again)", t_launched2);
+  line("persistent", t_persistent);
+  line("persistent (again)", t_persistent2);
+  line("persistent, no prefetch", t_no_prefetch);
+  line("persistent, packed W", t_packed);
+  line("persistent, packed W (again)", t_packed2);
+  line("persistent, packed W (third)", t_packed3);
+  line("  the same, X loaded once (probe)", t_x_once);
+  std::printf(
+      "persistent / launched %.3fx, packed / persistent %.3fx, packed / launched %.3fx; launched over the "
+      "floor %.3f ms\n",
+      t_launched / t_persistent, t_persistent2 / t_packed, t_launched2 / t_packed2, t_launched - t_read);
+  if (bf16_x) {
+    line("persistent, packed W (fourth)", t_packed4);
+    line("persistent, W by TMA", t_tma);
+    line("launched (third)", t_launched3);
+    line("persistent, W by TMA (again)", t_tma2);
+    std::printf("W by TMA / packed %.3fx, W by TMA / launched %.3fx\n", t_packed4 / t_tma, t_launched3 / t_tma2);
+    for (int variant = kDeepFirst; variant < static_cast<int>(variants.size()); ++variant) {
+      const auto [t_base, t_deep] = AlternatedMedianMs([&] { persistent_run(variants[variant].baseline); },
+                                                       [&] { persistent_run(variant); }, reps, stream);
+      char what[64], base[64];
+      std::snprintf(what, sizeof(what), "%s (%d an SM)", variants[variant].name,
+                    variants[variant].ctas / cuda::MultiprocessorCount());
+      std::snprintf(base, sizeof(base), "persistent, %s (paired)", variants[variants[variant].baseline].name);
+      line(base, t_base);
+      line(what, t_deep);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lazykv::bench
+
+int main(int argc, char** argv) { return lazykv::bench::Main(argc, argv); }

@@ -13,11 +13,12 @@
 //               first stages of the next product's W issued before the barrier (variants: after
 //               it; W packed as contiguous 8 KB blocks in the stages' layout; W by TMA boxes;
 //               rings of 5 stages at 4 CTAs an SM; W by TMA through rings of 8, 11 or 20 stages
-//               in dynamic shared memory, at 1-2 CTAs an SM; X loaded
-//               only in a share's first stages, a timing probe whose sums are wrong);
+//               in dynamic shared memory, at 1-2 CTAs an SM; X loaded only in a share's first
+//               stages, a timing probe whose sums are wrong);
 //   read        a plain read of the same weights: the floor.
-// Each persistent variant is checked product by product against the launched kernel on the same
-// X (but the X-once probe).
+// Each persistent variant (but the X-once probe, unless --check-probe, when it must fail) is
+// checked product by product against the launched kernel on the same X, y filled with NaNs
+// before each checked run.
 //
 // --x fp32: each product's X is the last product's y (a chain, rounded to bf16 as loaded);
 // --x bf16: every product reads one fixed X (the backend's QKV, gate/up and down read bf16 X;
@@ -26,9 +27,8 @@
 // kernel zeroes the next product's y while it runs (16 rows, 0.6% of the bytes it reads).
 //
 //   product_chain_probe [--layers N] [--reps N] [--x fp32|bf16] [--only qkv|output|gate_up|down]
-//                       [--ctas-per-sm N]
+//                       [--ctas-per-sm N] [--check-probe]
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -36,12 +36,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "bench/cuda_bench_util.h"
+#include "bench/product_chain_weights.cuh"
 #include "common/flag_parser.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/device_info.h"
@@ -62,6 +64,10 @@ using cuda::skinny_mma::kThreads;
 using cuda::skinny_mma::LoadW;
 using cuda::skinny_mma::LoadX;
 using cuda::skinny_mma::MultiplyStage;
+using product_chain::EncodeWeightMap;
+using product_chain::FillUniform;
+using product_chain::PackWeights;
+using product_chain::ReadWeights;
 
 constexpr int kRows = 16;
 constexpr int kNTiles = kRows / 8;
@@ -111,9 +117,10 @@ enum class WLoad { kCpAsync, kPacked, kTma };
 template <typename S, bool kDynamic>
 __device__ __forceinline__ S& StageStorage() {
   if constexpr (kDynamic) {
-    extern __shared__ __align__(1024) unsigned char dynamic_stages[];  // S plus 1 KB to align it
-    const uintptr_t at = (reinterpret_cast<uintptr_t>(dynamic_stages) + 1023) & ~uintptr_t{1023};
-    return *reinterpret_cast<S*>(at);
+    // The declared alignment places the dynamic base on 1024 bytes (ptxas pads the static part),
+    // as the 128-byte swizzle of TMA boxes needs.
+    extern __shared__ __align__(1024) unsigned char dynamic_stages[];
+    return *reinterpret_cast<S*>(dynamic_stages);
   } else {
     __shared__ __align__(1024) S stages;
     return stages;
@@ -181,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
       if (prefetch) {
         for (int s = 0; s < kStagesInFlight - 1 && s < n; ++s) load_w(s, s);
       }
-      GridBarrier(barrier, base + grid * ++barriers);  // product i - 1's sums are all in p.x
+      GridBarrier(barrier, base + grid * ++barriers);  // product i - 1's sums are all in its y
       if (!prefetch) {
         for (int s = 0; s < kStagesInFlight - 1 && s < n; ++s) load_w(s, s);
       }
@@ -228,68 +235,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// W [out][in] (in a multiple of 64) as blocks [tile][K stage] of 512 16-byte chunks, chunk c of
-// row r at r * 8 + (c ^ (r % 8)): what LoadW puts in shared memory. Rows past `out` repeat the
-// last, as LoadW loads them.
-__global__ void PackWeights(const uint4* __restrict__ w, int in, int out, uint4* __restrict__ packed) {
-  const int k_stages = in / kStageK, row_chunks = in / 8;
-  const size_t total = static_cast<size_t>((out + 63) / 64) * k_stages * 512;
-  for (size_t q = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; q < total;
-       q += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t block = q / 512;
-    const int within = static_cast<int>(q % 512), r = within / 8, c = (within % 8) ^ (r % 8);
-    const int tile = static_cast<int>(block / k_stages), ks = static_cast<int>(block % k_stages);
-    const int row = min(tile * 64 + r, out - 1);
-    packed[q] = w[static_cast<size_t>(row) * row_chunks + ks * 8 + c];
-  }
-}
-
-__global__ void FillUniform(bf16* w, size_t n, float bound, uint64_t seed) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24);  // [0, 1)
-    w[i] = __float2bfloat16((2.0f * u - 1.0f) * bound);
-  }
-}
-
-// Reads every byte of the weights (16 bytes a load, several in flight); writes only if an
-// impossible sum comes out, so the loads are not removed.
-__global__ void ReadWeights(const uint4* __restrict__ w, size_t n, unsigned* sink) {
-  unsigned acc = 0;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const uint4 a = __ldcs(w + i), b = __ldcs(w + i + stride), c = __ldcs(w + i + 2 * stride),
-                d = __ldcs(w + i + 3 * stride);
-    acc ^= a.x ^ b.y ^ c.z ^ d.w;
-  }
-  for (; i < n; i += stride) acc ^= __ldcs(w + i).x;
-  if (acc == 0x12345678u) *sink = acc;
-}
-
-// A map over W [out][in] bf16 in boxes of 64 columns x 64 rows with the 128-byte swizzle (chunk c of
-// row r at r * 8 + (c ^ (r % 8)), LoadW's layout); rows past `out` come as zeros.
-bool EncodeWeightMap(const bf16* w, int in, int out, CUtensorMap* map) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    return false;
-  }
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(in), static_cast<cuuint64_t>(out), 1};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(in) * 2, static_cast<cuuint64_t>(in) * out * 2};
-  const cuuint32_t box[3] = {64, 64, 1}, element_strides[3] = {1, 1, 1};
-  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)(
-             map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(w), dims, strides, box, element_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 struct Shape {
   const char* name;
   int in, out;
@@ -302,14 +247,17 @@ int Main(int argc, char** argv) {
   std::string x_type = "fp32", only;
   FlagParser parser(
       "product_chain_probe [--layers N] [--reps N] [--x fp32|bf16] [--only qkv|output|gate_up|down]\n"
-      "                    [--ctas-per-sm N]\n"
+      "                    [--ctas-per-sm N] [--check-probe]\n"
       "  --x fp32: each product's X is the last one's y (rounded as loaded); bf16: a fixed input each\n"
-      "  --only: that product of every layer only");
+      "  --only: that product of every layer only\n"
+      "  --check-probe: also check the X-once probe, whose wrong sums must fail (exit 1)");
   parser.AddInt("--layers", &layers);
   parser.AddInt("--reps", &reps);
   parser.AddString("--x", &x_type);
   parser.AddString("--only", &only);
   parser.AddInt("--ctas-per-sm", &ctas_per_sm);
+  bool check_probe = false;  // the X-once probe checked too: its wrong sums must fail the check
+  parser.AddSwitch("--check-probe", &check_probe);
   CheckOk(parser.Parse(argc, argv), "flags");
   const Shape all[] = {{"qkv", 4096, 6144, cuda::kSkinnyMmaSplitCap},
                        {"output", 4096, 4096, cuda::kSkinnyMmaSplitCapAfterAttention},
@@ -423,14 +371,13 @@ int Main(int argc, char** argv) {
     for (int i = 0; i < count; ++i) CHECK_CUDA(launch_one(i, x_of(i, y_launched), y_launched + y_offset[i]));
   };
 
-  // [W as it is, packed W, packed W with X loaded only in the first stages of each share (a
-  // timing probe of what X's loads cost: its sums are wrong, so it is not checked), W by TMA].
-  constexpr int kTmaKernel = 3, kDeepFirst = 4;
+  constexpr int kTmaKernel = 3, kDeepFirst = 4;  // indices in `variants` (bf16 X only from 3 on)
   struct Variant {
     const char* name;
     void* kernel;
     size_t dynamic_smem;        // 0: the kernel's static stages
     int baseline = kTmaKernel;  // the variant a deeper ring is timed against
+    bool checked = true;        // false: a timing probe whose sums are wrong
     int ctas = 0;
   };
   auto kernel_of = [&](auto w_load, auto x_once) -> void* {
@@ -441,31 +388,33 @@ int Main(int argc, char** argv) {
   };
   using std::integral_constant;
   // [W as it is, packed W, packed W with X loaded only in the first stages of each share (a
-  // timing probe of what X's loads cost: its sums are wrong, so it is not checked), W by TMA,
-  // and for bf16 X rings of 5 stages (4 CTAs an SM: a third more of W in flight) loaded each
-  // way, and W by TMA through rings of 8, 11 and 20 stages (fewer CTAs an SM)].
+  // timing probe of what X's loads cost: its sums are wrong, so it is not checked); for bf16 X
+  // also W by TMA (with fp32 X its mbarriers would take static shared memory past 48 KB), rings
+  // of 5 stages (4 CTAs an SM: a third more of W in flight) loaded each way, and W by TMA through
+  // rings of 8, 11 and 20 stages (fewer CTAs an SM)].
   std::vector<Variant> variants = {
       {"W as it is", kernel_of(integral_constant<WLoad, WLoad::kCpAsync>{}, std::false_type{}), 0},
       {"packed W", kernel_of(integral_constant<WLoad, WLoad::kPacked>{}, std::false_type{}), 0},
-      {"packed W, X once (probe)", kernel_of(integral_constant<WLoad, WLoad::kPacked>{}, std::true_type{}), 0},
-      {"W by TMA", kernel_of(integral_constant<WLoad, WLoad::kTma>{}, std::false_type{}), 0}};
+      {"packed W, X once (probe)", kernel_of(integral_constant<WLoad, WLoad::kPacked>{}, std::true_type{}), 0,
+       kTmaKernel, false}};
   if (bf16_x) {
+    variants.push_back({"W by TMA", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma>), 0});
     variants.push_back({"W as it is, 5 stages",
                         reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kCpAsync, false, 5>),
-                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>) + 1024, 0});
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>), 0});
     variants.push_back({"packed W, 5 stages",
                         reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kPacked, false, 5>),
-                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>) + 1024, 1});
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>), 1});
     variants.push_back({"W by TMA, 5 stages", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 5>),
-                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>) + 1024});
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>)});
     variants.push_back({"W by TMA, 8 stages", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 8>),
-                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 8>) + 1024});
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 8>)});
     variants.push_back({"W by TMA, 11 stages",
                         reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 11>),
-                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 11>) + 1024});
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 11>)});
     variants.push_back({"W by TMA, 20 stages",
                         reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 20>),
-                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 20>) + 1024});
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 20>)});
   }
   for (Variant& v : variants) {
     if (v.dynamic_smem > 0) {
@@ -497,12 +446,21 @@ int Main(int argc, char** argv) {
   };
   CHECK_CUDA(cudaDeviceSynchronize());
 
-  // Check: each persistent product (W as it is, then packed) against the launched kernel on the
-  // same X.
-  // (fp32 X: no TMA variant, whose mbarriers would take static shared memory past 48 KB.)
-  for (int variant = 0; variant < static_cast<int>(variants.size()); ++variant) {
-    if (variant == 2 || (variant == kTmaKernel && !bf16_x)) continue;
-    persistent_run(variant);
+  // Check: every checked variant (and the first without the early W), product by product,
+  // against the launched kernel on the same X. y is filled with NaNs before each run, so a
+  // product a variant leaves unwritten fails.
+  struct Checked {
+    int variant;
+    bool prefetch;
+  };
+  std::vector<Checked> to_check;
+  for (int v = 0; v < static_cast<int>(variants.size()); ++v) {
+    if (variants[v].checked || check_probe) to_check.push_back({v, true});
+  }
+  to_check.push_back({0, false});
+  for (const Checked& c : to_check) {
+    CHECK_CUDA(cudaMemsetAsync(y_persistent, 0xFF, y_elems * sizeof(float), stream));
+    persistent_run(c.variant, c.prefetch);
     CHECK_CUDA(cudaStreamSynchronize(stream));
     double worst = 0.0;
     int bad = 0;
@@ -517,7 +475,9 @@ int Main(int argc, char** argv) {
       double scale = 0.0, diff = 0.0;
       for (size_t j = 0; j < want.size(); ++j) {
         scale = std::max(scale, std::fabs(static_cast<double>(want[j])));
-        diff = std::max(diff, std::fabs(static_cast<double>(want[j]) - got[j]));
+        const double d = std::fabs(static_cast<double>(want[j]) - got[j]);
+        diff = std::isfinite(d) ? std::max(diff, d) : INFINITY;  // a NaN left in y counts as a failure
+        if (!std::isfinite(d)) break;
       }
       const double rel = diff / std::max(scale, 1e-6);
       worst = std::max(worst, rel);
@@ -526,7 +486,7 @@ int Main(int argc, char** argv) {
     std::printf(
         "check (%s, %d CTAs): %d products, worst max|diff| / max|y| %.2e, %d out of bounds (1e-4, or y "
         "vanished)\n",
-        variants[variant].name, variants[variant].ctas, count, worst, bad);
+        c.prefetch ? variants[c.variant].name : "W as it is, no prefetch", variants[c.variant].ctas, count, worst, bad);
     if (bad > 0) return 1;
   }
 

@@ -31,7 +31,6 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
-#include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/skinny_mma_gemm.h"
 #include "kernels/cuda/skinny_mma_stages.cuh"
 

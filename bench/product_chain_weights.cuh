@@ -1,0 +1,83 @@
+// The weights of bench/product_chain_probe.cu: random fill, the packed copy, a tensor map for TMA
+// boxes, and the plain read that is the probe's floor. Bench code; device helpers and host
+// functions with no state.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/skinny_mma_stages.cuh"
+
+namespace lazykv::bench::product_chain {
+
+using bf16 = __nv_bfloat16;
+using cuda::skinny_mma::kStageK;
+
+// W [out][in] (in a multiple of 64) as blocks [tile][K stage] of 512 16-byte chunks, chunk c of
+// row r at r * 8 + (c ^ (r % 8)): what LoadW puts in shared memory. Rows past `out` repeat the
+// last, as LoadW loads them.
+inline __global__ void PackWeights(const uint4* __restrict__ w, int in, int out, uint4* __restrict__ packed) {
+  const int k_stages = in / kStageK, row_chunks = in / 8;
+  const size_t total = static_cast<size_t>((out + 63) / 64) * k_stages * 512;
+  for (size_t q = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; q < total;
+       q += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t block = q / 512;
+    const int within = static_cast<int>(q % 512), r = within / 8, c = (within % 8) ^ (r % 8);
+    const int tile = static_cast<int>(block / k_stages), ks = static_cast<int>(block % k_stages);
+    const int row = min(tile * 64 + r, out - 1);
+    packed[q] = w[static_cast<size_t>(row) * row_chunks + ks * 8 + c];
+  }
+}
+
+inline __global__ void FillUniform(bf16* w, size_t n, float bound, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24);  // [0, 1)
+    w[i] = __float2bfloat16((2.0f * u - 1.0f) * bound);
+  }
+}
+
+// Reads every byte of the weights (16 bytes a load, several in flight); writes only if an
+// impossible sum comes out, so the loads are not removed.
+inline __global__ void ReadWeights(const uint4* __restrict__ w, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = __ldcs(w + i), b = __ldcs(w + i + stride), c = __ldcs(w + i + 2 * stride),
+                d = __ldcs(w + i + 3 * stride);
+    acc ^= a.x ^ b.y ^ c.z ^ d.w;
+  }
+  for (; i < n; i += stride) acc ^= __ldcs(w + i).x;
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// A map over W [out][in] bf16 in boxes of 64 columns x 64 rows with the 128-byte swizzle (chunk c of
+// row r at r * 8 + (c ^ (r % 8)), LoadW's layout); rows past `out` come as zeros.
+inline bool EncodeWeightMap(const bf16* w, int in, int out, CUtensorMap* map) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    return false;
+  }
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(in), static_cast<cuuint64_t>(out), 1};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(in) * 2, static_cast<cuuint64_t>(in) * out * 2};
+  const cuuint32_t box[3] = {64, 64, 1}, element_strides[3] = {1, 1, 1};
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)(
+             map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(w), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace lazykv::bench::product_chain

@@ -11,7 +11,8 @@
 //               (tile of 64 rows of W, stage of 64 columns of K) pairs (stream-K), adding its
 //               partial sums into y with atomics, a grid barrier between products, and the
 //               first stages of the next product's W issued before the barrier (variants: after
-//               it; W packed as contiguous 8 KB blocks in the stages' layout; W by TMA boxes;
+//               it; W packed as contiguous 8 KB blocks in the stages' layout; the same blocks
+//               K-stage-major with a CTA per (tile, part of K), a "wavefront"; W by TMA boxes;
 //               rings of 5 stages at 4 CTAs an SM; W by TMA through rings of 8, 11 or 20 stages
 //               in dynamic shared memory, at 1-2 CTAs an SM; X loaded only in a share's first
 //               stages, a timing probe whose sums are wrong);
@@ -78,7 +79,8 @@ struct Product {
   const void* x;      // [kRows][in], float or bf16 (the kernel's XT)
   float* y;           // [kRows][out], zero before the product (the kernel zeroes the next one's)
   int in, out;
-  const bf16* w_packed;  // W as 8 KB blocks, one a (tile, K stage) in its shared-memory layout
+  const bf16* w_packed;    // W as 8 KB blocks, one a (tile, K stage) in its shared-memory layout
+  const bf16* w_packed_k;  // the same blocks in K-stage-major order ([K stage][tile])
 };
 
 __device__ __forceinline__ int Tiles(const Product& p) { return (p.out + 63) / 64; }
@@ -111,7 +113,9 @@ __device__ __forceinline__ void Share(const Product& p, int& begin, int& end) {
 
 // How a stage of W reaches shared memory: LoadW's cp.async copies (W as it is), a contiguous
 // copy of the packed block, or one TMA box (W as it is).
-enum class WLoad { kCpAsync, kPacked, kTma };
+// kWavefront: K-stage-major packed blocks, each CTA one (tile, part of K) as the launches split
+// it, so that at any moment the CTAs of a part read one contiguous run of blocks.
+enum class WLoad { kCpAsync, kPacked, kTma, kWavefront };
 
 // The stages: static shared memory at the default count, dynamic for a deeper ring (kDeep).
 template <typename S, bool kDynamic>
@@ -159,11 +163,20 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < count; ++i) {
     const Product p = products[i];
     const int k_stages = KStages(p);
-    int begin, end;
-    Share(p, begin, end);
+    int begin, end, fixed_tile = 0;
+    if constexpr (kW == WLoad::kWavefront) {
+      const int tiles = Tiles(p), parts = max(1, min(static_cast<int>(gridDim.x) / tiles, k_stages / 4));
+      const int c = blockIdx.x, part = c / tiles;
+      fixed_tile = c % tiles;
+      begin = c < tiles * parts ? part * k_stages / parts : 0;
+      end = c < tiles * parts ? (part + 1) * k_stages / parts : 0;
+    } else {
+      Share(p, begin, end);
+    }
     const int n = end - begin;
-    // Stage f of the share: tile (begin + f) / k_stages, K stage (begin + f) % k_stages.
-    auto tile0 = [&](int f) { return (begin + f) / k_stages * 64; };
+    // Stage f of the share: tile (begin + f) / k_stages, K stage (begin + f) % k_stages (kWavefront:
+    // tile fixed_tile, K stage begin + f).
+    auto tile0 = [&](int f) { return kW == WLoad::kWavefront ? fixed_tile * 64 : (begin + f) / k_stages * 64; };
     auto k0 = [&](int f) { return (begin + f) % k_stages * kStageK; };
     // Stage f's W into `buffer`: packed, block begin + f is a contiguous copy.
     auto load_w = [&](int buffer, int f) {
@@ -172,6 +185,14 @@ __global__ void __launch_bounds__(kThreads)
           cuda::tma::ArriveExpectBytes(&w_full[buffer], sizeof(sm.w[0]));
           cuda::tma::Load3d(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.w[buffer][0])), &products[i].w_map,
                             k0(f), tile0(f), 0, &w_full[buffer]);
+        }
+      } else if constexpr (kW == WLoad::kWavefront) {
+        const uint4* block = reinterpret_cast<const uint4*>(p.w_packed_k) +
+                             (static_cast<size_t>(begin + f) * Tiles(p) + fixed_tile) * 512;
+#pragma unroll
+        for (int j = 0; j < 512 / kThreads; ++j) {
+          const int q = threadIdx.x + j * kThreads;
+          cuda::async_copy::CpAsync16Streamed(&sm.w[buffer][q], block + q, 16);
         }
       } else if constexpr (kW == WLoad::kPacked) {
         const uint4* block = reinterpret_cast<const uint4*>(p.w_packed) + static_cast<size_t>(begin + f) * 512;
@@ -329,16 +350,19 @@ int Main(int argc, char** argv) {
     packed_offset[i] = packed_elems;
     packed_elems += static_cast<size_t>((shape(i).out + 63) / 64) * 64 * shape(i).in;
   }
-  bf16* w_packed;
+  bf16 *w_packed, *w_packed_k;
   CHECK_CUDA(cudaMalloc(&w_packed, packed_elems * sizeof(bf16)));
+  CHECK_CUDA(cudaMalloc(&w_packed_k, packed_elems * sizeof(bf16)));
   for (int i = 0; i < count; ++i) {
     PackWeights<<<1024, 256>>>(reinterpret_cast<const uint4*>(w + w_offset[i]), shape(i).in, shape(i).out,
-                               reinterpret_cast<uint4*>(w_packed + packed_offset[i]));
+                               reinterpret_cast<uint4*>(w_packed + packed_offset[i]), false);
+    PackWeights<<<1024, 256>>>(reinterpret_cast<const uint4*>(w + w_offset[i]), shape(i).in, shape(i).out,
+                               reinterpret_cast<uint4*>(w_packed_k + packed_offset[i]), true);
   }
   std::vector<Product> persistent(count);
   for (int i = 0; i < count; ++i) {
-    persistent[i] = {{},          w + w_offset[i], x_of(i, y_persistent),      y_persistent + y_offset[i],
-                     shape(i).in, shape(i).out,    w_packed + packed_offset[i]};
+    persistent[i] = {{},          w + w_offset[i], x_of(i, y_persistent),       y_persistent + y_offset[i],
+                     shape(i).in, shape(i).out,    w_packed + packed_offset[i], w_packed_k + packed_offset[i]};
     if (!EncodeWeightMap(persistent[i].w, shape(i).in, shape(i).out, &persistent[i].w_map)) {
       std::fprintf(stderr, "cuTensorMapEncodeTiled failed or is missing\n");
       return 1;
@@ -407,6 +431,8 @@ int Main(int argc, char** argv) {
                         sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>), 1});
     variants.push_back({"W by TMA, 5 stages", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 5>),
                         sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>)});
+    variants.push_back(
+        {"packed W, wavefront (K-major)", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kWavefront>), 0, 1});
     variants.push_back({"W by TMA, 8 stages", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 8>),
                         sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 8>)});
     variants.push_back({"W by TMA, 11 stages",

@@ -18,17 +18,20 @@ namespace lazykv::bench::product_chain {
 using bf16 = __nv_bfloat16;
 using cuda::skinny_mma::kStageK;
 
-// W [out][in] (in a multiple of 64) as blocks [tile][K stage] of 512 16-byte chunks, chunk c of
-// row r at r * 8 + (c ^ (r % 8)): what LoadW puts in shared memory. Rows past `out` repeat the
-// last, as LoadW loads them.
-inline __global__ void PackWeights(const uint4* __restrict__ w, int in, int out, uint4* __restrict__ packed) {
-  const int k_stages = in / kStageK, row_chunks = in / 8;
-  const size_t total = static_cast<size_t>((out + 63) / 64) * k_stages * 512;
+// W [out][in] (in a multiple of 64) as blocks of 512 16-byte chunks, one a (tile of 64 rows, K
+// stage of 64 columns), chunk c of row r at r * 8 + (c ^ (r % 8)): what LoadW puts in shared
+// memory. Blocks in [tile][K stage] order, or [K stage][tile] with `k_major`. Rows past `out`
+// repeat the last, as LoadW loads them.
+inline __global__ void PackWeights(const uint4* __restrict__ w, int in, int out, uint4* __restrict__ packed,
+                                   bool k_major) {
+  const int k_stages = in / kStageK, row_chunks = in / 8, tiles = (out + 63) / 64;
+  const size_t total = static_cast<size_t>(tiles) * k_stages * 512;
   for (size_t q = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; q < total;
        q += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t block = q / 512;
     const int within = static_cast<int>(q % 512), r = within / 8, c = (within % 8) ^ (r % 8);
-    const int tile = static_cast<int>(block / k_stages), ks = static_cast<int>(block % k_stages);
+    const int tile = static_cast<int>(k_major ? block % tiles : block / k_stages);
+    const int ks = static_cast<int>(k_major ? block / tiles : block % k_stages);
     const int row = min(tile * 64 + r, out - 1);
     packed[q] = w[static_cast<size_t>(row) * row_chunks + ks * 8 + c];
   }

@@ -14,8 +14,8 @@
 //               it; W packed as contiguous 8 KB blocks in the stages' layout; the same blocks
 //               K-stage-major with a CTA per (tile, part of K), a "wavefront"; W by TMA boxes;
 //               rings of 5 stages at 4 CTAs an SM; W by TMA through rings of 8, 11 or 20 stages
-//               in dynamic shared memory, at 1-2 CTAs an SM; X loaded only in a share's first
-//               stages, a timing probe whose sums are wrong);
+//               in dynamic shared memory, at 1-2 CTAs an SM; and two timing probes whose sums
+//               are wrong: X loaded only in a share's first stages, and copies without products);
 //   read        a plain read of the same weights: the floor.
 // Each persistent variant (but the X-once probe, unless --check-probe, when it must fail) is
 // checked product by product against the launched kernel on the same X, y filled with NaNs
@@ -133,7 +133,8 @@ __device__ __forceinline__ S& StageStorage() {
 
 // kDeep > 0: that many stages in dynamic shared memory (1 or 2 CTAs an SM) instead of the
 // kernels' 3-4 in static shared memory, for the bytes of W in flight.
-template <typename XT, WLoad kW, bool kXOnce = false, int kDeep = 0>
+// kStageOnly: the copies and waits without the products (a timing probe: its sums are zeros).
+template <typename XT, WLoad kW, bool kXOnce = false, int kDeep = 0, bool kStageOnly = false>
 __global__ void __launch_bounds__(kThreads)
     ProductChainKernel(const Product* __restrict__ products, int count, unsigned long long* barrier,
                        unsigned long long base, bool prefetch) {
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(kThreads)
         if (!kXOnce) LoadX(sm, next % kStagesInFlight, static_cast<const XT*>(p.x), kRows, p.in, k0(next));
       }
       CpAsyncCommit();
-      MultiplyStage(sm, f % kStagesInFlight, warp, lane, acc);
+      if constexpr (!kStageOnly) MultiplyStage(sm, f % kStagesInFlight, warp, lane, acc);
       // The end of a tile's run in this share: its partial sums into y.
       if (f == n - 1 || (begin + f) % k_stages == k_stages - 1) {
         const int t0 = tile0(f);
@@ -433,6 +434,9 @@ int Main(int argc, char** argv) {
                         sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>)});
     variants.push_back(
         {"packed W, wavefront (K-major)", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kWavefront>), 0, 1});
+    variants.push_back({"packed W, copies only (probe)",
+                        reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kPacked, false, 0, true>), 0, 1,
+                        false});
     variants.push_back({"W by TMA, 8 stages", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 8>),
                         sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 8>)});
     variants.push_back({"W by TMA, 11 stages",

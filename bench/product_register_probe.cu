@@ -14,8 +14,9 @@
 // (LaunchSkinnyMmaGemm, bf16 X) and a plain read of the same weights, and checked product by
 // product against the backend's kernel.
 //
-//   product_register_probe [--layers N] [--reps N] [--only qkv|output|gate_up|down] [--depth 4|8|16|32]
-//                          [--rounds N]   (parts of K: up to N rounds of 32 warps an SM)
+//   product_register_probe [--layers N] [--reps N] [--only qkv|output|gate_up|down] [--depth 4|8]
+//                          [--rounds N] [--slabs 1|2|4]
+// (--rounds: parts of K for up to N rounds of 32 warps an SM; --slabs: slabs of 16 rows a warp)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -67,8 +68,9 @@ __global__ void PackFragments(const bf16* __restrict__ w, int in, int out, uint4
 
 // y[16][out] += X[16][in] W^T over K part blockIdx.y of gridDim.y; warp w of CTA b takes slab
 // b * kWarps + w. Dynamic shared memory: X's part, 16 rows of kp + 8 bf16.
-// kDepth: K steps of 16 columns in flight a lane (16 bytes each).
-template <int kDepth>
+// kDepth: K steps of 16 columns in flight a lane (16 bytes each) for each of the warp's kSlabs
+// slabs of 16 rows of W (kSlabs independent chains of products sharing X's fragments).
+template <int kDepth, int kSlabs>
 __global__ void __launch_bounds__(kWarps * 32)
     RegisterProductKernel(const bf16* __restrict__ x, int in, const uint4* __restrict__ packed, int out,
                           float* __restrict__ y) {
@@ -78,14 +80,20 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int j0 = static_cast<int>(static_cast<long long>(blockIdx.y) * steps / parts);
   const int j1 = static_cast<int>(static_cast<long long>(blockIdx.y + 1) * steps / parts);
   const int n = j1 - j0, kp = n * 16, stride = kp + 8;
-  const int slab = blockIdx.x * kWarps + warp;
-  const bool active = slab < out / 16;
-  const uint4* a_ptr = packed + (static_cast<size_t>(active ? slab : 0) * steps + j0) * 32 + lane;
+  const int slab0 = (blockIdx.x * kWarps + warp) * kSlabs;
+  const bool active = slab0 < out / 16;  // out / 16 a multiple of kSlabs (checked by the host)
+  const uint4* a_ptr = packed + (static_cast<size_t>(active ? slab0 : 0) * steps + j0) * 32 + lane;
+  const size_t slab_stride = static_cast<size_t>(steps) * 32;  // uint4s from one slab to the next
 
   // W is no kernel's output: its first steps are in flight before the wait for X's writer.
-  uint4 ring[kDepth];
+  uint4 ring[kSlabs][kDepth];
 #pragma unroll
-  for (int d = 0; d < kDepth; ++d) ring[d] = active && d < n ? __ldcs(a_ptr + d * 32) : make_uint4(0, 0, 0, 0);
+  for (int sl = 0; sl < kSlabs; ++sl) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      ring[sl][d] = active && d < n ? __ldcs(a_ptr + sl * slab_stride + d * 32) : make_uint4(0, 0, 0, 0);
+    }
+  }
   cuda::WaitForPriorGrid();
   for (int i = threadIdx.x; i < kRows * (kp / 8); i += blockDim.x) {
     const int r = i / (kp / 8), c = i % (kp / 8);
@@ -95,35 +103,38 @@ __global__ void __launch_bounds__(kWarps * 32)
   __syncthreads();
   if (!active) return;
 
-  // Two chains of products a tile of X rows (even and odd K steps), so that a product does not
-  // wait for the one before it; added together at the end.
-  float acc[2][2][4] = {};
+  float acc[kSlabs][2][4] = {};
   const uint32_t* x0 = reinterpret_cast<const uint32_t*>(xs + g * stride + 2 * t);        // X row g
   const uint32_t* x1 = reinterpret_cast<const uint32_t*>(xs + (g + 8) * stride + 2 * t);  // X row g + 8
   for (int j = 0; j < n; j += kDepth) {
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
       if (j + d < n) {
-        const uint4 v = ring[d];
-        if (j + d + kDepth < n) ring[d] = __ldcs(a_ptr + (j + d + kDepth) * 32);
-        const uint32_t a[4] = {v.x, v.y, v.z, v.w};
         const int k = (j + d) * 8;  // in 32-bit words: 16 columns a step
-        cuda::mma::Mma(acc[d % 2][0], a, x0[k], x0[k + 4]);
-        cuda::mma::Mma(acc[d % 2][1], a, x1[k], x1[k + 4]);
+        const uint32_t b00 = x0[k], b01 = x0[k + 4], b10 = x1[k], b11 = x1[k + 4];
+#pragma unroll
+        for (int sl = 0; sl < kSlabs; ++sl) {
+          const uint4 v = ring[sl][d];
+          if (j + d + kDepth < n) ring[sl][d] = __ldcs(a_ptr + sl * slab_stride + (j + d + kDepth) * 32);
+          const uint32_t a[4] = {v.x, v.y, v.z, v.w};
+          cuda::mma::Mma(acc[sl][0], a, b00, b01);
+          cuda::mma::Mma(acc[sl][1], a, b10, b11);
+        }
       }
     }
   }
   // c0, c1: W row g, X rows 2t, 2t + 1 (+ 8 for the second n-tile); c2, c3: W row g + 8.
-  const int m = slab * 16 + g;
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
+  for (int sl = 0; sl < kSlabs; ++sl) {
+    const int m = (slab0 + sl) * 16 + g;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[0][nt][e] += acc[1][nt][e];
-    const int r = 8 * nt + 2 * t;
-    atomicAdd(y + static_cast<size_t>(r) * out + m, acc[0][nt][0]);
-    atomicAdd(y + static_cast<size_t>(r + 1) * out + m, acc[0][nt][1]);
-    atomicAdd(y + static_cast<size_t>(r) * out + m + 8, acc[0][nt][2]);
-    atomicAdd(y + static_cast<size_t>(r + 1) * out + m + 8, acc[0][nt][3]);
+    for (int nt = 0; nt < 2; ++nt) {
+      const int r = 8 * nt + 2 * t;
+      atomicAdd(y + static_cast<size_t>(r) * out + m, acc[sl][nt][0]);
+      atomicAdd(y + static_cast<size_t>(r + 1) * out + m, acc[sl][nt][1]);
+      atomicAdd(y + static_cast<size_t>(r) * out + m + 8, acc[sl][nt][2]);
+      atomicAdd(y + static_cast<size_t>(r + 1) * out + m + 8, acc[sl][nt][3]);
+    }
   }
 }
 
@@ -134,26 +145,28 @@ struct Shape {
 
 int Main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  int layers = 32, reps = 20, depth = 8, max_rounds = 2;
+  int layers = 32, reps = 20, depth = 8, max_rounds = 2, slabs_a_warp = 1;
   std::string only;
   FlagParser parser(
-      "product_register_probe [--layers N] [--reps N] [--only qkv|output|gate_up|down] [--depth 4|8|16|32] "
-      "[--rounds N]");
+      "product_register_probe [--layers N] [--reps N] [--only qkv|output|gate_up|down] [--depth 4|8] "
+      "[--rounds N] [--slabs 1|2|4]");
   parser.AddInt("--layers", &layers);
   parser.AddInt("--reps", &reps);
   parser.AddString("--only", &only);
   parser.AddInt("--depth", &depth);
   parser.AddInt("--rounds", &max_rounds);
+  parser.AddInt("--slabs", &slabs_a_warp);
   CheckOk(parser.Parse(argc, argv), "flags");
   const Shape all[] = {{"qkv", 4096, 6144}, {"output", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}};
   std::vector<Shape> shapes;
   for (const Shape& s : all) {
     if (only.empty() || only == s.name) shapes.push_back(s);
   }
-  if (layers < 1 || reps < 3 || shapes.empty() || (depth != 4 && depth != 8 && depth != 16 && depth != 32) ||
-      max_rounds < 1) {
-    std::fprintf(stderr,
-                 "--layers >= 1, --reps >= 3, --only qkv|output|gate_up|down, --depth 4|8|16|32, --rounds >= 1\n");
+  if (layers < 1 || reps < 3 || shapes.empty() || (depth != 4 && depth != 8) || max_rounds < 1 ||
+      (slabs_a_warp != 1 && slabs_a_warp != 2 && slabs_a_warp != 4)) {
+    std::fprintf(
+        stderr,
+        "--layers >= 1, --reps >= 3, --only qkv|output|gate_up|down, --depth 4|8, --rounds >= 1, --slabs 1|2|4\n");
     return 2;
   }
   const int per_layer = static_cast<int>(shapes.size()), count = per_layer * layers;
@@ -197,7 +210,7 @@ int Main(int argc, char** argv) {
   for (int s = 0; s < per_layer; ++s) {
     const int slabs = shapes[s].out / 16, steps = shapes[s].in / 16;
     int p = 1;
-    while (p * 2 * slabs <= max_rounds * 32 * sms && steps / (p * 2) >= 8) p *= 2;
+    while (p * 2 * slabs / slabs_a_warp <= max_rounds * 32 * sms && steps / (p * 2) >= 8) p *= 2;
     parts[s] = p;
   }
 
@@ -209,10 +222,11 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaMemset(scratch.counters, 0, scratch.counter_slots * sizeof(int32_t)));
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  void (*kernel)(const bf16*, int, const uint4*, int, float*) = depth == 4    ? RegisterProductKernel<4>
-                                                                : depth == 8  ? RegisterProductKernel<8>
-                                                                : depth == 16 ? RegisterProductKernel<16>
-                                                                              : RegisterProductKernel<32>;
+  using Kernel = void (*)(const bf16*, int, const uint4*, int, float*);
+  const Kernel kernels[2][3] = {
+      {RegisterProductKernel<4, 1>, RegisterProductKernel<4, 2>, RegisterProductKernel<4, 4>},
+      {RegisterProductKernel<8, 1>, RegisterProductKernel<8, 2>, RegisterProductKernel<8, 4>}};
+  const Kernel kernel = kernels[depth == 8][slabs_a_warp == 1 ? 0 : slabs_a_warp == 2 ? 1 : 2];
   CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
 
   auto launched = [&] {
@@ -227,7 +241,7 @@ int Main(int argc, char** argv) {
     for (int i = 0; i < count; ++i) {
       const Shape& s = shape(i);
       const int p = parts[i % per_layer], kp = s.in / 16 / p * 16 + 16;  // the longest part's columns
-      const dim3 grid((s.out / 16 + kWarps - 1) / kWarps, p);
+      const dim3 grid((s.out / 16 / slabs_a_warp + kWarps - 1) / kWarps, p);
       CHECK_CUDA(cuda::LaunchDependent(kernel, grid, dim3(kWarps * 32), kRows * (kp + 8) * sizeof(bf16), stream, x,
                                        s.in, packed + w_offset[i] * sizeof(bf16) / sizeof(uint4), s.out,
                                        y_register + y_offset[i]));
@@ -271,7 +285,8 @@ int Main(int argc, char** argv) {
   std::printf("%d layers, %d products (%s) of %d rows, %.2f GB of weights; parts of K", layers, count,
               only.empty() ? "all four" : only.c_str(), kRows, gbytes);
   for (int p : parts) std::printf(" %d", p);
-  std::printf(", %d warps a CTA, %d steps in flight a lane\n", kWarps, depth);
+  std::printf(", %d warps a CTA of %d slabs of W each, %d steps in flight a lane a slab\n", kWarps, slabs_a_warp,
+              depth);
   const auto [t_launched, t_register] = AlternatedMedianMs(launched, registered, reps, stream);
   const auto [t_read, t_zero] = AlternatedMedianMs(read, zero, reps, stream);
   auto line = [&](const char* what, float ms) { std::printf("  %-34s %7.3f ms  %6.3f TB/s\n", what, ms, gbytes / ms); };

@@ -67,8 +67,11 @@ using cuda::skinny_mma::LoadX;
 using cuda::skinny_mma::MultiplyStage;
 using product_chain::EncodeWeightMap;
 using product_chain::FillUniform;
+using product_chain::MakeProductLayout;
 using product_chain::PackWeights;
+using product_chain::ProductLayout;
 using product_chain::ReadWeights;
+using product_chain::Shape;
 
 constexpr int kRows = 16;
 constexpr int kNTiles = kRows / 8;
@@ -257,12 +260,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-struct Shape {
-  const char* name;
-  int in, out;
-  int cap;  // the backend's split cap for it
-};
-
 int Main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int layers = 32, reps = 20, ctas_per_sm = 4;
@@ -281,35 +278,19 @@ int Main(int argc, char** argv) {
   bool check_probe = false;  // the X-once probe checked too: its wrong sums must fail the check
   parser.AddSwitch("--check-probe", &check_probe);
   CheckOk(parser.Parse(argc, argv), "flags");
-  const Shape all[] = {{"qkv", 4096, 6144, cuda::kSkinnyMmaSplitCap},
-                       {"output", 4096, 4096, cuda::kSkinnyMmaSplitCapAfterAttention},
-                       {"gate_up", 4096, 28672, cuda::kSkinnyMmaSplitCap},
-                       {"down", 14336, 4096, cuda::kSkinnyMmaSplitCap}};
-  std::vector<Shape> shapes;
-  for (const Shape& s : all) {
-    if (only.empty() || only == s.name) shapes.push_back(s);
-  }
   const bool bf16_x = x_type == "bf16";
-  if (layers < 1 || reps < 3 || shapes.empty() || (!bf16_x && x_type != "fp32") || ctas_per_sm < 1) {
+  ProductLayout layout;
+  if (layers < 1 || reps < 3 || !MakeProductLayout(only, layers, kRows, &layout) || (!bf16_x && x_type != "fp32") ||
+      ctas_per_sm < 1) {
     std::fprintf(stderr,
                  "--layers >= 1, --reps >= 3, --x fp32|bf16, --only qkv|output|gate_up|down, --ctas-per-sm >= 1\n");
     return 2;
   }
-  const int per_layer = static_cast<int>(shapes.size());
-  const int count = per_layer * layers;
-  auto shape = [&](int i) -> const Shape& { return shapes[i % per_layer]; };
-
-  // Weights, products' outputs for both ways, X.
-  std::vector<size_t> w_offset(count), y_offset(count);
-  size_t w_elems = 0, y_elems = 0, max_out = 0, max_in = 0;
-  for (int i = 0; i < count; ++i) {
-    w_offset[i] = w_elems;
-    y_offset[i] = y_elems;
-    w_elems += static_cast<size_t>(shape(i).in) * shape(i).out;
-    y_elems += static_cast<size_t>(kRows) * shape(i).out;
-    max_out = std::max<size_t>(max_out, shape(i).out);
-    max_in = std::max<size_t>(max_in, shape(i).in);
-  }
+  const std::vector<Shape>& shapes = layout.shapes;
+  const int per_layer = layout.per_layer, count = layout.count;
+  auto shape = [&](int i) -> const Shape& { return layout.shape(i); };
+  const std::vector<size_t>&w_offset = layout.w_offset, &y_offset = layout.y_offset;
+  const size_t w_elems = layout.w_elems, y_elems = layout.y_elems, max_out = layout.max_out, max_in = layout.max_in;
   bf16 *w, *x_bf16;
   float *x0, *y_persistent, *y_launched, *y_check;
   CHECK_CUDA(cudaMalloc(&w, w_elems * sizeof(bf16)));

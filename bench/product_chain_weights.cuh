@@ -1,6 +1,7 @@
-// The weights of bench/product_chain_probe.cu: random fill, the packed copy, a tensor map for TMA
-// boxes, and the plain read that is the probe's floor. Bench code; device helpers and host
-// functions with no state.
+// The weights of bench/product_chain_probe.cu and bench/product_register_probe.cu: the products of
+// the Llama-3-8B shape and their layout in one allocation, random fill, the packed copy, a tensor
+// map for TMA boxes, and the plain read that is the probes' floor. Bench code; device helpers and
+// host functions with no state.
 #pragma once
 
 #include <cuda.h>
@@ -8,15 +9,63 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "kernels/cuda/skinny_mma_gemm.h"
 #include "kernels/cuda/skinny_mma_stages.cuh"
 
 namespace lazykv::bench::product_chain {
 
 using bf16 = __nv_bfloat16;
 using cuda::skinny_mma::kStageK;
+
+// One of a layer's products: X [rows][in] W^T with W [out][in].
+struct Shape {
+  const char* name;
+  int in, out;
+  int cap;  // the backend's split cap for it (SkinnyMmaSplits)
+};
+
+// A step's products of 16 rows, in one allocation: `layers` times the products named by `only`
+// (all four where empty). Product i has shape(i), its W at w_offset[i] elements and its y at
+// y_offset[i].
+struct ProductLayout {
+  std::vector<Shape> shapes;
+  int per_layer = 0, count = 0;
+  std::vector<size_t> w_offset, y_offset;
+  size_t w_elems = 0, y_elems = 0, max_out = 0, max_in = 0;
+
+  const Shape& shape(int i) const { return shapes[i % per_layer]; }
+};
+
+// false where `only` names no product.
+inline bool MakeProductLayout(const std::string& only, int layers, int rows, ProductLayout* layout) {
+  static const Shape kAll[] = {{"qkv", 4096, 6144, cuda::kSkinnyMmaSplitCap},
+                               {"output", 4096, 4096, cuda::kSkinnyMmaSplitCapAfterAttention},
+                               {"gate_up", 4096, 28672, cuda::kSkinnyMmaSplitCap},
+                               {"down", 14336, 4096, cuda::kSkinnyMmaSplitCap}};
+  ProductLayout& l = *layout;
+  l = {};
+  for (const Shape& s : kAll) {
+    if (only.empty() || only == s.name) l.shapes.push_back(s);
+  }
+  if (l.shapes.empty()) return false;
+  l.per_layer = static_cast<int>(l.shapes.size());
+  l.count = l.per_layer * layers;
+  for (int i = 0; i < l.count; ++i) {
+    l.w_offset.push_back(l.w_elems);
+    l.y_offset.push_back(l.y_elems);
+    l.w_elems += static_cast<size_t>(l.shape(i).in) * l.shape(i).out;
+    l.y_elems += static_cast<size_t>(rows) * l.shape(i).out;
+    l.max_out = std::max<size_t>(l.max_out, l.shape(i).out);
+    l.max_in = std::max<size_t>(l.max_in, l.shape(i).in);
+  }
+  return true;
+}
 
 // W [out][in] (in a multiple of 64) as blocks of 512 16-byte chunks, one a (tile of 64 rows, K
 // stage of 64 columns), chunk c of row r at r * 8 + (c ^ (r % 8)): what LoadW puts in shared

@@ -40,6 +40,9 @@ namespace lazykv::bench {
 namespace {
 
 using bf16 = __nv_bfloat16;
+using product_chain::MakeProductLayout;
+using product_chain::ProductLayout;
+using product_chain::Shape;
 constexpr int kRows = 16;
 constexpr int kWarps = 4;
 
@@ -138,11 +141,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-struct Shape {
-  const char* name;
-  int in, out;
-};
-
 int Main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int layers = 32, reps = 20, depth = 8, max_rounds = 2, slabs_a_warp = 1;
@@ -157,32 +155,20 @@ int Main(int argc, char** argv) {
   parser.AddInt("--rounds", &max_rounds);
   parser.AddInt("--slabs", &slabs_a_warp);
   CheckOk(parser.Parse(argc, argv), "flags");
-  const Shape all[] = {{"qkv", 4096, 6144}, {"output", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}};
-  std::vector<Shape> shapes;
-  for (const Shape& s : all) {
-    if (only.empty() || only == s.name) shapes.push_back(s);
-  }
-  if (layers < 1 || reps < 3 || shapes.empty() || (depth != 4 && depth != 8) || max_rounds < 1 ||
-      (slabs_a_warp != 1 && slabs_a_warp != 2 && slabs_a_warp != 4)) {
-    std::fprintf(
-        stderr,
-        "--layers >= 1, --reps >= 3, --only qkv|output|gate_up|down, --depth 4|8, --rounds >= 1, --slabs 1|2|4\n");
+  ProductLayout layout;
+  if (layers < 1 || reps < 3 || !MakeProductLayout(only, layers, kRows, &layout) || (depth != 4 && depth != 8) ||
+      max_rounds < 1 || (slabs_a_warp != 1 && slabs_a_warp != 2 && slabs_a_warp != 4)) {
+    std::fprintf(stderr,
+                 "--layers >= 1, --reps >= 3, --only qkv|output|gate_up|down, --depth 4|8, --rounds >= 1, "
+                 "--slabs 1|2|4\n");
     return 2;
   }
-  const int per_layer = static_cast<int>(shapes.size()), count = per_layer * layers;
-  auto shape = [&](int i) -> const Shape& { return shapes[i % per_layer]; };
+  const std::vector<Shape>& shapes = layout.shapes;
+  const int per_layer = layout.per_layer, count = layout.count;
+  auto shape = [&](int i) -> const Shape& { return layout.shape(i); };
   const int sms = cuda::MultiprocessorCount();
-
-  std::vector<size_t> w_offset(count), y_offset(count);
-  size_t w_elems = 0, y_elems = 0, max_out = 0, max_in = 0;
-  for (int i = 0; i < count; ++i) {
-    w_offset[i] = w_elems;
-    y_offset[i] = y_elems;
-    w_elems += static_cast<size_t>(shape(i).in) * shape(i).out;
-    y_elems += static_cast<size_t>(kRows) * shape(i).out;
-    max_out = std::max<size_t>(max_out, shape(i).out);
-    max_in = std::max<size_t>(max_in, shape(i).in);
-  }
+  const std::vector<size_t>&w_offset = layout.w_offset, &y_offset = layout.y_offset;
+  const size_t w_elems = layout.w_elems, y_elems = layout.y_elems, max_out = layout.max_out, max_in = layout.max_in;
   bf16 *w, *x;
   uint4* packed;
   float *y_launched, *y_register;

@@ -418,6 +418,9 @@ int Main(int argc, char** argv) {
     variants.push_back({"packed W, copies only (probe)",
                         reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kPacked, false, 0, true>), 0, 1,
                         false});
+    variants.push_back({"W by TMA, 20 stages, copies only (probe)",
+                        reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 20, true>),
+                        sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 20>), kTmaKernel, false});
     variants.push_back({"W by TMA, 8 stages", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 8>),
                         sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 8>)});
     variants.push_back({"W by TMA, 11 stages",

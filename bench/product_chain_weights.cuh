@@ -113,9 +113,10 @@ inline __global__ void ReadWeights(const uint4* __restrict__ w, size_t n, unsign
   if (acc == 0x12345678u) *sink = acc;
 }
 
-// A map over W [out][in] bf16 in boxes of 64 columns x 64 rows with the 128-byte swizzle (chunk c of
-// row r at r * 8 + (c ^ (r % 8)), LoadW's layout); rows past `out` come as zeros.
-inline bool EncodeWeightMap(const bf16* w, int in, int out, CUtensorMap* map) {
+// A map over a bf16 matrix [rows][in] in boxes of 64 columns x box_rows rows with the 128-byte
+// swizzle (chunk c of row r at r * 8 + (c ^ (r % 8)), LoadW's and LoadX's layout); rows past
+// `rows` come as zeros. W: box_rows 64; X: 16.
+inline bool EncodeWeightMap(const bf16* w, int in, int out, CUtensorMap* map, int box_rows = 64) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
   if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
@@ -125,7 +126,7 @@ inline bool EncodeWeightMap(const bf16* w, int in, int out, CUtensorMap* map) {
   }
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(in), static_cast<cuuint64_t>(out), 1};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(in) * 2, static_cast<cuuint64_t>(in) * out * 2};
-  const cuuint32_t box[3] = {64, 64, 1}, element_strides[3] = {1, 1, 1};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1}, element_strides[3] = {1, 1, 1};
   return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)(
              map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(w), dims, strides, box, element_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

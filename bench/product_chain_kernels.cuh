@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/cp_async.cuh"
@@ -67,6 +68,23 @@ __device__ __forceinline__ void ZeroShare(const Product& p) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p.y[i] = 0.0f;
 }
 
+// mbarrier::Wait that traps after 2 s instead of spinning for ever (a probe's miscounted barrier or
+// expected bytes fail the run instead of hanging the device).
+__device__ __forceinline__ void WaitOrTrap(uint64_t* bar, int parity) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  for (;;) {
+    uint32_t done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(cuda::mbarrier::Addr(bar)), "r"(parity)
+                 : "memory");
+    if (done) return;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > 2000000000ull) __trap();
+  }
+}
+
 // CTA b's share of the product's tiles x K-stages pairs (tile-major), [begin, end).
 __device__ __forceinline__ void Share(const Product& p, int& begin, int& end) {
   const long long total = static_cast<long long>(Tiles(p)) * KStages(p);
@@ -76,8 +94,9 @@ __device__ __forceinline__ void Share(const Product& p, int& begin, int& end) {
 
 // How a stage of W reaches shared memory: LoadW's cp.async copies (W as it is), a contiguous
 // copy of the packed block, or one TMA box (W as it is).
-// kWavefront: K-stage-major packed blocks, each CTA one (tile, part of K) as the launches split
-// it, so that at any moment the CTAs of a part read one contiguous run of blocks.
+// kWavefront: K-stage-major packed blocks, each CTA one (tile, part of K) (parts: as many as the
+// grid allows, at least 4 stages each), so that at any moment the CTAs of a part read one
+// contiguous run of blocks. Needs at least as many CTAs as the product has tiles.
 enum class WLoad { kCpAsync, kPacked, kTma, kWavefront };
 
 // The stages: static shared memory at the default count, dynamic for a deeper ring (kDeep).
@@ -186,7 +205,7 @@ __global__ void __launch_bounds__(kThreads)
       CpAsyncWait<kStagesInFlight - 2>();
       if constexpr (kW == WLoad::kTma) {
         const int b = f % kStagesInFlight;
-        cuda::mbarrier::Wait(&w_full[b], (w_phases >> b) & 1);
+        WaitOrTrap(&w_full[b], (w_phases >> b) & 1);
         w_phases ^= 1u << b;
       }
       __syncthreads();

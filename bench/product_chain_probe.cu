@@ -20,7 +20,7 @@
 //               (product_chain_ws.cuh); and two timing probes whose sums
 //               are wrong: X loaded only in a share's first stages, and copies without products);
 //   read        a plain read of the same weights: the floor.
-// Each persistent variant (but the X-once probe, unless --check-probe, when it must fail) is
+// Each persistent variant (but the two timing probes, unless --check-probe, when they must fail) is
 // checked product by product against the launched kernel on the same X, y filled with NaNs
 // before each checked run.
 //
@@ -83,13 +83,13 @@ int Main(int argc, char** argv) {
       "                    [--ctas-per-sm N] [--check-probe]\n"
       "  --x fp32: each product's X is the last one's y (rounded as loaded); bf16: a fixed input each\n"
       "  --only: that product of every layer only\n"
-      "  --check-probe: also check the X-once probe, whose wrong sums must fail (exit 1)");
+      "  --check-probe: also check the timing probes, whose wrong sums must fail (exit 1)");
   parser.AddInt("--layers", &layers);
   parser.AddInt("--reps", &reps);
   parser.AddString("--x", &x_type);
   parser.AddString("--only", &only);
   parser.AddInt("--ctas-per-sm", &ctas_per_sm);
-  bool check_probe = false;  // the X-once probe checked too: its wrong sums must fail the check
+  bool check_probe = false;  // the timing probes checked too: their wrong sums must fail the check
   parser.AddSwitch("--check-probe", &check_probe);
   CheckOk(parser.Parse(argc, argv), "flags");
   const bool bf16_x = x_type == "bf16";
@@ -198,7 +198,9 @@ int Main(int argc, char** argv) {
     for (int i = 0; i < count; ++i) CHECK_CUDA(launch_one(i, x_of(i, y_launched), y_launched + y_offset[i]));
   };
 
-  constexpr int kTmaKernel = 3, kDeepFirst = 4;  // indices in `variants` (bf16 X only from 3 on)
+  // Indices in `variants` (bf16 X only from kTmaKernel on); the variants from kPairedFirst on are
+  // each timed against their `baseline`.
+  constexpr int kTmaKernel = 3, kPairedFirst = 4;
   struct Variant {
     const char* name;
     void* kernel;
@@ -206,6 +208,7 @@ int Main(int argc, char** argv) {
     int baseline = kTmaKernel;  // the variant a deeper ring is timed against
     bool checked = true;        // false: a timing probe whose sums are wrong
     int threads = kThreads;
+    bool needs_a_cta_a_tile = false;  // the wavefront gives each CTA one (tile, part of K)
     int ctas = 0;
   };
   auto kernel_of = [&](auto w_load, auto x_once) -> void* {
@@ -218,8 +221,10 @@ int Main(int argc, char** argv) {
   // [W as it is, packed W, packed W with X loaded only in the first stages of each share (a
   // timing probe of what X's loads cost: its sums are wrong, so it is not checked); for bf16 X
   // also W by TMA (with fp32 X its mbarriers would take static shared memory past 48 KB), rings
-  // of 5 stages (4 CTAs an SM: a third more of W in flight) loaded each way, and W by TMA through
-  // rings of 8, 11 and 20 stages (fewer CTAs an SM)].
+  // of 5 stages (4 CTAs an SM: a third more of W in flight) loaded each way, the copies without
+  // the products (a probe), the wavefront, the warp-specialized pipeline, the copies alone
+  // through a 20-stage TMA ring (a probe), and W by TMA through rings of 8, 11 and 20 stages
+  // (fewer CTAs an SM)].
   std::vector<Variant> variants = {
       {"W as it is", kernel_of(integral_constant<WLoad, WLoad::kCpAsync>{}, std::false_type{}), 0},
       {"packed W", kernel_of(integral_constant<WLoad, WLoad::kPacked>{}, std::false_type{}), 0},
@@ -235,8 +240,9 @@ int Main(int argc, char** argv) {
                         sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>), 1});
     variants.push_back({"W by TMA, 5 stages", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 5>),
                         sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 5>)});
-    variants.push_back(
-        {"packed W, wavefront (K-major)", reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kWavefront>), 0, 1});
+    variants.push_back({"packed W, wavefront (K-major)",
+                        reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kWavefront>), 0, 1, true, kThreads,
+                        true});
     variants.push_back({"packed W, copies only (probe)",
                         reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kPacked, false, 0, true>), 0, 1,
                         false});
@@ -254,6 +260,8 @@ int Main(int argc, char** argv) {
                         reinterpret_cast<void*>(ProductChainKernel<bf16, WLoad::kTma, false, 20>),
                         sizeof(cuda::skinny_mma::Stages<kNTiles, bf16, 20>)});
   }
+  int max_tiles = 0;
+  for (const Shape& s : shapes) max_tiles = std::max(max_tiles, (s.out + 63) / 64);
   for (Variant& v : variants) {
     if (v.dynamic_smem > 0) {
       CHECK_CUDA(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -293,6 +301,10 @@ int Main(int argc, char** argv) {
   };
   std::vector<Checked> to_check;
   for (int v = 0; v < static_cast<int>(variants.size()); ++v) {
+    if (variants[v].needs_a_cta_a_tile && variants[v].ctas < max_tiles) {
+      std::printf("(%s left out: %d CTAs for %d tiles)\n", variants[v].name, variants[v].ctas, max_tiles);
+      continue;
+    }
     if (variants[v].checked || check_probe) to_check.push_back({v, true});
   }
   to_check.push_back({0, false});
@@ -372,7 +384,8 @@ int Main(int argc, char** argv) {
     line("launched (third)", t_launched3);
     line("persistent, W by TMA (again)", t_tma2);
     std::printf("W by TMA / packed %.3fx, W by TMA / launched %.3fx\n", t_packed4 / t_tma, t_launched3 / t_tma2);
-    for (int variant = kDeepFirst; variant < static_cast<int>(variants.size()); ++variant) {
+    for (int variant = kPairedFirst; variant < static_cast<int>(variants.size()); ++variant) {
+      if (variants[variant].needs_a_cta_a_tile && variants[variant].ctas < max_tiles) continue;
       const auto [t_base, t_deep] = AlternatedMedianMs([&] { persistent_run(variants[variant].baseline); },
                                                        [&] { persistent_run(variant); }, reps, stream);
       char what[64], base[64];

@@ -2,7 +2,12 @@
 // boxes from one producer lane, the MMA warps on mbarriers). Bench code: device code only.
 #pragma once
 
+#include <cstdint>
+
 #include "bench/product_chain_kernels.cuh"
+#include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/skinny_mma_stages.cuh"
+#include "kernels/cuda/tma.cuh"
 
 namespace lazykv::bench::product_chain {
 
@@ -44,7 +49,7 @@ inline __global__ void __launch_bounds__(kWsThreads)
       if (lane == 0) {
         for (int f = 0; f < n; ++f) {
           const unsigned u = g + f, b = u % kS;
-          cuda::mbarrier::Wait(&empty[b], ((u / kS) & 1) ^ 1);
+          WaitOrTrap(&empty[b], ((u / kS) & 1) ^ 1);
           cuda::tma::ArriveExpectBytes(&full[b], sizeof(sm.w[0]) + sizeof(sm.x[0]));
           const int tile0 = (begin + f) / k_stages * 64, k0 = (begin + f) % k_stages * kStageK;
           cuda::tma::Load3d(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.w[b][0])), &p.w_map, k0, tile0, 0,
@@ -56,7 +61,7 @@ inline __global__ void __launch_bounds__(kWsThreads)
       float acc[kNTiles][4] = {};
       for (int f = 0; f < n; ++f) {
         const unsigned u = g + f, b = u % kS;
-        cuda::mbarrier::Wait(&full[b], (u / kS) & 1);
+        WaitOrTrap(&full[b], (u / kS) & 1);
         MultiplyStage(sm, b, warp, lane, acc);
         __syncwarp();
         if (lane == 0) cuda::mbarrier::Arrive(&empty[b]);

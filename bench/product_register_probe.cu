@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int j1 = static_cast<int>(static_cast<long long>(blockIdx.y + 1) * steps / parts);
   const int n = j1 - j0, kp = n * 16, stride = kp + 8;
   const int slab0 = (blockIdx.x * kWarps + warp) * kSlabs;
-  const bool active = slab0 < out / 16;  // out / 16 a multiple of kSlabs (checked by the host)
+  const bool active = slab0 < out / 16;  // out a multiple of 16 x kSlabs (checked by the host)
   const uint4* a_ptr = packed + (static_cast<size_t>(active ? slab0 : 0) * steps + j0) * 32 + lane;
   const size_t slab_stride = static_cast<size_t>(steps) * 32;  // uint4s from one slab to the next
 
@@ -164,6 +164,12 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::vector<Shape>& shapes = layout.shapes;
+  for (const Shape& s : shapes) {
+    if (s.out % (16 * slabs_a_warp) != 0 || s.in % 16 != 0) {
+      std::fprintf(stderr, "%s: out must be a multiple of 16 x --slabs and in of 16\n", s.name);
+      return 2;
+    }
+  }
   const int per_layer = layout.per_layer, count = layout.count;
   auto shape = [&](int i) -> const Shape& { return layout.shape(i); };
   const int sms = cuda::MultiprocessorCount();
@@ -213,7 +219,14 @@ int Main(int argc, char** argv) {
       {RegisterProductKernel<4, 1>, RegisterProductKernel<4, 2>, RegisterProductKernel<4, 4>},
       {RegisterProductKernel<8, 1>, RegisterProductKernel<8, 2>, RegisterProductKernel<8, 4>}};
   const Kernel kernel = kernels[depth == 8][slabs_a_warp == 1 ? 0 : slabs_a_warp == 2 ? 1 : 2];
-  CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+  // X's part of K in shared memory: the longest part's columns, rows padded by 8.
+  auto x_bytes = [&](int i) {
+    const int kp = shape(i).in / 16 / parts[i % per_layer] * 16 + 16;
+    return kRows * (kp + 8) * sizeof(bf16);
+  };
+  size_t max_x_bytes = 0;
+  for (int s = 0; s < per_layer; ++s) max_x_bytes = std::max(max_x_bytes, x_bytes(s));
+  CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_x_bytes)));
 
   auto launched = [&] {
     for (int i = 0; i < count; ++i) {
@@ -226,10 +239,9 @@ int Main(int argc, char** argv) {
     zero();
     for (int i = 0; i < count; ++i) {
       const Shape& s = shape(i);
-      const int p = parts[i % per_layer], kp = s.in / 16 / p * 16 + 16;  // the longest part's columns
-      const dim3 grid((s.out / 16 / slabs_a_warp + kWarps - 1) / kWarps, p);
-      CHECK_CUDA(cuda::LaunchDependent(kernel, grid, dim3(kWarps * 32), kRows * (kp + 8) * sizeof(bf16), stream, x,
-                                       s.in, packed + w_offset[i] * sizeof(bf16) / sizeof(uint4), s.out,
+      const dim3 grid((s.out / 16 / slabs_a_warp + kWarps - 1) / kWarps, parts[i % per_layer]);
+      CHECK_CUDA(cuda::LaunchDependent(kernel, grid, dim3(kWarps * 32), x_bytes(i), stream, x, s.in,
+                                       packed + w_offset[i] * sizeof(bf16) / sizeof(uint4), s.out,
                                        y_register + y_offset[i]));
     }
   };

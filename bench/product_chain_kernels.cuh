@@ -85,6 +85,20 @@ __device__ __forceinline__ void WaitOrTrap(uint64_t* bar, int parity) {
   }
 }
 
+// The end of a tile's run in a CTA's share: its partial sums (acc, this warp's 16 rows of the
+// tile from t0) added into y, and acc zeroed for the next run.
+__device__ __forceinline__ void FlushTile(const Product& p, int t0, int warp, int lane, float (&acc)[kNTiles][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int m = 16 * warp + lane / 4 + 8 * (e / 2), r = 8 * nt + 2 * (lane % 4) + e % 2;
+      if (t0 + m < p.out) atomicAdd(p.y + static_cast<size_t>(r) * p.out + t0 + m, acc[nt][e]);
+      acc[nt][e] = 0.0f;
+    }
+  }
+}
+
 // CTA b's share of the product's tiles x K-stages pairs (tile-major), [begin, end).
 __device__ __forceinline__ void Share(const Product& p, int& begin, int& end) {
   const long long total = static_cast<long long>(Tiles(p)) * KStages(p);
@@ -157,7 +171,7 @@ __global__ void __launch_bounds__(kThreads)
     // tile fixed_tile, K stage begin + f).
     auto tile0 = [&](int f) { return kW == WLoad::kWavefront ? fixed_tile * 64 : (begin + f) / k_stages * 64; };
     auto k0 = [&](int f) { return (begin + f) % k_stages * kStageK; };
-    // Stage f's W into `buffer`: packed, block begin + f is a contiguous copy.
+    // Stage f's W into `buffer`: packed (or the wavefront's K-major blocks), a contiguous copy.
     auto load_w = [&](int buffer, int f) {
       if constexpr (kW == WLoad::kTma) {
         if (threadIdx.x == 0) {
@@ -165,16 +179,11 @@ __global__ void __launch_bounds__(kThreads)
           cuda::tma::Load3d(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.w[buffer][0])), &products[i].w_map,
                             k0(f), tile0(f), 0, &w_full[buffer]);
         }
-      } else if constexpr (kW == WLoad::kWavefront) {
-        const uint4* block = reinterpret_cast<const uint4*>(p.w_packed_k) +
-                             (static_cast<size_t>(begin + f) * Tiles(p) + fixed_tile) * 512;
-#pragma unroll
-        for (int j = 0; j < 512 / kThreads; ++j) {
-          const int q = threadIdx.x + j * kThreads;
-          cuda::async_copy::CpAsync16Streamed(&sm.w[buffer][q], block + q, 16);
-        }
-      } else if constexpr (kW == WLoad::kPacked) {
-        const uint4* block = reinterpret_cast<const uint4*>(p.w_packed) + static_cast<size_t>(begin + f) * 512;
+      } else if constexpr (kW == WLoad::kPacked || kW == WLoad::kWavefront) {
+        const uint4* block = kW == WLoad::kPacked
+                                 ? reinterpret_cast<const uint4*>(p.w_packed) + static_cast<size_t>(begin + f) * 512
+                                 : reinterpret_cast<const uint4*>(p.w_packed_k) +
+                                       (static_cast<size_t>(begin + f) * Tiles(p) + fixed_tile) * 512;
 #pragma unroll
         for (int j = 0; j < 512 / kThreads; ++j) {
           const int q = threadIdx.x + j * kThreads;
@@ -216,19 +225,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       CpAsyncCommit();
       if constexpr (!kStageOnly) MultiplyStage(sm, f % kStagesInFlight, warp, lane, acc);
-      // The end of a tile's run in this share: its partial sums into y.
-      if (f == n - 1 || (begin + f) % k_stages == k_stages - 1) {
-        const int t0 = tile0(f);
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int m = 16 * warp + lane / 4 + 8 * (e / 2), r = 8 * nt + 2 * (lane % 4) + e % 2;
-            if (t0 + m < p.out) atomicAdd(p.y + static_cast<size_t>(r) * p.out + t0 + m, acc[nt][e]);
-            acc[nt][e] = 0.0f;
-          }
-        }
-      }
+      if (f == n - 1 || (begin + f) % k_stages == k_stages - 1) FlushTile(p, tile0(f), warp, lane, acc);
     }
     CpAsyncWait<0>();
     __syncthreads();  // every warp is past its last stage before the buffers take the next product's W

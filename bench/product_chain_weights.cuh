@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -71,8 +72,7 @@ inline bool MakeProductLayout(const std::string& only, int layers, int rows, Pro
 // stage of 64 columns), chunk c of row r at r * 8 + (c ^ (r % 8)): what LoadW puts in shared
 // memory. Blocks in [tile][K stage] order, or [K stage][tile] with `k_major`. Rows past `out`
 // repeat the last, as LoadW loads them.
-inline __global__ void PackWeights(const uint4* __restrict__ w, int in, int out, uint4* __restrict__ packed,
-                                   bool k_major) {
+__global__ void PackWeights(const uint4* __restrict__ w, int in, int out, uint4* __restrict__ packed, bool k_major) {
   const int k_stages = in / kStageK, row_chunks = in / 8, tiles = (out + 63) / 64;
   const size_t total = static_cast<size_t>(tiles) * k_stages * 512;
   for (size_t q = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; q < total;
@@ -86,7 +86,7 @@ inline __global__ void PackWeights(const uint4* __restrict__ w, int in, int out,
   }
 }
 
-inline __global__ void FillUniform(bf16* w, size_t n, float bound, uint64_t seed) {
+__global__ void FillUniform(bf16* w, size_t n, float bound, uint64_t seed) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
@@ -100,7 +100,7 @@ inline __global__ void FillUniform(bf16* w, size_t n, float bound, uint64_t seed
 
 // Reads every byte of the weights (16 bytes a load, several in flight); writes only if an
 // impossible sum comes out, so the loads are not removed.
-inline __global__ void ReadWeights(const uint4* __restrict__ w, size_t n, unsigned* sink) {
+__global__ void ReadWeights(const uint4* __restrict__ w, size_t n, unsigned* sink) {
   unsigned acc = 0;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
@@ -111,6 +111,28 @@ inline __global__ void ReadWeights(const uint4* __restrict__ w, size_t n, unsign
   }
   for (; i < n; i += stride) acc ^= __ldcs(w + i).x;
   if (acc == 0x12345678u) *sink = acc;
+}
+
+// How far a product's y is from the reference's: max |difference| over max |reference|, infinite
+// where y holds a NaN (a product left unwritten). `bad` where that is over 1e-4 or the
+// reference vanished (its largest value under 0.1: random inputs make it about 1).
+struct ProductError {
+  double relative = 0.0;
+  bool bad = false;
+};
+inline ProductError CompareProduct(const float* want, const float* got, size_t n) {
+  double scale = 0.0, diff = 0.0;
+  for (size_t j = 0; j < n; ++j) {
+    scale = std::max(scale, std::fabs(static_cast<double>(want[j])));
+    const double d = std::fabs(static_cast<double>(want[j]) - got[j]);
+    if (!std::isfinite(d)) {
+      diff = INFINITY;
+      break;
+    }
+    diff = std::max(diff, d);
+  }
+  const double relative = diff / std::max(scale, 1e-6);
+  return {relative, !(relative <= 1e-4) || scale < 0.1};
 }
 
 // A map over a bf16 matrix [rows][in] in boxes of 64 columns x box_rows rows with the 128-byte

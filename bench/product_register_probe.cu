@@ -264,16 +264,10 @@ int Main(int argc, char** argv) {
   int bad = 0;
   double worst = 0.0;
   for (int i = 0; i < count; ++i) {
-    double scale = 0.0, diff = 0.0;
-    for (size_t j = y_offset[i]; j < y_offset[i] + static_cast<size_t>(kRows) * shape(i).out; ++j) {
-      scale = std::max(scale, std::fabs(static_cast<double>(want[j])));
-      const double d = std::fabs(static_cast<double>(want[j]) - got[j]);
-      diff = std::isfinite(d) ? std::max(diff, d) : INFINITY;
-      if (!std::isfinite(d)) break;
-    }
-    const double rel = diff / std::max(scale, 1e-6);
-    worst = std::max(worst, rel);
-    if (!(rel <= 1e-4) || scale < 0.1) ++bad;
+    const product_chain::ProductError e = product_chain::CompareProduct(
+        want.data() + y_offset[i], got.data() + y_offset[i], static_cast<size_t>(kRows) * shape(i).out);
+    worst = std::max(worst, e.relative);
+    bad += e.bad;
   }
   std::printf("check: %d products, worst max|diff| / max|y| %.2e, %d out of bounds (1e-4, or y vanished)\n", count,
               worst, bad);

@@ -16,9 +16,12 @@ namespace lazykv::bench::product_chain {
 // the producer's expected bytes; its empty barrier the four MMA warps' arrivals. No CTA barrier
 // and no per-thread copies in the MMA warps' loop. The next product's stages wait for the grid
 // barrier (X is the last product's output in the backend), so there is no early W here.
+// KNOWN DEFECT: its check fails intermittently (one product of 16 off by 5-7% in 1 of 3 runs of
+// this code; in 5 of 5 after a rewrite of its flush that should change nothing): a race not yet
+// found (bench/results/product_chain_2026-11-29.md, calls 23-25). Its timings are unverified.
 constexpr int kWsThreads = kThreads + 32;
 
-inline __global__ void __launch_bounds__(kWsThreads)
+__global__ void __launch_bounds__(kWsThreads)
     WarpSpecializedChainKernel(const Product* __restrict__ products, int count, unsigned long long* barrier,
                                unsigned long long base, bool /*prefetch*/) {
   constexpr int kS = cuda::skinny_mma::kStages<kNTiles, bf16>;

@@ -82,6 +82,7 @@ cuda::PrefillAttentionParams QueryParams(const PagedBatch& b, const std::vector<
   p.kv.n_kv_heads = kv_heads;
   p.kv.head_dim = hd;
   p.kv.block_size = block;
+  p.kv.pool_slots = static_cast<long long>(b.pool_bytes / (2 * static_cast<size_t>(kv_heads) * hd));
   p.kv.rope_style = cuda::RopeStyle::kRotateHalf;
   p.query_offsets = Upload(q_offsets);
   p.query_pos0 = Upload(q_pos0);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/env_switch.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
@@ -145,6 +146,22 @@ cudaError_t LaunchWorkStarts(const PrefillAttentionParams& p, const WorkList& li
                        list, static_cast<int>(ctas), starts);
 }
 
+// Tensor maps over the launch's pools (1), by which the kernels copy KV tiles at consecutive pool
+// slots, or none (0: every tile by cp.async) where the pools allow none or LAZYKV_PREFILL_KV_TMA=0.
+int MakeKvMaps(const PrefillAttentionParams& p, CUtensorMap* k_map, CUtensorMap* v_map) {
+#ifdef LAZYKV_PREFILL_PROBE_MATH_ONLY
+  const bool on = false;  // the probe's copies read no memory: nor may boxes
+#else
+  static const bool on = EnvSwitchOn("LAZYKV_PREFILL_KV_TMA");
+#endif
+  *k_map = CUtensorMap{};
+  *v_map = CUtensorMap{};
+  return on && MakeKvPoolTensorMap(p, p.kv.k_pool, k_map) == cudaSuccess &&
+                 MakeKvPoolTensorMap(p, p.kv.v_pool, v_map) == cudaSuccess
+             ? 1
+             : 0;
+}
+
 template <int HD, int kSchedule>
 cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStream_t stream) {
   const dim3 grid(p.n_heads >> a.log2_pack, QueryTiles(p, a.log2_pack), p.num_seqs * a.splits);
@@ -168,13 +185,15 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
     if (starts != nullptr && !p.work_starts_made) {
       if (const cudaError_t e = LaunchWorkStarts<HD>(p, list, ctas, starts, stream); e != cudaSuccess) return e;
     }
+    CUtensorMap k_map, v_map;
+    const int kv_maps = MakeKvMaps(p, &k_map, &v_map);
     const auto kernel = LazyPrefillPersistentKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD, PersistentStageInfo>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
     if (err != cudaSuccess) return err;
     if (const cudaError_t e =
             LaunchPrefill(kernel, dim3(static_cast<unsigned>(ctas)), kSpecThreads, kSmem, stream, p, list, a.scale_log2,
-                          static_cast<const PrefillWorkStart*>(starts), q_map, out_map);
+                          static_cast<const PrefillWorkStart*>(starts), q_map, out_map, k_map, v_map, kv_maps);
         e != cudaSuccess) {
       return e;
     }
@@ -193,13 +212,15 @@ cudaError_t Launch(const PrefillAttentionParams& p, const KernelArgs& a, cudaStr
         return e;
       }
     }
+    CUtensorMap k_map, v_map;
+    const int kv_maps = MakeKvMaps(p, &k_map, &v_map);
     const auto kernel = LazyPrefillSpecializedKernel<HD>;
     constexpr int kSmem = SpecSmemLayout<HD>::kAllocBytes;
     const cudaError_t err = PrepareKernel<HD, kSchedule>(kernel, kSmem);
     if (err != cudaSuccess) return err;
-    if (const cudaError_t e =
-            LaunchPrefill(kernel, grid, kSpecThreads, kSmem, stream, p, a.log2bs, a.scale_log2, a.splits, a.log2_pack,
-                          static_cast<const PrefillWorkStart*>(starts), p.work_starts_made ? 1 : 0);
+    if (const cudaError_t e = LaunchPrefill(kernel, grid, kSpecThreads, kSmem, stream, p, a.log2bs, a.scale_log2,
+                                            a.splits, a.log2_pack, static_cast<const PrefillWorkStart*>(starts),
+                                            p.work_starts_made ? 1 : 0, k_map, v_map, kv_maps);
         e != cudaSuccess) {
       return e;
     }

@@ -68,9 +68,10 @@ struct PersistentStageInfo {
 // loads: copied from its work start (`starts`), or made by walking its table without them (the
 // CTA's first, before the split); warp 0 makes desc[J + 2] during tile J. A work tile with no
 // visible key passes one empty stage (no copies) so that the consumers write its rows.
-template <int HD>
+template <int HD, bool kMaps>
 __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const WorkList& list, CtaWork w, int index,
-                                       int e_hi, const PrefillWorkStart* starts, unsigned char* smem) {
+                                       int e_hi, const PrefillWorkStart* starts, unsigned char* smem,
+                                       const CUtensorMap* k_map, const CUtensorMap* v_map) {
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   const int t = threadIdx.x;
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
@@ -81,11 +82,10 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
   const auto acquire = [&](int i) {  // load i's slot, released by the consumers after load i - 3
     if (i >= kRingSlots) mbarrier::Wait(&bars->empty[RingSlot(i)], RingParity(i) ^ 1);
   };
-  const auto issue = [&](int i, const TileDesc& d, const void* pool, int* positions) {
-    uint64_t* full = &bars->full[RingSlot(i)];
-    if (d.valid) LoadTileRows<HD, 128>(p, d, list.log2bs, w.kvh, pool, ring + RingSlot(i) * L::kKvBytes, positions, t);
-    mbarrier::ArriveOnCopies(full);
-    mbarrier::Arrive(full);
+  const auto issue = [&](int i, const TileDesc& d, bool by_map, const void* pool, const CUtensorMap* map,
+                         int* positions) {
+    IssueTileLoad<HD, kMaps>(p, d, by_map, list.log2bs, w.kvh, pool, map, ring + RingSlot(i) * L::kKvBytes, positions,
+                             &bars->full[RingSlot(i)], t);
   };
   // Whether a work tile follows, and where: the copy warps have few registers, so the next
   // one's fields are made (or read from its start) when it starts.
@@ -108,6 +108,7 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
       const bool first_of_delta = !empty && (j == 0 || d.delta != prev_delta);
       const bool last_of_delta = !empty && (last || dn.delta != d.delta);
       prev_delta = d.delta;
+      const bool by_map = kMaps && TileAtConsecutiveSlots(d);
       // Keys. info and col_pos [J & 1] were last read for tile J - 2, before the consumers
       // released V(J - 2), the load that the keys of tile J wait for.
       acquire(2 * J);
@@ -117,11 +118,11 @@ __device__ void RunPersistentCopyWarps(const PrefillAttentionParams& p, const Wo
             PersistentStageInfo{empty ? 0 : d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0,
                                 last && !more ? 1 : 0,    empty ? 1 : 0};
       }
-      issue(2 * J, d, p.kv.k_pool, col_pos + (J & 1) * kBN);
+      issue(2 * J, d, by_map, p.kv.k_pool, k_map, col_pos + (J & 1) * kBN);
       if (t == 0) LAZYKV_TIMELINE(J, kKeysIssued);
       acquire(2 * J + 1);
       if (t == 0) LAZYKV_TIMELINE(J, kValueSlot);
-      issue(2 * J + 1, d, p.kv.v_pool, nullptr);
+      issue(2 * J + 1, d, by_map, p.kv.v_pool, v_map, nullptr);
       if (t == 0) LAZYKV_TIMELINE(J, kValuesIssued);
       if (last) break;
       if (t < 32) NextTile(p, dn, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[(J + 2) % kDescSlots]);
@@ -367,7 +368,8 @@ template <int HD>
 __global__ void __launch_bounds__(kSpecThreads, 1)
     LazyPrefillPersistentKernel(const PrefillAttentionParams p, const WorkList list, float scale_log2,
                                 const PrefillWorkStart* starts, const __grid_constant__ CUtensorMap q_map,
-                                const __grid_constant__ CUtensorMap out_map) {
+                                const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap k_map,
+                                const __grid_constant__ CUtensorMap v_map, int kv_maps) {
   AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
   using L = SpecSmemLayout<HD, PersistentStageInfo>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -390,7 +392,11 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   LAZYKV_TIMELINE_CTA_START();
   if (threadIdx.x < 128) {
     ShrinkRegisters<kCopyRegs>();
-    RunPersistentCopyWarps<HD>(p, list, w, index, e_hi, starts, smem);
+    if (kv_maps) {
+      RunPersistentCopyWarps<HD, true>(p, list, w, index, e_hi, starts, smem, &k_map, &v_map);
+    } else {
+      RunPersistentCopyWarps<HD, false>(p, list, w, index, e_hi, starts, smem, nullptr, nullptr);
+    }
   } else if (threadIdx.x < 256) {
     ShrinkRegisters<kRotationRegs>();
     RunPersistentRotationWarps<HD>(p, list, w, index, &q_map, smem);

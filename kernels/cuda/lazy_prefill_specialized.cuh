@@ -32,6 +32,7 @@
 #include "kernels/cuda/lazy_prefill_work_starts.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/prefill_timeline.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace lazykv::cuda {
@@ -138,14 +139,59 @@ struct SpecSmemLayout {
 __device__ __forceinline__ int RingSlot(int i) { return i % kRingSlots; }
 __device__ __forceinline__ int RingParity(int i) { return (i / kRingSlots) & 1; }
 
+// Whether tile d's kBN slots lie at consecutive pool slots: a valid tile that needs no mask (every
+// slot holds a visible key, so its entries are whole blocks, or one block's kBN slots) whose
+// entries' blocks follow each other in the pool. Every copy thread reads it (the same descriptor),
+// once a tile, with every load in flight at once (short-circuit tests made a chain of loads and
+// branches on the copy warps' path: 4-5% slower).
+__device__ __forceinline__ bool TileAtConsecutiveSlots(const TileDesc& d) {
+  const int b0 = d.block[0], ne = d.ne;
+  bool consecutive = d.valid != 0 && d.needs_mask == 0;
+#pragma unroll
+  for (int k = 1; k < kMaxEntriesPerTile; ++k) {
+    const bool follows = d.block[k] == b0 + k;  // loaded whether or not entry k is in the tile
+    consecutive &= (k >= ne) | follows;
+  }
+  return consecutive;
+}
+
+// A copy thread's part of one load of the ring (d's keys or values, pool: k_pool or v_pool) into
+// the slot at dst, and its two arrivals on the slot's full barrier: one once its copies land, one
+// that releases its stores of the stage info and column positions. By TMA boxes where `by_map`
+// (kMaps and TileAtConsecutiveSlots(d)): one a 64-column block, issued by thread 0, their bytes
+// counted on the barrier (map: MakeKvPoolTensorMap's); else by the 128 threads' cp.async copies.
+// With blocks of 16 slots, one box takes the place of 128 threads' 16 copies each (a box per
+// 16-slot entry, eight a tile, had been slower than cp.async: bench/results/prefill_overlap_2026-11-28.md).
+// kMaps: the launch has the maps; the copy loops are compiled apart for either case (a branch on
+// a null map in one loop made the kernel 2-3% slower without maps).
+template <int HD, bool kMaps>
+__device__ __forceinline__ void IssueTileLoad(const PrefillAttentionParams& p, const TileDesc& d, bool by_map,
+                                              int log2bs, int kvh, const void* pool, const CUtensorMap* map,
+                                              uint32_t dst, int* positions, uint64_t* full, int t) {
+  if (kMaps && by_map) {
+    if (t == 0) {
+      tma::ArriveExpectBytes(full, kBN * HD * 2);
+      const int slot = d.block[0] * p.kv.block_size + d.s0;
+#pragma unroll
+      for (int h = 0; h < HD / 64; ++h) tma::Load3d(dst + h * kBN * 128, map, h * 64, kvh, slot, full);
+    } else {
+      mbarrier::Arrive(full);
+    }
+  } else {
+    if (d.valid) LoadTileRows<HD, 128>(p, d, log2bs, kvh, pool, dst, positions, t);
+    mbarrier::ArriveOnCopies(full);
+  }
+  mbarrier::Arrive(full);
+}
+
 // The copy warpgroup (t: 0 .. 127): each load waits for its slot (the consumers' release of
 // load i - 3), issues its copies, and arrives twice on the slot's full barrier: once its
 // copies land (.noinc), and once to release its stores of the stage info and column
 // positions. desc[0] and desc[1] are made before the split; warp 0 makes desc[j + 2] during
 // iteration j.
-template <int HD>
+template <int HD, bool kMaps>
 __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, int e_hi, int log2bs,
-                             unsigned char* smem) {
+                             unsigned char* smem, const CUtensorMap* k_map, const CUtensorMap* v_map) {
   using L = SpecSmemLayout<HD>;
   const int t = threadIdx.x;
   TileDesc* desc = reinterpret_cast<TileDesc*>(smem + L::kDesc);
@@ -156,11 +202,10 @@ __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, 
   const auto acquire = [&](int i) {  // load i's slot, released by the consumers after load i - 3
     if (i >= kRingSlots) mbarrier::Wait(&bars->empty[RingSlot(i)], RingParity(i) ^ 1);
   };
-  const auto issue = [&](int i, const TileDesc& d, const void* pool, int* positions) {
-    uint64_t* full = &bars->full[RingSlot(i)];
-    LoadTileRows<HD, 128>(p, d, log2bs, w.kvh, pool, ring + RingSlot(i) * L::kKvBytes, positions, t);
-    mbarrier::ArriveOnCopies(full);
-    mbarrier::Arrive(full);
+  const auto issue = [&](int i, const TileDesc& d, bool by_map, const void* pool, const CUtensorMap* map,
+                         int* positions) {
+    IssueTileLoad<HD, kMaps>(p, d, by_map, log2bs, w.kvh, pool, map, ring + RingSlot(i) * L::kKvBytes, positions,
+                             &bars->full[RingSlot(i)], t);
   };
   int prev_delta = 0;
   for (int j = 0;; ++j) {
@@ -170,6 +215,7 @@ __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, 
     const bool first_of_delta = j == 0 || d.delta != prev_delta;
     const bool last_of_delta = last || dn.delta != d.delta;
     prev_delta = d.delta;
+    const bool by_map = kMaps && TileAtConsecutiveSlots(d);
     // Keys. info and col_pos [j & 1] were last read for tile j - 2, before the consumers
     // released V(j - 2), the load that the keys of tile j wait for.
     acquire(2 * j);
@@ -177,11 +223,11 @@ __device__ void RunCopyWarps(const PrefillAttentionParams& p, const CtaWork& w, 
       LAZYKV_TIMELINE(j, kKeySlot);
       info[j & 1] = StageInfo{d.needs_mask, first_of_delta ? 1 : 0, last_of_delta ? 1 : 0, last ? 1 : 0};
     }
-    issue(2 * j, d, p.kv.k_pool, col_pos + (j & 1) * kBN);
+    issue(2 * j, d, by_map, p.kv.k_pool, k_map, col_pos + (j & 1) * kBN);
     if (t == 0) LAZYKV_TIMELINE(j, kKeysIssued);
     acquire(2 * j + 1);
     if (t == 0) LAZYKV_TIMELINE(j, kValueSlot);
-    issue(2 * j + 1, d, p.kv.v_pool, nullptr);
+    issue(2 * j + 1, d, by_map, p.kv.v_pool, v_map, nullptr);
     if (t == 0) LAZYKV_TIMELINE(j, kValuesIssued);
     if (last) return;
     if (t < 32) NextTile(p, dn, e_hi, w.entries_per_tile, w.pos_lo, w.pos_hi, &desc[(j + 2) % kDescSlots]);
@@ -383,7 +429,9 @@ __device__ void RunConsumer(const PrefillAttentionParams& p, const CtaWork& w, f
 template <int HD>
 __global__ void __launch_bounds__(kSpecThreads, 1)
     LazyPrefillSpecializedKernel(const PrefillAttentionParams p, int log2bs, float scale_log2, int splits,
-                                 int log2_pack, const PrefillWorkStart* starts, int starts_made) {
+                                 int log2_pack, const PrefillWorkStart* starts, int starts_made,
+                                 const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+                                 int kv_maps) {
   AllowDependentLaunch();  // launched by LaunchDependent (dependent_launch.cuh): the combine may come in
   if (threadIdx.x == 0) {
     LAZYKV_TIMELINE(0, kEntry);
@@ -424,7 +472,11 @@ __global__ void __launch_bounds__(kSpecThreads, 1)
   if (threadIdx.x < 128) {
     ShrinkRegisters<kCopyRegs>();
     if (threadIdx.x == 0) LAZYKV_TIMELINE(0, kCopyStart);
-    RunCopyWarps<HD>(p, w, e_hi, log2bs, smem);
+    if (kv_maps) {
+      RunCopyWarps<HD, true>(p, w, e_hi, log2bs, smem, &k_map, &v_map);
+    } else {
+      RunCopyWarps<HD, false>(p, w, e_hi, log2bs, smem, nullptr, nullptr);
+    }
   } else if (threadIdx.x < 256) {
     ShrinkRegisters<kRotationRegs>();
     RunRotationWarps<HD>(p, w, smem);

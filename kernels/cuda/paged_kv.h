@@ -49,6 +49,9 @@ struct PagedKv {
   int n_kv_heads = 0;
   int head_dim = 0;
   int block_size = 0;
+  // Slots in each pool (its blocks x block_size), for tensor maps over the pools; 0: unknown
+  // (the prefill kernel then copies every KV tile with cp.async).
+  long long pool_slots = 0;
   RopeStyle rope_style = RopeStyle::kInterleaved;
 };
 

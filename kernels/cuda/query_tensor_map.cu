@@ -1,5 +1,6 @@
 #include <cudaTypedefs.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/query_tensor_map.h"
@@ -66,6 +67,24 @@ cudaError_t MakeOutputTensorMap(const PrefillAttentionParams& p, int pack, CUten
   }
   const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(pack), static_cast<cuuint32_t>(64 / pack)};
   return EncodeRowsMap(p, p.out_bf16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, box, CU_TENSOR_MAP_SWIZZLE_128B, map);
+}
+
+cudaError_t MakeKvPoolTensorMap(const PrefillAttentionParams& p, const void* pool, CUtensorMap* map) {
+  const PagedKv& kv = p.kv;
+  if (pool == nullptr || reinterpret_cast<uintptr_t>(pool) % 16 != 0 || kv.element != Element::kBf16 ||
+      kv.pool_slots <= 0 || kv.pool_slots > INT32_MAX || kv.n_kv_heads <= 0 ||
+      (kv.head_dim != 64 && kv.head_dim != 128) || EncodeTiled() == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const cuuint64_t hd = static_cast<cuuint64_t>(kv.head_dim), heads = static_cast<cuuint64_t>(kv.n_kv_heads);
+  const cuuint64_t dims[3] = {hd, heads, static_cast<cuuint64_t>(kv.pool_slots)};
+  const cuuint64_t strides[2] = {hd * 2, heads * hd * 2};
+  const cuuint32_t box[3] = {64, 1, 128};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = EncodeTiled()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(pool), dims, strides,
+                                   box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 }  // namespace lazykv::cuda

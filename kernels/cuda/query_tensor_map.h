@@ -4,7 +4,8 @@
 // RawQueryIndex (lazy_prefill_tiles.cuh). One copy-engine request a work tile where 128 threads'
 // cp.async copies had taken ~6800 cycles to issue (bench/results/prefill_query_2026-11-29.md).
 // And one over its bf16 output rows (PrefillAttentionParams::out_bf16), which the kernel's
-// consumers store as boxes from shared memory.
+// consumers store as boxes from shared memory. And one over each KV pool, by which both prefill
+// kernels' copy warps read a KV tile whose blocks are consecutive in the pool.
 #pragma once
 
 #include <cuda.h>
@@ -31,5 +32,12 @@ cudaError_t MakeQueryTensorMap(const PrefillAttentionParams& p, int pack, CUtens
 // is null or misaligned, total_queries unknown, or the driver refuses the map. Host only;
 // thread-safe.
 cudaError_t MakeOutputTensorMap(const PrefillAttentionParams& p, int pack, CUtensorMap* map);
+
+// A map over one KV pool (p.kv.k_pool or p.kv.v_pool: [pool_slots][n_kv_heads][head_dim] bf16)
+// in boxes of 64 columns x 1 KV head x 128 slots with a 128-byte swizzle: a KV tile's 64-column
+// block in the ring's layout (wgmma::SwizzledOffset<128>). cudaErrorInvalidValue where the pool
+// is not bf16, misaligned, its slot count unknown (p.kv.pool_slots) or past INT32_MAX, the head
+// dim not 64 or 128, or the driver refuses the map. Host only; thread-safe.
+cudaError_t MakeKvPoolTensorMap(const PrefillAttentionParams& p, const void* pool, CUtensorMap* map);
 
 }  // namespace lazykv::cuda

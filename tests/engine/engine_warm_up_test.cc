@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "tests/engine/engine_compare_util.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/engine/forwarding_backend.h"
 #include "tests/test_util.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/model/synthetic_model.h"
@@ -18,15 +19,9 @@ namespace lazykv::testing {
 namespace {
 
 // The CPU backend, recording what WarmUp was asked for and the largest pass it ran.
-class PassRecorder : public Backend {
+class PassRecorder : public ForwardingBackend {
  public:
-  explicit PassRecorder(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  std::string kv_dtype() const override { return inner_->kv_dtype(); }
-  int block_size() const override { return inner_->block_size(); }
-  int num_blocks() const override { return inner_->num_blocks(); }
-  uint64_t kv_bytes_per_block() const override { return inner_->kv_bytes_per_block(); }
-  Hash128 model_fingerprint() const override { return inner_->model_fingerprint(); }
+  using ForwardingBackend::ForwardingBackend;
   absl::Status Forward(std::span<const SequenceStep> steps, std::vector<std::vector<float>>* logits) override {
     int rows = 0, logit_rows = 0;
     for (const SequenceStep& step : steps) {
@@ -37,31 +32,16 @@ class PassRecorder : public Backend {
     max_rows = std::max(max_rows, rows);
     max_logit_rows = std::max(max_logit_rows, logit_rows);
     ++passes;
-    return inner_->Forward(steps, logits);
-  }
-  absl::Status CopyBlocksRotated(std::span<const BlockCopy> copies) override {
-    return inner_->CopyBlocksRotated(copies);
-  }
-  absl::StatusOr<std::unique_ptr<ExportedChunk>> CaptureChunk(std::span<const KvBlockRef> blocks) override {
-    return inner_->CaptureChunk(blocks);
-  }
-  absl::StatusOr<std::unique_ptr<StagedChunk>> StageChunk(const ChunkBytes& payload, const StageOptions& options) override {
-    return inner_->StageChunk(payload, options);
-  }
-  absl::Status ImportStaged(std::unique_ptr<StagedChunk> staged, std::span<const KvBlockRef> blocks) override {
-    return inner_->ImportStaged(std::move(staged), blocks);
+    return ForwardingBackend::Forward(steps, logits);
   }
   absl::Status WarmUp(int rows, int logit_rows) override {
     warm_rows = rows;
     warm_logit_rows = logit_rows;
-    return inner_->WarmUp(rows, logit_rows);
+    return ForwardingBackend::WarmUp(rows, logit_rows);
   }
 
   int warm_rows = -1, warm_logit_rows = -1;
   int max_rows = 0, max_logit_rows = 0, passes = 0;
-
- private:
-  std::unique_ptr<Backend> inner_;
 };
 
 TEST(EngineWarmUpTest, EveryPassOfABusyBatchStaysWithinWhatTheWarmUpPrepared) {

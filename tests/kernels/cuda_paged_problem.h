@@ -81,6 +81,26 @@ struct PagedProblem {
     length_ = 0;
   }
 
+  // Moves a random half of the entries to other pool blocks (a random permutation of those
+  // blocks), so that tiles of full blocks are at consecutive pool blocks or not, as in a pool
+  // after churn. The reference and the kernels read the same (entry -> block) map; call it
+  // before Draw.
+  void ScatterBlocks(std::mt19937_64& rng) {
+    std::vector<int32_t> moved;
+    for (int32_t b = 0; b < num_blocks; ++b) {
+      if (rng() % 2 == 0) moved.push_back(b);
+    }
+    std::vector<int32_t> to = moved;
+    std::shuffle(to.begin(), to.end(), rng);
+    std::vector<int32_t> perm(num_blocks);
+    for (int32_t b = 0; b < num_blocks; ++b) perm[b] = b;
+    for (size_t i = 0; i < moved.size(); ++i) perm[moved[i]] = to[i];
+    for (int32_t& id : block_ids) id = perm[id];
+    for (std::vector<KvBlockRef>& t : tables) {
+      for (KvBlockRef& ref : t) ref.block = perm[ref.block];
+    }
+  }
+
   // K and V for every block (bf16 and their fp32 twins), and the raw queries.
   void Draw(std::mt19937_64& rng) {
     const size_t pool = static_cast<size_t>(num_blocks) * block_size * n_kv_heads * head_dim;
@@ -165,6 +185,7 @@ struct PagedProblem {
     kv.n_kv_heads = n_kv_heads;
     kv.head_dim = head_dim;
     kv.block_size = block_size;
+    kv.pool_slots = static_cast<long long>(num_blocks) * block_size;
     kv.rope_style = cuda::KernelRopeStyle(style);
     return kv;
   }

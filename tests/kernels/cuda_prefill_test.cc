@@ -57,6 +57,9 @@ struct PrefillShape {
   double tolerance = 1e-2;
   int own_scaled_from = 0;
   int min_queries = 1;  // new query tokens per sequence: min_queries .. max_queries
+  // Half the entries moved to random pool blocks (PagedProblem::ScatterBlocks): tiles of full
+  // blocks that are not at consecutive pool slots (copied by cp.async, not TMA) beside ones that are.
+  bool scatter_blocks = false;
 };
 
 // How many graph nodes (kernels) a launch on 1 CTA enqueues, counted in a graph captured from it
@@ -105,6 +108,7 @@ TEST_P(PrefillAttentionGpuTest, MatchesCpuReference) {
     if (s.queries_from_start) n_queries = problem.length();
     problem.EndSequence(n_queries);
   }
+  if (s.scatter_blocks) problem.ScatterBlocks(rng);
   problem.Draw(rng);
   if (s.own_key_scale != 1.0f) {
     for (const auto& [first, end] : own_blocks) problem.ScaleKeys(first + s.own_scaled_from, end, s.own_key_scale);
@@ -385,7 +389,11 @@ INSTANTIATE_TEST_SUITE_P(
         // kernels rescale O between the two halves' P V (lazy_prefill_math.cuh,
         // SoftmaxAndIssueValues).
         PrefillShape{"own_keys_jump_mid_tile", 128, 16, 4, 16, 2, 3, 300, 100, 300, false, false,
-                     RopeStyle::kRotateHalf, 131072, false, 4.0f, 2e-2, 4, 128}),
+                     RopeStyle::kRotateHalf, 131072, false, 4.0f, 2e-2, 4, 128},
+        // Llama-3-8B, documents of up to 512 tokens (up to four whole tiles), the table's blocks half
+        // scattered over the pool: tiles read by TMA boxes and by cp.async in one launch.
+        PrefillShape{"llama3_scattered_blocks", 128,    32,    8,    16,   2, 6, 512, 40, 300, false, false,
+                     RopeStyle::kRotateHalf,    131072, false, 1.0f, 1e-2, 0, 1, true}),
     [](const ::testing::TestParamInfo<PrefillShape>& info) { return info.param.name; });
 
 // Unsupported shapes come back as cudaErrorInvalidValue before any CUDA call (no GPU needed),

@@ -64,6 +64,7 @@ cuda::PagedKv CudaBackend::LayerKv(int layer) const {
   kv.n_kv_heads = c_.n_kv_heads;
   kv.head_dim = c_.head_dim;
   kv.block_size = block_size_;
+  kv.pool_slots = static_cast<long long>(num_blocks_) * block_size_;
   kv.rope_style = cuda::KernelRopeStyle(c_.rope.style);
   return kv;
 }

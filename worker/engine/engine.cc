@@ -231,13 +231,38 @@ absl::StatusOr<int32_t> Engine::AllocateBlock() {
   return *allocator_.Allocate();
 }
 
+absl::StatusOr<std::vector<int32_t>> Engine::AllocateBlocks(int count) {
+  std::vector<int32_t> blocks;
+  if (count > 1) {
+    if (const std::optional<int32_t> first = allocator_.AllocateRun(count)) {
+      for (int i = 0; i < count; ++i) blocks.push_back(*first + i);
+      return blocks;
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    absl::StatusOr<int32_t> block = AllocateBlock();
+    if (!block.ok()) {
+      for (const int32_t b : blocks) allocator_.Unref(b);
+      return block.status();
+    }
+    blocks.push_back(*block);
+  }
+  return blocks;
+}
+
 absl::Status Engine::GrowOwnTail(KvSequence& seq, size_t count) {
   const int bs = backend_->block_size();
+  // The new blocks, taken at once: one run where one is free (a document encoded over several
+  // steps is one run a step).
+  const size_t room = seq.TailHasRoom(bs) ? static_cast<size_t>(bs - seq.table().back().num_tokens) : 0;
+  const int needed = count > room ? static_cast<int>(CeilDiv(count - room, bs)) : 0;
+  std::vector<int32_t> blocks;
+  if (needed > 0) {
+    ASSIGN_OR_RETURN(blocks, AllocateBlocks(needed));
+  }
+  size_t next = 0;
   for (size_t i = 0; i < count; ++i) {
-    if (!seq.TailHasRoom(bs)) {
-      ASSIGN_OR_RETURN(int32_t block, AllocateBlock());
-      seq.AdoptEmptyOwnBlock(block);
-    }
+    if (!seq.TailHasRoom(bs)) seq.AdoptEmptyOwnBlock(blocks[next++]);
     seq.FillTailSlot();
   }
   return absl::OkStatus();

@@ -96,7 +96,7 @@ struct Usage {
   // Documents (and the anchor) the cache tier held but this request encoded, because
   // recomputing was judged faster than fetching (or the fetch failed). Not misses.
   int chunk_recomputes = 0;
-  int recomputed_tokens = 0;      // their tokens (part of computed_tokens)
+  int recomputed_tokens = 0;  // their tokens (part of computed_tokens)
   // Document tokens computed again in context by the repair (GenerateRequest::repair_tokens),
   // on top of computed_tokens: their reused KV counts as cached, where it came from.
   int repaired_tokens = 0;
@@ -242,6 +242,10 @@ class Engine {
   // chunks PlanChunks lays out), with their blocks.
   std::vector<SharedChunkReservations::Chunk> SharedChunksOf(const GenerateRequest& request, AttentionMode mode) const;
   absl::StatusOr<int32_t> AllocateBlock();
+  // `count` blocks: the lowest run of consecutive free blocks where there is one (the prefill
+  // kernels read a KV tile of consecutive blocks as one TMA copy), else one at a time as
+  // AllocateBlock takes them (evicting as it does). On an error none is held.
+  absl::StatusOr<std::vector<int32_t>> AllocateBlocks(int count);
   absl::Status WarmUpChunkTransfer(std::span<const KvBlockRef> blocks);  // engine_calibration.cc
   // Appends `count` own-token slots to `seq` (new blocks as needed).
   absl::Status GrowOwnTail(KvSequence& seq, size_t count);

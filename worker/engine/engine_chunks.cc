@@ -228,8 +228,10 @@ absl::Status Engine::AttachChunk(KvSequence& seq, AttentionMode mode, std::span<
   source.AdoptBlocks(chunk, 0);
   std::vector<BlockCopy> copies;
   std::vector<KvBlockRef> copied;
-  for (const KvBlockRef& ref : chunk) {
-    ASSIGN_OR_RETURN(int32_t dst, AllocateBlock());
+  ASSIGN_OR_RETURN(const std::vector<int32_t> ids, AllocateBlocks(static_cast<int>(chunk.size())));
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    const KvBlockRef& ref = chunk[i];
+    const int32_t dst = ids[i];
     copied.push_back(KvBlockRef{dst, ref.num_tokens, 0});
     copies.push_back(BlockCopy{ref.block, dst, ref.num_tokens, delta});
     usage.kv_bytes_copied += backend_->kv_bytes_per_block() / backend_->block_size() * ref.num_tokens;
@@ -348,11 +350,12 @@ absl::StatusOr<std::vector<KvBlockRef>> Engine::ImportChunk(const Hash128& key, 
   KvSequence holder(&allocator_);  // gives the blocks back if the import fails
   const int bs = backend_->block_size();
   std::vector<KvBlockRef> blocks;
-  for (int start = 0; start < num_tokens; start += bs) {
-    ASSIGN_OR_RETURN(int32_t block, AllocateBlock());
-    blocks.push_back(KvBlockRef{block, std::min(bs, num_tokens - start), 0});
-    holder.AdoptBlocks({&blocks.back(), 1}, 0);
+  ASSIGN_OR_RETURN(const std::vector<int32_t> ids, AllocateBlocks((num_tokens + bs - 1) / bs));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int start = static_cast<int>(i) * bs;
+    blocks.push_back(KvBlockRef{ids[i], std::min(bs, num_tokens - start), 0});
   }
+  holder.AdoptBlocks(blocks, 0);
   RETURN_IF_ERROR(backend_->ImportStaged(std::move(staged), blocks));
   index_.Insert(key, blocks);  // the index's reference outlives the holder's
   return blocks;

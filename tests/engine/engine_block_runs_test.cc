@@ -1,13 +1,14 @@
 // A document's KV blocks lie in one run of consecutive pool blocks (the prefill kernels read a
 // KV tile of consecutive blocks as one TMA copy; a tile that straddles two runs falls back to
-// cp.async), after churn that frees requests' blocks in every order. The reference is the block tables as the backend
-// receives them, recorded by a wrapper: each document's entries (a run of one nonzero delta, in lazy mode) must name
-// blocks b, b + 1, b + 2, ...
+// cp.async), after churn that frees requests' blocks in every order. The reference is the block
+// tables as the backend receives them, recorded by a wrapper: each document's entries (a run of
+// one nonzero delta, in lazy mode) must name blocks b, b + 1, b + 2, ...
 #include <map>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/engine/engine_compare_util.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/engine/forwarding_backend.h"
 #include "tests/test_util.h"
@@ -34,37 +35,6 @@ class TableRecorder : public ForwardingBackend {
   std::vector<std::vector<int32_t>> tables;  // every document's blocks, in each step it was read
 };
 
-// An engine in lazy mode over a recording CPU backend (blocks of 8 slots).
-std::unique_ptr<Engine> MakeRecordedEngine(const ModelWeights& weights, int max_prefill_tokens, int max_running,
-                                           TableRecorder** recorder) {
-  auto cpu = CreateCpuBackend(weights, 8, 1024);
-  EXPECT_TRUE(cpu.ok()) << cpu.status();
-  auto wrapper = std::make_unique<TableRecorder>(*std::move(cpu));
-  *recorder = wrapper.get();
-  EngineOptions options;
-  options.mode = AttentionMode::kLazy;
-  options.max_prefill_tokens = max_prefill_tokens;
-  options.max_running_requests = max_running;
-  options.max_queued_requests = 64;
-  auto engine = Engine::Create(std::move(wrapper), options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  return *std::move(engine);
-}
-
-void RunToEnd(Engine& engine, int requests) {
-  std::vector<EngineEvent> events;
-  int ended = 0;
-  while (engine.HasWork()) {
-    events.clear();
-    engine.Step(&events);
-    for (const EngineEvent& e : events) {
-      EXPECT_NE(e.kind, EngineEvent::Kind::kFailed) << e.status;
-      if (e.kind == EngineEvent::Kind::kFinished || e.kind == EngineEvent::Kind::kFailed) ++ended;
-    }
-  }
-  EXPECT_EQ(ended, requests);
-}
-
 void ExpectEveryDocumentOneRun(const TableRecorder& seen) {
   ASSERT_FALSE(seen.tables.empty());
   for (const std::vector<int32_t>& blocks : seen.tables) {
@@ -76,28 +46,35 @@ void ExpectEveryDocumentOneRun(const TableRecorder& seen) {
 }
 
 TEST(EngineBlockRunsTest, DocumentsStayOneRunAfterChurn) {
-  // Requests that finish in random order free their own blocks in every order; documents are
-  // evicted and encoded again at random. A pool handed out a block at a time (most recently
-  // freed first, or lowest first) splits later documents over its holes.
+  // Requests that finish in random order free their own blocks in every order. A pool handed out
+  // a block at a time (most recently freed first, or lowest first) splits later documents over
+  // its holes.
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   const ModelWeights weights = RandomModel("tiny", seed);
-  TableRecorder* seen = nullptr;
-  auto engine = MakeRecordedEngine(weights, 512, 4, &seen);
-  std::vector<std::vector<int32_t>> corpus;
-  for (int d = 0; d < 12; ++d) corpus.push_back(RandomTokens(rng, 9 + rng() % 60, weights.config.vocab_size));
+  auto cpu = CreateCpuBackend(weights, 8, 1024);  // blocks of 8 slots
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto recorder = std::make_unique<TableRecorder>(*std::move(cpu));
+  const TableRecorder* seen = recorder.get();
+  EngineOptions options;
+  options.mode = AttentionMode::kLazy;
+  options.max_running_requests = 4;
+  options.max_queued_requests = 64;
+  auto engine = Engine::Create(std::move(recorder), options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<std::vector<int32_t>> corpus = RandomDocuments(rng, weights.config.vocab_size, 12);
   constexpr int kRequests = 40;
   for (int r = 0; r < kRequests; ++r) {
     GenerateRequest request;
     for (int k = 0, n = 2 + rng() % 3; k < n; ++k) request.docs.push_back(corpus[rng() % corpus.size()]);
     request.prompt = RandomTokens(rng, 1 + rng() % 20, weights.config.vocab_size);
     request.sampling.max_tokens = 1 + rng() % 20;
-    ASSERT_TRUE(engine->Submit(request).ok());
+    ASSERT_TRUE((*engine)->Submit(request).ok());
   }
-  RunToEnd(*engine, kRequests);
+  StepUntilIdle(**engine, kRequests);
   ExpectEveryDocumentOneRun(*seen);
-  ExpectNoLeakedBlocks(*engine);
+  ExpectNoLeakedBlocks(**engine);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/backend/cpu_backend.h"
@@ -43,6 +44,21 @@ inline ModelWeights RandomModel(const std::string& shape, uint64_t seed) {
   auto config = SyntheticConfig(shape);
   EXPECT_TRUE(config.ok()) << config.status();
   return MakeSyntheticWeights(*config, seed);
+}
+
+// Steps `engine` until it has no work, expecting no request to fail and `requests` to end.
+inline void StepUntilIdle(Engine& engine, int requests) {
+  std::vector<EngineEvent> events;
+  int ended = 0;
+  while (engine.HasWork()) {
+    events.clear();
+    engine.Step(&events);
+    for (const EngineEvent& e : events) {
+      EXPECT_NE(e.kind, EngineEvent::Kind::kFailed) << e.status;
+      if (e.kind == EngineEvent::Kind::kFinished || e.kind == EngineEvent::Kind::kFailed) ++ended;
+    }
+  }
+  EXPECT_EQ(ended, requests);
 }
 
 // Every block is free or held by the cache index: no request leaked a reference.

@@ -76,17 +76,7 @@ TEST(EngineWarmUpTest, EveryPassOfABusyBatchStaysWithinWhatTheWarmUpPrepared) {
       if (mode != AttentionMode::kNone && r % 3 == 0) request.repair_tokens = 1 + rng() % 10;
       ASSERT_TRUE((*engine)->Submit(request).ok());
     }
-    std::vector<EngineEvent> events;
-    int ended = 0;
-    while ((*engine)->HasWork()) {
-      events.clear();
-      (*engine)->Step(&events);
-      for (const EngineEvent& e : events) {
-        EXPECT_NE(e.kind, EngineEvent::Kind::kFailed) << e.status;
-        if (e.kind == EngineEvent::Kind::kFinished || e.kind == EngineEvent::Kind::kFailed) ++ended;
-      }
-    }
-    EXPECT_EQ(ended, 20);
+    StepUntilIdle(**engine, 20);
     EXPECT_GT(seen->passes, 0);
     EXPECT_LE(seen->max_rows, seen->warm_rows) << "a pass had more rows than the warm-up prepared";
     EXPECT_LE(seen->max_logit_rows, seen->warm_logit_rows) << "a pass wanted more logits than prepared";

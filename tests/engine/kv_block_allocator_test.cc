@@ -38,7 +38,7 @@ TEST(KvBlockAllocator, HandsOutTheLowestFreeBlockAndRun) {
   for (int i = 0; i < 70; ++i) ASSERT_EQ(*allocator.Allocate(), i);
   for (const int32_t b : {3, 5, 6, 7, 64, 65, 66, 67, 69}) allocator.Unref(b);
   EXPECT_EQ(*allocator.AllocateRun(3), 5);   // 3 alone is too short
-  EXPECT_EQ(*allocator.AllocateRun(4), 64);  // across nothing: the run at 64..67
+  EXPECT_EQ(*allocator.AllocateRun(4), 64);  // 64..67, in the bitmap's second word
   EXPECT_FALSE(allocator.AllocateRun(2).has_value()) << "3 and 69 are free, not adjacent";
   EXPECT_EQ(allocator.num_free(), 2);
   EXPECT_EQ(*allocator.Allocate(), 3);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
@@ -93,7 +94,7 @@ struct PagedProblem {
     std::vector<int32_t> to = moved;
     std::shuffle(to.begin(), to.end(), rng);
     std::vector<int32_t> perm(num_blocks);
-    for (int32_t b = 0; b < num_blocks; ++b) perm[b] = b;
+    std::iota(perm.begin(), perm.end(), 0);
     for (size_t i = 0; i < moved.size(); ++i) perm[moved[i]] = to[i];
     for (int32_t& id : block_ids) id = perm[id];
     for (std::vector<KvBlockRef>& t : tables) {

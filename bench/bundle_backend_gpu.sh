@@ -13,7 +13,7 @@ build=${2:-build}
 programs=("${@:3}")
 [[ ${#programs[@]} -gt 0 ]] || programs=(cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_chunk_transfer_test
   cuda_fp32_backend_test cuda_kernels_test cuda_prefill_test cuda_sampling_test cuda_output_layer_test cuda_warm_up_test cuda_backend_bench cuda_prefill_bench
-  cuda_shared_decode_test shared_decode_bench lazykv)
+  cuda_shared_decode_test shared_decode_bench cuda_sm_clock_test lazykv)
 tool=$here/../../shared/tools/gpu-bundle
 [[ -x $tool ]] || tool=/work/shared/tools/gpu-bundle
 patched=$(mktemp)

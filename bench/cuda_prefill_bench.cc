@@ -13,6 +13,8 @@
 //   last: the 512 own tokens are the queries (pos0 = L - 512): they see every document
 //         and are causal among themselves (SDPA: lower-right causal, 512 x L).
 // FLOPs count the visible (query, key) pairs exactly: 4 * head_dim * heads per pair.
+// Each row also prints the SM clock read right after its timed pairs (sm_clock.h): the GPU
+// may run at its power cap, where the clock follows the kernels in the process.
 // A third table, questions: a batch of sequences of 8 cached documents of 512 tokens and a
 // 16-token question, the question's tokens the queries (what a request whose documents are
 // all cached prefills), with the heads of a KV group packed into a tile (the default) and
@@ -36,6 +38,7 @@
 #include "bench/cuda_bench_util.h"
 #include "bench/prefill_bench_device.h"
 #include "bench/prefill_paged_batch.h"
+#include "bench/sm_clock.h"
 #include "common/model_config.h"
 #include "kernels/cuda/lazy_prefill_attention.h"
 #include "kernels/cuda/model_ops.h"
@@ -52,6 +55,14 @@ using lazykv::bench::PagedBatch;
 using lazykv::bench::QueryParams;
 using lazykv::bench::SeqLayout;
 using lazykv::bench::Upload;
+
+// The SM clock now (sm_clock.h): under the GPU's power cap the figures just measured ran at
+// about this clock, set by the kernels of the last seconds.
+float SmClockMhz() {
+  float mhz = 0.0f;
+  CHECK_CUDA(lazykv::bench::MeasureSmClockMhz(nullptr, 200, &mhz));
+  return mhz;
+}
 
 }  // namespace
 
@@ -425,6 +436,7 @@ int main(int argc, char** argv) {
       std::printf("%-8s %6d %5d %9d %6d %10.3f %10.3f %12.1f %12.1f %8.1f%%\n", scenario == 0 ? "full" : "last", len,
                   batch, n_q, splits, lazy_ms, plain_ms, flops / lazy_ms / 1e9, flops / plain_ms / 1e9,
                   100.0 * (lazy_ms / plain_ms - 1.0));
+      std::printf("  (SM clock after the schedules' pairs: %.0f MHz)\n", SmClockMhz());
       for (int sc = 0; sc < cuda::detail::kNumPrefillSchedules; ++sc) {
         std::printf("  (schedule %d: lazy %.3f ms, %.1f TFLOP/s; no rotation %.3f ms, %.1f TFLOP/s; rotation %.1f%%)\n",
                     sc, schedule_ms[sc], flops / schedule_ms[sc] / 1e9, schedule_norot_ms[sc],
@@ -548,6 +560,7 @@ int main(int argc, char** argv) {
               persistent_ms, flops / persistent_ms / 1e9, one_tile_ms, flops / one_tile_ms / 1e9,
               one_tile_ms / persistent_ms, default_persistent ? "persistent" : "one-tile");
         }
+        std::printf("  (SM clock after the bf16 pairs: %.0f MHz)\n", SmClockMhz());
       }
       FreeQueries(p);
     }

@@ -14,7 +14,7 @@ export LAZYKV_MODELS_DIR=$BUNDLE_DATA
 cd /tmp
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 tests="cuda_model_ops_test cuda_generic_attention_test cuda_backend_test cuda_chunk_transfer_test cuda_fp32_backend_test cuda_kernels_test
-  cuda_prefill_test cuda_sampling_test cuda_output_layer_test cuda_warm_up_test"
+  cuda_prefill_test cuda_sampling_test cuda_output_layer_test cuda_warm_up_test cuda_sm_clock_test"
 [[ ${SKIP_TESTS:-0} == 1 ]] && tests=""
 for t in $tests; do
   timeout 150 "$t" > "$out/$t.log" 2>&1

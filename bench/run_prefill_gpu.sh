@@ -30,7 +30,7 @@ for round in 1 2; do
   for b in cuda_prefill_bench $others; do
     timeout 90 "$b" > "$out/${b}_$round.log" 2>&1
     echo "== $b round $round rc=$? ($(elapsed))"
-    grep -E "^(full|last) |schedule [23]" "$out/${b}_$round.log" | sed -E 's/; no rotation.*//'
+    grep -E "^(full|last) |schedule [23]|SM clock" "$out/${b}_$round.log" | sed -E 's/; no rotation.*//'
   done
 done
 if [[ ${SKIP_SDPA:-0} != 1 ]]; then

@@ -57,6 +57,36 @@ TEST(KvSequence, ClearEmptiesTheTableAndAllowsReuse) {
   EXPECT_FALSE(seq.TailHasRoom(16));
 }
 
+TEST(KvSequence, SpareBlocksEnterTheTableInOrderAndUnusedOnesGoBack) {
+  KvBlockAllocator allocator(8);
+  {
+    KvSequence seq(&allocator);
+    const int32_t first = *allocator.AllocateRun(4);
+    seq.AdoptEmptyOwnBlock(first);
+    seq.FillTailSlot();
+    const std::vector<int32_t> spares = {first + 1, first + 2, first + 3};
+    seq.HoldSpareOwnBlocks(spares);
+    EXPECT_EQ(seq.num_spare_own_blocks(), 3u);
+    EXPECT_EQ(seq.num_held(), 1u);  // spares are not in the table yet
+    EXPECT_TRUE(seq.TailHasRoom(2));
+    seq.FillTailSlot();
+    seq.AdoptSpareOwnBlock();
+    seq.FillTailSlot();
+    seq.AdoptSpareOwnBlock();
+    ASSERT_EQ(seq.table().size(), 3u);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(seq.table()[i].block, first + i);
+      EXPECT_EQ(seq.table()[i].delta, 0);
+    }
+    EXPECT_EQ(seq.table()[1].num_tokens, 1);
+    EXPECT_EQ(seq.table()[2].num_tokens, 0);
+    EXPECT_TRUE(seq.TailHasRoom(2));  // an adopted spare is an own tail block
+    EXPECT_EQ(seq.num_spare_own_blocks(), 1u);
+    EXPECT_EQ(allocator.num_free(), 4);
+  }
+  EXPECT_EQ(allocator.num_free(), 8);  // the table's blocks and the spare left unused
+}
+
 TEST(KvSequenceDeathTest, FillingASlotWithoutAnOwnTailAborts) {
   LogToStderr();  // the abort's message is what the death test reads
   KvBlockAllocator allocator(2);

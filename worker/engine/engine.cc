@@ -1,6 +1,7 @@
 #include "worker/engine/engine.h"
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 #include <unordered_set>
 
@@ -250,19 +251,45 @@ absl::StatusOr<std::vector<int32_t>> Engine::AllocateBlocks(int count) {
   return blocks;
 }
 
-absl::Status Engine::GrowOwnTail(KvSequence& seq, size_t count) {
+absl::Status Engine::GrowOwnTail(KvSequence& seq, size_t count, size_t ahead) {
   const int bs = backend_->block_size();
-  // The new blocks, taken at once: one run where one is free (a document encoded over several
-  // steps is one run a step).
   const size_t room = seq.TailHasRoom(bs) ? static_cast<size_t>(bs - seq.table().back().num_tokens) : 0;
-  const int needed = count > room ? static_cast<int>(CeilDiv(count - room, bs)) : 0;
+  const auto blocks_for = [&](size_t tokens) {
+    return tokens > room ? static_cast<int>(CeilDiv(tokens - room, bs)) : 0;
+  };
+  const int needed = blocks_for(count);
+  const int spares = static_cast<int>(seq.num_spare_own_blocks());
+  const int missing = std::max(0, needed - spares);
   std::vector<int32_t> blocks;
-  if (needed > 0) {
-    ASSIGN_OR_RETURN(blocks, AllocateBlocks(needed));
+  if (missing > 0) {
+    // A piece of a document or question whose later pieces run in later steps: where no spare
+    // is left, the whole remainder's blocks are taken now as one free run (without evicting),
+    // so that the sequence's blocks stay consecutive while other sequences take blocks in the
+    // steps between; those not used now wait as spares. Else this piece's blocks, one run
+    // where one is free.
+    const int later = spares == 0 ? blocks_for(count + ahead) - needed : 0;
+    if (later > 0) {
+      if (const std::optional<int32_t> first = allocator_.AllocateRun(missing + later)) {
+        for (int i = 0; i < missing + later; ++i) blocks.push_back(*first + i);
+        seq.HoldSpareOwnBlocks(std::span(blocks).subspan(missing));
+        blocks.resize(missing);
+      }
+    }
+    if (blocks.empty()) {
+      ASSIGN_OR_RETURN(blocks, AllocateBlocks(missing));
+    }
   }
+  // An earlier piece's spares come first (they follow its blocks); spares taken just now wait
+  // for the later pieces.
   size_t next = 0;
   for (size_t i = 0; i < count; ++i) {
-    if (!seq.TailHasRoom(bs)) seq.AdoptEmptyOwnBlock(blocks[next++]);
+    if (!seq.TailHasRoom(bs)) {
+      if (spares > 0 && seq.num_spare_own_blocks() > 0) {
+        seq.AdoptSpareOwnBlock();
+      } else {
+        seq.AdoptEmptyOwnBlock(blocks[next++]);
+      }
+    }
     seq.FillTailSlot();
   }
   return absl::OkStatus();

@@ -247,8 +247,10 @@ class Engine {
   // AllocateBlock takes them (evicting as it does). On an error none is held.
   absl::StatusOr<std::vector<int32_t>> AllocateBlocks(int count);
   absl::Status WarmUpChunkTransfer(std::span<const KvBlockRef> blocks);  // engine_calibration.cc
-  // Appends `count` own-token slots to `seq` (new blocks as needed).
-  absl::Status GrowOwnTail(KvSequence& seq, size_t count);
+  // Appends `count` own-token slots to `seq` (new blocks as needed). `ahead`: the sequence's own
+  // tokens that later steps will append right after these (a document or question cut into
+  // pieces), whose blocks are taken now where they and this piece's fit in one free run.
+  absl::Status GrowOwnTail(KvSequence& seq, size_t count, size_t ahead = 0);
 
   // Admission (engine.cc).
   void Admit();

@@ -88,7 +88,10 @@ int Engine::RunBatch(std::vector<PrefillWork>& prefill, std::vector<EngineEvent>
   }
   for (const PrefillWork& work : prefill) {
     KvSequence& seq = work.job != nullptr ? work.job->encoder : work.request->seq;
-    if (absl::Status s = GrowOwnTail(seq, work.count); !s.ok()) {
+    // The tokens that later pieces will append right after this one (PlanPrefill's remaining).
+    const size_t ahead = work.job != nullptr ? work.job->tokens.size() - work.job->encoded - work.count
+                                             : work.request->own_ready - work.request->own_done - work.count;
+    if (absl::Status s = GrowOwnTail(seq, work.count, ahead); !s.ok()) {
       if (work.job != nullptr) {
         failed_jobs.emplace_back(work.job->key, s);
       } else {

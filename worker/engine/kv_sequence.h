@@ -58,11 +58,26 @@ class KvSequence {
     table_.back().num_tokens += copied_slots;
     tail_is_own_ = false;
   }
+  // Blocks allocated ahead for this sequence's later own blocks, whose references the caller
+  // hands over (Engine::GrowOwnTail takes the blocks of a document or question cut into pieces
+  // as one run at its first piece): AdoptSpareOwnBlock puts the first of them in the table, in
+  // order; those never adopted are released with the sequence.
+  void HoldSpareOwnBlocks(std::span<const int32_t> blocks) {
+    spare_.insert(spare_.end(), blocks.begin(), blocks.end());
+  }
+  size_t num_spare_own_blocks() const { return spare_.size(); }
+  // REQUIRES: num_spare_own_blocks() > 0.
+  void AdoptSpareOwnBlock() {
+    AdoptEmptyOwnBlock(spare_.front());
+    spare_.erase(spare_.begin());
+  }
   const std::vector<KvBlockRef>& table() const { return table_; }
-  size_t num_held() const { return held_.size(); }
+  size_t num_held() const { return held_.size(); }  // in the table (spares not counted)
   void Clear() {
     for (int32_t block : held_) allocator_->Unref(block);
+    for (int32_t block : spare_) allocator_->Unref(block);
     held_.clear();
+    spare_.clear();
     table_.clear();
     tail_is_own_ = false;
   }
@@ -73,6 +88,7 @@ class KvSequence {
   KvBlockAllocator* allocator_;
   std::vector<KvBlockRef> table_;
   std::vector<int32_t> held_;
+  std::vector<int32_t> spare_;  // HoldSpareOwnBlocks', not yet in the table
   bool tail_is_own_ = false;
 };
 

@@ -28,26 +28,34 @@ class TableRecorder : public ForwardingBackend {
         if (ref.delta != 0) documents[ref.delta].push_back(ref.block);
       }
       for (auto& [delta, blocks] : documents) tables.push_back(std::move(blocks));
+      if (step.tokens.size() > 1) {  // a prefill piece: its sequence's whole table
+        std::vector<int32_t>& all = prefill_tables.emplace_back();
+        for (const KvBlockRef& ref : step.context) all.push_back(ref.block);
+      }
     }
     return ForwardingBackend::Forward(steps, logits);
   }
 
-  std::vector<std::vector<int32_t>> tables;  // every document's blocks, in each step it was read
+  std::vector<std::vector<int32_t>> tables;          // every document's blocks, in each step it was read
+  std::vector<std::vector<int32_t>> prefill_tables;  // the table of every prefill piece of 2+ tokens
 };
 
-void ExpectEveryDocumentOneRun(const TableRecorder& seen) {
-  ASSERT_FALSE(seen.tables.empty());
-  for (const std::vector<int32_t>& blocks : seen.tables) {
+// Every list of blocks in `runs` is b, b + 1, b + 2, ... (what: whose blocks they are).
+void ExpectEachOneRun(const std::vector<std::vector<int32_t>>& runs, const char* what) {
+  ASSERT_FALSE(runs.empty());
+  for (const std::vector<int32_t>& blocks : runs) {
     for (size_t i = 1; i < blocks.size(); ++i) {
       ASSERT_EQ(blocks[i], blocks[0] + static_cast<int32_t>(i))
-          << "a document's block " << i << " of " << blocks.size() << " is not the run's next";
+          << what << ": block " << i << " of " << blocks.size() << " is not the run's next";
     }
   }
 }
 
 // 40 requests of 2-4 random documents (of a corpus of 12, 5 to 70 tokens) and a prompt, on a
-// pool of 1024 blocks of 8 slots; `max_prefill_tokens` tokens of prefill a step.
-void RunChurn(int max_prefill_tokens) {
+// pool of 1024 blocks of 8 slots; `max_prefill_tokens` tokens of prefill a step. Lazy mode: every
+// document's blocks must be one run. None mode (the whole prompt is the request's own tokens,
+// cut into pieces like a long question): every prefill piece's table must be one run.
+void RunChurn(int max_prefill_tokens, AttentionMode mode = AttentionMode::kLazy) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
@@ -57,7 +65,7 @@ void RunChurn(int max_prefill_tokens) {
   auto recorder = std::make_unique<TableRecorder>(*std::move(cpu));
   const TableRecorder* seen = recorder.get();
   EngineOptions options;
-  options.mode = AttentionMode::kLazy;
+  options.mode = mode;
   options.max_running_requests = 4;
   options.max_queued_requests = 64;
   options.max_prefill_tokens = max_prefill_tokens;
@@ -73,7 +81,11 @@ void RunChurn(int max_prefill_tokens) {
     ASSERT_TRUE((*engine)->Submit(request).ok());
   }
   StepUntilIdle(**engine, kRequests);
-  ExpectEveryDocumentOneRun(*seen);
+  if (mode == AttentionMode::kNone) {
+    ExpectEachOneRun(seen->prefill_tables, "a prompt's prefill table");
+  } else {
+    ExpectEachOneRun(seen->tables, "a document");
+  }
   ExpectNoLeakedBlocks(**engine);
 }
 
@@ -82,6 +94,12 @@ TEST(EngineBlockRunsTest, DocumentsStayOneRunAfterChurn) {
   // a block at a time (most recently freed first, or lowest first) splits later documents over
   // its holes.
   RunChurn(512);
+}
+
+TEST(EngineBlockRunsTest, PromptsPrefilledOverSeveralStepsStayOneRun) {
+  // The request's own tokens cut into pieces: a question's blocks (here the whole prompt's, in
+  // none mode) are taken for its remainder at its first piece, as a document's are.
+  RunChurn(12, AttentionMode::kNone);
 }
 
 TEST(EngineBlockRunsTest, DocumentsEncodedOverSeveralStepsStayOneRun) {

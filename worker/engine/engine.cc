@@ -1,6 +1,7 @@
 #include "worker/engine/engine.h"
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
 #include <string_view>
 #include <unordered_set>
@@ -14,6 +15,13 @@ namespace lazykv {
 namespace {
 
 int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// Blocks first, first + 1, ..., first + count - 1 (a run KvBlockAllocator::AllocateRun gave).
+std::vector<int32_t> RunOfBlocks(int32_t first, int count) {
+  std::vector<int32_t> blocks(count);
+  std::iota(blocks.begin(), blocks.end(), first);
+  return blocks;
+}
 
 bool UsesChunks(AttentionMode mode) { return mode == AttentionMode::kLazy || mode == AttentionMode::kBlock; }
 
@@ -235,10 +243,7 @@ absl::StatusOr<int32_t> Engine::AllocateBlock() {
 absl::StatusOr<std::vector<int32_t>> Engine::AllocateBlocks(int count) {
   std::vector<int32_t> blocks;
   if (count > 1) {
-    if (const std::optional<int32_t> first = allocator_.AllocateRun(count)) {
-      for (int i = 0; i < count; ++i) blocks.push_back(*first + i);
-      return blocks;
-    }
+    if (const std::optional<int32_t> first = allocator_.AllocateRun(count)) return RunOfBlocks(*first, count);
   }
   for (int i = 0; i < count; ++i) {
     absl::StatusOr<int32_t> block = AllocateBlock();
@@ -270,9 +275,8 @@ absl::Status Engine::GrowOwnTail(KvSequence& seq, size_t count, size_t ahead) {
     const int later = spares == 0 ? blocks_for(count + ahead) - needed : 0;
     if (later > 0) {
       if (const std::optional<int32_t> first = allocator_.AllocateRun(missing + later)) {
-        for (int i = 0; i < missing + later; ++i) blocks.push_back(*first + i);
-        seq.HoldSpareOwnBlocks(std::span(blocks).subspan(missing));
-        blocks.resize(missing);
+        blocks = RunOfBlocks(*first, missing);
+        seq.HoldSpareOwnBlocks(RunOfBlocks(*first + missing, later));
       }
     }
     if (blocks.empty()) {
